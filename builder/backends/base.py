@@ -1,0 +1,55 @@
+"""The two backend interfaces of extract: a masker (image + boxes -> one mask per box) and an
+inpainter (image + mask -> image). Both take batches so model backends can fill a GPU; the
+model-free ones simply loop.
+
+Every backend describes itself for provenance: name, parameters, checkpoint file name and sha256.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..records import Box
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+    checkpoint: str | None = None  # file name only, never a machine path
+    checkpoint_sha256: str | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "params": dict(sorted(self.params.items())),
+            "checkpoint": self.checkpoint,
+            "checkpoint_sha256": self.checkpoint_sha256,
+        }
+
+
+class Masker(ABC):
+    """Turns each box of an image into a boolean object mask of the image's size."""
+
+    @abstractmethod
+    def info(self) -> BackendInfo: ...
+
+    @abstractmethod
+    def masks_batch(self, images: Sequence[np.ndarray], boxes: Sequence[Sequence[Box]]) -> list[list[np.ndarray]]:
+        """For each image (H x W x 3 uint8) and its boxes, one H x W bool mask per box, in order."""
+
+
+class Inpainter(ABC):
+    """Fills the masked pixels of each image from their surroundings."""
+
+    @abstractmethod
+    def info(self) -> BackendInfo: ...
+
+    @abstractmethod
+    def inpaint_batch(self, images: Sequence[np.ndarray], masks: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """For each image (H x W x 3 uint8) and mask (H x W bool), an H x W x 3 uint8 result whose
+        pixels outside the mask equal the input's."""

@@ -1,0 +1,76 @@
+"""`hsi extract`: ImageNet images + boxes -> parts shards (object crop, mask, inpainted background)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .common import add_run_flags, fail, positive_int
+
+HELP = "cut out each image's object by its box, erase every box and inpaint the background (writes parts shards)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--source", type=Path, required=True, help="ImageNet root: the folder holding train/ and val/, or Kaggle's ILSVRC/ (or its parent)")
+    parser.add_argument("--split", default=None, help="train or val (default val)")
+    parser.add_argument("--boxes", type=Path, help="a folder of Pascal-VOC XMLs or a LOC_<split>_solution.csv (default: searched under --source)")
+    parser.add_argument("--out", type=Path, required=True, help="output folder; parts go to OUT/parts/")
+    parser.add_argument("--config", type=Path, help="YAML file with extract settings; flags override it")
+    parser.add_argument("--masker", help="box (default, model-free) or sam")
+    parser.add_argument("--inpainter", help="telea (default, model-free) or lama")
+    parser.add_argument("--dilation", type=int, help="side of the square kernel that grows the erase mask (default 15, the paper's; 0 disables)")
+    parser.add_argument("--object-box", choices=["largest", "first", "last"], help="which box is the object to paste later (default largest; the paper pasted the last)")
+    parser.add_argument("--batch-size", type=positive_int, help="images per masker/inpainter call (default 8)")
+    parser.add_argument("--max-pixels", type=positive_int, help="refuse images with more pixels than this (decompression bombs)")
+    parser.add_argument("--telea-radius", type=positive_int, help="neighbourhood radius of the telea inpainter (default 3)")
+    parser.add_argument("--sam-model", choices=["vit_h", "vit_l", "vit_b"], help="SAM architecture (default vit_h)")
+    parser.add_argument("--sam-checkpoint", help="SAM checkpoint file (or set HSI_SAM_CHECKPOINT)")
+    parser.add_argument("--lama-checkpoint", help="big-lama TorchScript file (or set LAMA_MODEL)")
+    parser.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
+    parser.add_argument("--gpus", help="all or a list like 0,1: one process per GPU")
+    parser.add_argument("--runner", choices=["local", "ray"], default="local", help="local processes (default) or a Ray cluster")
+    parser.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local one)")
+    add_run_flags(parser, default_shard_size=256)
+    parser.set_defaults(shard_size=None)
+
+
+def build_config(args: argparse.Namespace):
+    from ..config import load_yaml_mapping
+    from ..extract import ExtractConfig, config_from_mapping, with_overrides
+
+    base = config_from_mapping(load_yaml_mapping(args.config)) if args.config else ExtractConfig()
+    overrides = {name: getattr(args, name) for name in (
+        "split", "masker", "inpainter", "dilation", "object_box", "batch_size", "max_pixels", "telea_radius",
+        "sam_model", "sam_checkpoint", "lama_checkpoint", "device", "shard_size")}
+    return with_overrides(base, overrides)
+
+
+def parse_gpus(text: str | None) -> list[int]:
+    if not text:
+        return []
+    if text == "all":
+        import torch
+
+        return list(range(torch.cuda.device_count()))
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..backends import BackendUnavailable
+    from ..config import ConfigError, SettingsMismatch
+    from ..extract_job import run_extract
+    from ..sources import SourceError
+
+    try:
+        config = build_config(args)
+        gpus = parse_gpus(args.gpus)
+        summary = run_extract(
+            args.source, args.out, config, args.boxes,
+            workers=max(args.workers, len(gpus)) if gpus else args.workers,
+            overwrite=args.overwrite, progress=not args.no_progress,
+            runner=args.runner, ray_address=args.ray_address, num_gpus=len(gpus),
+        )
+    except (BackendUnavailable, ConfigError, SettingsMismatch, SourceError) as exc:
+        return fail("extract", str(exc))
+    print(summary.format())
+    return 0

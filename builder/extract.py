@@ -1,0 +1,232 @@
+"""The extract stage: per source image, cut the object out, erase every box and inpaint the hole.
+
+Work is planned as shards of source images sorted by id. A shard builder decodes its images, asks
+the masker for one mask per box and the inpainter for a background, in batches, and writes one
+parts sample per usable image (see `builder.parts`). Bad images become issue rows, never crashes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Sequence
+
+import cv2
+import numpy as np
+
+from . import __version__
+from .backends import Inpainter, Masker, make_inpainter, make_masker
+from .classes import class_of
+from .config import ConfigError, fingerprint
+from .images import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image
+from .parts import PARTS_SCHEMA_VERSION, encode_png
+from .records import Box, Issue, SourceImage
+from .runner import ShardPlan, ShardResult, report_progress
+from .shards import write_shard
+
+OBJECT_BOX_RULES = ("largest", "first", "last")
+
+
+@dataclass(frozen=True)
+class ExtractConfig:
+    """Everything that decides the bytes of the parts shards, plus how to run (device, workers)."""
+
+    split: str = "val"
+    masker: str = "box"
+    inpainter: str = "telea"
+    dilation: int = 15  # side of the square dilation kernel; 15 is the paper's; 0 or 1 disables
+    object_box: str = "largest"
+    shard_size: int = 256
+    batch_size: int = 8
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    telea_radius: int = 3
+    # model backends (see builder.backends); paths are inputs, their sha256 is what is recorded
+    sam_model: str = "vit_h"
+    sam_checkpoint: str | None = None
+    lama_checkpoint: str | None = None
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.object_box not in OBJECT_BOX_RULES:
+            raise ConfigError(f"--object-box must be one of {', '.join(OBJECT_BOX_RULES)}, got {self.object_box!r}")
+        if self.dilation < 0:
+            raise ConfigError(f"--dilation must be 0 (off) or a positive kernel side, got {self.dilation}")
+        for name in ("shard_size", "batch_size", "max_pixels"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+
+    def output_settings(self, backends: dict, listing_digest: str) -> dict:
+        """The settings that decide the output bytes: saved beside the output, fingerprinted."""
+        return {
+            "stage": "extract",
+            "split": self.split,
+            "dilation": self.dilation,
+            "object_box": self.object_box,
+            "shard_size": self.shard_size,
+            "max_pixels": self.max_pixels,
+            "backends": backends,
+            "sources": listing_digest,
+            "parts_schema_version": PARTS_SCHEMA_VERSION,
+        }
+
+
+def dilate(mask: np.ndarray, kernel_side: int) -> np.ndarray:
+    """Grow a boolean mask by a square kernel (the paper dilates SAM masks by 15 x 15)."""
+    if kernel_side <= 1 or not mask.any():
+        return mask.copy()
+    kernel = np.ones((kernel_side, kernel_side), dtype=np.uint8)
+    return cv2.dilate(mask.astype(np.uint8), kernel) > 0
+
+
+def choose_object_box(boxes: Sequence[Box], label_wnid: str, rule: str) -> int:
+    """Index of the box to paste later: among boxes of the image's own class, by `rule`."""
+    candidates = [i for i, box in enumerate(boxes) if box.wnid == label_wnid] or list(range(len(boxes)))
+    if rule == "first":
+        return candidates[0]
+    if rule == "last":
+        return candidates[-1]
+    return max(candidates, key=lambda i: (boxes[i].area, -i))  # largest; ties go to the first
+
+
+def clip_boxes(record: SourceImage, width: int, height: int) -> tuple[list[Box], list[Issue]]:
+    kept, issues = [], []
+    for box in record.boxes:
+        clipped = box.clipped(width, height)
+        if clipped.is_empty:
+            issues.append(Issue(record.image_id, "box-empty", f"{box.as_list()} is empty inside the {width}x{height} image", "extract"))
+            continue
+        if clipped != box:
+            issues.append(Issue(record.image_id, "box-outside-image", f"{box.as_list()} clipped to {clipped.as_list()} ({width}x{height})", "extract"))
+        kept.append(clipped)
+    return kept, issues
+
+
+def parts_metadata(record: SourceImage, image: np.ndarray, boxes: list[Box], object_index: int,
+                   conversions: list[str], config: ExtractConfig, backends: dict) -> dict:
+    cls = class_of(record.wnid)
+    height, width = image.shape[:2]
+    return {
+        "schema_version": PARTS_SCHEMA_VERSION,
+        "source_id": record.image_id,
+        "wnid": record.wnid,
+        "class_index": cls.index,
+        "class_name": cls.name,
+        "width": width,
+        "height": height,
+        "boxes": [{"x0": b.x0, "y0": b.y0, "x1": b.x1, "y1": b.y1, "wnid": b.wnid} for b in boxes],
+        "object_box_index": object_index,
+        "object_box": boxes[object_index].as_list(),
+        "object_box_rule": config.object_box,
+        "conversions": conversions,
+        "provenance": {"backends": backends, "dilation": config.dilation, "tool_version": __version__},
+    }
+
+
+@dataclass
+class _Decoded:
+    record: SourceImage
+    image: np.ndarray
+    boxes: list[Box]
+    conversions: list[str] = field(default_factory=list)
+
+
+# Backends are built once per process (models are large and are not pickled to workers).
+_backend_cache: dict[tuple, tuple[Masker, Inpainter]] = {}
+
+
+def load_backends(config: ExtractConfig) -> tuple[Masker, Inpainter]:
+    key = (config.masker, config.inpainter, config.sam_model, config.sam_checkpoint,
+           config.lama_checkpoint, config.device, config.telea_radius)
+    if key not in _backend_cache:
+        _backend_cache[key] = (make_masker(config.masker, config), make_inpainter(config.inpainter, config))
+    return _backend_cache[key]
+
+
+def describe_backends(masker: Masker, inpainter: Inpainter) -> dict:
+    return {"masker": masker.info().to_json(), "inpainter": inpainter.info().to_json()}
+
+
+def extract_batch(decoded: list[_Decoded], masker: Masker, inpainter: Inpainter, config: ExtractConfig,
+                  backends: dict) -> list[tuple[str, dict[str, bytes]]]:
+    """Masks, erase masks, inpainted backgrounds and encoded parts for a batch of decoded images."""
+    masks = masker.masks_batch([d.image for d in decoded], [d.boxes for d in decoded])
+    erase_masks = []
+    for item, box_masks in zip(decoded, masks):
+        union = np.zeros(item.image.shape[:2], dtype=bool)
+        for mask in box_masks:
+            union |= mask
+        erase_masks.append(dilate(union, config.dilation))
+    backgrounds = inpainter.inpaint_batch([d.image for d in decoded], erase_masks)
+    samples = []
+    for item, box_masks, erase, background in zip(decoded, masks, erase_masks, backgrounds):
+        index = choose_object_box(item.boxes, item.record.wnid, config.object_box)
+        box = item.boxes[index]
+        window = (slice(box.y0, box.y1 + 1), slice(box.x0, box.x1 + 1))
+        meta = parts_metadata(item.record, item.image, item.boxes, index, item.conversions, config, backends)
+        samples.append((item.record.image_id, {
+            "crop.png": encode_png(np.ascontiguousarray(item.image[window])),
+            "mask.png": encode_png(box_masks[index][window].astype(np.uint8) * 255),
+            "background.png": encode_png(background),
+            "erase.png": encode_png(erase.astype(np.uint8) * 255),
+            "json": json.dumps(meta, sort_keys=True).encode("utf-8"),
+            "cls": str(meta["class_index"]).encode("ascii"),
+        }))
+    return samples
+
+
+@dataclass(frozen=True)
+class ExtractShardBuilder:
+    """Builds one parts shard; picklable, so worker processes and Ray actors can run it."""
+
+    config: ExtractConfig
+    out_dir: str
+
+    def decode(self, record: SourceImage, issues: list[Issue]) -> _Decoded | None:
+        try:
+            decoded = decode_image(Path(record.path), self.config.max_pixels)
+        except ImageDecodeError as exc:
+            issues.append(Issue(record.image_id, exc.reason, exc.detail, "extract"))
+            return None
+        height, width = decoded.rgb.shape[:2]
+        for reason, detail in decoded.notes:
+            issues.append(Issue(record.image_id, reason, detail, "extract"))
+        boxes, box_issues = clip_boxes(record, width, height)
+        issues.extend(box_issues)
+        if not boxes:
+            issues.append(Issue(record.image_id, "no-valid-box", "no box is left inside the image", "extract"))
+            return None
+        return _Decoded(record, decoded.rgb, boxes, [reason for reason, _ in decoded.notes])
+
+    def __call__(self, plan: ShardPlan) -> ShardResult:
+        masker, inpainter = load_backends(self.config)
+        backends = describe_backends(masker, inpainter)
+        issues: list[Issue] = []
+        samples = []
+        records: Sequence[SourceImage] = plan.items
+        for start in range(0, len(records), self.config.batch_size):
+            chunk = records[start : start + self.config.batch_size]
+            decoded = [d for d in (self.decode(r, issues) for r in chunk) if d is not None]
+            if decoded:
+                samples.extend(extract_batch(decoded, masker, inpainter, self.config, backends))
+            report_progress(len(chunk))
+        stats = write_shard(Path(self.out_dir) / plan.filename, samples)
+        issues.sort(key=lambda issue: issue.sort_key)
+        return ShardResult(stats, issues, {"images": len(records), "samples": len(samples)})
+
+
+def config_from_mapping(values: dict) -> ExtractConfig:
+    known = {f for f in ExtractConfig.__dataclass_fields__}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"unknown extract settings {unknown}; known: {sorted(known)}")
+    return ExtractConfig(**values)
+
+
+def with_overrides(config: ExtractConfig, overrides: dict) -> ExtractConfig:
+    return replace(config, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def listing_digest(records: Sequence[SourceImage]) -> str:
+    """A fingerprint of what is extracted: ids, labels and boxes (not paths, so layouts agree)."""
+    return fingerprint({"records": [[r.image_id, r.wnid, [asdict(b) for b in r.boxes]] for r in records]})

@@ -1,0 +1,84 @@
+"""The parts format: what `hsi extract` writes per source image and what compose and validation read.
+
+Members of one parts sample (key = source image id):
+  crop.png        RGB pixels of the object box (inclusive VOC corners, so (x1-x0+1) x (y1-y0+1))
+  mask.png        L, 0/255, crop-sized: the masker's object mask (before dilation)
+  background.png  RGB, the image at full resolution with every box erased and inpainted
+  erase.png       L, 0/255, full resolution: the dilated mask that was inpainted
+  json            metadata (see `parts_metadata`), sorted keys
+  cls             ImageNet class index 0-999 as ASCII digits
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+from PIL import Image
+
+from .shards import iter_shard, manifest_shard_paths, read_manifest
+
+PARTS_SCHEMA_VERSION = 1
+PARTS_MEMBERS = ("background.png", "cls", "crop.png", "erase.png", "json", "mask.png")
+
+
+def encode_png(array: np.ndarray) -> bytes:
+    """Lossless, deterministic PNG (fixed compression level, no metadata)."""
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG", compress_level=3)
+    return buffer.getvalue()
+
+
+def decode_png(data: bytes) -> np.ndarray:
+    with Image.open(io.BytesIO(data)) as image:
+        return np.asarray(image.convert("L" if image.mode in ("L", "1") else "RGB"))
+
+
+@dataclass(frozen=True)
+class Parts:
+    """One decoded parts sample."""
+
+    key: str
+    meta: dict
+    crop: np.ndarray  # H x W x 3 uint8
+    mask: np.ndarray  # H x W bool
+    background: np.ndarray  # full resolution, H x W x 3 uint8
+    erase: np.ndarray  # full resolution, H x W bool
+
+    @property
+    def class_index(self) -> int:
+        return int(self.meta["class_index"])
+
+    @property
+    def wnid(self) -> str:
+        return self.meta["wnid"]
+
+
+def decode_parts(key: str, members: dict[str, bytes]) -> Parts:
+    missing = [name for name in PARTS_MEMBERS if name not in members]
+    if missing:
+        raise ValueError(f"parts sample {key!r} lacks members {missing}")
+    return Parts(
+        key=key,
+        meta=json.loads(members["json"]),
+        crop=decode_png(members["crop.png"]),
+        mask=decode_png(members["mask.png"]) > 127,
+        background=decode_png(members["background.png"]),
+        erase=decode_png(members["erase.png"]) > 127,
+    )
+
+
+def iter_parts_samples(parts_dir: Path, split: str | None = None) -> Iterator[tuple[str, dict[str, bytes]]]:
+    """Raw (key, members) of every parts sample listed in the manifest, in shard order."""
+    manifest = read_manifest(parts_dir)
+    for path in manifest_shard_paths(parts_dir, manifest, split):
+        yield from iter_shard(path)
+
+
+def iter_parts(parts_dir: Path, split: str | None = None) -> Iterator[Parts]:
+    for key, members in iter_parts_samples(parts_dir, split):
+        yield decode_parts(key, members)

@@ -1,0 +1,190 @@
+"""The local runner: shards are the unit of work and of resume.
+
+A stage plans its work as `ShardPlan`s and provides a function that builds one shard (writes the
+tar atomically and returns its stats and issues). The runner skips shards already finished, runs the
+rest in worker processes, shows progress, and hands the results back in shard order, so the output
+is the same whatever the worker count.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from tqdm import tqdm
+
+from .records import Issue
+from .shards import MANIFEST_NAME, ShardStats, shard_filename
+
+STATE_DIR = "_state"
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    split: str
+    index: int
+    items: tuple
+
+    @property
+    def filename(self) -> str:
+        return shard_filename(self.split, self.index)
+
+
+@dataclass
+class ShardResult:
+    stats: ShardStats
+    issues: list[Issue] = field(default_factory=list)
+    counts: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "stats": self.stats.to_json(),
+            "issues": [i.to_json() for i in self.issues],
+            "counts": self.counts,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ShardResult":
+        return cls(
+            ShardStats(**data["stats"]),
+            [Issue(**row) for row in data["issues"]],
+            data.get("counts", {}),
+        )
+
+
+def plan_shards(split: str, items: Sequence, shard_size: int) -> list[ShardPlan]:
+    if shard_size < 1:
+        raise ValueError("shard size must be at least 1")
+    return [
+        ShardPlan(split, n, tuple(items[start : start + shard_size]))
+        for n, start in enumerate(range(0, len(items), shard_size))
+    ]
+
+
+def _state_path(out_dir: Path, plan: ShardPlan) -> Path:
+    return out_dir / STATE_DIR / f"{plan.filename}.json"
+
+
+def load_finished(out_dir: Path, plan: ShardPlan) -> ShardResult | None:
+    """A shard is finished when both its tar and its state record exist and agree in size."""
+    state, tar = _state_path(out_dir, plan), out_dir / plan.filename
+    if not (state.is_file() and tar.is_file()):
+        return None
+    try:
+        result = ShardResult.from_json(json.loads(state.read_text("utf-8")))
+    except (ValueError, KeyError, TypeError):
+        return None
+    return result if result.stats.bytes == tar.stat().st_size else None
+
+
+def record_finished(out_dir: Path, plan: ShardPlan, result: ShardResult) -> None:
+    state = _state_path(out_dir, plan)
+    state.parent.mkdir(parents=True, exist_ok=True)
+    tmp = state.with_name(f"{state.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(result.to_json(), sort_keys=True), "utf-8")
+    os.replace(tmp, state)
+
+
+def prepare_output(out_dir: Path, overwrite: bool) -> None:
+    """Create `out_dir`; with `overwrite`, empty it first."""
+    if overwrite and out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+
+def is_finished(out_dir: Path) -> bool:
+    return (out_dir / MANIFEST_NAME).is_file()
+
+
+def remove_stale_temporaries(out_dir: Path) -> None:
+    for tmp in out_dir.glob("*.tmp"):
+        tmp.unlink(missing_ok=True)
+
+
+# --- worker-side progress -------------------------------------------------------------------
+
+_progress_counter = None
+
+
+def _init_worker(counter) -> None:
+    global _progress_counter
+    _progress_counter = counter
+
+
+def report_progress(n: int = 1) -> None:
+    """Called by shard builders after each item; counts towards the progress bar."""
+    if _progress_counter is not None:
+        with _progress_counter.get_lock():
+            _progress_counter.value += n
+
+
+def _build_and_record(build: Callable[[ShardPlan], ShardResult], out_dir: Path, plan: ShardPlan) -> ShardResult:
+    result = build(plan)
+    record_finished(out_dir, plan, result)
+    return result
+
+
+def run_shards(
+    plans: Sequence[ShardPlan],
+    build: Callable[[ShardPlan], ShardResult],
+    out_dir: Path,
+    workers: int = 1,
+    desc: str = "shards",
+    unit: str = "img",
+    progress: bool = True,
+) -> tuple[list[ShardResult], int]:
+    """Build every unfinished shard; return all results in plan order and how many were reused.
+
+    `build` must be a picklable top-level callable (a function or a frozen dataclass instance)
+    when workers > 1.
+    """
+    global _progress_counter
+    results: dict[int, ShardResult] = {}
+    todo = []
+    for position, plan in enumerate(plans):
+        finished = load_finished(out_dir, plan)
+        if finished is None:
+            todo.append((position, plan))
+        else:
+            results[position] = finished
+    reused = len(results)
+    total = sum(len(plan.items) for _, plan in todo)
+    context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+    counter = context.Value("q", 0)
+    bar = tqdm(total=total, desc=desc, unit=unit, disable=not progress or total == 0, smoothing=0.1)
+    try:
+        if workers <= 1 or len(todo) <= 1:
+            _progress_counter = counter
+            for position, plan in todo:
+                results[position] = _build_and_record(build, out_dir, plan)
+                bar.update(counter.value - bar.n)
+        else:
+            with ProcessPoolExecutor(
+                max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(counter,)
+            ) as pool:
+                pending = {pool.submit(_build_and_record, build, out_dir, plan): pos for pos, plan in todo}
+                while pending:
+                    done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        results[pending.pop(future)] = future.result()
+                    bar.update(counter.value - bar.n)
+    finally:
+        _progress_counter = None
+        bar.close()
+    return [results[position] for position in range(len(plans))], reused
+
+
+class Stopwatch:
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self.start

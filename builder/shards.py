@@ -1,0 +1,163 @@
+"""Deterministic WebDataset shards and the `_info.json` manifest.
+
+A shard is written to a private temporary name and renamed when complete, so a shard file that
+exists is always whole. Members are sorted by key, then by extension; every tar header is fixed
+(mtime 0, uid/gid 0, no user names), so the same samples give byte-identical shards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+MANIFEST_NAME = "_info.json"
+ERRORS_NAME = "errors.jsonl"
+
+Sample = tuple[str, dict[str, bytes]]
+
+
+class ShardFormatError(ValueError):
+    """A shard that cannot be trusted: unsafe member names, keys with dots, a mixed-up order."""
+
+
+@dataclass(frozen=True)
+class ShardStats:
+    filename: str
+    num_samples: int
+    bytes: int
+    sha256: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def shard_filename(split: str, index: int) -> str:
+    return f"{split}-{index:05d}.tar"
+
+
+def check_key(key: str) -> None:
+    if not key or "." in key or "/" in key or key.startswith("_"):
+        raise ShardFormatError(f"sample key {key!r} must be non-empty, without '.', '/' or a leading '_'")
+
+
+def _tar_info(name: str, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = 0
+    info.mode = 0o444
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def write_shard(path: Path, samples: Iterable[Sample]) -> ShardStats:
+    """Write samples (sorted here by key) to `path` atomically and return its stats."""
+    ordered = sorted(samples, key=lambda sample: sample[0])
+    keys = [key for key, _ in ordered]
+    if len(set(keys)) != len(keys):
+        raise ShardFormatError(f"duplicate sample keys in {path.name}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as raw:
+        with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            for key, members in ordered:
+                check_key(key)
+                for ext in sorted(members):
+                    data = members[ext]
+                    tar.addfile(_tar_info(f"{key}.{ext}", len(data)), io.BytesIO(data))
+        raw.flush()
+        os.fsync(raw.fileno())
+    os.replace(tmp, path)
+    return ShardStats(path.name, len(ordered), path.stat().st_size, sha256_file(path))
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def safe_member_name(name: str) -> str:
+    """Reject tar member names that could escape the dataset folder."""
+    if name.startswith("/") or name.startswith("\\") or ".." in Path(name).parts or "\\" in name:
+        raise ShardFormatError(f"unsafe tar member name {name!r} (absolute path or '..')")
+    return name
+
+
+def split_member_name(name: str) -> tuple[str, str]:
+    """`key.ext.more` -> (`key`, `ext.more`): the key is everything before the first dot."""
+    base = safe_member_name(name)
+    if "/" in base:
+        raise ShardFormatError(f"tar member {name!r} is inside a folder; shards are flat")
+    key, dot, ext = base.partition(".")
+    if not dot or not key or not ext:
+        raise ShardFormatError(f"tar member {name!r} is not of the form key.ext")
+    return key, ext
+
+
+def iter_shard(path: Path) -> Iterator[Sample]:
+    """Yield (key, {ext: bytes}) from a shard, grouping consecutive members by key."""
+    current_key: str | None = None
+    members: dict[str, bytes] = {}
+    with tarfile.open(path, mode="r") as tar:
+        for info in tar:
+            if not info.isfile():
+                raise ShardFormatError(f"{path.name}: member {info.name!r} is not a regular file")
+            key, ext = split_member_name(info.name)
+            if key != current_key:
+                if current_key is not None:
+                    yield current_key, members
+                current_key, members = key, {}
+            if ext in members:
+                raise ShardFormatError(f"{path.name}: member {info.name!r} appears twice")
+            handle = tar.extractfile(info)
+            members[ext] = handle.read() if handle else b""
+    if current_key is not None:
+        yield current_key, members
+
+
+def write_json_atomic(path: Path, payload) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False) + "\n", "utf-8")
+    os.replace(tmp, path)
+
+
+def write_jsonl_atomic(path: Path, rows: Iterable[dict]) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def split_entry(stats: list[ShardStats]) -> dict:
+    """The manifest entry of one split, in the form timm's WebDataset reader accepts."""
+    return {
+        "num_samples": sum(s.num_samples for s in stats),
+        "filenames": [s.filename for s in stats],
+        "shard_lengths": [s.num_samples for s in stats],
+        "shards": [s.to_json() for s in stats],
+    }
+
+
+def read_manifest(dataset_dir: Path) -> dict:
+    path = Path(dataset_dir) / MANIFEST_NAME
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} does not exist: {dataset_dir} is not a finished dataset "
+            "(the manifest is written last; re-run the command that builds it)"
+        )
+    return json.loads(path.read_text("utf-8"))
+
+
+def manifest_shard_paths(dataset_dir: Path, manifest: dict, split: str | None = None) -> list[Path]:
+    splits = [split] if split else sorted(manifest["splits"])
+    return [Path(dataset_dir) / name for s in splits for name in manifest["splits"][s]["filenames"]]
