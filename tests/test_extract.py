@@ -196,3 +196,27 @@ def test_killed_run_resumes_to_identical_output(tmp_path, kill):
     assert shard_hashes(out / "parts") == shard_hashes(tmp_path / "clean" / "parts")
     assert (out / "parts/_info.json").read_bytes() == (tmp_path / "clean/parts/_info.json").read_bytes()
     assert not list((out / "parts").glob("*.tmp"))
+
+
+def test_yaml_config_with_flag_overrides(tmp_path):
+    tree = write_tree(tmp_path / "imagenet", count=2)
+    spec = tmp_path / "extract.yaml"
+    spec.write_text("dilation: 3\nobject_box: first\nshard_size: 1\n")
+    assert extract("--source", tree.root, "--out", tmp_path / "out", "--config", spec, "--object-box", "last") == 0
+    manifest = json.loads((tmp_path / "out/parts/_info.json").read_text())
+    settings = manifest["settings"]["val"]
+    assert (settings["dilation"], settings["object_box"], settings["shard_size"]) == (3, "last", 1)
+    assert manifest["splits"]["val"]["shard_lengths"] == [1, 1]
+    spec.write_text("dilatation: 3\n")
+    assert extract("--source", tree.root, "--out", tmp_path / "other", "--config", spec) == 2
+
+
+def test_two_splits_share_one_parts_folder(tmp_path):
+    write_tree(tmp_path / "imagenet", split="val", count=2)
+    write_tree(tmp_path / "imagenet", split="train", count=3)
+    out = tmp_path / "out"
+    assert extract("--source", tmp_path / "imagenet", "--split", "val", "--out", out) == 0
+    assert extract("--source", tmp_path / "imagenet", "--split", "train", "--out", out) == 0
+    manifest = json.loads((out / "parts/_info.json").read_text())
+    assert {s: v["num_samples"] for s, v in manifest["splits"].items()} == {"val": 2, "train": 3}
+    assert {p.key.split("_")[0] for p in iter_parts(out / "parts", "train")} <= {"n01440764", "n01443537", "n01484850"}
