@@ -20,7 +20,8 @@ from .backends import Inpainter, Masker, make_inpainter, make_masker
 from .classes import class_of
 from .config import ConfigError, fingerprint
 from .images import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image
-from .parts import PARTS_SCHEMA_VERSION, encode_png
+from .backgrounds import canvas_background
+from .parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, PARTS_SCHEMA_VERSION, encode_png
 from .records import Box, Issue, SourceImage
 from .runner import ShardPlan, ShardResult, report_progress
 from .shards import write_shard
@@ -168,6 +169,7 @@ def extract_batch(decoded: list[_Decoded], masker: Masker, inpainter: Inpainter,
             "crop.png": encode_png(np.ascontiguousarray(item.image[window])),
             "mask.png": encode_png(box_masks[index][window].astype(np.uint8) * 255),
             "background.png": encode_png(background),
+            "canvas.png": encode_png(canvas_background(background, PARTS_CANVAS_SIZE, PARTS_CANVAS_FILTER)),
             "erase.png": encode_png(erase.astype(np.uint8) * 255),
             "json": json.dumps(meta, sort_keys=True).encode("utf-8"),
             "cls": str(meta["class_index"]).encode("ascii"),

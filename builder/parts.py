@@ -5,6 +5,8 @@ Members of one parts sample (key = source image id):
   mask.png        L, 0/255, crop-sized: the masker's object mask (before dilation)
   background.png  RGB, the image at full resolution with every box erased and inpainted
   erase.png       L, 0/255, full resolution: the dilated mask that was inpainted
+  canvas.png      RGB, the background resized (bicubic) to the default 224 x 224 canvas: compose
+                  decodes this small image instead of the full one when its canvas matches
   json            metadata (see `parts_metadata`), sorted keys
   cls             ImageNet class index 0-999 as ASCII digits
 """
@@ -23,7 +25,10 @@ from PIL import Image
 from .shards import iter_shard, manifest_shard_paths, read_manifest
 
 PARTS_SCHEMA_VERSION = 1
-PARTS_MEMBERS = ("background.png", "cls", "crop.png", "erase.png", "json", "mask.png")
+PARTS_MEMBERS = ("background.png", "canvas.png", "cls", "crop.png", "erase.png", "json", "mask.png")
+# The canvas.png member: the background exactly as compose would resize it for this canvas.
+PARTS_CANVAS_SIZE = 224
+PARTS_CANVAS_FILTER = "bicubic"
 
 
 def encode_png(array: np.ndarray) -> bytes:

@@ -1,0 +1,105 @@
+"""Compose speed: composites per second per core, beside the rate of merely JPEG-encoding the same
+number of canvas-sized images in the same run, and their ratio (target >= 0.30).
+
+It writes a synthetic parts set of photo-like textures at ImageNet-val-like sizes (500 x 375
+backgrounds, a 250 x 200 object box) with the test suite's parts factory, composes the paper's set
+on one core in a child process (so its peak RSS is the compose stage's own), then JPEG-encodes the
+composites it produced with the same settings. `--memory-check` composes a 4x larger parts set too
+and prints both peak RSS figures: they must not grow with the number of source images.
+
+    .venv/bin/python benchmarks/compose_speed.py [--images 150] [--memory-check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+from builder.compose import compose_dataset, encode_jpeg  # noqa: E402
+from builder.shards import iter_shard  # noqa: E402
+from builder.variants import load_variant  # noqa: E402
+
+WNIDS = ["n01443537", "n02437312", "n02134084", "n02391049", "n02690373", "n04273569", "n04146614", "n04310018"]
+
+
+def write_benchmark_parts(parts_dir: Path, images: int) -> None:
+    from parts_factory import fake_images, write_parts
+
+    per_class = max(1, images // len(WNIDS))
+    listing = fake_images(WNIDS, per_class=per_class, textured=True, image_size=(500, 375), box=(120, 90, 369, 289))
+    write_parts(parts_dir, {"val": listing}, shard_size=64)
+
+
+def compose_in_child(parts_dir: Path, out: Path, variant: str) -> dict:
+    """Compose on one core in a fresh process; return its wall time, count and peak RSS."""
+    code = (
+        "import json, sys, time; from pathlib import Path\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from builder.compose import compose_dataset\n"
+        "start = time.perf_counter()\n"
+        f"s = compose_dataset(Path({str(parts_dir)!r}), {variant!r}, Path({str(out)!r}), workers=1, progress=False)\n"
+        "wall = time.perf_counter() - start\n"
+        "n = sum(e['num_samples'] for e in s.manifest['splits'].values())\n"
+        # VmHWM, not ru_maxrss: on Linux ru_maxrss survives exec and would report the parent's peak.
+        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
+        "print(json.dumps({'seconds': wall, 'composites': n, 'dataset': str(s.dataset_dir),"
+        " 'peak_rss_mib': int(hwm) / 1024}))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def jpeg_encode_rate(dataset_dir: Path, quality: int) -> tuple[float, int]:
+    """Encodes per second of the same canvases (decoded first, outside the timed loop)."""
+    canvases = []
+    for shard in sorted(dataset_dir.glob("*.tar")):
+        for _, members in iter_shard(shard):
+            with Image.open(io.BytesIO(members["jpg"])) as image:
+                canvases.append(np.asarray(image.convert("RGB")))
+    start = time.perf_counter()
+    for canvas in canvases:
+        encode_jpeg(canvas, quality)
+    return len(canvases) / (time.perf_counter() - start), len(canvases)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=160, help="source images in the synthetic parts set")
+    parser.add_argument("--variant", default="hard-spurious-imagenet")
+    parser.add_argument("--memory-check", action="store_true", help="also compose 4x the images and compare peak RSS")
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="hsi-compose-bench-") as tmp:
+        tmp_path = Path(tmp)
+        write_benchmark_parts(tmp_path / "parts", args.images)
+        run = compose_in_child(tmp_path / "parts", tmp_path / "out", args.variant)
+        compose_rate = run["composites"] / run["seconds"]
+        encode_rate, encoded = jpeg_encode_rate(Path(run["dataset"]), load_variant(args.variant).jpeg_quality)
+        ratio = compose_rate / encode_rate
+        print(f"variant {args.variant}: {args.images} source images -> {run['composites']} composites on 1 core")
+        print(f"compose:            {compose_rate:8.1f} composites/s per core ({run['seconds']:.2f} s)")
+        print(f"JPEG encode only:   {encode_rate:8.1f} images/s per core ({encoded} canvases)")
+        print(f"ratio:              {ratio:8.2f} (target >= 0.30: {'met' if ratio >= 0.30 else 'NOT met'})")
+        print(f"peak RSS (compose): {run['peak_rss_mib']:8.1f} MiB for {args.images} images")
+        if args.memory_check:
+            write_benchmark_parts(tmp_path / "parts4", 4 * args.images)
+            big = compose_in_child(tmp_path / "parts4", tmp_path / "out4", args.variant)
+            print(f"peak RSS (compose): {big['peak_rss_mib']:8.1f} MiB for {4 * args.images} images")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

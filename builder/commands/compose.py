@@ -1,0 +1,51 @@
+"""`hsi compose`: parts shards + a variant spec -> composite WebDataset shards and `_info.json`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .common import add_run_flags, fail
+
+HELP = "paste the extracted objects at chosen sizes and positions on chosen backgrounds (writes composite shards)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--parts", type=Path, required=True, help="the parts folder written by `hsi extract` (OUT/parts, or OUT itself)")
+    parser.add_argument("--variant", default="hard-spurious-imagenet",
+                        help="a named variant (hard-spurious-imagenet, hard-spurious-imagenet-ar, hard-spurious-imagenet-10) "
+                             "or a path to a YAML spec (default hard-spurious-imagenet)")
+    parser.add_argument("--out", type=Path, required=True, help="output root; the dataset goes to OUT/<config>/")
+    parser.add_argument("--name", help="config (folder) name; an overridden spec is otherwise named <variant>-custom-<fingerprint>")
+    parser.add_argument("--sizes", help="object sizes in px, e.g. 56,84,112")
+    parser.add_argument("--positions", help="placements, e.g. center,top-right,bottom-left,random-corner,xy:0.25,0.75")
+    parser.add_argument("--backgrounds", help="background kinds: original, random, gray, noise (paired: -10 only)")
+    parser.add_argument("--mode", choices=["square", "ar"], help="square (stretch to s x s) or ar (keep aspect ratio, short side s)")
+    parser.add_argument("--paste", choices=["box", "mask"], help="paste the whole box crop (paper) or only the masked object pixels")
+    parser.add_argument("--margin", type=int, help="pixels between the object and the canvas edge for corner and edge placements")
+    parser.add_argument("--canvas", type=int, help="canvas side in px (default 224)")
+    parser.add_argument("--resize-filter", help="bicubic (default), bilinear, lanczos, box or nearest")
+    parser.add_argument("--jpeg-quality", type=int, help="JPEG quality of the composites (default 95)")
+    parser.add_argument("--seed", type=int, help="seed of random backgrounds, corners, noise and the -10 splits")
+    parser.add_argument("--splits", help="parts splits to compose, e.g. val or train,val")
+    add_run_flags(parser, default_shard_size=1200)
+    parser.set_defaults(shard_size=None)
+
+
+SPEC_FLAGS = ("name", "sizes", "positions", "backgrounds", "mode", "paste", "margin", "canvas", "resize_filter",
+              "jpeg_quality", "seed", "splits", "shard_size")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..compose import compose_dataset
+    from ..config import ConfigError, SettingsMismatch
+
+    overrides = {name: getattr(args, name) for name in SPEC_FLAGS if getattr(args, name) is not None}
+    try:
+        summary = compose_dataset(args.parts, args.variant, args.out, workers=args.workers, overwrite=args.overwrite,
+                                  progress=not args.no_progress, overrides=overrides)
+    except (ConfigError, SettingsMismatch, FileNotFoundError) as exc:
+        return fail("compose", str(exc))
+    print(f"dataset: {summary.dataset_dir}" + (f" ({summary.reused_shards} finished shards reused)" if summary.reused_shards else ""))
+    print(summary.table)
+    return 0

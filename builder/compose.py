@@ -1,0 +1,652 @@
+"""The compose stage: parts + a variant spec + a seed -> composites as deterministic WebDataset shards.
+
+Two passes keep memory flat in the number of source images:
+1. `index_parts` reads only the small `json` member of every parts sample and records where each
+   sample's other members lie in its tar (offset and size), so any image can be read later by a
+   seek instead of holding backgrounds in memory.
+2. Shards of source images are built independently (in worker processes if asked): each job reads
+   its own crop and the backgrounds it needs (its own, a donor's) by offset, resizes them, pastes,
+   and encodes JPEGs. Donors are fixed at planning time from (seed, key), so the bytes of every shard
+   are the same whatever the worker count or the order in which shards finish.
+
+The manifest (`_info.json`) is written last, with per-split counts by group, size and tier.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import multiprocessing
+import os
+import shutil
+import tarfile
+from concurrent.futures import ProcessPoolExecutor
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+from PIL import Image
+from tqdm import tqdm
+
+from . import __version__
+from .backgrounds import (
+    CanvasCache,
+    DonorPool,
+    canvas_background,
+    gray_background,
+    noise_background,
+    sample_rng,
+    split_own_and_paired,
+    stable_rank,
+)
+from .classes import class_of, imagenet_classes
+from .config import ConfigError, check_settings, fingerprint, save_settings
+from .geometry import object_size, paste, place, position_token, resize_mask, resize_rgb, round_half_up
+from .parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, decode_png
+from .records import Issue, count_by_reason
+from .runner import (
+    ShardPlan,
+    ShardResult,
+    load_finished,
+    plan_shards,
+    prepare_output,
+    remove_stale_temporaries,
+    report_progress,
+    run_shards,
+)
+from .schema import SCHEMA_VERSION
+from .shards import ERRORS_NAME, MANIFEST_NAME, read_manifest, split_entry, write_json_atomic, write_jsonl_atomic, write_shard
+from .variants import VariantSpec, load_variant
+
+TOOL_NAME = "hard-spurious-imagenet"
+SPEC_NAME = "spec.yaml"
+CACHE_DIR = "_cache"
+NEEDED_MEMBERS = ("crop.png", "mask.png", "background.png")
+OPTIONAL_MEMBERS = ("canvas.png",)  # the background pre-resized by extract (see builder.parts)
+
+# The paper's groups: which placements and backgrounds they are, and their tiers at 224 px.
+PAPER_POSITIONS = {"center": "Ce", "top-right": "Co", "random-corner": "Co"}
+PAPER_BACKGROUNDS = {"original": "O", "random": "R"}
+PAPER_GROUPS = ("CeO", "CoO", "CeR", "CoR")
+TIERS: dict[tuple[str, int], str] = {
+    **{(g, s): "Easy" for g in ("CeO", "CoO") for s in (84, 112)},
+    **{(g, 56): "Medium" for g in ("CeO", "CoO")},
+    **{(g, 112): "Medium" for g in ("CeR", "CoR")},
+    **{(g, s): "Hard" for g in ("CeR", "CoR") for s in (56, 84)},
+}
+PAPER_CANVAS = 224
+
+
+# --- pass 1: the index of parts samples ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PartsRef:
+    """Where one parts sample lives: its tar, and (offset, size) of each needed member."""
+
+    key: str
+    split: str
+    class_index: int
+    wnid: str
+    shard: str
+    members: tuple[tuple[str, int, int], ...]  # (member name, data offset, size), sorted
+    row: int = -1  # position in its split's sorted listing: its row in the background cache
+
+    def has(self, member: str) -> bool:
+        return any(name == member for name, _, _ in self.members)
+
+    def location(self, member: str) -> tuple[int, int]:
+        for name, offset, size in self.members:
+            if name == member:
+                return offset, size
+        raise KeyError(member)
+
+
+def resolve_parts_dir(path: Path) -> Path:
+    """Accept the parts folder itself or the extract output folder that holds `parts/`."""
+    path = Path(path)
+    if not (path / MANIFEST_NAME).is_file() and (path / "parts" / MANIFEST_NAME).is_file():
+        return path / "parts"
+    return path
+
+
+def read_parts_manifest(parts_dir: Path) -> dict:
+    manifest = read_manifest(parts_dir)
+    if manifest.get("stage") != "extract":
+        raise ConfigError(f"{parts_dir} holds a {manifest.get('stage')!r} manifest, not the parts written by `hsi extract`")
+    return manifest
+
+
+def index_parts_shard(path: Path, split: str) -> tuple[list[PartsRef], list[Issue]]:
+    """Read only the `json` members of one parts shard; note where the image members are."""
+    found: dict[str, dict[str, tuple[int, int]]] = {}
+    metas: dict[str, bytes] = {}
+    with tarfile.open(path, mode="r") as tar:
+        for info in tar:
+            key, _, ext = info.name.partition(".")
+            if ext == "json":
+                handle = tar.extractfile(info)
+                metas[key] = handle.read() if handle else b""
+            elif ext in NEEDED_MEMBERS or ext in OPTIONAL_MEMBERS:
+                found.setdefault(key, {})[ext] = (info.offset_data, info.size)
+    refs, issues = [], []
+    for key in sorted(set(found) | set(metas)):
+        members = found.get(key, {})
+        missing = [m for m in NEEDED_MEMBERS if m not in members] + ([] if key in metas else ["json"])
+        if missing:
+            issues.append(Issue(key, "unreadable-parts", f"{path.name}: lacks members {missing}", "compose"))
+            continue
+        try:
+            meta = json.loads(metas[key])
+            wnid, class_index = meta["wnid"], int(meta["class_index"])
+            if class_of(wnid).index != class_index:
+                raise ValueError(f"class_index {class_index} does not match {wnid}")
+        except (ValueError, KeyError, TypeError) as exc:
+            issues.append(Issue(key, "unreadable-parts", f"{path.name}: bad json member: {exc}", "compose"))
+            continue
+        located = tuple(sorted((name, offset, size) for name, (offset, size) in members.items()))
+        refs.append(PartsRef(key, split, class_index, wnid, path.name, located))
+    return refs, issues
+
+
+def index_parts(parts_dir: Path, manifest: dict, splits: Sequence[str]) -> tuple[dict[str, list[PartsRef]], list[Issue]]:
+    missing = [s for s in splits if s not in manifest.get("splits", {})]
+    if missing:
+        raise ConfigError(f"parts in {parts_dir} have no split {missing}; they have {sorted(manifest.get('splits', {}))} "
+                          "(choose with --splits)")
+    index: dict[str, list[PartsRef]] = {}
+    issues: list[Issue] = []
+    for split in splits:
+        refs: list[PartsRef] = []
+        for filename in manifest["splits"][split]["filenames"]:
+            shard_refs, shard_issues = index_parts_shard(Path(parts_dir) / filename, split)
+            refs.extend(shard_refs)
+            issues.extend(shard_issues)
+        index[split] = [replace(ref, row=row) for row, ref in enumerate(sorted(refs, key=lambda ref: ref.key))]
+    return index, issues
+
+
+# --- planning: which composites each source image gives ---------------------------------------
+
+
+@dataclass(frozen=True)
+class ImageJob:
+    """One source image of one output split, with the donor of each background kind it gets.
+
+    A donor of None for a kind that needs one (random, paired) means no donor exists; the builder
+    reports it and drops those composites."""
+
+    ref: PartsRef
+    split: str
+    label: int
+    donors: tuple[tuple[str, PartsRef | None], ...]  # (background kind, donor) in spec order
+    paired_wnid: str | None = None
+
+
+def plan_standard_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[str, list[ImageJob]]:
+    jobs: dict[str, list[ImageJob]] = {}
+    for split in spec.splits:
+        refs = index[split]
+        by_key = {ref.key: ref for ref in refs}
+        pool = DonorPool.build([(ref.class_index, ref.key) for ref in refs])
+        split_jobs = []
+        for ref in refs:
+            donors = []
+            for kind in spec.backgrounds:
+                if kind == "original":
+                    donors.append((kind, ref))
+                elif kind == "random":
+                    donor = pool.foreign_donor(ref.key, ref.class_index, spec.seed)
+                    donors.append((kind, by_key[donor[1]] if donor else None))
+                else:
+                    donors.append((kind, None))
+            split_jobs.append(ImageJob(ref, split, ref.class_index, tuple(donors)))
+        jobs[split] = split_jobs
+    return jobs
+
+
+def draw_subset_splits(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[str, list[PartsRef]]:
+    """Pool the subset's images from the spec's parts splits; per class, a seeded shuffle sends
+    round(train_fraction * n) images to train and the rest to test."""
+    assert spec.subset is not None
+    classes = set(spec.subset.classes)
+    pooled: dict[str, PartsRef] = {}
+    for split in spec.splits:
+        for ref in index[split]:
+            if ref.wnid in classes:
+                pooled.setdefault(ref.key, ref)
+    drawn: dict[str, list[PartsRef]] = {"train": [], "test": []}
+    for wnid in spec.subset.classes:
+        members = sorted((r for r in pooled.values() if r.wnid == wnid), key=lambda r: stable_rank(spec.seed, "subset-split", r.key))
+        n_train = round_half_up(spec.subset.train_fraction * len(members))
+        drawn["train"].extend(members[:n_train])
+        drawn["test"].extend(members[n_train:])
+    return {split: sorted(refs, key=lambda r: r.key) for split, refs in drawn.items()}
+
+
+def plan_subset_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[str, list[ImageJob]]:
+    subset = spec.subset
+    assert subset is not None
+    jobs: dict[str, list[ImageJob]] = {}
+    for split, refs in draw_subset_splits(spec, index).items():
+        by_key = {ref.key: ref for ref in refs}
+        pool = DonorPool.build([(ref.class_index, ref.key) for ref in refs])
+        kinds: dict[str, tuple[str, ...]] = {}
+        if split == "train":
+            for wnid in subset.classes:
+                own = split_own_and_paired([r.key for r in refs if r.wnid == wnid], subset.majority, spec.seed)
+                kinds.update({key: (kind,) for key, kind in own.items()})
+        split_jobs = []
+        for ref in refs:
+            paired_wnid = subset.paired(ref.wnid)
+            donors = []
+            for kind in kinds.get(ref.key, ("original", "paired")):
+                if kind == "original":
+                    donors.append((kind, ref))
+                else:
+                    donor = pool.donor_of_class(ref.key, class_of(paired_wnid).index, spec.seed)
+                    donors.append((kind, by_key[donor[1]] if donor else None))
+            split_jobs.append(ImageJob(ref, split, subset.label_of(ref.wnid), tuple(donors), paired_wnid))
+        jobs[split] = split_jobs
+    return jobs
+
+
+def plan_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[str, list[ImageJob]]:
+    return plan_subset_jobs(spec, index) if spec.subset else plan_standard_jobs(spec, index)
+
+
+def images_per_shard(spec: VariantSpec, jobs: Sequence[ImageJob]) -> int:
+    """Whole images per shard so that a shard holds at most about `shard_size` composites."""
+    per_image = max((len(job.donors) for job in jobs), default=1) * len(spec.sizes) * len(spec.positions)
+    return max(1, spec.shard_size // per_image)
+
+
+# --- groups, tiers and the per-sample record --------------------------------------------------
+
+
+def group_name(position: str, background: str, margin: int = 0) -> str:
+    """CeO/CoO/CeR/CoR for the paper's placements (flush, no margin), else `position/background`."""
+    prefix, suffix = PAPER_POSITIONS.get(position), PAPER_BACKGROUNDS.get(background)
+    if prefix and suffix and margin == 0:
+        return prefix + suffix
+    return f"{position}/{background}"
+
+
+def tier_of(group: str, size: int, canvas: int) -> str | None:
+    return TIERS.get((group, size)) if canvas == PAPER_CANVAS else None
+
+
+def encode_jpeg(canvas: np.ndarray, quality: int) -> bytes:
+    """Deterministic JPEG: fixed quality and 4:2:0 subsampling, no optimize pass, no EXIF."""
+    buffer = io.BytesIO()
+    Image.fromarray(canvas).save(buffer, format="JPEG", quality=quality, subsampling=2, optimize=False)
+    return buffer.getvalue()
+
+
+def sample_key(source_id: str, position: str, size: int, background: str) -> str:
+    return f"{source_id}_{position_token(position)}_{size}_{background}".replace(".", "-")
+
+
+@dataclass
+class _MemberReader:
+    """Reads parts members by offset, keeping each parts shard open once per output shard."""
+
+    parts_dir: Path
+    handles: dict = field(default_factory=dict)
+
+    def read(self, ref: PartsRef, member: str) -> bytes:
+        handle = self.handles.get(ref.shard)
+        if handle is None:
+            handle = self.handles[ref.shard] = open(self.parts_dir / ref.shard, "rb")
+        offset, size = ref.location(member)
+        handle.seek(offset)
+        data = handle.read(size)
+        if len(data) != size:
+            raise ValueError(f"{ref.shard}: member {ref.key}.{member} is truncated")
+        return data
+
+    def cached_background(self, cache_dir: Path, ref: PartsRef, canvas: int) -> np.ndarray:
+        name = cache_file_name(ref.split)
+        fd = self.handles.get(name)
+        if fd is None:
+            fd = self.handles[name] = os.open(cache_dir / name, os.O_RDONLY)
+        return CanvasCache(cache_dir / name, canvas).read(ref.row, fd)
+
+    def close(self) -> None:
+        for handle in self.handles.values():
+            os.close(handle) if isinstance(handle, int) else handle.close()
+
+
+def read_canvas_background(reader: _MemberReader, ref: PartsRef, canvas: int, resize_filter: str) -> np.ndarray:
+    """A donor's background at canvas size: extract's pre-resized copy when it is the same resize
+    (identical bytes, a fraction of the decoding), else the full-resolution one resized here."""
+    if canvas == PARTS_CANVAS_SIZE and resize_filter == PARTS_CANVAS_FILTER and ref.has("canvas.png"):
+        return decode_png(reader.read(ref, "canvas.png"))
+    return canvas_background(decode_png(reader.read(ref, "background.png")), canvas, resize_filter)
+
+
+def cache_file_name(split: str) -> str:
+    return f"backgrounds-{split}.u8"
+
+
+def cache_backgrounds(parts_dir: str, cache_dir: str, canvas: int, resize_filter: str,
+                      refs: Sequence[PartsRef]) -> list[tuple[str, str, str]]:
+    """Decode, resize and store the backgrounds of `refs` (one parts shard); return failures."""
+    failures = []
+    reader = _MemberReader(Path(parts_dir))
+    try:
+        for ref in sorted(refs, key=lambda r: r.location("background.png")):
+            try:
+                background = read_canvas_background(reader, ref, canvas, resize_filter)
+                if background.ndim != 3:
+                    raise ValueError("not an RGB image")
+            except (OSError, ValueError) as exc:
+                failures.append((ref.split, ref.key, f"background: {exc}"))
+                continue
+            CanvasCache(Path(cache_dir) / cache_file_name(ref.split), canvas).write(ref.row, background)
+    finally:
+        reader.close()
+    return failures
+
+
+def fill_background_cache(spec: VariantSpec, parts_dir: Path, cache_dir: Path, index: Mapping[str, list[PartsRef]],
+                          jobs: Sequence[ImageJob], workers: int, progress: bool) -> tuple[tuple[str, str, str], ...]:
+    """Cache the canvas-sized background of every donor the given jobs need, in parallel by
+    parts shard (a cache file per parts split, sparse, one row per image)."""
+    needed = {(donor.split, donor.key): donor for job in jobs for _, donor in job.donors if donor is not None}
+    if not needed:
+        return ()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    for split in {split for split, _ in needed}:
+        CanvasCache(cache_dir / cache_file_name(split), spec.canvas).create(len(index[split]))
+    by_shard: dict[tuple[str, str], list[PartsRef]] = {}
+    for donor in needed.values():
+        by_shard.setdefault((donor.split, donor.shard), []).append(donor)
+    tasks = [by_shard[k] for k in sorted(by_shard)]
+    args = (str(parts_dir), str(cache_dir), spec.canvas, spec.resize_filter)
+    failures: list[tuple[str, str, str]] = []
+    bar = tqdm(total=len(needed), desc="backgrounds", unit="img", disable=not progress)
+    try:
+        if workers <= 1 or len(tasks) <= 1:
+            for refs in tasks:
+                failures.extend(cache_backgrounds(*args, refs))
+                bar.update(len(refs))
+        else:
+            context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+            with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+                for refs, found in zip(tasks, pool.map(cache_backgrounds, *zip(*[(*args, refs) for refs in tasks]))):
+                    failures.extend(found)
+                    bar.update(len(refs))
+    finally:
+        bar.close()
+    return tuple(sorted(failures))
+
+
+def _load_object(reader: _MemberReader, ref: PartsRef, with_mask: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    crop = decode_png(reader.read(ref, "crop.png"))
+    if crop.ndim != 3:
+        raise ValueError("crop.png is not RGB")
+    if not with_mask:
+        return crop, None
+    mask = decode_png(reader.read(ref, "mask.png")) > 127
+    if mask.shape != crop.shape[:2]:
+        raise ValueError(f"mask.png is {mask.shape}, crop.png is {crop.shape[:2]}")
+    return crop, mask
+
+
+@dataclass(frozen=True)
+class ComposeShardBuilder:
+    """Builds one composite shard; picklable, so worker processes can run it."""
+
+    spec: VariantSpec
+    parts_dir: str
+    out_dir: str
+    cache_dir: str | None = None  # canvas-sized backgrounds by (split, row); None: decode here
+    cache_failures: tuple[tuple[str, str, str], ...] = ()  # (split, key, why) of donors that failed
+
+    def background_for(self, reader: _MemberReader, kind: str, donor: PartsRef | None) -> np.ndarray:
+        if kind == "gray":
+            return gray_background(self.spec.canvas)
+        assert donor is not None
+        if self.cache_dir is None:
+            return read_canvas_background(reader, donor, self.spec.canvas, self.spec.resize_filter)
+        for split, key, why in self.cache_failures:
+            if (split, key) == (donor.split, donor.key):
+                raise ValueError(why)
+        return reader.cached_background(Path(self.cache_dir), donor, self.spec.canvas)
+
+    def metadata(self, job: ImageJob, size: int, spec_position: str, placed, kind: str, donor: PartsRef | None) -> dict:
+        spec, cls = self.spec, class_of(job.ref.wnid)
+        group = group_name(spec_position, kind, spec.margin)
+        return {
+            "wnid": job.ref.wnid,
+            "class_index": cls.index,
+            "class_name": cls.name,
+            "label": job.label,
+            "source_id": job.ref.key,
+            "variant": spec.name,
+            "split": job.split,
+            "canvas": spec.canvas,
+            "size": size,
+            "mode": spec.mode,
+            "paste": spec.paste,
+            "position": placed.position,
+            "box_x": placed.x,
+            "box_y": placed.y,
+            "box_w": placed.w,
+            "box_h": placed.h,
+            "background": kind,
+            "background_source_id": donor.key if donor else None,
+            "background_wnid": donor.wnid if donor else None,
+            "background_class_index": donor.class_index if donor else None,
+            "paired_wnid": job.paired_wnid,
+            "group": group,
+            "tier": tier_of(group, size, spec.canvas),
+            "seed": spec.seed,
+            "schema_version": SCHEMA_VERSION,
+        }
+
+    def compose_image(self, reader: _MemberReader, job: ImageJob, issues: list[Issue]) -> list[tuple[str, dict[str, bytes], dict]]:
+        spec = self.spec
+        try:
+            crop, mask = _load_object(reader, job.ref, spec.paste == "mask")
+        except (OSError, ValueError, KeyError) as exc:
+            issues.append(Issue(job.ref.key, "unreadable-parts", f"object: {exc}", "compose"))
+            return []
+        crop_h, crop_w = crop.shape[:2]
+        resized: dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]] = {}
+        samples = []
+        for kind, donor in job.donors:
+            if kind in ("random", "paired") and donor is None:
+                reason = "no-foreign-background" if kind == "random" else "no-paired-background"
+                detail = ("no image of another class in this split" if kind == "random"
+                          else f"no image of paired class {job.paired_wnid} in split {job.split}")
+                issues.append(Issue(job.ref.key, reason, detail, "compose"))
+                continue
+            try:
+                background = self.background_for(reader, kind, donor) if kind != "noise" else None
+            except (OSError, ValueError, KeyError) as exc:
+                issues.append(Issue(job.ref.key, "unreadable-parts", f"{kind} background from {donor.key if donor else '-'}: {exc}", "compose"))
+                continue
+            for size in spec.sizes:
+                w, h = object_size(crop_w, crop_h, size, spec.canvas, spec.mode, spec.margin)
+                if (w, h) not in resized:
+                    obj_mask = resize_mask(mask, w, h, spec.resize_filter) if mask is not None else None
+                    resized[(w, h)] = (resize_rgb(crop, w, h, spec.resize_filter), obj_mask)
+                obj, obj_mask = resized[(w, h)]
+                for position in spec.positions:
+                    key = sample_key(job.ref.key, position, size, kind)
+                    # The corner is drawn per (image, size), so O and R composites share it.
+                    rng = sample_rng(spec.seed, f"corner:{job.ref.key}:{size}") if position == "random-corner" else None
+                    placed = place(position, w, h, spec.canvas, spec.margin, rng)
+                    canvas = (noise_background(spec.canvas, sample_rng(spec.seed, f"noise:{key}"))
+                              if kind == "noise" else background.copy())
+                    paste(canvas, obj, placed, obj_mask)
+                    meta = self.metadata(job, size, position, placed, kind, donor if kind in ("original", "random", "paired") else None)
+                    samples.append((key, {
+                        "jpg": encode_jpeg(canvas, spec.jpeg_quality),
+                        "cls": str(job.label).encode("ascii"),
+                        "json": json.dumps(meta, sort_keys=True).encode("utf-8"),
+                    }, meta))
+                    report_progress(1)
+        return samples
+
+    def __call__(self, plan: ShardPlan) -> ShardResult:
+        reader = _MemberReader(Path(self.parts_dir))
+        issues: list[Issue] = []
+        samples = []
+        try:
+            for job in plan.items:
+                samples.extend(self.compose_image(reader, job, issues))
+        finally:
+            reader.close()
+        stats = write_shard(Path(self.out_dir) / plan.filename, [(key, members) for key, members, _ in samples])
+        issues.sort(key=lambda issue: issue.sort_key)
+        return ShardResult(stats, issues, count_composites([meta for _, _, meta in samples]))
+
+
+def count_composites(metas: Sequence[dict]) -> dict[str, dict[str, int]]:
+    counts: dict[str, Counter] = {"group": Counter(), "size": Counter(), "tier": Counter(), "group_size": Counter()}
+    for meta in metas:
+        counts["group"][meta["group"]] += 1
+        counts["size"][str(meta["size"])] += 1
+        counts["tier"][meta["tier"] or "none"] += 1
+        counts["group_size"][f"{meta['group']}/{meta['size']}"] += 1
+    return {name: dict(sorted(counter.items())) for name, counter in counts.items()}
+
+
+def merge_counts(parts: Sequence[Mapping[str, Mapping[str, int]]]) -> dict[str, dict[str, int]]:
+    merged: dict[str, Counter] = {"group": Counter(), "size": Counter(), "tier": Counter(), "group_size": Counter()}
+    for counts in parts:
+        for name, values in counts.items():
+            merged.setdefault(name, Counter()).update(values)
+    return {name: dict(sorted(counter.items())) for name, counter in merged.items()}
+
+
+# --- the stage --------------------------------------------------------------------------------
+
+
+def _group_order(group: str) -> tuple[int, str]:
+    return (PAPER_GROUPS.index(group), "") if group in PAPER_GROUPS else (len(PAPER_GROUPS), group)
+
+
+def summary_table(manifest: dict) -> str:
+    """Counts per group (rows) x size (columns), one block per split."""
+    sizes = [str(s) for s in manifest["spec"]["sizes"]]
+    lines = []
+    for split, entry in manifest["splits"].items():
+        by_pair = entry["counts"]["group_size"]
+        groups = sorted(entry["counts"]["group"], key=_group_order)
+        header = [f"{manifest['config']} / {split}", *sizes, "total"]
+        rows = [[g, *[str(by_pair.get(f"{g}/{s}", 0)) for s in sizes], str(entry["counts"]["group"][g])] for g in groups]
+        rows.append(["total", *[str(entry["counts"]["size"].get(s, 0)) for s in sizes], str(entry["num_samples"])])
+        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+        fmt = lambda row: "  ".join(cell.ljust(widths[0]) if i == 0 else cell.rjust(widths[i]) for i, cell in enumerate(row))
+        lines += [fmt(header), "  ".join("-" * w for w in widths), *[fmt(r) for r in rows], ""]
+    errors = manifest["errors"]
+    lines.append(f"errors: {errors['total']}" + (f" ({', '.join(f'{k}: {v}' for k, v in errors['by_reason'].items())})" if errors["total"] else ""))
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ComposeSummary:
+    dataset_dir: Path
+    manifest: dict
+    table: str
+    reused_shards: int = 0
+
+
+def class_names(spec: VariantSpec) -> list[str]:
+    if spec.subset:
+        return [class_of(wnid).name for wnid in spec.subset.classes]
+    return [c.name for c in imagenet_classes()]
+
+
+def output_settings(spec: VariantSpec, parts_manifest: dict) -> dict:
+    """What decides the output bytes; a folder made with other settings is never resumed."""
+    return {
+        "stage": "compose",
+        "spec": spec.to_json(),
+        "parts_fingerprint": parts_manifest.get("fingerprint"),
+        "schema_version": SCHEMA_VERSION,
+    }
+
+
+def write_spec(dataset_dir: Path, spec: VariantSpec) -> None:
+    """The resolved spec as YAML, reusable as `--variant` to rebuild the same dataset."""
+    import yaml
+
+    text = yaml.safe_dump(spec.to_json(), sort_keys=True, allow_unicode=True)
+    (dataset_dir / SPEC_NAME).write_text(f"# resolved spec of {spec.name}; fingerprint {spec.fingerprint}\n{text}", "utf-8")
+
+
+def compose_dataset(
+    parts_dir: Path,
+    variant: str,
+    out_root: Path,
+    *,
+    workers: int = 1,
+    overwrite: bool = False,
+    progress: bool = True,
+    overrides: dict | None = None,
+) -> ComposeSummary:
+    """Compose `variant` (a name or a YAML spec path, with `overrides`) from the parts in
+    `parts_dir` into `out_root/<config>`; finished shards of an earlier run are reused."""
+    spec = load_variant(variant, overrides)
+    parts_dir = resolve_parts_dir(Path(parts_dir))
+    parts_manifest = read_parts_manifest(parts_dir)
+    dataset_dir = Path(out_root) / spec.name
+    settings = output_settings(spec, parts_manifest)
+    prepare_output(dataset_dir, overwrite)
+    check_settings(dataset_dir, settings)
+    save_settings(dataset_dir, settings)
+    remove_stale_temporaries(dataset_dir)
+    write_spec(dataset_dir, spec)
+
+    index, plan_issues = index_parts(parts_dir, parts_manifest, spec.splits)
+    jobs = plan_jobs(spec, index)
+    plans: list[ShardPlan] = []
+    for split in spec.output_splits:
+        split_jobs = jobs.get(split, [])
+        if split_jobs:
+            plans.extend(plan_shards(split, split_jobs, images_per_shard(spec, split_jobs)))
+    # Backgrounds are decoded once into a disk cache, only for shards still to be built.
+    unfinished = [job for plan in plans if load_finished(dataset_dir, plan) is None for job in plan.items]
+    cache_dir = dataset_dir / CACHE_DIR
+    failures = fill_background_cache(spec, parts_dir, cache_dir, index, unfinished, workers, progress)
+    builder = ComposeShardBuilder(spec, str(parts_dir), str(dataset_dir), str(cache_dir), failures)
+    try:
+        results, reused = run_shards(plans, builder, dataset_dir, workers=workers, desc=f"compose {spec.name}", unit="img", progress=progress)
+    finally:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+
+    splits: dict[str, dict] = {}
+    for split in spec.output_splits:
+        split_results = [r for plan, r in zip(plans, results) if plan.split == split]
+        entry = split_entry([r.stats for r in split_results])
+        entry["counts"] = merge_counts([r.counts for r in split_results])
+        entry["source_images"] = len(jobs.get(split, []))
+        splits[split] = entry
+    issues = sorted([*plan_issues, *(i for r in results for i in r.issues)], key=lambda issue: issue.sort_key)
+    write_jsonl_atomic(dataset_dir / ERRORS_NAME, [issue.to_json() for issue in issues])
+    manifest = {
+        "stage": "compose",
+        "config": spec.name,
+        "tool": {"name": TOOL_NAME, "version": __version__},
+        "fingerprint": fingerprint(settings),
+        "spec_fingerprint": spec.fingerprint,
+        "spec": spec.to_json(),
+        "parts": {
+            "fingerprint": parts_manifest.get("fingerprint"),
+            "backends": parts_manifest.get("backends"),
+            "splits": {s: parts_manifest["splits"][s].get("num_samples") for s in spec.splits},
+        },
+        "schema_version": SCHEMA_VERSION,
+        "splits": splits,
+        "errors": {"total": len(issues), "by_reason": count_by_reason(issues)},
+        "class_names": class_names(spec),
+    }
+    write_json_atomic(dataset_dir / MANIFEST_NAME, manifest)
+    return ComposeSummary(dataset_dir, manifest, summary_table(manifest), reused)

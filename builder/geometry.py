@@ -1,0 +1,147 @@
+"""Where and how big a pasted object is, and the pixel operations that put it there.
+
+Paper-compatible defaults (canvas C, object size s): `center` puts the object's top-left corner at
+(C//2 - w//2, C//2 - h//2); the paper's corner is `top-right`, flush: x = C - w, y = 0. Every other
+placement is expressed as a fraction of the free range C - w - 2*margin on each axis, so a margin
+moves corner and edge placements inwards by the same number of pixels. `random-corner` draws one of
+the four corners from the sample's own RNG.
+
+Square mode stretches the object's box to s x s; AR mode keeps its aspect ratio with the short side s
+and the long side capped at the canvas (minus margins).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image
+
+MODES = ("square", "ar")
+PASTE_MODES = ("box", "mask")
+RESIZE_FILTERS: dict[str, Image.Resampling] = {
+    "bicubic": Image.Resampling.BICUBIC,
+    "bilinear": Image.Resampling.BILINEAR,
+    "lanczos": Image.Resampling.LANCZOS,
+    "nearest": Image.Resampling.NEAREST,
+    "box": Image.Resampling.BOX,
+}
+
+# name -> (fraction of the free range on x, on y); `center` is handled by the paper's formula.
+ANCHORS: dict[str, tuple[float, float]] = {
+    "top-left": (0.0, 0.0),
+    "top": (0.5, 0.0),
+    "top-right": (1.0, 0.0),
+    "left": (0.0, 0.5),
+    "right": (1.0, 0.5),
+    "bottom-left": (0.0, 1.0),
+    "bottom": (0.5, 1.0),
+    "bottom-right": (1.0, 1.0),
+}
+CORNERS = ("top-left", "top-right", "bottom-left", "bottom-right")
+NAMED_POSITIONS = ("center", *ANCHORS, "random-corner")
+_XY = re.compile(r"^xy:(?P<fx>[0-9]*\.?[0-9]+),(?P<fy>[0-9]*\.?[0-9]+)$")
+
+
+class GeometryError(ValueError):
+    """An unknown placement, mode or size that cannot fit the canvas."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one object landed: the resolved position name and its pixel box on the canvas."""
+
+    position: str
+    x: int
+    y: int
+    w: int
+    h: int
+
+
+def round_half_up(value: float) -> int:
+    # Python's round() rounds halves to even; pixel maths wants the usual convention.
+    return int(math.floor(value + 0.5))
+
+
+def parse_fraction_position(position: str) -> tuple[float, float] | None:
+    match = _XY.match(position)
+    if not match:
+        return None
+    fx, fy = float(match["fx"]), float(match["fy"])
+    if not (0.0 <= fx <= 1.0 and 0.0 <= fy <= 1.0):
+        raise GeometryError(f"position {position!r}: fractions must lie in [0, 1]")
+    return fx, fy
+
+
+def check_position(position: str) -> str:
+    if position in NAMED_POSITIONS or parse_fraction_position(position) is not None:
+        return position
+    raise GeometryError(
+        f"unknown position {position!r}; use one of {', '.join(NAMED_POSITIONS)} or xy:FX,FY "
+        "(fractions of the free range, e.g. xy:0.25,0.75)"
+    )
+
+
+def position_token(position: str) -> str:
+    """A key-safe spelling of a position: `xy:0.25,0.75` -> `xy0-25-0-75` (keys allow no dots)."""
+    return re.sub(r"[^A-Za-z0-9-]+", "-", position.replace("xy:", "xy")).strip("-")
+
+
+def object_size(crop_w: int, crop_h: int, size: int, canvas: int, mode: str, margin: int = 0) -> tuple[int, int]:
+    """Width and height of the pasted object for an object box of crop_w x crop_h."""
+    if mode == "square":
+        return size, size
+    if mode != "ar":
+        raise GeometryError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+    cap = canvas - 2 * margin
+    scale = size / min(crop_w, crop_h)
+    if crop_w <= crop_h:
+        return size, min(cap, max(size, round_half_up(crop_h * scale)))
+    return min(cap, max(size, round_half_up(crop_w * scale))), size
+
+
+def place(position: str, w: int, h: int, canvas: int, margin: int = 0, rng: np.random.Generator | None = None) -> Placement:
+    """The pixel box of a w x h object at `position` (random-corner draws from `rng`)."""
+    if w + 2 * margin > canvas or h + 2 * margin > canvas:
+        raise GeometryError(f"a {w}x{h} object with margin {margin} does not fit a {canvas} px canvas")
+    if position == "center":
+        return Placement("center", canvas // 2 - w // 2, canvas // 2 - h // 2, w, h)
+    if position == "random-corner":
+        if rng is None:
+            raise GeometryError("random-corner needs the sample's RNG")
+        position = CORNERS[int(rng.integers(len(CORNERS)))]
+    fractions = ANCHORS.get(position) or parse_fraction_position(position)
+    if fractions is None:
+        check_position(position)  # raises with the list of known positions
+    fx, fy = fractions
+    free_x, free_y = canvas - w - 2 * margin, canvas - h - 2 * margin
+    if position in ("top", "bottom"):  # edge midpoints share the centre's formula on their free axis
+        x = canvas // 2 - w // 2
+    else:
+        x = margin + round_half_up(fx * free_x)
+    y = canvas // 2 - h // 2 if position in ("left", "right") else margin + round_half_up(fy * free_y)
+    return Placement(position, x, y, w, h)
+
+
+def resize_rgb(array: np.ndarray, w: int, h: int, resize_filter: str = "bicubic") -> np.ndarray:
+    if array.shape[1] == w and array.shape[0] == h:
+        return array
+    return np.asarray(Image.fromarray(array).resize((w, h), RESIZE_FILTERS[resize_filter]))
+
+
+def resize_mask(mask: np.ndarray, w: int, h: int, resize_filter: str = "bicubic") -> np.ndarray:
+    """Resize a boolean mask with the image's filter, then threshold at half, so edges follow the
+    resized object rather than a nearest-neighbour staircase."""
+    image = Image.fromarray(mask.astype(np.uint8) * 255)
+    return np.asarray(image.resize((w, h), RESIZE_FILTERS[resize_filter])) >= 128
+
+
+def paste(canvas: np.ndarray, obj: np.ndarray, placement: Placement, mask: np.ndarray | None = None) -> None:
+    """Paste `obj` (h x w x 3) onto `canvas` in place; with `mask`, only its True pixels."""
+    window = canvas[placement.y : placement.y + placement.h, placement.x : placement.x + placement.w]
+    if mask is None:
+        window[...] = obj
+    else:
+        window[mask] = obj[mask]

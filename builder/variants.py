@@ -1,0 +1,239 @@
+"""Variant specs: named YAML files shipped in `builder/variants/`, or a user's own YAML file, with
+CLI overrides on top; validated into one frozen `VariantSpec` whose resolved dict and fingerprint
+are saved beside the output.
+
+A spec that was changed by overrides is a different dataset, so its config (folder) name gets the
+fingerprint of the resolved spec as a suffix, unless a new `name` is given explicitly (a different
+`shard_size` alone keeps the name: the samples are the same, only packed differently).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+from .backgrounds import BACKGROUND_KINDS
+from .classes import class_of, is_known_wnid
+from .config import ConfigError, fingerprint, load_yaml_mapping
+from .geometry import MODES, PASTE_MODES, RESIZE_FILTERS, GeometryError, check_position, position_token
+
+NAMED_VARIANTS = ("hard-spurious-imagenet", "hard-spurious-imagenet-ar", "hard-spurious-imagenet-10")
+LIST_FIELDS = ("sizes", "positions", "backgrounds", "splits")
+
+
+@dataclass(frozen=True)
+class SubsetSpec:
+    """The -10 subset: foreground wnid -> paired background wnid, and how splits are drawn."""
+
+    pairs: tuple[tuple[str, str], ...]
+    majority: float = 0.9
+    train_fraction: float = 0.5
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return tuple(sorted(fg for fg, _ in self.pairs))
+
+    def label_of(self, wnid: str) -> int:
+        return self.classes.index(wnid)
+
+    def paired(self, wnid: str) -> str:
+        return dict(self.pairs)[wnid]
+
+    def to_json(self) -> dict:
+        return {"pairs": dict(self.pairs), "majority": self.majority, "train_fraction": self.train_fraction}
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    name: str
+    description: str = ""
+    canvas: int = 224
+    sizes: tuple[int, ...] = (56, 84, 112)
+    positions: tuple[str, ...] = ("center", "top-right")
+    backgrounds: tuple[str, ...] = ("original", "random")
+    mode: str = "square"
+    paste: str = "box"
+    margin: int = 0
+    resize_filter: str = "bicubic"
+    jpeg_quality: int = 95
+    seed: int = 0
+    splits: tuple[str, ...] = ("val",)
+    shard_size: int = 1200  # composites per shard (whole source images are never split)
+    subset: SubsetSpec | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @property
+    def output_splits(self) -> tuple[str, ...]:
+        return ("train", "test") if self.subset else self.splits
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        for name in LIST_FIELDS:
+            data[name] = list(data[name])
+        data["subset"] = self.subset.to_json() if self.subset else None
+        return data
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.to_json())
+
+
+def _fail(field_name: str, message: str) -> None:
+    raise ConfigError(f"variant field `{field_name}`: {message}")
+
+
+def _validate(spec: VariantSpec) -> None:
+    if not spec.name or any(ch in spec.name for ch in "/\\ ."):
+        _fail("name", f"{spec.name!r} must be non-empty, without '/', '\\\\', spaces or dots (it names a folder)")
+    if spec.canvas < 8:
+        _fail("canvas", f"must be at least 8, got {spec.canvas}")
+    if spec.margin < 0:
+        _fail("margin", f"must be >= 0, got {spec.margin}")
+    if not spec.sizes:
+        _fail("sizes", "needs at least one size")
+    for size in spec.sizes:
+        if not 1 <= size <= spec.canvas - 2 * spec.margin:
+            _fail("sizes", f"{size} does not fit a {spec.canvas} px canvas with margin {spec.margin}")
+    if len(set(spec.sizes)) != len(spec.sizes):
+        _fail("sizes", f"{list(spec.sizes)} lists a size twice")
+    if not spec.positions:
+        _fail("positions", "needs at least one position")
+    for position in spec.positions:
+        try:
+            check_position(position)
+        except GeometryError as exc:
+            _fail("positions", str(exc))
+    tokens = [position_token(p) for p in spec.positions]
+    if len(set(tokens)) != len(tokens):
+        _fail("positions", f"{list(spec.positions)} lists a position twice")
+    unknown = [b for b in spec.backgrounds if b not in BACKGROUND_KINDS]
+    if not spec.backgrounds or unknown:
+        _fail("backgrounds", f"unknown {unknown}; use some of {', '.join(BACKGROUND_KINDS)}")
+    if len(set(spec.backgrounds)) != len(spec.backgrounds):
+        _fail("backgrounds", f"{list(spec.backgrounds)} lists a kind twice")
+    if spec.mode not in MODES:
+        _fail("mode", f"{spec.mode!r}; use one of {', '.join(MODES)}")
+    if spec.paste not in PASTE_MODES:
+        _fail("paste", f"{spec.paste!r}; use one of {', '.join(PASTE_MODES)}")
+    if spec.resize_filter not in RESIZE_FILTERS:
+        _fail("resize_filter", f"{spec.resize_filter!r}; use one of {', '.join(RESIZE_FILTERS)}")
+    if not 1 <= spec.jpeg_quality <= 100:
+        _fail("jpeg_quality", f"must lie in 1..100, got {spec.jpeg_quality}")
+    if spec.shard_size < 1:
+        _fail("shard_size", "must be at least 1")
+    if not spec.splits or len(set(spec.splits)) != len(spec.splits):
+        _fail("splits", f"{list(spec.splits)} must list each parts split once")
+    if spec.subset is None:
+        if "paired" in spec.backgrounds:
+            _fail("backgrounds", "`paired` needs a `subset` with class pairs (see hard-spurious-imagenet-10)")
+        return
+    if sorted(spec.backgrounds) != ["original", "paired"]:
+        _fail("backgrounds", "a subset variant uses exactly [original, paired]")
+    subset = spec.subset
+    foreground = [fg for fg, _ in subset.pairs]
+    if len(set(foreground)) != len(foreground) or len(foreground) < 2:
+        _fail("subset.pairs", "needs at least two distinct foreground classes")
+    for fg, bg in subset.pairs:
+        for wnid in (fg, bg):
+            if not is_known_wnid(wnid):
+                _fail("subset.pairs", f"{wnid!r} is not an ImageNet-1k wnid")
+        if fg == bg:
+            _fail("subset.pairs", f"{fg} is paired with itself")
+        if bg not in foreground:
+            _fail("subset.pairs", f"paired class {bg} ({class_of(bg).name}) must be one of the subset's classes, "
+                  "so that predicting the background's class is a countable label")
+    if not 0.0 <= subset.majority <= 1.0:
+        _fail("subset.majority", f"must lie in [0, 1], got {subset.majority}")
+    if not 0.0 < subset.train_fraction < 1.0:
+        _fail("subset.train_fraction", f"must lie in (0, 1), got {subset.train_fraction}")
+
+
+def _as_list(name: str, value: Any) -> list:
+    if isinstance(value, str):
+        value = [part.strip() for part in _split_commas(value) if part.strip()]
+    if not isinstance(value, (list, tuple)):
+        _fail(name, f"must be a list, got {value!r}")
+    return list(value)
+
+
+def _split_commas(text: str) -> list[str]:
+    """Split a comma list, keeping `xy:0.25,0.75` in one piece."""
+    parts: list[str] = []
+    for piece in text.split(","):
+        if parts and parts[-1].startswith("xy:") and "," not in parts[-1]:
+            parts[-1] = f"{parts[-1]},{piece.strip()}"
+        else:
+            parts.append(piece.strip())
+    return parts
+
+
+def _coerce(values: Mapping[str, Any]) -> dict:
+    known = {f.name for f in fields(VariantSpec)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"unknown variant fields {unknown}; known: {sorted(known)}")
+    data = dict(values)
+    for name in LIST_FIELDS:
+        if name in data:
+            data[name] = tuple(_as_list(name, data[name]))
+    try:
+        if "sizes" in data:
+            data["sizes"] = tuple(int(s) for s in data["sizes"])
+        for name in ("canvas", "margin", "jpeg_quality", "seed", "shard_size"):
+            if name in data:
+                data[name] = int(data[name])
+        for name in ("positions", "backgrounds", "splits"):
+            if name in data:
+                data[name] = tuple(str(v) for v in data[name])
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"variant spec has a value of the wrong type: {exc}") from None
+    subset = data.get("subset")
+    if isinstance(subset, Mapping):
+        pairs = subset.get("pairs") or {}
+        if not isinstance(pairs, Mapping):
+            _fail("subset.pairs", "must map foreground wnid -> background wnid")
+        extra = sorted(set(subset) - {"pairs", "majority", "train_fraction"})
+        if extra:
+            _fail("subset", f"unknown keys {extra}")
+        data["subset"] = SubsetSpec(
+            pairs=tuple(sorted((str(k), str(v)) for k, v in pairs.items())),
+            majority=float(subset.get("majority", 0.9)),
+            train_fraction=float(subset.get("train_fraction", 0.5)),
+        )
+    elif subset is not None:
+        _fail("subset", "must be a mapping with `pairs`")
+    return data
+
+
+def spec_mapping(variant: str) -> dict:
+    """The raw mapping of a named variant or of a YAML file path."""
+    if variant in NAMED_VARIANTS:
+        text_path = resources.files("builder").joinpath(f"variants/{variant}.yaml")
+        with resources.as_file(text_path) as path:
+            return load_yaml_mapping(path)
+    path = Path(variant)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return load_yaml_mapping(path)
+    raise ConfigError(f"unknown variant {variant!r}; use one of {', '.join(NAMED_VARIANTS)} or a path to a YAML spec")
+
+
+def load_variant(variant: str, overrides: Mapping[str, Any] | None = None) -> VariantSpec:
+    """The validated spec of `variant` (a name or a YAML path) with `overrides` (None values ignored)."""
+    base = _coerce(spec_mapping(variant))
+    if "name" not in base:
+        raise ConfigError(f"variant spec {variant!r} lacks a `name`")
+    changes = _coerce({k: v for k, v in (overrides or {}).items() if v is not None})
+    base_spec = VariantSpec(**base)
+    merged = {**base, **{k: v for k, v in changes.items() if k != "name"}}
+    spec = VariantSpec(**merged)
+    if "name" in changes:
+        return VariantSpec(**{**merged, "name": changes["name"]})
+    if replace(spec, shard_size=base_spec.shard_size) != base_spec:
+        # Other samples under the same folder name would clash with the original dataset; the
+        # shard size only changes how the same samples are packed, so it keeps the name.
+        return VariantSpec(**{**merged, "name": f"{base_spec.name}-custom-{spec.fingerprint[:8]}"})
+    return spec

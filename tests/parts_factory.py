@@ -1,0 +1,177 @@
+"""Write small synthetic parts datasets in the exact format `hsi extract` writes (see builder.parts).
+
+Crops and backgrounds are flat colours by default, so a test can find a pasted object by its colour.
+
+    from parts_factory import FakeImage, fake_images, write_parts   # tests/ is on sys.path (conftest)
+    images = fake_images(["n01443537", "n02437312"], per_class=2)   # flat, distinct colours
+    manifest = write_parts(tmp_path / "parts", {"val": images}, shard_size=3)
+
+`FakeImage.crop_color` / `background_color` tell a test what to look for; `textured=True` gives
+photo-like content instead (for benchmarks: realistic PNG sizes and decode costs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from builder import __version__
+from builder.classes import class_of
+from builder.config import fingerprint
+from builder.backgrounds import canvas_background
+from builder.parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, PARTS_SCHEMA_VERSION, encode_png
+from builder.shards import MANIFEST_NAME, ERRORS_NAME, split_entry, write_json_atomic, write_jsonl_atomic, write_shard
+
+FAKE_BACKENDS = {
+    "masker": {"name": "box", "params": {}, "checkpoint": None, "checkpoint_sha256": None},
+    "inpainter": {"name": "fake-flat", "params": {}, "checkpoint": None, "checkpoint_sha256": None},
+}
+
+
+@dataclass(frozen=True)
+class FakeImage:
+    """One source image: its id, class, the object's box and the colours of object and background."""
+
+    source_id: str
+    wnid: str
+    crop_color: tuple[int, int, int]
+    background_color: tuple[int, int, int]
+    image_size: tuple[int, int] = (160, 120)  # width, height of the full image (and background)
+    box: tuple[int, int, int, int] = (40, 30, 99, 89)  # inclusive VOC corners: a 60 x 60 crop
+    mask: str = "full"  # "full": the whole box is object; "ellipse": an inscribed ellipse
+    textured: bool = False
+
+    @property
+    def crop_size(self) -> tuple[int, int]:
+        x0, y0, x1, y1 = self.box
+        return x1 - x0 + 1, y1 - y0 + 1
+
+
+def _seeded(name: str) -> np.random.Generator:
+    return np.random.default_rng(int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little"))
+
+
+def _texture(height: int, width: int, base: tuple[int, int, int], rng: np.random.Generator) -> np.ndarray:
+    """Smooth colour gradients plus grain: compresses in PNG roughly like a photo."""
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    image = np.empty((height, width, 3), np.float32)
+    for c in range(3):
+        fx, fy = rng.uniform(0.01, 0.06, 2)
+        image[..., c] = base[c] + 60 * np.sin(xx * fx + c) * np.cos(yy * fy)
+    image += rng.normal(0, 12, image.shape)
+    return np.clip(image, 0, 255).astype(np.uint8)
+
+
+def render_image(image: FakeImage) -> dict[str, np.ndarray]:
+    """The arrays of one parts sample: crop, mask (bool), background, erase (bool)."""
+    width, height = image.image_size
+    w, h = image.crop_size
+    if image.textured:
+        rng = _seeded(image.source_id)
+        background = _texture(height, width, image.background_color, rng)
+        crop = _texture(h, w, image.crop_color, rng)
+    else:
+        background = np.full((height, width, 3), image.background_color, np.uint8)
+        crop = np.full((h, w, 3), image.crop_color, np.uint8)
+    if image.mask == "ellipse":
+        yy, xx = np.mgrid[0:h, 0:w]
+        mask = ((xx - (w - 1) / 2) / (w / 2)) ** 2 + ((yy - (h - 1) / 2) / (h / 2)) ** 2 <= 1.0
+    else:
+        mask = np.ones((h, w), bool)
+    x0, y0, x1, y1 = image.box
+    erase = np.zeros((height, width), bool)
+    erase[y0 : y1 + 1, x0 : x1 + 1] = True
+    return {"crop": crop, "mask": mask, "background": background, "erase": erase}
+
+
+def parts_sample(image: FakeImage) -> tuple[str, dict[str, bytes]]:
+    arrays = render_image(image)
+    cls = class_of(image.wnid)
+    width, height = image.image_size
+    x0, y0, x1, y1 = image.box
+    meta = {
+        "schema_version": PARTS_SCHEMA_VERSION,
+        "source_id": image.source_id,
+        "wnid": image.wnid,
+        "class_index": cls.index,
+        "class_name": cls.name,
+        "width": width,
+        "height": height,
+        "boxes": [{"x0": x0, "y0": y0, "x1": x1, "y1": y1, "wnid": image.wnid}],
+        "object_box_index": 0,
+        "object_box": [x0, y0, x1, y1],
+        "object_box_rule": "largest",
+        "conversions": [],
+        "provenance": {"backends": FAKE_BACKENDS, "dilation": 0, "tool_version": __version__},
+    }
+    return image.source_id, {
+        "crop.png": encode_png(arrays["crop"]),
+        "mask.png": encode_png(arrays["mask"].astype(np.uint8) * 255),
+        "background.png": encode_png(arrays["background"]),
+        "canvas.png": encode_png(canvas_background(arrays["background"], PARTS_CANVAS_SIZE, PARTS_CANVAS_FILTER)),
+        "erase.png": encode_png(arrays["erase"].astype(np.uint8) * 255),
+        "json": json.dumps(meta, sort_keys=True).encode("utf-8"),
+        "cls": str(cls.index).encode("ascii"),
+    }
+
+
+def distinct_color(n: int, offset: int = 0) -> tuple[int, int, int]:
+    """Dark, well-separated flat colours (channels 0, 45 or 90: 27 of them, luminance <= 90), so a
+    bright object stands out by luminance and a background's colour tells its class."""
+    n += offset
+    return (45 * (n % 3), 45 * ((n // 3) % 3), 45 * ((n // 9) % 3))
+
+
+def fake_images(wnids: Sequence[str], per_class: int = 2, *, prefix: str = "ILSVRC2012_val", textured: bool = False,
+                image_size: tuple[int, int] = (160, 120), box: tuple[int, int, int, int] = (40, 30, 99, 89),
+                mask: str = "full") -> list[FakeImage]:
+    """`per_class` images of each wnid, ids `<prefix>_00000001`..., with a distinct crop colour per
+    image (all bright: luminance >= 200) and a distinct dark background colour per class (so a
+    random background reveals its class)."""
+    images = []
+    for c, wnid in enumerate(wnids):
+        for i in range(per_class):
+            n = c * per_class + i
+            images.append(FakeImage(
+                f"{prefix}_{n + 1:08d}", wnid,
+                crop_color=(255, 255 - 3 * (n % 20), 200 + (n // 20) % 18),
+                background_color=distinct_color(c),
+                image_size=image_size, box=box, mask=mask, textured=textured,
+            ))
+    return images
+
+
+def write_parts(parts_dir: Path, splits: Mapping[str, Sequence[FakeImage]], *, shard_size: int = 4,
+                errors: Sequence[dict] = ()) -> dict:
+    """Write `<parts_dir>/<split>-%05d.tar`, errors.jsonl and `_info.json` (last); return the manifest."""
+    parts_dir = Path(parts_dir)
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    split_entries = {}
+    for split, images in sorted(splits.items()):
+        ordered = sorted(images, key=lambda im: im.source_id)
+        stats = []
+        for index, start in enumerate(range(0, len(ordered), shard_size)):
+            samples = [parts_sample(im) for im in ordered[start : start + shard_size]]
+            stats.append(write_shard(parts_dir / f"{split}-{index:05d}.tar", samples))
+        split_entries[split] = split_entry(stats)
+    settings = {"stage": "extract", "fake": True, "images": {s: [im.source_id for im in ims] for s, ims in splits.items()}}
+    write_jsonl_atomic(parts_dir / ERRORS_NAME, list(errors))
+    by_reason: dict[str, int] = {}
+    for row in errors:
+        by_reason[row["reason"]] = by_reason.get(row["reason"], 0) + 1
+    manifest = {
+        "stage": "extract",
+        "tool": {"name": "hard-spurious-imagenet", "version": __version__},
+        "fingerprint": fingerprint(settings),
+        "settings": settings,
+        "backends": FAKE_BACKENDS,
+        "splits": split_entries,
+        "errors": {"total": len(errors), "by_reason": dict(sorted(by_reason.items()))},
+    }
+    write_json_atomic(parts_dir / MANIFEST_NAME, manifest)
+    return manifest
