@@ -1,0 +1,235 @@
+"""Release folders: composed, validated datasets gathered as configs of one loadable folder.
+
+    <release>/README.md                      the card (cards.render)
+    <release>/_release.json                  name, version, default config, every shard's sha256, changelog
+    <release>/data/<config>/<split>-%05d.tar the shards, byte-identical to the dataset's
+    <release>/data/<config>/_info.json       the dataset's manifest (timm's WebDataset reader form)
+    <release>/data/<config>/validation.json  the validation report it passed (+ validation.md)
+    <release>/previews/<config>/*.png        preview sheets shown in the card
+
+Only manifests and validation reports are read to learn what exists; shards are copied and their
+sha256 checked against the manifest. A dataset whose validation is missing, failed or belongs to
+another build is refused. The folder is built under a temporary name and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder import __version__
+from builder.shards import MANIFEST_NAME, read_manifest, sha256_file, write_json_atomic
+
+from .render import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary, render_card
+
+RELEASE_META = "_release.json"
+VALIDATION_JSON = "validation.json"
+VALIDATION_MD = "validation.md"
+PREVIEWS_DIR = "previews"
+VERSION_PATTERN = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
+
+
+class ReleaseError(RuntimeError):
+    """A dataset cannot be released (missing or failed validation, broken shard) or the release
+    folder cannot be written; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class ReleaseInput:
+    path: Path
+    manifest: dict
+    validation: dict
+
+    @property
+    def config(self) -> str:
+        return self.manifest["config"]
+
+
+def parse_version(version: str) -> tuple[int, int, int]:
+    match = VERSION_PATTERN.match(version)
+    if not match:
+        raise ReleaseError(f"version {version!r} is not of the form vMAJOR.MINOR.PATCH (e.g. v1.0.0)")
+    return tuple(int(g) for g in match.groups())  # type: ignore[return-value]
+
+
+def check_version_bump(previous: str | None, version: str | None, data_changed: bool) -> None:
+    """A change of any sample needs a new minor or major version; the same data may keep it."""
+    if previous is None or version is None:
+        return
+    old, new = parse_version(previous), parse_version(version)
+    if data_changed and new[:2] <= old[:2]:
+        raise ReleaseError(
+            f"samples changed since {previous}, so {version} must raise the minor or major version "
+            f"(e.g. v{old[0]}.{old[1] + 1}.0)"
+        )
+    if not data_changed and new < old:
+        raise ReleaseError(f"version {version} is older than the previous release {previous}")
+
+
+def load_release_input(dataset_dir: Path) -> ReleaseInput:
+    """Read a composed dataset's manifest and validation report, refusing anything not releasable."""
+    dataset_dir = Path(dataset_dir)
+    try:
+        manifest = read_manifest(dataset_dir)
+    except FileNotFoundError as exc:
+        raise ReleaseError(str(exc)) from None
+    if manifest.get("stage") != "compose":
+        raise ReleaseError(f"{dataset_dir}: manifest stage is {manifest.get('stage')!r}, not a composed dataset")
+    for key in ("config", "splits", "class_names"):
+        if key not in manifest:
+            raise ReleaseError(f"{dataset_dir}: manifest lacks {key!r}")
+    report_path = dataset_dir / VALIDATION_JSON
+    if not report_path.is_file():
+        raise ReleaseError(f"{dataset_dir}: no {VALIDATION_JSON}; run `hsi validate {dataset_dir}` first")
+    validation = json.loads(report_path.read_text("utf-8"))
+    if validation.get("ok") is not True:
+        raise ReleaseError(f"{dataset_dir}: validation failed (ok={validation.get('ok')!r}); see {VALIDATION_MD}")
+    validated = validation.get("fingerprint")
+    if validated is not None and validated != manifest.get("fingerprint"):
+        raise ReleaseError(
+            f"{dataset_dir}: validation.json is for fingerprint {validated}, the dataset is "
+            f"{manifest.get('fingerprint')}; validate it again"
+        )
+    return ReleaseInput(dataset_dir, manifest, validation)
+
+
+def copy_verified(source: Path, target: Path, sha256: str, size: int) -> None:
+    """Hard-link (or copy) a shard and check it is the one the manifest describes."""
+    if not source.is_file():
+        raise ReleaseError(f"{source} is listed in the manifest but missing")
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+    if target.stat().st_size != size or sha256_file(target) != sha256:
+        raise ReleaseError(f"{source} does not match its manifest entry (size or sha256); rebuild the dataset")
+
+
+def shard_index(manifest: dict) -> dict:
+    """{split: [shard entries]}: what a changelog and a verify compare between releases."""
+    return {split: entry["shards"] for split, entry in sorted(manifest["splits"].items())}
+
+
+def describe_changes(previous: dict | None, configs: dict[str, dict]) -> list[str]:
+    """Readable lines saying which configs and splits changed since the previous release."""
+    if previous is None:
+        return []
+    lines = []
+    before = previous.get("configs", {})
+    for name in sorted(set(before) | set(configs)):
+        if name not in configs:
+            lines.append(f"removed config {name}")
+        elif name not in before:
+            lines.append(f"added config {name}")
+        else:
+            old, new = before[name]["splits"], configs[name]["splits"]
+            for split in sorted(set(old) | set(new)):
+                if split not in new:
+                    lines.append(f"{name}: removed split {split}")
+                elif split not in old:
+                    lines.append(f"{name}: added split {split}")
+                elif old[split] != new[split]:
+                    count = lambda shards: sum(s["num_samples"] for s in shards)  # noqa: E731
+                    lines.append(f"{name}/{split}: samples changed ({count(old[split])} -> {count(new[split])} samples)")
+    return lines
+
+
+def read_release_meta(release_dir: Path) -> dict | None:
+    path = Path(release_dir) / RELEASE_META
+    return json.loads(path.read_text("utf-8")) if path.is_file() else None
+
+
+def build_release(
+    release_dir: Path,
+    dataset_dirs: list[Path],
+    *,
+    overwrite: bool = False,
+    version: str | None = None,
+    changes: list[str] | tuple[str, ...] = (),
+    default_config: str | None = None,
+    previous_release: Path | None = None,
+) -> Path:
+    """Gather validated composed datasets into the release folder `release_dir` and return it.
+
+    The folder's name is the dataset name users load (`load_dataset("hard-spurious-imagenet")` from
+    its parent). `previous_release` (or the folder being overwritten) supplies the changelog so far.
+    """
+    release_dir = Path(release_dir)
+    if version is not None:
+        parse_version(version)
+    if not dataset_dirs:
+        raise ReleaseError("give at least one composed dataset folder")
+    if release_dir.exists() and not overwrite:
+        raise ReleaseError(f"{release_dir} exists; use --overwrite to replace it")
+    inputs = [load_release_input(Path(d)) for d in dataset_dirs]
+    names = [i.config for i in inputs]
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise ReleaseError(f"config names given twice: {duplicated}")
+    default = default_config or (DEFAULT_CONFIG if DEFAULT_CONFIG in names else names[0])
+    if default not in names:
+        raise ReleaseError(f"default config {default!r} is not among the datasets' configs {names}")
+
+    previous = read_release_meta(previous_release) if previous_release else (
+        read_release_meta(release_dir) if release_dir.exists() else None)
+    configs_meta = {
+        i.config: {"fingerprint": i.manifest.get("fingerprint"), "splits": shard_index(i.manifest)} for i in sorted(inputs, key=lambda i: i.config)
+    }
+    auto_changes = describe_changes(previous, configs_meta)
+    previous_version = previous.get("version") if previous else None
+    check_version_bump(previous_version, version, data_changed=bool(auto_changes))
+    changelog = [ChangelogEntry(e["version"], tuple(e["changes"])) for e in (previous or {}).get("changelog", [])]
+    if not (previous and version == previous_version):  # re-releasing the same version keeps its entry
+        changelog.insert(0, ChangelogEntry(version or "unreleased", tuple(changes) + tuple(auto_changes) or ("first release",)))
+
+    release_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = release_dir.with_name(f".{release_dir.name}.{os.getpid()}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        summaries = [_stage_config(staging, i, default=(i.config == default)) for i in inputs]
+        # The default config comes first in the card, the rest in the order given.
+        summaries.sort(key=lambda s: not s.default)
+        (staging / "README.md").write_text(render_card(summaries, changelog, version), "utf-8")
+        write_json_atomic(staging / RELEASE_META, {
+            "name": DATASET_NAME,
+            "version": version,
+            "default_config": default,
+            "configs": configs_meta,
+            "changelog": [{"version": e.version, "changes": list(e.changes)} for e in changelog],
+            "tool": {"name": DATASET_NAME, "version": __version__},
+        })
+        if release_dir.exists():
+            trash = release_dir.with_name(f".{release_dir.name}.{os.getpid()}.old")
+            os.replace(release_dir, trash)
+            os.replace(staging, release_dir)
+            shutil.rmtree(trash)
+        else:
+            os.replace(staging, release_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return release_dir
+
+
+def _stage_config(staging: Path, item: ReleaseInput, default: bool) -> ConfigSummary:
+    data_dir = staging / "data" / item.config
+    data_dir.mkdir(parents=True)
+    for split, entry in sorted(item.manifest["splits"].items()):
+        for shard in entry["shards"]:
+            copy_verified(item.path / shard["filename"], data_dir / shard["filename"], shard["sha256"], shard["bytes"])
+    write_json_atomic(data_dir / MANIFEST_NAME, item.manifest)
+    write_json_atomic(data_dir / VALIDATION_JSON, item.validation)
+    if (item.path / VALIDATION_MD).is_file():
+        shutil.copyfile(item.path / VALIDATION_MD, data_dir / VALIDATION_MD)
+    previews = []
+    source_previews = item.path / PREVIEWS_DIR
+    if source_previews.is_dir():
+        target = staging / PREVIEWS_DIR / item.config
+        for png in sorted(source_previews.glob("*.png")):
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(png, target / png.name)
+            previews.append(f"{PREVIEWS_DIR}/{item.config}/{png.name}")
+    return ConfigSummary(item.config, item.manifest, item.validation, tuple(previews), default)

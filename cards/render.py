@@ -1,0 +1,361 @@
+"""Render the release's dataset card (README.md) from manifests and validation reports.
+
+The YAML header is built as data (huggingface_hub's `DatasetCardData`, dumped with
+`yaml.safe_dump`) and checked with `datasets`' own parsers before anything is written: the
+`configs` list (explicit `data_files` per split, exactly one default) and the declared features per
+config, so `load_dataset` never infers features from the first samples. The markdown body is made
+of tables generated from the same data.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import yaml
+
+from builder import __version__
+from builder.schema import COMPOSITE_FIELDS, SCHEMA_VERSION
+
+DATASET_NAME = "hard-spurious-imagenet"
+PRETTY_NAME = "Hard-Spurious-ImageNet"
+DEFAULT_CONFIG = "hard-spurious-imagenet"
+LICENSE_NAME = "imagenet-terms-of-access"
+LICENSE_LINK = "https://image-net.org/download.php"
+TASK_CATEGORIES = ["image-classification"]
+TAGS = ["imagenet", "robustness", "spurious-correlations", "distribution-shift", "webdataset"]
+GROUPS = ("CeO", "CoO", "CeR", "CoR")
+
+CITATION = """@article{fatima2025corner,
+  title   = {Corner Cases: How Size and Position of Objects Challenge ImageNet-Trained Models},
+  author  = {Fatima, Mishal and Jung, Steffen and Keuper, Margret},
+  journal = {Transactions on Machine Learning Research},
+  year    = {2025},
+  url     = {https://openreview.net/forum?id=Yqf2BhqfyZ},
+  note    = {arXiv:2505.03569}
+}"""
+
+
+class CardError(ValueError):
+    """The card's metadata would not load as declared (bad YAML, configs or features)."""
+
+
+@dataclass(frozen=True)
+class ConfigSummary:
+    """What the card needs to know about one config, read from its manifest and validation report."""
+
+    name: str
+    manifest: dict
+    validation: dict
+    previews: tuple[str, ...] = ()  # release-relative paths of preview sheets
+    default: bool = False
+
+    @property
+    def splits(self) -> list[str]:
+        return sorted(self.manifest["splits"])
+
+    def data_files(self, split: str) -> list[str]:
+        return [f"data/{self.name}/{name}" for name in self.manifest["splits"][split]["filenames"]]
+
+    @property
+    def class_names(self) -> list[str]:
+        return list(self.manifest["class_names"])
+
+
+@dataclass(frozen=True)
+class ChangelogEntry:
+    version: str
+    changes: tuple[str, ...] = field(default_factory=tuple)
+
+
+# ---------------------------------------------------------------- features
+
+
+def unique_label_names(names: Iterable[str]) -> list[str]:
+    """ClassLabel needs unique names; ImageNet repeats two ("crane", "maillot"), so a repeated
+    name gets its label index appended: `crane (134)`, `crane (517)`."""
+    names = list(names)
+    repeated = {n for n in names if names.count(n) > 1}
+    return [f"{n} ({i})" if n in repeated else n for i, n in enumerate(names)]
+
+
+def composite_features(class_names: list[str]):
+    """The declared `datasets` features of a composed config: jpg image, cls label, json struct."""
+    from datasets import ClassLabel, Features, Image, Value
+
+    dtype = {int: "int64", str: "string"}
+    return Features(
+        {
+            "__key__": Value("string"),
+            "jpg": Image(),
+            "cls": ClassLabel(names=unique_label_names(class_names)),
+            "json": {name: Value(dtype[kind]) for name, (kind, _, _) in COMPOSITE_FIELDS.items()},
+        }
+    )
+
+
+# ---------------------------------------------------------------- metadata
+
+
+def size_category(total: int) -> str:
+    for bound, label in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
+                         (1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M")):
+        if total < bound:
+            return label
+    return "10M<n<100M"
+
+
+def card_metadata(configs: list[ConfigSummary]) -> dict:
+    """The card's YAML header as a plain dict (huggingface_hub's DatasetCardData field names)."""
+    from huggingface_hub import DatasetCardData
+
+    defaults = [c.name for c in configs if c.default]
+    if len(defaults) != 1:
+        raise CardError(f"exactly one config must be the default, got {defaults or 'none'}")
+    total = sum(c.manifest["splits"][s]["num_samples"] for c in configs for s in c.splits)
+    data = DatasetCardData(
+        pretty_name=PRETTY_NAME,
+        license="other",
+        license_name=LICENSE_NAME,
+        license_link=LICENSE_LINK,
+        task_categories=TASK_CATEGORIES,
+        tags=TAGS,
+        size_categories=[size_category(total)],
+        configs=[
+            {
+                "config_name": c.name,
+                "data_files": [{"split": s, "path": c.data_files(s)} for s in c.splits],
+                **({"default": True} if c.default else {}),
+            }
+            for c in configs
+        ],
+        dataset_info=[
+            {
+                "config_name": c.name,
+                "features": composite_features(c.class_names)._to_yaml_list(),
+                "splits": [
+                    {
+                        "name": s,
+                        "num_bytes": sum(sh["bytes"] for sh in c.manifest["splits"][s]["shards"]),
+                        "num_examples": c.manifest["splits"][s]["num_samples"],
+                    }
+                    for s in c.splits
+                ],
+            }
+            for c in configs
+        ],
+    )
+    return data.to_dict()
+
+
+def dump_metadata(metadata: dict) -> str:
+    return yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True, width=1000)
+
+
+def check_card(text: str, expected: list[ConfigSummary] | None = None) -> dict:
+    """Parse a card the way `datasets` does and raise CardError for anything it would not load as
+    declared: duplicate YAML keys, invalid configs or data_files, not exactly one default, features
+    that do not parse or differ from the expected ones. Returns the parsed metadata."""
+    from datasets.info import DatasetInfosDict
+    from datasets.utils.metadata import MetadataConfigs, _NoDuplicateSafeLoader, _split_yaml_from_readme
+    from huggingface_hub import DatasetCardData
+
+    block, _ = _split_yaml_from_readme(text)
+    if block is None:
+        raise CardError("the card has no YAML header between '---' lines")
+    try:
+        metadata = yaml.load(block, Loader=_NoDuplicateSafeLoader)
+    except (TypeError, yaml.YAMLError) as exc:  # datasets raises TypeError for duplicate keys
+        raise CardError(f"the card's YAML does not parse: {exc}") from None
+    if not isinstance(metadata, dict):
+        raise CardError("the card's YAML header is not a mapping")
+    try:
+        card_data = DatasetCardData(**metadata)
+        configs = MetadataConfigs.from_dataset_card_data(card_data)
+        default = configs.get_default_config_name()
+        infos = DatasetInfosDict.from_dataset_card_data(card_data)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise CardError(f"datasets rejects the card's metadata: {exc}") from None
+    if not configs:
+        raise CardError("the card declares no configs")
+    explicit = [name for name, cfg in configs.items() if cfg.get("default")]
+    if len(explicit) != 1 or default != explicit[0]:
+        raise CardError(f"exactly one config must say default: true, got {explicit or 'none'}")
+    for name, cfg in configs.items():
+        if not cfg.get("data_files"):
+            raise CardError(f"config {name!r} lists no data_files")
+        if name not in infos or infos[name].features is None:
+            raise CardError(f"config {name!r} has no declared features in dataset_info")
+    for summary in expected or []:
+        if summary.name not in configs:
+            raise CardError(f"config {summary.name!r} is missing from the card")
+        if infos[summary.name].features != composite_features(summary.class_names):
+            raise CardError(f"config {summary.name!r}: declared features differ from the schema")
+        declared = {row["split"]: row["path"] for row in configs[summary.name]["data_files"]}
+        wanted = {s: summary.data_files(s) for s in summary.splits}
+        if declared != wanted:
+            raise CardError(f"config {summary.name!r}: data_files {declared} differ from the manifest {wanted}")
+    return metadata
+
+
+# ---------------------------------------------------------------- body
+
+
+def table(header: list[str], rows: list[list[Any]]) -> str:
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def code_block(text: str, language: str = "") -> str:
+    return f"```{language}\n{text.rstrip()}\n```"
+
+
+def groups_table(summary: ConfigSummary) -> str:
+    """Samples per group (rows) and object size (columns) for every split, plus tiers."""
+    blocks = []
+    for split in summary.splits:
+        counts = summary.manifest["splits"][split].get("counts", {})
+        group_size = counts.get("group_size", {})
+        sizes = sorted({int(k.split("/")[1]) for k in group_size}, reverse=True)
+        groups = sorted({k.split("/")[0] for k in group_size}, key=lambda g: (g not in GROUPS, GROUPS.index(g) if g in GROUPS else 0, g))
+        rows = [[g] + [group_size.get(f"{g}/{s}", 0) for s in sizes] + [counts.get("group", {}).get(g, 0)] for g in groups]
+        text = f"**{split}** ({summary.manifest['splits'][split]['num_samples']} samples)\n\n"
+        text += table(["group"] + [f"{s} px" for s in sizes] + ["total"], rows) if rows else "(no group counts)"
+        tiers = counts.get("tier", {})
+        if tiers:
+            text += "\n\n" + table(["tier", "samples"], [[t, n] for t, n in sorted(tiers.items())])
+        blocks.append(text)
+    return "\n\n".join(blocks)
+
+
+def provenance(summary: ConfigSummary) -> str:
+    manifest = summary.manifest
+    spec = manifest.get("spec", {})
+    parts = manifest.get("parts", {})
+    rows = [
+        ["tool", f"{manifest.get('tool', {}).get('name', '')} {manifest.get('tool', {}).get('version', '')}".strip()],
+        ["config fingerprint", manifest.get("fingerprint", "")],
+        ["parts fingerprint", parts.get("fingerprint", "")],
+        ["seed", spec.get("seed", "")],
+        ["schema version", manifest.get("schema_version", SCHEMA_VERSION)],
+        ["errors (skipped inputs)", manifest.get("errors", {}).get("total", 0)],
+    ]
+    text = table(["", ""], rows)
+    backends = parts.get("backends") or {}
+    if backends:
+        text += "\n\nBackends (models, checkpoints and their sha256, parameters):\n\n"
+        text += code_block(yaml.safe_dump(backends, sort_keys=True, allow_unicode=True), "yaml")
+    if spec:
+        text += "\n\nVariant spec:\n\n" + code_block(yaml.safe_dump(spec, sort_keys=True, allow_unicode=True), "yaml")
+    return text
+
+
+def validation_summary(summary: ConfigSummary) -> str:
+    """Top-level results of the validation report: scalars as they are, sections by their `ok`."""
+    report = summary.validation
+    rows = []
+    for key in sorted(report):
+        value = report[key]
+        if isinstance(value, dict):
+            shown = {k: v for k, v in sorted(value.items()) if isinstance(v, (bool, int, float, str)) or v is None}
+            rows.append([key, json.dumps(shown, sort_keys=True) if shown else "(details in validation.json)"])
+        elif isinstance(value, (bool, int, float, str)) or value is None:
+            rows.append([key, value])
+    return table(["check", "result"], rows) + f"\n\nFull report: `data/{summary.name}/validation.json`."
+
+
+def usage(default: str, configs: list[ConfigSummary]) -> str:
+    other = next((c.name for c in configs if not c.default), default)
+    split = configs[0].splits[0] if configs and configs[0].splits else "test"
+    return "\n\n".join(
+        [
+            "With `datasets` (from the folder's parent directory, or a Hub repo id):",
+            code_block(
+                "from datasets import load_dataset\n\n"
+                f'ds = load_dataset("{DATASET_NAME}")  # default config: {default}\n'
+                f'one = load_dataset("{DATASET_NAME}", "{other}", split="{split}")\n'
+                f'stream = load_dataset("{DATASET_NAME}", split="{split}", streaming=True)\n'
+                'sample = next(iter(stream))\nprint(sample["cls"], sample["json"]["group"], sample["json"]["size"])',
+                "python",
+            ),
+            "Straight from the shards into PyTorch training (shuffle buffer, workers and nodes, group metadata):",
+            code_block(
+                "from hf_scripts.stream import stream\n\n"
+                f'data = stream("{DATASET_NAME}", config="{default}", split="{split}", shuffle_buffer=1000)\n'
+                "loader = torch.utils.data.DataLoader(data, batch_size=64, num_workers=4)",
+                "python",
+            ),
+            "With WebDataset (each sample has `jpg`, `cls` and `json` members):",
+            code_block(
+                "import webdataset as wds\n\n"
+                f'urls = "{DATASET_NAME}/data/{default}/{split}-{{00000..00000}}.tar"  # see _info.json for the shard list\n'
+                'ds = wds.WebDataset(urls).decode("pil").to_tuple("jpg", "cls", "json")',
+                "python",
+            ),
+            "Regenerating with new positions or sizes re-runs only the cheap compose stage on the parts:",
+            code_block("hsi compose --parts PARTS_DIR --variant SPEC.yaml --out OUT\nhsi validate OUT/CONFIG\n"
+                       f"hsi release --out {DATASET_NAME} OUT/CONFIG ...", "bash"),
+        ]
+    )
+
+
+LIMITATIONS = """- The objects are cut out by ImageNet's ground-truth boxes and pasted back; box crops carry some
+  of their own background, and the inpainted holes can leave visible traces.
+- Labels are ImageNet's; an object's class is that of the image it was cut from.
+- The groups measure size and position jointly with background origin (O: own, R: another class's);
+  a model's drop on CoR mixes both effects. Compare groups, not single numbers.
+- Generated from ImageNet (ILSVRC2012): use is bound by ImageNet's terms of access (non-commercial
+  research and education)."""
+
+
+def render_body(configs: list[ConfigSummary], changelog: list[ChangelogEntry], version: str | None) -> str:
+    default = next(c.name for c in configs if c.default)
+    sections = [
+        f"# {PRETTY_NAME}" + (f" ({version})" if version else ""),
+        "ImageNet objects made small (56, 84 or 112 px on a 224 px canvas) and moved off-centre, on their own "
+        "inpainted background (O) or on another class's (R). ImageNet-trained models collapse on small objects "
+        "in the corner of a foreign background; this benchmark measures that, in the groups CeO (centre, own "
+        "background), CoO (corner, own), CeR (centre, random) and CoR (corner, random). It is the benchmark of "
+        "*Corner Cases: How Size and Position of Objects Challenge ImageNet-Trained Models* (TMLR 2025), "
+        f"rebuilt reproducibly with the `{DATASET_NAME}` toolkit.",
+        "## Configs\n\n" + table(
+            ["config", "default", "splits", "samples", "classes"],
+            [[c.name, "yes" if c.default else "", ", ".join(c.splits),
+              sum(c.manifest["splits"][s]["num_samples"] for s in c.splits), len(c.class_names)] for c in configs],
+        ),
+        "Each sample holds `jpg` (the 224 px composite), `cls` (the label) and `json` (where and how the object "
+        "was pasted: " + ", ".join(f"`{k}`" for k in COMPOSITE_FIELDS) + "; nulls where a field does not apply).",
+    ]
+    for c in configs:
+        sections.append(f"## {c.name}\n\n### Groups, sizes and tiers\n\n{groups_table(c)}")
+        if c.previews:
+            sections.append("### Previews\n\n" + "\n\n".join(f"![{p.rsplit('/', 1)[-1]}]({p})" for p in c.previews))
+        sections.append("### How it was built\n\n" + provenance(c))
+        sections.append("### Validation\n\n" + validation_summary(c))
+    sections += [
+        "## Usage\n\n" + usage(default, configs),
+        "## Known limitations\n\n" + LIMITATIONS,
+        "## Licence\n\nThe images derive from ImageNet (ILSVRC2012) and carry "
+        f"[ImageNet's terms of access]({LICENSE_LINK}): non-commercial research and education only. "
+        f"The toolkit that built them ({DATASET_NAME} {__version__}) is open source.",
+        "## Citation\n\n" + code_block(CITATION, "bibtex"),
+        "## Changelog\n\n" + ("\n".join(
+            f"- **{e.version}**" + ("".join(f"\n  - {line}" for line in e.changes) if e.changes else "")
+            for e in changelog) or "- first release"),
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+def render_card(configs: list[ConfigSummary], changelog: list[ChangelogEntry] = (), version: str | None = None) -> str:
+    """The full README.md text, checked with datasets' parsers; raises CardError if it would not load."""
+    from huggingface_hub import DatasetCard
+
+    text = f"---\n{dump_metadata(card_metadata(configs))}---\n\n{render_body(configs, list(changelog), version)}"
+    check_card(text, configs)
+    DatasetCard(text)  # huggingface_hub's own parse of the header, as the Hub does on upload
+    return text

@@ -1,0 +1,165 @@
+"""Publish a release folder to the Hugging Face Hub as an immutable, tagged version.
+
+One release is one commit: every file of the folder is added (files the previous release had and
+this one lacks are deleted) in a single `create_commit` whose `parent_commit` is the previous
+release's commit, then `create_tag(vX.Y.Z)` names that commit. A single commit (rather than
+`upload_folder`, which with hf_xet may split a large folder into several commits) means the tag
+points at exactly the release, and `parent_commit` guards all of it: if anyone changed the repo since
+the previous release, the Hub refuses the commit and nothing is half-published.
+
+`plan_publish` only reads the Hub; `perform_publish` writes. The token is whatever huggingface_hub
+finds (HF_TOKEN or `hf auth login`); it is never printed or stored here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cards.release import RELEASE_META, ReleaseError, check_version_bump, describe_changes, parse_version, read_release_meta
+from cards.render import CardError, check_card
+
+REPO_TYPE = "dataset"
+KEEP_REMOTE = {".gitattributes"}  # created by the Hub with the repo; not part of a release
+
+
+class PublishError(RuntimeError):
+    """Publishing is refused (tag exists, card invalid, repo moved on); the message says why."""
+
+
+@dataclass
+class PublishPlan:
+    repo_id: str
+    version: str
+    release_dir: Path
+    repo_exists: bool
+    parent_commit: str | None
+    previous_version: str | None
+    uploads: list[tuple[str, int]] = field(default_factory=list)  # (path in repo, bytes)
+    deletes: list[str] = field(default_factory=list)
+
+    def describe(self, private: bool = False) -> list[str]:
+        lines = []
+        if not self.repo_exists:
+            lines.append(f"create dataset repo {self.repo_id}" + (" (private)" if private else ""))
+        base = f"previous release {self.previous_version} ({self.parent_commit})" if self.previous_version else (
+            f"current main ({self.parent_commit})" if self.parent_commit else "an empty repo")
+        lines.append(f"commit on top of {base}:")
+        lines += [f"  upload {path} ({size} bytes)" for path, size in self.uploads]
+        lines += [f"  delete {path}" for path in self.deletes]
+        lines.append(f"tag the commit {self.version}")
+        return lines
+
+
+def release_files(release_dir: Path) -> list[tuple[str, int]]:
+    """(path in repo, bytes) of every file of the release folder, sorted."""
+    files = [p for p in Path(release_dir).rglob("*") if p.is_file()]
+    return sorted((p.relative_to(release_dir).as_posix(), p.stat().st_size) for p in files)
+
+
+def version_tags(refs) -> dict[str, str]:
+    """{tag name: commit} of the repo's vX.Y.Z tags."""
+    tags = {}
+    for tag in refs.tags:
+        try:
+            parse_version(tag.name)
+        except ReleaseError:
+            continue
+        tags[tag.name] = tag.target_commit
+    return tags
+
+
+def check_release_folder(release_dir: Path, version: str) -> dict:
+    """The release's metadata, after checking the version and that the card loads as declared."""
+    meta = read_release_meta(release_dir)
+    if meta is None:
+        raise PublishError(f"{release_dir} is not a release folder (no {RELEASE_META}); build it with `hsi release`")
+    try:
+        parse_version(version)
+    except ReleaseError as exc:
+        raise PublishError(str(exc)) from None
+    if meta.get("version") != version:
+        raise PublishError(
+            f"{release_dir} was released as {meta.get('version')!r}, not {version}; rebuild it with "
+            f"`hsi release --version {version}` so the card and changelog name the version"
+        )
+    readme = Path(release_dir) / "README.md"
+    if not readme.is_file():
+        raise PublishError(f"{release_dir} has no README.md card")
+    try:
+        check_card(readme.read_text("utf-8"))
+    except CardError as exc:
+        raise PublishError(f"the card is refused: {exc}") from None
+    return meta
+
+
+def plan_publish(api, release_dir: Path, repo_id: str, version: str) -> PublishPlan:
+    """Read the Hub (never write) and decide every file operation of this release."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    release_dir = Path(release_dir)
+    meta = check_release_folder(release_dir, version)
+    try:
+        refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
+    except RepositoryNotFoundError:
+        return PublishPlan(repo_id, version, release_dir, False, None, None, release_files(release_dir))
+    tags = version_tags(refs)
+    if version in tags:
+        raise PublishError(f"{repo_id} already has tag {version} (commit {tags[version]}); a published version is never moved or reused, release a new version")
+    main = next((b.target_commit for b in refs.branches if b.name == "main"), None)
+    previous_version = max(tags, key=parse_version) if tags else None
+    parent = main
+    if previous_version:
+        parent = tags[previous_version]
+        if parse_version(version) <= parse_version(previous_version):
+            raise PublishError(f"{version} is not newer than the latest release {previous_version}")
+        if main != parent:
+            raise PublishError(f"main of {repo_id} ({main}) moved past the latest release {previous_version} ({parent}); refusing to publish over changes that are not a release")
+        previous_meta_path = hf_hub_download(repo_id, RELEASE_META, repo_type=REPO_TYPE, revision=parent, token=api.token)
+        previous_meta = json.loads(Path(previous_meta_path).read_text("utf-8"))
+        try:
+            check_version_bump(previous_version, version, bool(describe_changes(previous_meta, meta["configs"])))
+        except ReleaseError as exc:
+            raise PublishError(str(exc)) from None
+    uploads = release_files(release_dir)
+    remote = set(api.list_repo_files(repo_id, repo_type=REPO_TYPE, revision=parent)) if parent else set()
+    deletes = sorted(remote - {path for path, _ in uploads} - KEEP_REMOTE)
+    return PublishPlan(repo_id, version, release_dir, True, parent, previous_version, uploads, deletes)
+
+
+def perform_publish(api, plan: PublishPlan, private: bool = False) -> str:
+    """Create the repo if needed, commit the release on its parent and tag it. Returns the commit."""
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if not plan.repo_exists:
+        api.create_repo(plan.repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True)
+    operations = [CommitOperationDelete(path) for path in plan.deletes] + [
+        CommitOperationAdd(path_in_repo=path, path_or_fileobj=str(plan.release_dir / path)) for path, _ in plan.uploads
+    ]
+    parent = plan.parent_commit
+    if parent is None:  # a new repo: the Hub may have made an initial commit (.gitattributes)
+        refs = api.list_repo_refs(plan.repo_id, repo_type=REPO_TYPE)
+        parent = next((b.target_commit for b in refs.branches if b.name == "main"), None)
+    try:
+        info = api.create_commit(
+            plan.repo_id, operations, repo_type=REPO_TYPE, parent_commit=parent,
+            commit_message=f"Release {plan.version}",
+            commit_description=f"hsi publish: {len(plan.uploads)} files, {len(plan.deletes)} deleted",
+        )
+    except HfHubHTTPError as exc:
+        status = getattr(exc.response, "status_code", None)
+        if status == 412:
+            raise PublishError(f"{plan.repo_id} changed since the plan was made (parent {parent} is no longer the head); nothing was committed, run again") from None
+        raise
+    commit = info.oid
+    try:
+        api.create_tag(plan.repo_id, tag=plan.version, revision=commit, repo_type=REPO_TYPE,
+                       tag_message=f"Hard-Spurious-ImageNet {plan.version}")
+    except HfHubHTTPError as exc:
+        if getattr(exc.response, "status_code", None) == 409:
+            raise PublishError(f"tag {plan.version} appeared on {plan.repo_id} meanwhile; it is not moved. The commit {commit} is untagged") from None
+        raise
+    return commit

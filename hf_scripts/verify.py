@@ -1,0 +1,53 @@
+"""`hsi verify ORG/NAME --version vX.Y.Z`: read a published version back and check it.
+
+The tag is resolved to its commit; every shard listed in each config's `_info.json` at that commit
+is downloaded and its sha256 and size compared with the manifest and with `_release.json`; then each
+config and split is streamed with `load_dataset(..., revision=...)` and the samples counted and their
+`json` checked against the schema. Problems are collected as lines; none means the version is intact.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from builder.schema import check_composite_json
+from builder.shards import sha256_file
+
+from .publish import REPO_TYPE, PublishError, version_tags
+
+
+def verify_release(api, repo_id: str, version: str, cache_dir: str | None = None) -> tuple[list[str], list[str]]:
+    """(report lines, problems) for the tagged version of `repo_id`."""
+    from datasets import load_dataset
+    from huggingface_hub import hf_hub_download
+
+    tags = version_tags(api.list_repo_refs(repo_id, repo_type=REPO_TYPE))
+    if version not in tags:
+        raise PublishError(f"{repo_id} has no tag {version}; it has {sorted(tags) or 'none'}")
+    commit = tags[version]
+    fetch = lambda path: hf_hub_download(repo_id, path, repo_type=REPO_TYPE, revision=commit, token=api.token, cache_dir=cache_dir)  # noqa: E731
+    release = json.loads(Path(fetch("_release.json")).read_text("utf-8"))
+    lines, problems = [f"{repo_id} {version} -> commit {commit}"], []
+    if release.get("version") != version:
+        problems.append(f"_release.json says version {release.get('version')!r}, the tag is {version}")
+    for config, listed in sorted(release["configs"].items()):
+        manifest = json.loads(Path(fetch(f"data/{config}/_info.json")).read_text("utf-8"))
+        for split, entry in sorted(manifest["splits"].items()):
+            if entry["shards"] != listed["splits"].get(split):
+                problems.append(f"{config}/{split}: _info.json and _release.json list different shards")
+            for shard in entry["shards"]:
+                local = Path(fetch(f"data/{config}/{shard['filename']}"))
+                if local.stat().st_size != shard["bytes"] or sha256_file(local) != shard["sha256"]:
+                    problems.append(f"{config}/{shard['filename']}: sha256 or size differs from the manifest")
+            count, bad = 0, 0
+            streamed = load_dataset(repo_id, config, split=split, streaming=True, revision=commit, token=api.token)
+            for sample in streamed:
+                count += 1
+                bad += bool(check_composite_json(sample["json"]))
+            if count != entry["num_samples"]:
+                problems.append(f"{config}/{split}: streamed {count} samples, the manifest says {entry['num_samples']}")
+            if bad:
+                problems.append(f"{config}/{split}: {bad} samples' json departs from the schema")
+            lines.append(f"{config}/{split}: {len(entry['shards'])} shards hashed, {count} samples streamed")
+    return lines, problems
