@@ -1,0 +1,248 @@
+"""The validation report: `validation.json` (every figure, machine-readable) and `validation.md`
+(readable, embedded by the card), written next to the dataset, with previews in `previews/`.
+
+The report holds no timestamps or machine paths, so the same dataset gives the same report.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builder import __version__
+from builder.shards import MANIFEST_NAME, read_manifest, write_json_atomic
+
+from .integrity import IntegrityResult, check_dataset
+from .scores import ScoreReport
+
+JSON_NAME = "validation.json"
+MD_NAME = "validation.md"
+PREVIEWS_DIR = "previews"
+SCORES_CSV = "scores_per_class.csv"
+SCORES_PLOT = "score_distributions.png"
+MAX_LISTED = 50  # failures / low-IoU images listed in the readable report (all are in the JSON)
+
+
+@dataclass
+class ValidationReport:
+    ok: bool
+    json_path: Path
+    md_path: Path
+    preview_paths: list[Path] = field(default_factory=list)
+    payload: dict = field(default_factory=dict)
+    integrity: IntegrityResult | None = None
+
+
+def tool_info() -> dict:
+    return {"name": "hard-spurious-imagenet", "version": __version__}
+
+
+def describe_target(folder: Path) -> dict:
+    try:
+        manifest = read_manifest(folder)
+    except (FileNotFoundError, ValueError):
+        return {"folder": folder.name, "stage": None}
+    return {
+        "folder": folder.name,
+        "stage": manifest.get("stage"),
+        "config": manifest.get("config"),
+        "fingerprint": manifest.get("fingerprint"),
+        "splits": {s: e.get("num_samples") for s, e in sorted(manifest.get("splits", {}).items())},
+    }
+
+
+def write_scores_outputs(scores: ScoreReport, out_dir: Path) -> dict:
+    from .scores import plot_distributions, write_class_csv
+
+    csv_path = out_dir / SCORES_CSV
+    plot_path = out_dir / PREVIEWS_DIR / SCORES_PLOT
+    plot_path.parent.mkdir(parents=True, exist_ok=True)
+    write_class_csv(scores.classes, csv_path)
+    plot_distributions(scores.classes, plot_path)
+    return {**scores.to_json(), "per_class_csv": SCORES_CSV, "plot": f"{PREVIEWS_DIR}/{SCORES_PLOT}"}
+
+
+def _fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _group_size_table(group_size: dict[str, int]) -> list[str]:
+    """Samples per group (rows, the paper's order first) and size (columns, ascending)."""
+    from .previews import PAPER_GROUPS
+
+    pairs = [name.rsplit("/", 1) for name in group_size]
+    groups = sorted({g for g, _ in pairs}, key=lambda g: (PAPER_GROUPS.index(g) if g in PAPER_GROUPS else len(PAPER_GROUPS), g))
+    sizes = sorted({s for _, s in pairs}, key=lambda s: (len(s), s))
+    rows = [f"| group | {' | '.join(f'{s} px' for s in sizes)} |", "|---|" + "---|" * len(sizes)]
+    rows += [f"| {g} | {' | '.join(str(group_size.get(f'{g}/{s}', 0)) for s in sizes)} |" for g in groups]
+    return rows
+
+
+def render_markdown(payload: dict) -> str:
+    target = payload["target"]
+    lines = [
+        "# Validation report",
+        "",
+        f"- Folder: `{target.get('folder')}` (stage: {target.get('stage')}, config: {target.get('config')}, "
+        f"fingerprint: `{target.get('fingerprint')}`)",
+        f"- Tool: {payload['tool']['name']} {payload['tool']['version']}",
+        f"- Result: **{'PASS' if payload['ok'] else 'FAIL'}**",
+    ]
+    integrity = payload.get("integrity")
+    if integrity:
+        lines += [
+            "",
+            "## Integrity",
+            "",
+            f"{integrity['shards_checked']} shards and {integrity['samples_checked']} samples checked "
+            f"against `{MANIFEST_NAME}`; {integrity['placements_compared']} pasted regions compared with their parts.",
+            "",
+        ]
+        if integrity["failures"]:
+            lines += ["| check | shard | key | detail |", "|---|---|---|---|"]
+            for failure in integrity["failures"][:MAX_LISTED]:
+                detail = failure["detail"].replace("|", "\\|")
+                lines.append(f"| {failure['check']} | {failure['shard'] or ''} | {failure['key'] or ''} | {detail} |")
+            if len(integrity["failures"]) > MAX_LISTED:
+                lines.append(f"\n... and {len(integrity['failures']) - MAX_LISTED} more in `{JSON_NAME}`.")
+        else:
+            lines.append("No failures: every shard, count, key, background and placement checks out.")
+        for split, counts in sorted(integrity.get("counts", {}).items()):
+            lines += ["", f"Split `{split}`: {counts.get('num_samples')} samples."]
+            group_size = counts.get("group_size")
+            if group_size:
+                lines += [""] + _group_size_table(group_size)
+    scores = payload.get("scores")
+    if scores:
+        summary = scores["summary"]
+        reference = summary.get("paper_reference", {})
+        lines += [
+            "",
+            "## Centre and size scores (the paper's section 3.3)",
+            "",
+            f"Over {summary.get('images')} images of {summary.get('classes')} classes, class-averaged means: "
+            f"centre {_fmt(summary.get('centre_class_mean'))}, size {_fmt(summary.get('size_class_mean'))} "
+            f"(the paper: {reference.get('centre_class_mean')} and {reference.get('size_class_mean')} over "
+            "ImageNet's official val boxes). Per class: "
+            f"`{scores['per_class_csv']}`; distributions: `{scores['plot']}`.",
+        ]
+        correlations = scores.get("accuracy_correlations")
+        if correlations:
+            lines += ["", f"Rank correlation with per-class accuracy ({correlations['classes']} classes):", "",
+                      "| score | Spearman | Kendall tau-b |", "|---|---|---|"]
+            for name in ("centre", "size"):
+                lines.append(f"| {name} | {_fmt(correlations[name]['spearman'])} | {_fmt(correlations[name]['kendall_tau_b'])} |")
+    detection = payload.get("detection")
+    if detection:
+        lines += [
+            "",
+            "## Box re-detection (Grounding DINO)",
+            "",
+            f"Detector `{detection['detector']}` ({detection['source']}), box threshold {detection['box_threshold']}, "
+            f"text threshold {detection['text_threshold']}. Weights sha256: "
+            + ", ".join(f"`{name}` {digest[:16]}..." for name, digest in sorted(detection["weights_sha256"].items())),
+            "",
+            f"Mean IoU over {detection['images']} images: {_fmt(detection['mean_iou'])} "
+            f"(class-averaged {_fmt(detection['class_mean_iou'])}; the paper reports 0.875). "
+            f"{len(detection['below_threshold'])} images below IoU {detection['iou_threshold']}"
+            + (":" if detection["below_threshold"] else "."),
+        ]
+        if detection["below_threshold"]:
+            lines += ["", "| image | wnid | mean IoU |", "|---|---|---|"]
+            lines += [f"| {row['image_id']} | {row['wnid']} | {row['mean_iou']:.3f} |" for row in detection["below_threshold"][:MAX_LISTED]]
+    if payload.get("previews"):
+        lines += ["", "## Previews", ""]
+        lines += [f"![{Path(p).stem}]({p})" for p in payload["previews"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out_dir: Path, payload: dict) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out_dir / JSON_NAME, out_dir / MD_NAME
+    write_json_atomic(json_path, payload)
+    md_path.write_text(render_markdown(payload), "utf-8")
+    return json_path, md_path
+
+
+def validate_dataset(dataset_dir: Path, *, parts_dir: Path | None = None, previews: bool = True,
+                     scores: ScoreReport | None | bool = None, detection: dict | None = None,
+                     tolerance: float | None = None, check_integrity: bool = True,
+                     report_dir: Path | None = None) -> ValidationReport:
+    """Validate a composed dataset (or a parts folder) and write the reports next to it.
+
+    `detection` is computed by the caller (it needs a detector and source images) and folded in.
+    `scores`: a computed ScoreReport, or None to compute them from the parts' boxes when parts are
+    at hand (a parts folder, or `parts_dir`), or False to leave them out.
+    """
+    from .integrity import DEFAULT_PLACEMENT_TOLERANCE
+
+    dataset_dir = Path(dataset_dir)
+    out_dir = Path(report_dir) if report_dir is not None else dataset_dir
+    integrity = None
+    if check_integrity:
+        integrity = check_dataset(dataset_dir, parts_dir, tolerance if tolerance is not None else DEFAULT_PLACEMENT_TOLERANCE)
+    target = describe_target(dataset_dir)
+    scores_error = None
+    if scores is None:
+        scores, scores_error = _scores_from_parts(dataset_dir if target.get("stage") == "extract" else parts_dir)
+    if scores is False:
+        scores = None
+    payload: dict = {
+        "tool": tool_info(),
+        "target": target,
+        "integrity": integrity.to_json() if integrity else None,
+        "scores": write_scores_outputs(scores, out_dir) if scores is not None else None,
+        "detection": detection,
+        "scores_error": scores_error,
+        "parts_checked": parts_dir is not None,
+    }
+    preview_paths: list[Path] = []
+    preview_errors: list[str] = []
+    if previews and integrity is not None and target.get("stage") in ("compose", "extract"):
+        preview_paths, preview_errors = make_previews(dataset_dir, target["stage"], out_dir / PREVIEWS_DIR, parts_dir)
+    if scores is not None:
+        preview_paths.append(out_dir / PREVIEWS_DIR / SCORES_PLOT)
+    payload["previews"] = [p.relative_to(out_dir).as_posix() for p in preview_paths]
+    payload["preview_errors"] = preview_errors
+    ok = integrity.ok if integrity is not None else True
+    payload["ok"] = ok
+    json_path, md_path = write_report(out_dir, payload)
+    return ValidationReport(ok, json_path, md_path, preview_paths, payload, integrity)
+
+
+def _scores_from_parts(parts_dir: Path | None) -> tuple[ScoreReport | None, str | None]:
+    """Scores from the parts' boxes, or why they could not be read (reported, never fatal here)."""
+    from .scores import boxes_from_parts, compute_scores
+
+    if parts_dir is None:
+        return None, None
+    try:
+        return compute_scores(boxes_from_parts(parts_dir)), None
+    except (OSError, ValueError, KeyError, tarfile.TarError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def make_previews(dataset_dir: Path, stage: str, previews_dir: Path,
+                  parts_dir: Path | None) -> tuple[list[Path], list[str]]:
+    """The contact sheet (composed datasets) and the parts grid (when parts are at hand), and why
+    a sheet could not be drawn (a dataset too broken to read; integrity names the cause)."""
+    from .previews import contact_sheet, parts_grid
+
+    made, errors = [], []
+    jobs = []
+    if stage == "compose":
+        jobs.append(("contact sheet", lambda: contact_sheet(dataset_dir, previews_dir / "contact_sheet.png")))
+    parts = dataset_dir if stage == "extract" else parts_dir
+    if parts is not None:
+        jobs.append(("parts grid", lambda: parts_grid(parts, previews_dir / "parts_grid.png")))
+    for name, draw in jobs:
+        try:
+            made.append(draw())
+        except (OSError, ValueError, KeyError, tarfile.TarError) as exc:
+            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+    return made, errors

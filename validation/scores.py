@@ -1,0 +1,326 @@
+"""The paper's per-class centre and size scores (Corner Cases, section 3.3) and their rank
+correlations with per-class accuracy.
+
+For an image of width W and height H, per box (x0, y0, x1, y1) in ImageNet's raw VOC corner values:
+  centre distance d = max(|cx - W/2| / (W/2), |cy - H/2| / (H/2)),  cx = (x0+x1)/2, cy = (y0+y1)/2
+  area fraction   a = (x1 - x0)(y1 - y0) / (W H)
+Per image: centre score = 1 - mean d over its boxes, size score = mean a. Per class: the mean over its
+images. The paper's class-averaged means over ImageNet's official val boxes are 0.747 (centre) and
+0.418 (size); a user with `LOC_val_solution.csv` can reproduce them with
+`hsi validate --scores --boxes-csv LOC_val_solution.csv --sizes-from VAL_IMAGES`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from builder.classes import class_of, is_known_wnid
+from builder.records import Box
+
+# The paper's class-averaged figures over the official ImageNet val boxes.
+PAPER_CENTRE_MEAN = 0.747
+PAPER_SIZE_MEAN = 0.418
+
+IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
+
+
+@dataclass(frozen=True)
+class ImageBoxes:
+    """One image's boxes and size: what the scores are computed from."""
+
+    image_id: str
+    wnid: str
+    width: int
+    height: int
+    boxes: tuple[Box, ...]
+
+
+@dataclass(frozen=True)
+class ImageScore:
+    image_id: str
+    wnid: str
+    centre: float
+    size: float
+
+
+@dataclass(frozen=True)
+class ClassScore:
+    wnid: str
+    name: str
+    images: int
+    centre: float
+    size: float
+
+
+def centre_distance(box: Box, width: int, height: int) -> float:
+    half_w, half_h = width / 2, height / 2
+    cx, cy = (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2
+    return max(abs(cx - half_w) / half_w, abs(cy - half_h) / half_h)
+
+
+def area_fraction(box: Box, width: int, height: int) -> float:
+    return (box.x1 - box.x0) * (box.y1 - box.y0) / (width * height)
+
+
+def score_image(item: ImageBoxes) -> ImageScore:
+    if not item.boxes:
+        raise ValueError(f"image {item.image_id} has no boxes to score")
+    if item.width <= 0 or item.height <= 0:
+        raise ValueError(f"image {item.image_id} has size {item.width}x{item.height}")
+    distances = [centre_distance(b, item.width, item.height) for b in item.boxes]
+    areas = [area_fraction(b, item.width, item.height) for b in item.boxes]
+    return ImageScore(item.image_id, item.wnid, 1.0 - float(np.mean(distances)), float(np.mean(areas)))
+
+
+def class_name(wnid: str) -> str:
+    return class_of(wnid).name if is_known_wnid(wnid) else ""
+
+
+def score_classes(image_scores: Iterable[ImageScore]) -> list[ClassScore]:
+    """Per-class means over images, sorted by wnid."""
+    grouped: dict[str, list[ImageScore]] = {}
+    for score in image_scores:
+        grouped.setdefault(score.wnid, []).append(score)
+    return [
+        ClassScore(
+            wnid,
+            class_name(wnid),
+            len(rows),
+            float(np.mean([r.centre for r in rows])),
+            float(np.mean([r.size for r in rows])),
+        )
+        for wnid, rows in sorted(grouped.items())
+    ]
+
+
+def summarise(classes: Sequence[ClassScore], images: Sequence[ImageScore]) -> dict:
+    """Class-averaged means (the paper's figures) plus image-averaged ones and the spread."""
+    if not classes:
+        return {"classes": 0, "images": 0}
+    centres = np.array([c.centre for c in classes])
+    sizes = np.array([c.size for c in classes])
+    return {
+        "classes": len(classes),
+        "images": len(images),
+        "centre_class_mean": float(centres.mean()),
+        "size_class_mean": float(sizes.mean()),
+        "centre_image_mean": float(np.mean([i.centre for i in images])),
+        "size_image_mean": float(np.mean([i.size for i in images])),
+        "centre_class_std": float(centres.std()),
+        "size_class_std": float(sizes.std()),
+        "paper_reference": {
+            "centre_class_mean": PAPER_CENTRE_MEAN,
+            "size_class_mean": PAPER_SIZE_MEAN,
+            "note": "over ImageNet's official val boxes (LOC_val_solution.csv), all 50,000 images",
+        },
+    }
+
+
+# --- inputs ---------------------------------------------------------------------------------
+
+
+def read_loc_solution(path: Path) -> dict[str, list[Box]]:
+    """`LOC_val_solution.csv` (ImageId,PredictionString with `wnid x0 y0 x1 y1` repeated) -> boxes."""
+    boxes: dict[str, list[Box]] = {}
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        if reader.fieldnames is None or not {"ImageId", "PredictionString"} <= set(reader.fieldnames):
+            raise ValueError(f"{path} is not in LOC_val_solution.csv format (ImageId,PredictionString)")
+        for line, row in enumerate(reader, start=2):
+            tokens = row["PredictionString"].split()
+            if not tokens or len(tokens) % 5:
+                raise ValueError(f"{path}:{line}: PredictionString must hold groups of 'wnid x0 y0 x1 y1'")
+            parsed = []
+            for i in range(0, len(tokens), 5):
+                wnid, *corners = tokens[i : i + 5]
+                x0, y0, x1, y1 = (int(float(v)) for v in corners)
+                parsed.append(Box(x0, y0, x1, y1, wnid))
+            boxes[row["ImageId"]] = parsed
+    return boxes
+
+
+def image_sizes_from_folder(root: Path, wanted: set[str] | None = None) -> dict[str, tuple[int, int]]:
+    """(width, height) of every image under `root` whose file stem is in `wanted` (header reads only)."""
+    from PIL import Image
+
+    sizes: dict[str, tuple[int, int]] = {}
+    for path in sorted(Path(root).rglob("*")):
+        if path.suffix.lower() not in IMAGE_SUFFIXES or (wanted is not None and path.stem not in wanted):
+            continue
+        try:
+            with Image.open(path) as image:
+                sizes[path.stem] = image.size
+        except OSError:
+            continue  # an unreadable image has no size; its boxes are reported as unscored
+    return sizes
+
+
+def image_sizes_from_parts(parts_dir: Path) -> dict[str, tuple[int, int]]:
+    return {item.image_id: (item.width, item.height) for item in boxes_from_parts(parts_dir)}
+
+
+def boxes_from_parts(parts_dir: Path, split: str | None = None) -> list[ImageBoxes]:
+    """Every parts sample's boxes and source size, read from its `json` member only."""
+    from builder.shards import iter_shard, manifest_shard_paths, read_manifest
+
+    manifest = read_manifest(parts_dir)
+    items = []
+    for path in manifest_shard_paths(parts_dir, manifest, split):
+        for key, members in iter_shard(path):
+            meta = json.loads(members["json"])
+            boxes = tuple(Box(b["x0"], b["y0"], b["x1"], b["y1"], b["wnid"]) for b in meta["boxes"])
+            items.append(ImageBoxes(key, meta["wnid"], int(meta["width"]), int(meta["height"]), boxes))
+    return sorted(items, key=lambda item: item.image_id)
+
+
+def boxes_from_loc_csv(csv_path: Path, sizes: dict[str, tuple[int, int]]) -> tuple[list[ImageBoxes], list[str]]:
+    """Join the CSV's boxes with image sizes; images without a known size are returned by id.
+
+    The image's class is its first box's wnid (ImageNet val images carry boxes of their label only).
+    """
+    items, unsized = [], []
+    for image_id, boxes in sorted(read_loc_solution(csv_path).items()):
+        if image_id not in sizes:
+            unsized.append(image_id)
+            continue
+        width, height = sizes[image_id]
+        items.append(ImageBoxes(image_id, boxes[0].wnid, width, height, tuple(boxes)))
+    return items, unsized
+
+
+def read_accuracy(path: Path) -> dict[str, float]:
+    """Per-class accuracy: a CSV with a `wnid` (or `class_index`) column and an `accuracy` column,
+    or a JSON object {wnid: accuracy}."""
+    from builder.classes import imagenet_classes
+
+    path = Path(path)
+    if path.suffix.lower() == ".json":
+        data = json.loads(path.read_text("utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} must hold a JSON object mapping wnid -> accuracy")
+        return {str(k): float(v) for k, v in data.items()}
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        fields = set(reader.fieldnames or ())
+        if "accuracy" not in fields or not fields & {"wnid", "class_index"}:
+            raise ValueError(f"{path} needs an 'accuracy' column and a 'wnid' or 'class_index' column")
+        by_index = {c.index: c.wnid for c in imagenet_classes()}
+        accuracy = {}
+        for row in reader:
+            wnid = row.get("wnid") or by_index[int(row["class_index"])]
+            accuracy[wnid] = float(row["accuracy"])
+    return accuracy
+
+
+# --- rank correlations (numpy; scipy is not a dependency) -----------------------------------
+
+
+def average_ranks(values: Sequence[float]) -> np.ndarray:
+    """1-based ranks with ties given their average rank (as scipy.stats.rankdata 'average')."""
+    data = np.asarray(values, dtype=float)
+    order = np.argsort(data, kind="mergesort")
+    ranks = np.empty(len(data), dtype=float)
+    sorted_values = data[order]
+    start = 0
+    while start < len(data):
+        end = start
+        while end + 1 < len(data) and sorted_values[end + 1] == sorted_values[start]:
+            end += 1
+        ranks[order[start : end + 1]] = (start + end) / 2 + 1
+        start = end + 1
+    return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rho: Pearson's correlation of the average ranks (nan when a side is constant)."""
+    rx, ry = average_ranks(x), average_ranks(y)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    denominator = math.sqrt(float((rx**2).sum() * (ry**2).sum()))
+    return float((rx * ry).sum() / denominator) if denominator else float("nan")
+
+
+def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
+    """Kendall's tau-b, which corrects for ties (scipy.stats.kendalltau's default)."""
+    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    upper = np.triu_indices(len(a), k=1)
+    dx = np.sign(a[:, None] - a[None, :])[upper]
+    dy = np.sign(b[:, None] - b[None, :])[upper]
+    concordant_minus_discordant = float((dx * dy).sum())
+    denominator = math.sqrt(float(np.count_nonzero(dx)) * float(np.count_nonzero(dy)))
+    return concordant_minus_discordant / denominator if denominator else float("nan")
+
+
+def correlate_with_accuracy(classes: Sequence[ClassScore], accuracy: dict[str, float]) -> dict:
+    """Spearman and Kendall correlations of per-class accuracy with each score, over shared classes."""
+    shared = [c for c in classes if c.wnid in accuracy]
+    acc = [accuracy[c.wnid] for c in shared]
+    result: dict = {"classes": len(shared), "classes_without_accuracy": len(classes) - len(shared)}
+    for score in ("centre", "size"):
+        values = [getattr(c, score) for c in shared]
+        enough = len(shared) >= 3
+        result[score] = {
+            "spearman": spearman(values, acc) if enough else None,
+            "kendall_tau_b": kendall_tau_b(values, acc) if enough else None,
+        }
+    return result
+
+
+# --- outputs --------------------------------------------------------------------------------
+
+
+def write_class_csv(classes: Sequence[ClassScore], path: Path) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(["wnid", "name", "images", "centre", "size"])
+        for c in classes:
+            writer.writerow([c.wnid, c.name, c.images, f"{c.centre:.6f}", f"{c.size:.6f}"])
+
+
+def plot_distributions(classes: Sequence[ClassScore], path: Path) -> None:
+    """Histograms of the per-class centre and size scores, side by side, with their means."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(9, 3.4), dpi=100)
+    for axis, score, colour in zip(axes, ("centre", "size"), ("tab:blue", "tab:orange")):
+        values = [getattr(c, score) for c in classes]
+        axis.hist(values, bins=min(30, max(5, len(values) // 3)), range=(0.0, 1.0), color=colour)
+        mean = float(np.mean(values)) if values else float("nan")
+        axis.axvline(mean, color="black", linestyle="--", linewidth=1)
+        axis.set_title(f"per-class {score} score (mean {mean:.3f})")
+        axis.set_xlabel(f"{score} score")
+        axis.set_ylabel("classes")
+    figure.tight_layout()
+    # no timestamps or software tags in the file, so re-runs give the same bytes
+    figure.savefig(path, format="png", metadata={"Software": None})
+    plt.close(figure)
+
+
+@dataclass
+class ScoreReport:
+    images: list[ImageScore]
+    classes: list[ClassScore]
+    summary: dict
+    correlations: dict | None = None
+
+    def to_json(self) -> dict:
+        payload = {"summary": self.summary}
+        if self.correlations is not None:
+            payload["accuracy_correlations"] = self.correlations
+        return payload
+
+
+def compute_scores(items: Sequence[ImageBoxes], accuracy: dict[str, float] | None = None) -> ScoreReport:
+    images = [score_image(item) for item in items if item.boxes]
+    classes = score_classes(images)
+    correlations = correlate_with_accuracy(classes, accuracy) if accuracy is not None else None
+    return ScoreReport(images, classes, summarise(classes, images), correlations)
