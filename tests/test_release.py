@@ -147,14 +147,14 @@ def test_stream_transform_and_batches(release):
 
 
 def test_end_to_end_compose_validate_release_load(tmp_path, monkeypatch):
-    compose = pytest.importorskip("builder.compose")
-    report = pytest.importorskip("validation.report")
+    from builder import compose
+    from validation import report
     from parts_factory import fake_images, write_parts
 
     parts = tmp_path / "parts"
     write_parts(parts, {"val": fake_images(["n01440764", "n01443537"], per_class=2)})
     summary = compose.compose_dataset(parts, "hard-spurious-imagenet", tmp_path / "composed", progress=False)
-    dataset = Path(getattr(summary, "dataset_dir", tmp_path / "composed" / "hard-spurious-imagenet"))
+    dataset = summary.dataset_dir
     assert report.validate_dataset(dataset, parts_dir=parts).ok
     folder = build_release(tmp_path / "rel" / "hard-spurious-imagenet", [dataset])
     monkeypatch.chdir(folder.parent)

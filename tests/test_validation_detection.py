@@ -7,8 +7,6 @@ import os
 import numpy as np
 import pytest
 
-pytest.importorskip("transformers")
-
 from builder.cli import main
 from builder.records import Box
 from builder.shards import sha256_file
