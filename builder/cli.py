@@ -13,8 +13,12 @@ from . import __version__
 # subcommand -> module providing `add_arguments(parser)`, `run(args) -> int` and a `HELP` line.
 SUBCOMMANDS: dict[str, str] = {
     "extract": "builder.commands.extract",
+    "compose": "builder.commands.compose",
     "demo": "builder.commands.demo",
+    "validate": "validation.command",
     "release": "cards.command",
+    "publish": "hf_scripts.command",
+    "verify": "hf_scripts.verify_command",
 }
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

@@ -144,6 +144,17 @@ def load_backends(config: ExtractConfig) -> tuple[Masker, Inpainter]:
     return _backend_cache[key]
 
 
+def unload_backends() -> None:
+    """Drop this process's models, e.g. before worker processes load their own on their GPUs."""
+    _backend_cache.clear()
+    try:
+        import torch
+    except ImportError:
+        return
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def describe_backends(masker: Masker, inpainter: Inpainter) -> dict:
     return {"masker": masker.info().to_json(), "inpainter": inpainter.info().to_json()}
 

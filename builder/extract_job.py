@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import yaml
 
 from . import __version__
 from .config import SettingsMismatch, canonical_json, differing_settings, fingerprint
-from .extract import ExtractConfig, ExtractShardBuilder, describe_backends, listing_digest, load_backends
+from .extract import ExtractConfig, ExtractShardBuilder, describe_backends, listing_digest, load_backends, unload_backends
 from .parts import PARTS_SCHEMA_VERSION
 from .records import Issue, count_by_reason
 from .runner import STATE_DIR, Stopwatch, plan_shards, remove_stale_temporaries, run_shards
@@ -134,7 +134,7 @@ def run_extract(
     progress: bool = True,
     runner: str = "local",
     ray_address: str | None = None,
-    num_gpus: int = 0,
+    gpus: Sequence[int] = (),
     announce: Callable[[str], None] = print,
 ) -> ExtractSummary:
     clock = Stopwatch()
@@ -162,12 +162,15 @@ def run_extract(
 
     plans = plan_shards(config.split, listing.records, config.shard_size)
     build = ExtractShardBuilder(config, str(parts_dir))
+    if runner == "ray" or gpus:
+        unload_backends()  # the models run in other processes; free this one's copy (and its GPU memory)
     if runner == "ray":
         from .ray_runner import run_shards_ray
 
-        results, reused = run_shards_ray(plans, build, parts_dir, address=ray_address, num_gpus=num_gpus, progress=progress)
+        results, reused = run_shards_ray(plans, build, parts_dir, address=ray_address, num_gpus=len(gpus), progress=progress)
     else:
-        results, reused = run_shards(plans, build, parts_dir, workers=workers, desc=f"extract {config.split}", progress=progress)
+        results, reused = run_shards(plans, build, parts_dir, workers=workers, desc=f"extract {config.split}",
+                                     progress=progress, worker_devices=[str(g) for g in gpus] or None)
 
     issues = sorted(listing.issues + [i for r in results for i in r.issues], key=lambda i: i.sort_key)
     by_reason = count_by_reason(issues)

@@ -118,6 +118,13 @@ def _init_worker(counter) -> None:
     _progress_counter = counter
 
 
+def _init_device_worker(counter, devices) -> None:
+    """One worker per GPU: pin this (freshly spawned) process to the next free GPU before torch
+    is imported, so `--device auto`/`cuda` means that GPU."""
+    _init_worker(counter)
+    os.environ["CUDA_VISIBLE_DEVICES"] = devices.get()
+
+
 def report_progress(n: int = 1) -> None:
     """Called by shard builders after each item; counts towards the progress bar."""
     if _progress_counter is not None:
@@ -139,11 +146,13 @@ def run_shards(
     desc: str = "shards",
     unit: str = "img",
     progress: bool = True,
+    worker_devices: Sequence[str] | None = None,
 ) -> tuple[list[ShardResult], int]:
     """Build every unfinished shard; return all results in plan order and how many were reused.
 
     `build` must be a picklable top-level callable (a function or a frozen dataclass instance)
-    when workers > 1.
+    when workers > 1. `worker_devices` (GPU indexes as strings, e.g. ["0", "1"]) runs one spawned
+    worker process per GPU, each seeing only its own GPU; it replaces `workers`.
     """
     global _progress_counter
     results: dict[int, ShardResult] = {}
@@ -156,18 +165,26 @@ def run_shards(
             results[position] = finished
     reused = len(results)
     total = sum(len(plan.items) for _, plan in todo)
-    context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+    # CUDA cannot be used in forked children, so GPU workers are spawned.
+    context = multiprocessing.get_context("fork" if os.name == "posix" and not worker_devices else "spawn")
     counter = context.Value("q", 0)
+    initializer, initargs = _init_worker, (counter,)
+    if worker_devices:
+        workers = len(worker_devices)
+        device_queue = context.Queue()
+        for device in worker_devices:
+            device_queue.put(str(device))
+        initializer, initargs = _init_device_worker, (counter, device_queue)
     bar = tqdm(total=total, desc=desc, unit=unit, disable=not progress or total == 0, smoothing=0.1)
     try:
-        if workers <= 1 or len(todo) <= 1:
+        if not worker_devices and (workers <= 1 or len(todo) <= 1):
             _progress_counter = counter
             for position, plan in todo:
                 results[position] = _build_and_record(build, out_dir, plan)
                 bar.update(counter.value - bar.n)
         else:
             with ProcessPoolExecutor(
-                max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(counter,)
+                max_workers=workers, mp_context=context, initializer=initializer, initargs=initargs
             ) as pool:
                 pending = {pool.submit(_build_and_record, build, out_dir, plan): pos for pos, plan in todo}
                 while pending:

@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=positive_int, help="images per masker/inpainter call (default 8)")
     parser.add_argument("--max-pixels", type=positive_int, help="refuse images with more pixels than this (decompression bombs)")
     parser.add_argument("--telea-radius", type=positive_int, help="neighbourhood radius of the telea inpainter (default 3)")
-    parser.add_argument("--sam-model", choices=["vit_h", "vit_l", "vit_b"], help="SAM architecture (default vit_h)")
+    parser.add_argument("--sam-model", choices=["vit_h", "vit_l", "vit_b", "auto"], help="SAM architecture (default vit_h; auto: read it from the checkpoint's tensor shapes)")
     parser.add_argument("--sam-checkpoint", help="SAM checkpoint file (or set HSI_SAM_CHECKPOINT)")
     parser.add_argument("--lama-checkpoint", help="big-lama TorchScript file (or set LAMA_MODEL)")
     parser.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
@@ -46,13 +46,21 @@ def build_config(args: argparse.Namespace):
 
 
 def parse_gpus(text: str | None) -> list[int]:
+    from ..config import ConfigError
+
     if not text:
         return []
     if text == "all":
         import torch
 
-        return list(range(torch.cuda.device_count()))
-    return [int(part) for part in text.split(",") if part.strip()]
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise ConfigError("--gpus all: no CUDA device is visible; leave --gpus out to run on the CPU")
+        return list(range(count))
+    try:
+        return sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise ConfigError(f"--gpus takes 'all' or GPU indexes like 0,1, got {text!r}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,9 +74,8 @@ def run(args: argparse.Namespace) -> int:
         gpus = parse_gpus(args.gpus)
         summary = run_extract(
             args.source, args.out, config, args.boxes,
-            workers=max(args.workers, len(gpus)) if gpus else args.workers,
-            overwrite=args.overwrite, progress=not args.no_progress,
-            runner=args.runner, ray_address=args.ray_address, num_gpus=len(gpus),
+            workers=args.workers, overwrite=args.overwrite, progress=not args.no_progress,
+            runner=args.runner, ray_address=args.ray_address, gpus=gpus,
         )
     except (BackendUnavailable, ConfigError, SettingsMismatch, SourceError) as exc:
         return fail("extract", str(exc))

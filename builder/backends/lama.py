@@ -1,0 +1,143 @@
+"""The `lama` inpainter: big-lama (Suvorov et al. 2022) as the TorchScript file that
+simple-lama-inpainting downloads, run through a thin wrapper of our own (that package pins
+numpy<2 and pillow<10).
+
+The model is called as `model(image, mask)`: image 1 x 3 x H x W float in [0, 1], mask
+1 x 1 x H x W float, 1 where to fill; it returns 1 x 3 x H x W in [0, 1]. The wrapper works at the
+image's full resolution: it pads the bottom and right edges to a multiple of 8 by mirroring
+(numpy's "symmetric" mode, as LaMa's own `pad_img_to_modulo` does; the mask is padded the same
+way), runs the model, crops back to H x W, rounds to uint8, and copies every unmasked pixel from the
+input so only the hole changes. Images with the same padded size share one forward pass.
+
+Determinism: the same as the SAM masker's: on one device type a result does not depend on the
+batch it ran in (tested on CPU); CPU and CUDA may differ in the last bit of some filled pixels.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections import defaultdict
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .base import BackendInfo, Inpainter
+from .torch_utils import (AdaptiveBatch, CheckpointSource, check_device_name, checkpoint_sha256, count_parameters,
+                          limit_threads_in_forked_child, resolve_device)
+
+PAD_MULTIPLE = 8
+PAD_MODE = "symmetric"
+SMOKE_SIDE = 64  # a load-time test call on a 64 x 64 image proves the file takes (image, mask)
+CHECKPOINT = CheckpointSource(
+    what="the big-lama TorchScript checkpoint",
+    flag="--lama-checkpoint",
+    variable="LAMA_MODEL",
+    published="the simple-lama-inpainting release on GitHub "
+    "(https://github.com/enesmsahin/simple-lama-inpainting/releases/download/v0.1.0/big-lama.pt)",
+)
+
+
+def padded_size(height: int, width: int, multiple: int = PAD_MULTIPLE) -> tuple[int, int]:
+    return -(-height // multiple) * multiple, -(-width // multiple) * multiple
+
+
+def pad_to_multiple(array: np.ndarray, multiple: int = PAD_MULTIPLE) -> np.ndarray:
+    """Mirror-pad the bottom and right of an H x W (x C) array up to multiples of `multiple`."""
+    height, width = array.shape[:2]
+    target_h, target_w = padded_size(height, width, multiple)
+    widths = [(0, target_h - height), (0, target_w - width)] + [(0, 0)] * (array.ndim - 2)
+    return np.pad(array, widths, mode=PAD_MODE)
+
+
+def load_lama(path: Path):
+    import torch
+
+    try:
+        with warnings.catch_warnings():
+            # torch marks TorchScript as deprecated; big-lama is only published in that form
+            warnings.simplefilter("ignore", FutureWarning)
+            model = torch.jit.load(str(path), map_location="cpu")
+    except Exception as exc:  # noqa: BLE001 - any failure to load means an unusable file
+        raise CHECKPOINT.unusable(path, f"not a TorchScript file: {type(exc).__name__}: {str(exc)[:200]}") from None
+    model.eval()
+    image = torch.full((1, 3, SMOKE_SIDE, SMOKE_SIDE), 0.5)
+    mask = torch.zeros((1, 1, SMOKE_SIDE, SMOKE_SIDE))
+    mask[..., SMOKE_SIDE // 4 : SMOKE_SIDE // 2, SMOKE_SIDE // 4 : SMOKE_SIDE // 2] = 1
+    try:
+        with torch.inference_mode():
+            out = model(image, mask)
+    except Exception as exc:  # noqa: BLE001
+        raise CHECKPOINT.unusable(path, f"calling it as model(image, mask) failed: {type(exc).__name__}: {str(exc)[:200]}") from None
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (1, 3, SMOKE_SIDE, SMOKE_SIDE):
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise CHECKPOINT.unusable(path, f"model(image, mask) returned {shape}, expected a 1 x 3 x H x W tensor")
+    return model
+
+
+class LamaInpainter(Inpainter):
+    def __init__(self, model, checkpoint: Path, sha256: str, device: str, batch_size: int) -> None:
+        self.model = model
+        self.checkpoint = checkpoint
+        self.sha256 = sha256
+        self.device_name = device
+        self.device = None  # resolved on first use, so a parent process never initialises CUDA
+        self.loaded_in_pid = os.getpid()
+        self.ready_in_pid: int | None = None
+        self.batch = AdaptiveBatch(batch_size, "LaMa")
+
+    def info(self) -> BackendInfo:
+        return BackendInfo(
+            "lama",
+            {"pad_multiple": PAD_MULTIPLE, "pad_mode": PAD_MODE, "rounding": "nearest", "parameters": count_parameters(self.model)},
+            checkpoint=self.checkpoint.name,
+            checkpoint_sha256=self.sha256,
+        )
+
+    def _ready(self):
+        if self.ready_in_pid != os.getpid():  # first use in this process (a worker may be a fork)
+            limit_threads_in_forked_child(self.loaded_in_pid)
+            self.device = resolve_device(self.device_name)
+            self.model.to(self.device)
+            self.ready_in_pid = os.getpid()
+        return self.device
+
+    def _run(self, padded: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
+        """Padded (image, mask) pairs of one size -> padded uint8 results."""
+        import torch
+
+        device = self._ready()
+        images = torch.from_numpy(np.stack([image for image, _ in padded])).to(device)
+        masks = torch.from_numpy(np.stack([mask for _, mask in padded])).to(device)
+        images = images.permute(0, 3, 1, 2).float().div(255.0)
+        masks = masks.unsqueeze(1).float()
+        with torch.inference_mode():
+            out = self.model(images, masks)
+        out = out.mul(255.0).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
+        return list(out)
+
+    def inpaint_batch(self, images: Sequence[np.ndarray], masks: Sequence[np.ndarray]) -> list[np.ndarray]:
+        results: list[np.ndarray | None] = [None] * len(images)
+        groups: dict[tuple[int, int], list[int]] = defaultdict(list)
+        for i, (image, mask) in enumerate(zip(images, masks)):
+            if mask.any():
+                groups[padded_size(*image.shape[:2])].append(i)
+            else:
+                results[i] = image.copy()
+        for size in sorted(groups):
+            members = groups[size]
+            padded = [(pad_to_multiple(images[i]), pad_to_multiple(masks[i].astype(np.uint8))) for i in members]
+            for i, out in zip(members, self.batch.run(padded, self._run)):
+                height, width = images[i].shape[:2]
+                filled = out[:height, :width]
+                results[i] = np.where(masks[i][..., None], filled, images[i])
+        return results  # type: ignore[return-value]
+
+
+def make_lama_inpainter(options) -> LamaInpainter:
+    """Factory for `--inpainter lama`: every check that can fail happens here, before any work."""
+    check_device_name(getattr(options, "device", "auto"))
+    path = CHECKPOINT.locate(getattr(options, "lama_checkpoint", None))
+    model = load_lama(path)
+    return LamaInpainter(model, path, checkpoint_sha256(path), options.device, getattr(options, "batch_size", 8))

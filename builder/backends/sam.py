@@ -1,0 +1,329 @@
+"""The `sam` masker: Segment Anything (Kirillov et al. 2023) prompted by each ground-truth box.
+
+Per image, as SamPredictor does: resize the long side to the encoder's input size, normalise, pad
+to a square and embed once; then prompt the mask decoder with every box of the image at once
+(multimask_output=True) and keep, per box, the mask with the highest predicted IoU (the paper's
+rule). Boxes are passed in ImageNet's VOC values as the paper's scripts did. Because every image is
+padded to the same square, any images share one encoder batch.
+
+Checkpoints are Meta's official files (vit_h by default; vit_l, vit_b), read from --sam-checkpoint
+or HSI_SAM_CHECKPOINT, loaded with torch.load(map_location="cpu") so a GPU-saved file opens
+anywhere, and checked against the architecture before any work.
+
+`--sam-model auto` builds the architecture the checkpoint's tensor shapes describe instead of a
+named one (image size, patch size, widths, depths, windows, global-attention blocks are all read
+from the shapes; the two head counts that shapes cannot tell are read from head widths or, for the
+mask decoder's transformer, are SAM's 8). It exists for fine-tuned or reduced SAMs, and the test
+suite uses it for a tiny SAM. It is never a fallback: a named model whose shapes do not match the
+file is an error that says what the file holds.
+
+Determinism: on one device type, a box's mask does not depend on which other images share its
+encoder batch (tested on CPU). Across device types (CPU vs CUDA) floats differ in the last bits, so
+a few pixels on a mask's border can differ.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..records import Box
+from . import BackendUnavailable
+from .base import BackendInfo, Masker
+from .torch_utils import (AdaptiveBatch, CheckpointSource, check_device_name, checkpoint_sha256, count_parameters,
+                          limit_threads_in_forked_child, resolve_device)
+
+SAM_MODELS = ("vit_h", "vit_l", "vit_b", "auto")
+CHECKPOINT = CheckpointSource(
+    what="the SAM checkpoint",
+    flag="--sam-checkpoint",
+    variable="HSI_SAM_CHECKPOINT",
+    published="Meta's segment-anything release (github.com/facebookresearch/segment-anything, "
+    "'Model Checkpoints'; e.g. https://dl.fbaipublicfiles.com/segment_anything/sam_vit_h_4b8939.pth)",
+)
+
+
+@dataclass(frozen=True)
+class SamArchitecture:
+    """What the tensor shapes of a SAM state_dict say about its architecture."""
+
+    image_size: int
+    patch_size: int
+    embed_dim: int
+    depth: int
+    num_heads: int
+    mlp_ratio: float
+    window_size: int
+    global_attn_indexes: tuple[int, ...]
+    qkv_bias: bool
+    use_rel_pos: bool
+    prompt_dim: int
+    mask_in_chans: int
+    num_multimask_outputs: int
+    decoder_depth: int
+    decoder_mlp_dim: int
+    decoder_heads: int
+    iou_head_depth: int
+    iou_head_hidden_dim: int
+
+
+# The geometry of Meta's three checkpoints (segment_anything/build_sam.py), to name what a file holds.
+OFFICIAL = {
+    "vit_h": (1280, 32, (7, 15, 23, 31)),
+    "vit_l": (1024, 24, (5, 11, 17, 23)),
+    "vit_b": (768, 12, (2, 5, 8, 11)),
+}
+SAM_DECODER_HEADS = 8  # every SAM's two-way transformer; head counts are invisible in shapes
+
+
+def _count(state: dict, prefix: str) -> int:
+    pattern = re.compile(rf"^{re.escape(prefix)}(\d+)\.")
+    indexes = {int(m.group(1)) for key in state if (m := pattern.match(key))}
+    return max(indexes) + 1 if indexes else 0
+
+
+def infer_architecture(state: dict) -> SamArchitecture:
+    """Read the architecture from a SAM state_dict; KeyError/ValueError when it is not one."""
+    patch = state["image_encoder.patch_embed.proj.weight"]
+    embed_dim, _, patch_size, _ = patch.shape
+    grid = state["image_encoder.pos_embed"].shape[1]
+    depth = _count(state, "image_encoder.blocks.")
+    if depth == 0:
+        raise ValueError("no image encoder blocks")
+    use_rel_pos = "image_encoder.blocks.0.attn.rel_pos_h" in state
+    if not use_rel_pos:
+        raise ValueError("encoder without relative positions (every SAM has them)")
+    spans = [state[f"image_encoder.blocks.{i}.attn.rel_pos_h"].shape[0] for i in range(depth)]
+    head_dim = state["image_encoder.blocks.0.attn.rel_pos_h"].shape[1]
+    global_spans = 2 * grid - 1
+    windowed = sorted({s for s in spans if s != global_spans})
+    if len(windowed) > 1:
+        raise ValueError(f"blocks disagree on the window size ({windowed})")
+    window_size = (windowed[0] + 1) // 2 if windowed else 0
+    global_attn = tuple(i for i, s in enumerate(spans) if s == global_spans) if windowed else ()
+    return SamArchitecture(
+        image_size=int(grid * patch_size),
+        patch_size=int(patch_size),
+        embed_dim=int(embed_dim),
+        depth=depth,
+        num_heads=int(embed_dim // head_dim),
+        mlp_ratio=state["image_encoder.blocks.0.mlp.lin1.weight"].shape[0] / embed_dim,
+        window_size=int(window_size),
+        global_attn_indexes=global_attn,
+        qkv_bias="image_encoder.blocks.0.attn.qkv.bias" in state,
+        use_rel_pos=use_rel_pos,
+        prompt_dim=int(state["image_encoder.neck.0.weight"].shape[0]),
+        mask_in_chans=int(state["prompt_encoder.mask_downscaling.6.weight"].shape[1]),
+        num_multimask_outputs=_count(state, "mask_decoder.output_hypernetworks_mlps.") - 1,
+        decoder_depth=_count(state, "mask_decoder.transformer.layers."),
+        decoder_mlp_dim=int(state["mask_decoder.transformer.layers.0.mlp.lin1.weight"].shape[0]),
+        decoder_heads=SAM_DECODER_HEADS,
+        iou_head_depth=_count(state, "mask_decoder.iou_prediction_head.layers."),
+        iou_head_hidden_dim=int(state["mask_decoder.iou_prediction_head.layers.0.weight"].shape[0]),
+    )
+
+
+def official_name(arch: SamArchitecture) -> str | None:
+    for name, (dim, depth, global_attn) in OFFICIAL.items():
+        if (arch.embed_dim, arch.depth, arch.global_attn_indexes, arch.image_size) == (dim, depth, global_attn, 1024):
+            return name
+    return None
+
+
+def build_sam(arch: SamArchitecture):
+    """A randomly initialised SAM of `arch`, made of segment-anything's own classes."""
+    import torch
+    from segment_anything.modeling import ImageEncoderViT, MaskDecoder, PromptEncoder, Sam, TwoWayTransformer
+
+    grid = arch.image_size // arch.patch_size
+    return Sam(
+        image_encoder=ImageEncoderViT(
+            img_size=arch.image_size,
+            patch_size=arch.patch_size,
+            embed_dim=arch.embed_dim,
+            depth=arch.depth,
+            num_heads=arch.num_heads,
+            mlp_ratio=arch.mlp_ratio,
+            out_chans=arch.prompt_dim,
+            qkv_bias=arch.qkv_bias,
+            norm_layer=partial(torch.nn.LayerNorm, eps=1e-6),
+            use_rel_pos=arch.use_rel_pos,
+            window_size=arch.window_size,
+            global_attn_indexes=arch.global_attn_indexes,
+        ),
+        prompt_encoder=PromptEncoder(
+            embed_dim=arch.prompt_dim,
+            image_embedding_size=(grid, grid),
+            input_image_size=(arch.image_size, arch.image_size),
+            mask_in_chans=arch.mask_in_chans,
+        ),
+        mask_decoder=MaskDecoder(
+            transformer_dim=arch.prompt_dim,
+            transformer=TwoWayTransformer(
+                depth=arch.decoder_depth,
+                embedding_dim=arch.prompt_dim,
+                mlp_dim=arch.decoder_mlp_dim,
+                num_heads=arch.decoder_heads,
+            ),
+            num_multimask_outputs=arch.num_multimask_outputs,
+            iou_head_depth=arch.iou_head_depth,
+            iou_head_hidden_dim=arch.iou_head_hidden_dim,
+        ),
+        pixel_mean=[123.675, 116.28, 103.53],
+        pixel_std=[58.395, 57.12, 57.375],
+    )
+
+
+def read_state_dict(path: Path) -> dict:
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any failure to unpickle means an unusable file
+        raise CHECKPOINT.unusable(path, f"not a readable torch checkpoint: {type(exc).__name__}: {str(exc)[:200]}") from None
+    if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
+        state = state["model"]  # training checkpoints wrap the weights
+    if not isinstance(state, dict):
+        raise CHECKPOINT.unusable(path, f"it holds a {type(state).__name__}, not a state_dict")
+    return state
+
+
+def load_sam(path: Path, model: str):
+    """Build the SAM `model` names (or the file's own architecture for `auto`) and load `path`."""
+    from segment_anything import sam_model_registry
+
+    if model not in SAM_MODELS:
+        raise BackendUnavailable(f"--sam-model must be one of {', '.join(SAM_MODELS)}, got {model!r}")
+    state = read_state_dict(path)
+    try:
+        arch = infer_architecture(state)
+    except (KeyError, ValueError, IndexError, AttributeError) as exc:
+        raise CHECKPOINT.unusable(path, f"not a SAM state_dict ({type(exc).__name__}: {exc})") from None
+    holds = official_name(arch) or f"a non-standard SAM (embed_dim {arch.embed_dim}, depth {arch.depth}, input {arch.image_size})"
+    if model == "auto":
+        sam = build_sam(arch)
+    elif official_name(arch) != model:
+        raise CHECKPOINT.unusable(path, f"--sam-model {model} was asked for but the file holds {holds}")
+    else:
+        sam = sam_model_registry[model]()
+    try:
+        sam.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise CHECKPOINT.unusable(path, f"its weights do not fit {model}: {str(exc)[:300]}") from None
+    return sam.eval(), arch
+
+
+class SamMasker(Masker):
+    def __init__(self, sam, arch: SamArchitecture, model: str, checkpoint: Path, sha256: str, device: str, batch_size: int) -> None:
+        self.sam = sam
+        self.arch = arch
+        self.model = model
+        self.checkpoint = checkpoint
+        self.sha256 = sha256
+        self.device_name = device
+        self.device = None  # resolved on first use, so a parent process never initialises CUDA
+        self.loaded_in_pid = os.getpid()
+        self.ready_in_pid: int | None = None
+        self.encoder_batch = AdaptiveBatch(batch_size, "the SAM image encoder")
+
+    def info(self) -> BackendInfo:
+        return BackendInfo(
+            "sam",
+            {
+                "model": official_name(self.arch) or "auto",
+                "architecture": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self.arch).items()},
+                "parameters": count_parameters(self.sam),
+                "box_prompt": "voc-inclusive",
+                "selection": "highest-predicted-iou",
+                "mask_threshold": float(self.sam.mask_threshold),
+            },
+            checkpoint=self.checkpoint.name,
+            checkpoint_sha256=self.sha256,
+        )
+
+    def _ready(self):
+        if self.ready_in_pid != os.getpid():  # first use in this process (a worker may be a fork)
+            limit_threads_in_forked_child(self.loaded_in_pid)
+            self.device = resolve_device(self.device_name)
+            self.sam.to(self.device)
+            self.ready_in_pid = os.getpid()
+        return self.device
+
+    def _input(self, image: np.ndarray):
+        """The resized (long side = encoder size) image as a 3 x h x w float tensor, and (h, w)."""
+        import torch
+        from segment_anything.utils.transforms import ResizeLongestSide
+
+        resized = ResizeLongestSide(self.arch.image_size).apply_image(image)
+        tensor = torch.as_tensor(resized).permute(2, 0, 1).contiguous().float()
+        return tensor, tuple(resized.shape[:2])
+
+    def embed(self, images: Sequence[np.ndarray]):
+        """Image embeddings (B x C x g x g) and each image's resized (h, w)."""
+        import torch
+
+        device = self._ready()
+        prepared = [self._input(image) for image in images]
+
+        def encode(chunk):
+            batch = torch.stack([self.sam.preprocess(t.to(device)) for t, _ in chunk])
+            with torch.inference_mode():
+                return list(self.sam.image_encoder(batch))
+
+        features = self.encoder_batch.run(prepared, encode)
+        return features, [size for _, size in prepared]
+
+    def decode(self, features, input_size: tuple[int, int], image: np.ndarray, boxes: Sequence[Box]) -> list[np.ndarray]:
+        """One boolean mask per box: of the multimask outputs, the one with the highest predicted IoU."""
+        import torch
+        from segment_anything.utils.transforms import ResizeLongestSide
+
+        device = self._ready()
+        original = image.shape[:2]
+        prompt = np.array([box.as_list() for box in boxes], dtype=np.float64)
+        prompt = ResizeLongestSide(self.arch.image_size).apply_boxes(prompt, original)
+        with torch.inference_mode():
+            sparse, dense = self.sam.prompt_encoder(points=None, boxes=torch.as_tensor(prompt, dtype=torch.float32, device=device), masks=None)
+            low_res, iou = self.sam.mask_decoder(
+                image_embeddings=features.unsqueeze(0),
+                image_pe=self.sam.prompt_encoder.get_dense_pe(),
+                sparse_prompt_embeddings=sparse,
+                dense_prompt_embeddings=dense,
+                multimask_output=True,
+            )
+            best = select_by_iou(low_res, iou)
+            masks = self.sam.postprocess_masks(best, input_size, original) > self.sam.mask_threshold
+        return [m for m in masks[:, 0].cpu().numpy()]
+
+    def masks_batch(self, images: Sequence[np.ndarray], boxes: Sequence[Sequence[Box]]) -> list[list[np.ndarray]]:
+        if not images:
+            return []
+        features, sizes = self.embed(images)
+        return [
+            self.decode(feature, size, image, image_boxes) if image_boxes else []
+            for feature, size, image, image_boxes in zip(features, sizes, images, boxes)
+        ]
+
+
+def select_by_iou(low_res_masks, iou_predictions):
+    """N x K x h x w mask logits and N x K predicted IoUs -> N x 1 x h x w: per box, the mask with
+    the highest predicted IoU (ties go to the first)."""
+    import torch
+
+    best = iou_predictions.argmax(dim=1)
+    return low_res_masks[torch.arange(low_res_masks.shape[0], device=low_res_masks.device), best].unsqueeze(1)
+
+
+def make_sam_masker(options) -> SamMasker:
+    """Factory for `--masker sam`: every check that can fail happens here, before any work."""
+    check_device_name(getattr(options, "device", "auto"))
+    path = CHECKPOINT.locate(getattr(options, "sam_checkpoint", None))
+    model = getattr(options, "sam_model", "vit_h")
+    sam, arch = load_sam(path, model)
+    return SamMasker(sam, arch, model, path, checkpoint_sha256(path), options.device, getattr(options, "batch_size", 8))

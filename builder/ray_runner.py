@@ -1,0 +1,130 @@
+"""The Ray runner (`hsi extract --runner ray [--ray-address ADDR]`): the local runner's contract on a
+Ray cluster. Needs the optional extra: pip install 'hard-spurious-imagenet[ray]'.
+
+Ray Data reads the planned shards (one row per unfinished shard) and maps them through a pool of
+actors; each actor holds the models (the shard builder, e.g. the picklable `ExtractShardBuilder`,
+loads them once per process) and builds whole shards, so the bytes are exactly the local runner's.
+With GPUs there is one actor per GPU, and Ray pins each actor to its own device
+(CUDA_VISIBLE_DEVICES), so `--device auto` or `cuda` means "this actor's GPU".
+
+Finished shards are skipped and recorded in the same `_state` records as the local runner's, so a
+run can be resumed by either runner. On a multi-node cluster the output folder must be on storage
+every node can write (a shared file system); actors write the shards where the driver reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .runner import ShardPlan, ShardResult, load_finished, record_finished
+
+
+class RayUnavailable(RuntimeError):
+    """Ray is not installed or the cluster cannot be reached."""
+
+
+def _import_ray():
+    try:
+        import ray
+        import ray.data  # noqa: F401 - the Data library is part of the [ray] extra
+    except ImportError as exc:
+        raise RayUnavailable(
+            f"--runner ray needs Ray Data ({exc.name} is missing); install it with: "
+            "pip install 'hard-spurious-imagenet[ray]'"
+        ) from None
+    return ray
+
+
+class ShardActor:
+    """A Ray Data map worker: builds the shards whose positions it is given."""
+
+    def __init__(self, plans: Sequence[ShardPlan], build: Callable[[ShardPlan], ShardResult], out_dir: str) -> None:
+        self.plans = plans
+        self.build = build
+        self.out_dir = Path(out_dir)
+
+    def __call__(self, batch: dict) -> dict:
+        positions, results = [], []
+        for position in batch["position"]:
+            plan = self.plans[int(position)]
+            result = self.build(plan)
+            record_finished(self.out_dir, plan, result)
+            positions.append(int(position))
+            results.append(json.dumps(result.to_json(), sort_keys=True))
+        return {"position": positions, "result": results}
+
+
+def actor_count(ray, todo: int, num_gpus: int, workers: int | None) -> int:
+    if num_gpus > 0:
+        return max(1, min(num_gpus, todo))
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    return max(1, min(workers or cpus, cpus, todo))
+
+
+def run_shards_ray(
+    plans: Sequence[ShardPlan],
+    build: Callable[[ShardPlan], ShardResult],
+    out_dir: Path,
+    *,
+    address: str | None = None,
+    num_gpus: int = 0,
+    workers: int | None = None,
+    progress: bool = True,
+) -> tuple[list[ShardResult], int]:
+    """Build every unfinished shard on Ray; return all results in plan order and how many were reused.
+
+    `address` is a cluster address (None: the running Ray of this process, else a new local one);
+    `num_gpus` > 0 starts one actor per GPU, each holding one; otherwise `workers` CPU actors (at
+    most the cluster's CPUs). Ray started here is shut down at the end; one started by the caller
+    is left running.
+    """
+    out_dir = Path(out_dir)
+    results: dict[int, ShardResult] = {}
+    todo: list[int] = []
+    for position, plan in enumerate(plans):
+        finished = load_finished(out_dir, plan)
+        if finished is None:
+            todo.append(position)
+        else:
+            results[position] = finished
+    reused = len(results)
+    if todo:
+        ray = _import_ray()
+        started_here = not ray.is_initialized()
+        if started_here:
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            try:
+                ray.init(address=address, include_dashboard=False, log_to_driver=progress)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise RayUnavailable(f"cannot start or reach Ray at {address or 'a new local instance'}: {exc}") from None
+        try:
+            results.update(_run_on_ray(ray, plans, todo, build, out_dir, num_gpus, workers, progress))
+        finally:
+            if started_here:
+                ray.shutdown()
+    return [results[position] for position in range(len(plans))], reused
+
+
+def _run_on_ray(ray, plans, todo, build, out_dir: Path, num_gpus: int, workers: int | None, progress: bool) -> dict[int, ShardResult]:
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = progress
+    dataset = ray.data.from_items([{"position": position} for position in todo], override_num_blocks=len(todo))
+    mapped = dataset.map_batches(
+        ShardActor,
+        batch_size=1,  # the shard is the unit of work; one row = one whole shard
+        compute=ray.data.ActorPoolStrategy(size=actor_count(ray, len(todo), num_gpus, workers)),
+        fn_constructor_kwargs={"plans": list(plans), "build": build, "out_dir": str(out_dir)},
+        num_gpus=1 if num_gpus > 0 else 0,
+        num_cpus=1,
+        batch_format="default",
+    )
+    built = {}
+    for row in mapped.iter_rows():
+        built[int(row["position"])] = ShardResult.from_json(json.loads(row["result"]))
+    missing = sorted(set(todo) - set(built))
+    if missing:
+        raise RuntimeError(f"Ray returned no result for shards {[plans[p].filename for p in missing]}")
+    return built

@@ -1,0 +1,99 @@
+"""Tiny, randomly initialised stand-ins for the real checkpoints, saved the way the real files are,
+so tests load them through the production loaders (`builder.backends.sam`, `builder.backends.lama`).
+
+- `write_tiny_sam`: a SAM built with segment-anything's own classes (64 px input, 2 encoder blocks,
+  32-wide), saved as a plain state_dict like Meta's .pth files. Load it with `--sam-model auto`.
+- `write_tiny_lama`: a TorchScript module with big-lama's call signature `model(image, mask)`. It
+  fills each hole with the mean of the known pixels in a 7 x 7 neighbourhood (repeated until the
+  hole is covered) and insists, like big-lama, on sides that are multiples of 8.
+"""
+
+from __future__ import annotations
+
+import warnings
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from segment_anything.modeling import ImageEncoderViT, MaskDecoder, PromptEncoder, Sam, TwoWayTransformer
+
+TINY_SAM_INPUT = 64
+
+
+def build_tiny_sam(seed: int = 0) -> Sam:
+    torch.manual_seed(seed)
+    grid = TINY_SAM_INPUT // 16
+    return Sam(
+        image_encoder=ImageEncoderViT(
+            img_size=TINY_SAM_INPUT,
+            patch_size=16,
+            embed_dim=32,
+            depth=2,
+            num_heads=2,
+            mlp_ratio=2.0,
+            out_chans=32,
+            qkv_bias=True,
+            norm_layer=partial(torch.nn.LayerNorm, eps=1e-6),
+            use_rel_pos=True,
+            window_size=2,
+            global_attn_indexes=(1,),
+        ),
+        prompt_encoder=PromptEncoder(
+            embed_dim=32, image_embedding_size=(grid, grid), input_image_size=(TINY_SAM_INPUT, TINY_SAM_INPUT), mask_in_chans=8
+        ),
+        mask_decoder=MaskDecoder(
+            transformer_dim=32,
+            transformer=TwoWayTransformer(depth=2, embedding_dim=32, mlp_dim=64, num_heads=8),
+            num_multimask_outputs=3,
+            iou_head_depth=3,
+            iou_head_hidden_dim=32,
+        ),
+        pixel_mean=[123.675, 116.28, 103.53],
+        pixel_std=[58.395, 57.12, 57.375],
+    ).eval()
+
+
+def write_tiny_sam(folder: Path, seed: int = 0, name: str = "sam_tiny.pth") -> Path:
+    path = Path(folder) / name
+    torch.save(build_tiny_sam(seed).state_dict(), path)
+    return path
+
+
+class TinyLama(torch.nn.Module):
+    """Neighbourhood-mean hole filling with big-lama's interface; one learnable output gain."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gain = torch.nn.Parameter(torch.ones(1))
+
+    def forward(self, image: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if image.shape[2] % 8 != 0 or image.shape[3] % 8 != 0:
+            raise ValueError("big-lama needs sides that are multiples of 8")
+        known = 1.0 - mask
+        filled = image * known
+        weight = known
+        for _ in range(64):
+            if bool((weight > 0).all()):
+                break
+            total = F.avg_pool2d(filled, 7, stride=1, padding=3, count_include_pad=False)
+            count = F.avg_pool2d(weight, 7, stride=1, padding=3, count_include_pad=False)
+            grown = (count > 0).float()
+            estimate = total / count.clamp_min(1e-12)
+            filled = filled * (weight > 0).float() + estimate * grown * (weight == 0).float()
+            weight = torch.maximum((weight > 0).float(), grown)
+        return (filled * self.gain).clamp(0.0, 1.0)
+
+
+def write_tiny_lama(folder: Path, name: str = "big-lama-tiny.pt") -> Path:
+    path = Path(folder) / name
+    with warnings.catch_warnings():  # torch marks TorchScript deprecated; big-lama is only published so
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.jit.save(torch.jit.script(TinyLama().eval()), str(path))
+    return path
+
+
+def tiny_lama_reference(image, mask):
+    """What `TinyLama` gives for float tensors, computed eagerly (for expected values in tests)."""
+    with torch.no_grad():
+        return TinyLama()(image, mask)
