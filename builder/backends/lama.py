@@ -15,7 +15,6 @@ batch it ran in (tested on CPU); CPU and CUDA may differ in the last bit of some
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections import defaultdict
 from pathlib import Path
@@ -24,8 +23,8 @@ from typing import Sequence
 import numpy as np
 
 from .base import BackendInfo, Inpainter
-from .torch_utils import (AdaptiveBatch, CheckpointSource, check_device_name, checkpoint_sha256, count_parameters,
-                          limit_threads_in_forked_child, resolve_device)
+from .torch_utils import (AdaptiveBatch, CheckpointSource, ProcessLocalModel, check_device_name, checkpoint_sha256,
+                          count_parameters)
 
 PAD_MULTIPLE = 8
 PAD_MODE = "symmetric"
@@ -81,10 +80,7 @@ class LamaInpainter(Inpainter):
         self.model = model
         self.checkpoint = checkpoint
         self.sha256 = sha256
-        self.device_name = device
-        self.device = None  # resolved on first use, so a parent process never initialises CUDA
-        self.loaded_in_pid = os.getpid()
-        self.ready_in_pid: int | None = None
+        self.placement = ProcessLocalModel(model, device)
         self.batch = AdaptiveBatch(batch_size, "LaMa")
 
     def info(self) -> BackendInfo:
@@ -96,12 +92,7 @@ class LamaInpainter(Inpainter):
         )
 
     def _ready(self):
-        if self.ready_in_pid != os.getpid():  # first use in this process (a worker may be a fork)
-            limit_threads_in_forked_child(self.loaded_in_pid)
-            self.device = resolve_device(self.device_name)
-            self.model.to(self.device)
-            self.ready_in_pid = os.getpid()
-        return self.device
+        return self.placement.ready()
 
     def _run(self, padded: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
         """Padded (image, mask) pairs of one size -> padded uint8 results."""

@@ -24,7 +24,6 @@ a few pixels on a mask's border can differ.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -36,8 +35,8 @@ import numpy as np
 from ..records import Box
 from . import BackendUnavailable
 from .base import BackendInfo, Masker
-from .torch_utils import (AdaptiveBatch, CheckpointSource, check_device_name, checkpoint_sha256, count_parameters,
-                          limit_threads_in_forked_child, resolve_device)
+from .torch_utils import (AdaptiveBatch, CheckpointSource, ProcessLocalModel, check_device_name, checkpoint_sha256,
+                          count_parameters)
 
 SAM_MODELS = ("vit_h", "vit_l", "vit_b", "auto")
 CHECKPOINT = CheckpointSource(
@@ -226,10 +225,7 @@ class SamMasker(Masker):
         self.model = model
         self.checkpoint = checkpoint
         self.sha256 = sha256
-        self.device_name = device
-        self.device = None  # resolved on first use, so a parent process never initialises CUDA
-        self.loaded_in_pid = os.getpid()
-        self.ready_in_pid: int | None = None
+        self.placement = ProcessLocalModel(sam, device)
         self.encoder_batch = AdaptiveBatch(batch_size, "the SAM image encoder")
 
     def info(self) -> BackendInfo:
@@ -248,12 +244,7 @@ class SamMasker(Masker):
         )
 
     def _ready(self):
-        if self.ready_in_pid != os.getpid():  # first use in this process (a worker may be a fork)
-            limit_threads_in_forked_child(self.loaded_in_pid)
-            self.device = resolve_device(self.device_name)
-            self.sam.to(self.device)
-            self.ready_in_pid = os.getpid()
-        return self.device
+        return self.placement.ready()
 
     def _input(self, image: np.ndarray):
         """The resized (long side = encoder size) image as a 3 x h x w float tensor, and (h, w)."""

@@ -149,5 +149,26 @@ def limit_threads_in_forked_child(loaded_in_pid: int) -> None:
         torch.set_num_threads(1)
 
 
+class ProcessLocalModel:
+    """A model that is moved to its device on first use in each process: a parent that only loads
+    and describes it never initialises CUDA, and a forked worker sets itself up on its own."""
+
+    def __init__(self, module, device_name: str) -> None:
+        self.module = module
+        self.device_name = device_name
+        self.device = None
+        self.loaded_in_pid = os.getpid()
+        self.ready_in_pid: int | None = None
+
+    def ready(self):
+        """The module's device, after moving it there if this process has not used it yet."""
+        if self.ready_in_pid != os.getpid():
+            limit_threads_in_forked_child(self.loaded_in_pid)
+            self.device = resolve_device(self.device_name)
+            self.module.to(self.device)
+            self.ready_in_pid = os.getpid()
+        return self.device
+
+
 def count_parameters(module) -> int:
     return int(sum(p.numel() for p in module.parameters()))
