@@ -44,7 +44,7 @@ from .backgrounds import (
 from .classes import class_of, imagenet_classes
 from .config import ConfigError, check_settings, fingerprint, save_settings
 from .geometry import object_size, paste, place, position_token, resize_mask, resize_rgb, round_half_up
-from .parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, decode_png
+from .parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, decode_canvas, decode_png
 from .records import Issue, count_by_reason
 from .runner import (
     ShardPlan,
@@ -64,7 +64,7 @@ TOOL_NAME = "hard-spurious-imagenet"
 SPEC_NAME = "spec.yaml"
 CACHE_DIR = "_cache"
 NEEDED_MEMBERS = ("crop.png", "mask.png", "background.png")
-OPTIONAL_MEMBERS = ("canvas.png",)  # the background pre-resized by extract (see builder.parts)
+OPTIONAL_MEMBERS = ("canvas.npy",)  # the background pre-resized by extract (see builder.parts)
 
 # The paper's groups: which placements and backgrounds they are, and their tiers at 224 px.
 PAPER_POSITIONS = {"center": "Ce", "top-right": "Co", "random-corner": "Co"}
@@ -322,8 +322,8 @@ class _MemberReader:
 def read_canvas_background(reader: _MemberReader, ref: PartsRef, canvas: int, resize_filter: str) -> np.ndarray:
     """A donor's background at canvas size: extract's pre-resized copy when it is the same resize
     (identical bytes, a fraction of the decoding), else the full-resolution one resized here."""
-    if canvas == PARTS_CANVAS_SIZE and resize_filter == PARTS_CANVAS_FILTER and ref.has("canvas.png"):
-        return decode_png(reader.read(ref, "canvas.png"))
+    if canvas == PARTS_CANVAS_SIZE and resize_filter == PARTS_CANVAS_FILTER and ref.has("canvas.npy"):
+        return decode_canvas(reader.read(ref, "canvas.npy"))
     return canvas_background(decode_png(reader.read(ref, "background.png")), canvas, resize_filter)
 
 

@@ -8,9 +8,11 @@ parts sample per usable image (see `builder.parts`). Bad images become issue row
 from __future__ import annotations
 
 import json
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import cv2
 import numpy as np
@@ -21,7 +23,7 @@ from .classes import class_of
 from .config import ConfigError, fingerprint
 from .images import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image
 from .backgrounds import canvas_background
-from .parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, PARTS_SCHEMA_VERSION, encode_png
+from .parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, PARTS_SCHEMA_VERSION, encode_canvas, encode_png
 from .records import Box, Issue, SourceImage
 from .runner import ShardPlan, ShardResult, report_progress
 from .shards import write_shard
@@ -40,6 +42,7 @@ class ExtractConfig:
     object_box: str = "largest"
     shard_size: int = 256
     batch_size: int = 8
+    io_threads: int = 4  # threads decoding JPEGs ahead and encoding PNGs behind the models (not in the output)
     max_pixels: int = DEFAULT_MAX_PIXELS
     telea_radius: int = 3
     # model backends (see builder.backends); paths are inputs, their sha256 is what is recorded
@@ -53,7 +56,7 @@ class ExtractConfig:
             raise ConfigError(f"--object-box must be one of {', '.join(OBJECT_BOX_RULES)}, got {self.object_box!r}")
         if self.dilation < 0:
             raise ConfigError(f"--dilation must be 0 (off) or a positive kernel side, got {self.dilation}")
-        for name in ("shard_size", "batch_size", "max_pixels"):
+        for name in ("shard_size", "batch_size", "max_pixels", "io_threads"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
 
@@ -159,9 +162,21 @@ def describe_backends(masker: Masker, inpainter: Inpainter) -> dict:
     return {"masker": masker.info().to_json(), "inpainter": inpainter.info().to_json()}
 
 
+@dataclass
+class _RawParts:
+    """The arrays of one parts sample before encoding (encoding runs in I/O threads)."""
+
+    key: str
+    crop: np.ndarray
+    mask: np.ndarray
+    background: np.ndarray
+    erase: np.ndarray
+    meta: dict
+
+
 def extract_batch(decoded: list[_Decoded], masker: Masker, inpainter: Inpainter, config: ExtractConfig,
-                  backends: dict) -> list[tuple[str, dict[str, bytes]]]:
-    """Masks, erase masks, inpainted backgrounds and encoded parts for a batch of decoded images."""
+                  backends: dict) -> list[_RawParts]:
+    """Masks, erase masks and inpainted backgrounds for a batch of decoded images."""
     masks = masker.masks_batch([d.image for d in decoded], [d.boxes for d in decoded])
     erase_masks = []
     for item, box_masks in zip(decoded, masks):
@@ -170,22 +185,27 @@ def extract_batch(decoded: list[_Decoded], masker: Masker, inpainter: Inpainter,
             union |= mask
         erase_masks.append(dilate(union, config.dilation))
     backgrounds = inpainter.inpaint_batch([d.image for d in decoded], erase_masks)
-    samples = []
+    raw = []
     for item, box_masks, erase, background in zip(decoded, masks, erase_masks, backgrounds):
         index = choose_object_box(item.boxes, item.record.wnid, config.object_box)
         box = item.boxes[index]
         window = (slice(box.y0, box.y1 + 1), slice(box.x0, box.x1 + 1))
         meta = parts_metadata(item.record, item.image, item.boxes, index, item.conversions, config, backends)
-        samples.append((item.record.image_id, {
-            "crop.png": encode_png(np.ascontiguousarray(item.image[window])),
-            "mask.png": encode_png(box_masks[index][window].astype(np.uint8) * 255),
-            "background.png": encode_png(background),
-            "canvas.png": encode_png(canvas_background(background, PARTS_CANVAS_SIZE, PARTS_CANVAS_FILTER)),
-            "erase.png": encode_png(erase.astype(np.uint8) * 255),
-            "json": json.dumps(meta, sort_keys=True).encode("utf-8"),
-            "cls": str(meta["class_index"]).encode("ascii"),
-        }))
-    return samples
+        raw.append(_RawParts(item.record.image_id, np.ascontiguousarray(item.image[window]),
+                             box_masks[index][window], background, erase, meta))
+    return raw
+
+
+def encode_parts(raw: _RawParts) -> tuple[str, dict[str, bytes]]:
+    return raw.key, {
+        "crop.png": encode_png(raw.crop),
+        "mask.png": encode_png(raw.mask.astype(np.uint8) * 255),
+        "background.png": encode_png(raw.background),
+        "canvas.npy": encode_canvas(canvas_background(raw.background, PARTS_CANVAS_SIZE, PARTS_CANVAS_FILTER)),
+        "erase.png": encode_png(raw.erase.astype(np.uint8) * 255),
+        "json": json.dumps(raw.meta, sort_keys=True).encode("utf-8"),
+        "cls": str(raw.meta["class_index"]).encode("ascii"),
+    }
 
 
 @dataclass(frozen=True)
@@ -195,12 +215,12 @@ class ExtractShardBuilder:
     config: ExtractConfig
     out_dir: str
 
-    def decode(self, record: SourceImage, issues: list[Issue]) -> _Decoded | None:
+    def decode(self, record: SourceImage) -> tuple[_Decoded | None, list[Issue]]:
+        issues: list[Issue] = []
         try:
             decoded = decode_image(Path(record.path), self.config.max_pixels)
         except ImageDecodeError as exc:
-            issues.append(Issue(record.image_id, exc.reason, exc.detail, "extract"))
-            return None
+            return None, [Issue(record.image_id, exc.reason, exc.detail, "extract")]
         height, width = decoded.rgb.shape[:2]
         for reason, detail in decoded.notes:
             issues.append(Issue(record.image_id, reason, detail, "extract"))
@@ -208,24 +228,43 @@ class ExtractShardBuilder:
         issues.extend(box_issues)
         if not boxes:
             issues.append(Issue(record.image_id, "no-valid-box", "no box is left inside the image", "extract"))
-            return None
-        return _Decoded(record, decoded.rgb, boxes, [reason for reason, _ in decoded.notes])
+            return None, issues
+        return _Decoded(record, decoded.rgb, boxes, [reason for reason, _ in decoded.notes]), issues
+
+    def decoded_batches(self, pool: ThreadPoolExecutor, records: Sequence[SourceImage]) -> Iterator[list]:
+        """Batches of (decoded, issues) in record order, decoded in I/O threads up to two batches
+        ahead, so the models (on a GPU) do not wait for JPEG decoding. Pillow releases the GIL."""
+        size = self.config.batch_size
+        ahead: deque = deque(pool.submit(self.decode, r) for r in records[: 2 * size])
+        upcoming = iter(records[2 * size :])
+        batch = []
+        while ahead:
+            batch.append(ahead.popleft().result())
+            following = next(upcoming, None)
+            if following is not None:
+                ahead.append(pool.submit(self.decode, following))
+            if len(batch) == size or not ahead:
+                yield batch
+                batch = []
 
     def __call__(self, plan: ShardPlan) -> ShardResult:
         masker, inpainter = load_backends(self.config)
         backends = describe_backends(masker, inpainter)
         issues: list[Issue] = []
-        samples = []
-        records: Sequence[SourceImage] = plan.items
-        for start in range(0, len(records), self.config.batch_size):
-            chunk = records[start : start + self.config.batch_size]
-            decoded = [d for d in (self.decode(r, issues) for r in chunk) if d is not None]
-            if decoded:
-                samples.extend(extract_batch(decoded, masker, inpainter, self.config, backends))
-            report_progress(len(chunk))
+        encoded = []
+        with ThreadPoolExecutor(max_workers=self.config.io_threads) as pool:
+            for batch in self.decoded_batches(pool, plan.items):
+                for _, found in batch:
+                    issues.extend(found)
+                decoded = [item for item, _ in batch if item is not None]
+                if decoded:
+                    raw = extract_batch(decoded, masker, inpainter, self.config, backends)
+                    encoded.extend(pool.submit(encode_parts, r) for r in raw)  # PNG encoding overlaps the next batch
+                report_progress(len(batch))
+            samples = [future.result() for future in encoded]
         stats = write_shard(Path(self.out_dir) / plan.filename, samples)
         issues.sort(key=lambda issue: issue.sort_key)
-        return ShardResult(stats, issues, {"images": len(records), "samples": len(samples)})
+        return ShardResult(stats, issues, {"images": len(plan.items), "samples": len(samples)})
 
 
 def config_from_mapping(values: dict) -> ExtractConfig:

@@ -5,8 +5,9 @@ Members of one parts sample (key = source image id):
   mask.png        L, 0/255, crop-sized: the masker's object mask (before dilation)
   background.png  RGB, the image at full resolution with every box erased and inpainted
   erase.png       L, 0/255, full resolution: the dilated mask that was inpainted
-  canvas.png      RGB, the background resized (bicubic) to the default 224 x 224 canvas: compose
-                  decodes this small image instead of the full one when its canvas matches
+  canvas.npy      uint8 224 x 224 x 3 (NumPy .npy): the background resized (bicubic) to the default
+                  compose canvas, stored raw because compose reads it for every image and a PNG
+                  decode costs as much as five JPEG encodes of the composites
   json            metadata (see `parts_metadata`), sorted keys
   cls             ImageNet class index 0-999 as ASCII digits
 """
@@ -25,8 +26,8 @@ from PIL import Image
 from .shards import iter_shard, manifest_shard_paths, read_manifest
 
 PARTS_SCHEMA_VERSION = 1
-PARTS_MEMBERS = ("background.png", "canvas.png", "cls", "crop.png", "erase.png", "json", "mask.png")
-# The canvas.png member: the background exactly as compose would resize it for this canvas.
+PARTS_MEMBERS = ("background.png", "canvas.npy", "cls", "crop.png", "erase.png", "json", "mask.png")
+# The canvas.npy member: the background exactly as compose would resize it for this canvas.
 PARTS_CANVAS_SIZE = 224
 PARTS_CANVAS_FILTER = "bicubic"
 
@@ -36,6 +37,21 @@ def encode_png(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     Image.fromarray(array).save(buffer, format="PNG", compress_level=3)
     return buffer.getvalue()
+
+
+def encode_canvas(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(array, dtype=np.uint8), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def decode_canvas(data: bytes) -> np.ndarray:
+    """The canvas-sized background; refuses anything but a 224 x 224 x 3 uint8 array."""
+    array = np.load(io.BytesIO(data), allow_pickle=False)
+    expected = (PARTS_CANVAS_SIZE, PARTS_CANVAS_SIZE, 3)
+    if array.dtype != np.uint8 or array.shape != expected:
+        raise ValueError(f"canvas.npy holds {array.dtype} {array.shape}, expected uint8 {expected}")
+    return array
 
 
 def decode_png(data: bytes) -> np.ndarray:

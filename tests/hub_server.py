@@ -19,6 +19,10 @@ base64 blob, so the LFS batch API and hf_xet uploads are never exercised); pull 
 other than main, commit listings, deletions of repos, rate limits, pagination, the dataset viewer and
 parquet conversions; persistence (all is lost when the server stops). Commit ids are sha1 digests of
 the commit content, not git's object ids.
+
+It plays no part in the git mirror (`hsi publish --to-git`): the read side of that path is covered by
+a real Hugging Face-compatible mirror, olah serving the local git repository, in
+tests/test_git_mirror_olah.py.
 """
 
 from __future__ import annotations

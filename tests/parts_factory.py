@@ -24,7 +24,7 @@ from builder import __version__
 from builder.classes import class_of
 from builder.config import fingerprint
 from builder.backgrounds import canvas_background
-from builder.parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, PARTS_SCHEMA_VERSION, encode_png
+from builder.parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, PARTS_SCHEMA_VERSION, encode_canvas, encode_png
 from builder.shards import MANIFEST_NAME, ERRORS_NAME, split_entry, write_json_atomic, write_jsonl_atomic, write_shard
 
 FAKE_BACKENDS = {
@@ -113,7 +113,7 @@ def parts_sample(image: FakeImage) -> tuple[str, dict[str, bytes]]:
         "crop.png": encode_png(arrays["crop"]),
         "mask.png": encode_png(arrays["mask"].astype(np.uint8) * 255),
         "background.png": encode_png(arrays["background"]),
-        "canvas.png": encode_png(canvas_background(arrays["background"], PARTS_CANVAS_SIZE, PARTS_CANVAS_FILTER)),
+        "canvas.npy": encode_canvas(canvas_background(arrays["background"], PARTS_CANVAS_SIZE, PARTS_CANVAS_FILTER)),
         "erase.png": encode_png(arrays["erase"].astype(np.uint8) * 255),
         "json": json.dumps(meta, sort_keys=True).encode("utf-8"),
         "cls": str(cls.index).encode("ascii"),

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
 import tarfile
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -271,7 +276,7 @@ def test_an_unreadable_background_drops_only_the_composites_that_need_it(tmp_pat
     shard = parts / "val-00000.tar"
     raw = bytearray(shard.read_bytes())
     with tarfile.open(shard) as tar:  # both copies of the background: full size and canvas size
-        for member in ("background.png", "canvas.png"):
+        for member in ("background.png", "canvas.npy"):
             info = tar.getmember(f"{broken}.{member}")
             raw[info.offset_data : info.offset_data + info.size] = b"\0" * info.size
     shard.write_bytes(bytes(raw))
@@ -283,3 +288,30 @@ def test_an_unreadable_background_drops_only_the_composites_that_need_it(tmp_pat
     assert sorted(r["image_id"] for r in rows) == sorted([broken, *receivers])
     assert all(r["reason"] == "unreadable-parts" and "background" in r["detail"] for r in rows)
     assert not (summary.dataset_dir / "_cache").exists()
+
+
+def test_compose_killed_with_sigkill_resumes_to_identical_output(tmp_path):
+    parts = tmp_path / "parts"
+    write_parts(parts, {"val": fake_images(WNIDS, per_class=12, textured=True)}, shard_size=6)
+
+    def command(out: Path) -> list[str]:
+        return [sys.executable, "-m", "builder.cli", "compose", "--no-progress", "--parts", str(parts),
+                "--out", str(out), "--shard-size", "12"]  # one source image per shard: many shards
+
+    assert subprocess.run(command(tmp_path / "clean"), check=False).returncode == 0
+    process = subprocess.Popen(command(tmp_path / "killed"), start_new_session=True)
+    state = tmp_path / "killed" / "hard-spurious-imagenet" / "_state"
+    deadline = time.time() + 60
+    while len(list(state.glob("*.json"))) < 3:
+        assert time.time() < deadline and process.poll() is None, "compose finished or stalled before the kill"
+        time.sleep(0.01)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+    dataset = tmp_path / "killed" / "hard-spurious-imagenet"
+    assert not (dataset / MANIFEST_NAME).exists()
+    assert subprocess.run(command(tmp_path / "killed"), check=False).returncode == 0
+    clean = tmp_path / "clean" / "hard-spurious-imagenet"
+    names = json.loads((clean / MANIFEST_NAME).read_text())["splits"]["val"]["filenames"]
+    assert len(names) == 36
+    assert {n: sha256_file(dataset / n) for n in names} == {n: sha256_file(clean / n) for n in names}
+    assert (dataset / MANIFEST_NAME).read_bytes() == (clean / MANIFEST_NAME).read_bytes()

@@ -129,12 +129,14 @@ def test_ilsvrc_and_kaggle_layouts_give_identical_parts(tmp_path):
     assert shard_hashes(tmp_path / "a" / "parts") == shard_hashes(tmp_path / "b" / "parts")
 
 
-def test_byte_identical_for_any_worker_count(tmp_path):
+def test_byte_identical_for_any_worker_count_thread_count_and_batch_size(tmp_path):
     tree = write_tree(tmp_path / "imagenet", count=10, bad=True)
-    for name, workers in (("one", 1), ("two", 2), ("again", 1)):
-        assert extract("--source", tree.root, "--out", tmp_path / name, "--workers", workers, "--shard-size", 3) == 0
-    one, two, again = (shard_hashes(tmp_path / n / "parts") for n in ("one", "two", "again"))
-    assert len(one) >= 4 and one == two == again
+    runs = {"one": (1, 4, 8), "two": (2, 4, 8), "again": (1, 4, 8), "threads": (1, 1, 1), "batches": (2, 3, 3)}
+    for name, (workers, io_threads, batch) in runs.items():
+        assert extract("--source", tree.root, "--out", tmp_path / name, "--workers", workers, "--shard-size", 3,
+                       "--io-threads", io_threads, "--batch-size", batch) == 0
+    one, *others = (shard_hashes(tmp_path / n / "parts") for n in runs)
+    assert len(one) >= 4 and all(other == one for other in others)
     for name in ("_info.json", "errors.jsonl"):
         assert (tmp_path / "one/parts" / name).read_bytes() == (tmp_path / "two/parts" / name).read_bytes()
 

@@ -26,7 +26,7 @@ import numpy as np
 from PIL import Image
 
 from builder.geometry import resize_mask, resize_rgb
-from builder.parts import PARTS_CANVAS_SIZE, PARTS_MEMBERS, decode_png
+from builder.parts import PARTS_MEMBERS, decode_canvas, decode_png
 from builder.schema import check_composite_json
 from builder.shards import MANIFEST_NAME, ShardFormatError, sha256_file, split_member_name
 
@@ -321,15 +321,13 @@ class _SampleChecker:
         try:
             meta = json.loads(members["json"])
             arrays = {name: decode_png(members[name]) for name in PARTS_MEMBERS if name.endswith(".png")}
+            decode_canvas(members["canvas.npy"])  # checks dtype and the 224 x 224 x 3 shape
         except (OSError, ValueError, SyntaxError) as exc:
             fail("decode", f"a member does not decode: {exc}")
             return
         x0, y0, x1, y1 = meta["object_box"]
         if arrays["crop.png"].shape[:2] != (y1 - y0 + 1, x1 - x0 + 1):
             fail("crop-size", f"crop is {arrays['crop.png'].shape[1]}x{arrays['crop.png'].shape[0]}, object box {meta['object_box']}")
-        canvas = arrays.get("canvas.png")
-        if canvas is not None and canvas.shape[:2] != (PARTS_CANVAS_SIZE, PARTS_CANVAS_SIZE):
-            fail("canvas-size", f"canvas.png is {canvas.shape[1]}x{canvas.shape[0]}, expected {PARTS_CANVAS_SIZE}x{PARTS_CANVAS_SIZE}")
         if arrays["background.png"].shape[:2] != (meta["height"], meta["width"]):
             fail("background-size", f"background does not have the declared {meta['width']}x{meta['height']}")
         counts.setdefault("class", {})
