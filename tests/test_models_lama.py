@@ -87,6 +87,18 @@ def test_results_do_not_depend_on_batch_size_or_neighbours(tiny_lama_path):
         assert np.array_equal(a, b)
 
 
+def test_a_file_that_takes_one_image_per_call_runs_unbatched_and_says_so(tmp_path, tiny_lama_path, capsys):
+    single = write_tiny_lama(tmp_path, "single.pt", single_image=True)
+    inpainter = make_inpainter("lama", options(lama_checkpoint=str(single), batch_size=4))
+    assert "takes one image per call" in capsys.readouterr().err
+    assert inpainter.batch.size == 1
+    images = [photo(11, 40, 56), photo(12, 40, 56)]
+    masks = [hole(40, 56, 5, 20, 5, 30), hole(40, 56, 0, 10, 0, 56)]
+    reference = make_inpainter("lama", options(lama_checkpoint=str(tiny_lama_path), batch_size=4))
+    for a, b in zip(inpainter.inpaint_batch(images, masks), reference.inpaint_batch(images, masks)):
+        assert np.array_equal(a, b)
+
+
 def test_same_padded_size_shares_one_forward_pass(inpainter):
     calls = []
     model = inpainter.model

@@ -85,11 +85,25 @@ class TinyLama(torch.nn.Module):
         return (filled * self.gain).clamp(0.0, 1.0)
 
 
-def write_tiny_lama(folder: Path, name: str = "big-lama-tiny.pt") -> Path:
+class SingleImageTinyLama(torch.nn.Module):
+    """TinyLama as a file traced with its batch size baked in: it refuses more than one image."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = TinyLama()
+
+    def forward(self, image: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if image.shape[0] != 1:
+            raise RuntimeError("this file was traced for a batch of 1")
+        return self.inner(image, mask)
+
+
+def write_tiny_lama(folder: Path, name: str = "big-lama-tiny.pt", single_image: bool = False) -> Path:
     path = Path(folder) / name
+    module = SingleImageTinyLama() if single_image else TinyLama()
     with warnings.catch_warnings():  # torch marks TorchScript deprecated; big-lama is only published so
         warnings.simplefilter("ignore", FutureWarning)
-        torch.jit.save(torch.jit.script(TinyLama().eval()), str(path))
+        torch.jit.save(torch.jit.script(module.eval()), str(path))
     return path
 
 

@@ -15,6 +15,7 @@ batch it ran in (tested on CPU); CPU and CUDA may differ in the last bit of some
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections import defaultdict
 from pathlib import Path
@@ -75,6 +76,22 @@ def load_lama(path: Path):
     return model
 
 
+def accepts_batches(model) -> bool:
+    """Whether the TorchScript file takes more than one image per call (a traced file may have its
+    batch size baked in). Checked once at load time on a tiny input."""
+    import torch
+
+    image = torch.full((2, 3, SMOKE_SIDE, SMOKE_SIDE), 0.5)
+    mask = torch.zeros((2, 1, SMOKE_SIDE, SMOKE_SIDE))
+    mask[..., : SMOKE_SIDE // 2, : SMOKE_SIDE // 2] = 1
+    try:
+        with torch.inference_mode():
+            out = model(image, mask)
+    except Exception:  # noqa: BLE001 - any failure means: call it one image at a time
+        return False
+    return isinstance(out, torch.Tensor) and tuple(out.shape) == (2, 3, SMOKE_SIDE, SMOKE_SIDE)
+
+
 class LamaInpainter(Inpainter):
     def __init__(self, model, checkpoint: Path, sha256: str, device: str, batch_size: int) -> None:
         self.model = model
@@ -131,4 +148,10 @@ def make_lama_inpainter(options) -> LamaInpainter:
     check_device_name(getattr(options, "device", "auto"))
     path = CHECKPOINT.locate(getattr(options, "lama_checkpoint", None))
     model = load_lama(path)
-    return LamaInpainter(model, path, checkpoint_sha256(path), options.device, getattr(options, "batch_size", 8))
+    batch_size = getattr(options, "batch_size", 8)
+    if batch_size > 1 and not accepts_batches(model):
+        # Results do not depend on how many images share a call, so this changes speed only.
+        print(f"hsi: {path.name} takes one image per call; LaMa runs unbatched (--batch-size still "
+              "applies to SAM)", file=sys.stderr, flush=True)
+        batch_size = 1
+    return LamaInpainter(model, path, checkpoint_sha256(path), options.device, batch_size)
