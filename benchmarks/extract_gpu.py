@@ -10,11 +10,11 @@ JPEG-encoded at ImageNet's common sizes, 500 x 375 and friends, one or two boxes
   sam_enc  SAM image encoder (the model's own preprocessing included), batched
   sam_dec  prompt encoder + mask decoder per image (all its boxes at once) + upscaling to full size
   lama     big-lama on the dilated union mask at full resolution, batched by padded size
-  encode   the parts PNGs (crop, mask, background, erase), as extract writes them
+  encode   the parts members (crop, mask, background, erase PNGs and the canvas-sized background)
 Model stages are timed with CUDA synchronisation. decode and encode are CPU work that extract runs
-in worker processes beside the GPU, so two rates are printed: `serial` (every stage one after the
-other in one process) and `model` (the model stages only: the rate a GPU fed by enough CPU workers
-can sustain).
+in I/O threads beside the models (decoding batches ahead, encoding parts behind), so two rates are
+printed: `serial` (every stage one after the other) and `model` (the model stages only: the rate a
+GPU fed by enough CPU threads can sustain).
 
 Weights: none can be downloaded where this runs, and speed does not depend on weight values, so SAM
 is segment-anything's real architecture, randomly initialised (`sam_model_registry[...]()`), unless
@@ -101,8 +101,7 @@ class Timer:
 
 
 def run_sweep(batch: int, data, masker, inpainter, sync, dilation: int) -> dict:
-    from builder.extract import dilate
-    from builder.parts import encode_png
+    from builder.extract import RawParts, dilate, encode_parts
 
     masker.encoder_batch.size = batch
     if inpainter is not None:
@@ -117,14 +116,12 @@ def run_sweep(batch: int, data, masker, inpainter, sync, dilation: int) -> dict:
         erase = [dilate(np.logical_or.reduce(m), dilation) for m in masks]
         backgrounds = timer("lama", inpainter.inpaint_batch, images, erase) if inpainter is not None else images
 
-        def encode():
+        def encode():  # exactly what extract encodes per image
             for image, per_box, box_list, background, hole in zip(images, masks, boxes, backgrounds, erase):
                 box = box_list[0]
                 window = (slice(box.y0, box.y1 + 1), slice(box.x0, box.x1 + 1))
-                encode_png(np.ascontiguousarray(image[window]))
-                encode_png(per_box[0][window].astype(np.uint8) * 255)
-                encode_png(background)
-                encode_png(hole.astype(np.uint8) * 255)
+                encode_parts(RawParts("benchmark", np.ascontiguousarray(image[window]), per_box[0][window],
+                                       background, hole, {"class_index": 0}))
 
         timer("encode", encode)
     return timer.totals

@@ -163,7 +163,7 @@ def describe_backends(masker: Masker, inpainter: Inpainter) -> dict:
 
 
 @dataclass
-class _RawParts:
+class RawParts:
     """The arrays of one parts sample before encoding (encoding runs in I/O threads)."""
 
     key: str
@@ -175,7 +175,7 @@ class _RawParts:
 
 
 def extract_batch(decoded: list[_Decoded], masker: Masker, inpainter: Inpainter, config: ExtractConfig,
-                  backends: dict) -> list[_RawParts]:
+                  backends: dict) -> list[RawParts]:
     """Masks, erase masks and inpainted backgrounds for a batch of decoded images."""
     masks = masker.masks_batch([d.image for d in decoded], [d.boxes for d in decoded])
     erase_masks = []
@@ -191,12 +191,12 @@ def extract_batch(decoded: list[_Decoded], masker: Masker, inpainter: Inpainter,
         box = item.boxes[index]
         window = (slice(box.y0, box.y1 + 1), slice(box.x0, box.x1 + 1))
         meta = parts_metadata(item.record, item.image, item.boxes, index, item.conversions, config, backends)
-        raw.append(_RawParts(item.record.image_id, np.ascontiguousarray(item.image[window]),
+        raw.append(RawParts(item.record.image_id, np.ascontiguousarray(item.image[window]),
                              box_masks[index][window], background, erase, meta))
     return raw
 
 
-def encode_parts(raw: _RawParts) -> tuple[str, dict[str, bytes]]:
+def encode_parts(raw: RawParts) -> tuple[str, dict[str, bytes]]:
     return raw.key, {
         "crop.png": encode_png(raw.crop),
         "mask.png": encode_png(raw.mask.astype(np.uint8) * 255),
