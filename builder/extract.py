@@ -18,7 +18,7 @@ import cv2
 import numpy as np
 
 from . import __version__
-from .backends import Inpainter, Masker, make_inpainter, make_masker
+from .backends import BackendUnavailable, Inpainter, Masker, make_inpainter, make_masker
 from .classes import class_of
 from .config import ConfigError, fingerprint
 from .images import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image
@@ -196,6 +196,41 @@ def extract_batch(decoded: list[_Decoded], masker: Masker, inpainter: Inpainter,
     return raw
 
 
+class BackendFailure(RuntimeError):
+    """Every image of a shard failed in the masker or inpainter: a broken backend, not bad images."""
+
+
+def extract_images(decoded: list[_Decoded], masker: Masker, inpainter: Inpainter, config: ExtractConfig,
+                   backends: dict, issues: list[Issue]) -> tuple[list[RawParts], Exception | None]:
+    """`extract_batch`, except that an image the backends fail on becomes a `backend-failed` issue:
+    after a failed batch each image is tried on its own (results never depend on batch company),
+    so the same images fail whatever the batch size. Returns the parts and the first failure."""
+    try:
+        return extract_batch(decoded, masker, inpainter, config, backends), None
+    except BackendUnavailable:
+        raise
+    except Exception:  # noqa: BLE001 - narrowed below, image by image
+        if len(decoded) == 1:
+            return _extract_alone(decoded[0], masker, inpainter, config, backends, issues)
+    raw, first_failure = [], None
+    for item in decoded:
+        parts, failure = _extract_alone(item, masker, inpainter, config, backends, issues)
+        raw.extend(parts)
+        first_failure = first_failure or failure
+    return raw, first_failure
+
+
+def _extract_alone(item: _Decoded, masker: Masker, inpainter: Inpainter, config: ExtractConfig, backends: dict,
+                   issues: list[Issue]) -> tuple[list[RawParts], Exception | None]:
+    try:
+        return extract_batch([item], masker, inpainter, config, backends), None
+    except BackendUnavailable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - recorded as data; a shard where all fail is raised
+        issues.append(Issue(item.record.image_id, "backend-failed", f"{type(exc).__name__}: {str(exc)[:300]}", "extract"))
+        return [], exc
+
+
 def encode_parts(raw: RawParts) -> tuple[str, dict[str, bytes]]:
     return raw.key, {
         "crop.png": encode_png(raw.crop),
@@ -252,16 +287,23 @@ class ExtractShardBuilder:
         backends = describe_backends(masker, inpainter)
         issues: list[Issue] = []
         encoded = []
+        attempted, first_failure = 0, None
         with ThreadPoolExecutor(max_workers=self.config.io_threads) as pool:
             for batch in self.decoded_batches(pool, plan.items):
                 for _, found in batch:
                     issues.extend(found)
                 decoded = [item for item, _ in batch if item is not None]
                 if decoded:
-                    raw = extract_batch(decoded, masker, inpainter, self.config, backends)
+                    raw, failure = extract_images(decoded, masker, inpainter, self.config, backends, issues)
+                    attempted, first_failure = attempted + len(decoded), first_failure or failure
                     encoded.extend(pool.submit(encode_parts, r) for r in raw)  # PNG encoding overlaps the next batch
                 report_progress(len(batch))
             samples = [future.result() for future in encoded]
+        if attempted and not samples and first_failure is not None:
+            raise BackendFailure(
+                f"every one of the {attempted} decoded images of {plan.filename} failed in the masker or inpainter "
+                f"({masker.info().name} / {inpainter.info().name}); first error: {first_failure!r}"
+            ) from first_failure
         stats = write_shard(Path(self.out_dir) / plan.filename, samples)
         issues.sort(key=lambda issue: issue.sort_key)
         return ShardResult(stats, issues, {"images": len(plan.items), "samples": len(samples)})

@@ -222,3 +222,31 @@ def test_two_splits_share_one_parts_folder(tmp_path):
     manifest = json.loads((out / "parts/_info.json").read_text())
     assert {s: v["num_samples"] for s, v in manifest["splits"].items()} == {"val": 2, "train": 3}
     assert {p.key.split("_")[0] for p in iter_parts(out / "parts", "train")} <= {"n01440764", "n01443537", "n01484850"}
+
+
+def test_images_a_backend_fails_on_are_recorded_whatever_the_batch_size(tmp_path, monkeypatch):
+    from builder.backends import MASKERS
+    from flaky_backends import FAILING_WIDTH
+
+    monkeypatch.setitem(MASKERS, "flaky", "flaky_backends:make_flaky_masker")
+    tree = write_tree(tmp_path / "imagenet", count=8)
+    failing = {img.image_id for img in tree.good if img.size[0] == FAILING_WIDTH}
+    assert len(failing) == 2
+    for batch in (1, 4):
+        assert extract("--source", tree.root, "--out", tmp_path / f"b{batch}", "--masker", "flaky", "--batch-size", batch) == 0
+    assert shard_hashes(tmp_path / "b1" / "parts") == shard_hashes(tmp_path / "b4" / "parts")
+    rows = error_rows(tmp_path / "b4" / "parts")
+    assert {r["image_id"] for r in rows if r["reason"] == "backend-failed"} == failing
+    assert all("cannot segment" in r["detail"] for r in rows)
+    assert {p.key for p in iter_parts(tmp_path / "b4" / "parts")} == {img.image_id for img in tree.good} - failing
+
+
+def test_a_backend_that_fails_on_every_image_stops_the_run(tmp_path, monkeypatch, capsys):
+    from builder.backends import MASKERS
+
+    monkeypatch.setitem(MASKERS, "broken", "flaky_backends:make_broken_masker")
+    tree = write_tree(tmp_path / "imagenet", count=3)
+    assert extract("--source", tree.root, "--out", tmp_path / "out", "--masker", "broken") == 1
+    err = capsys.readouterr().err
+    assert "every one of the 3 decoded images" in err and "this masker is broken" in err and "resume" in err
+    assert not (tmp_path / "out" / "parts" / "_info.json").exists()

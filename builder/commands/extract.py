@@ -67,6 +67,7 @@ def parse_gpus(text: str | None) -> list[int]:
 def run(args: argparse.Namespace) -> int:
     from ..backends import BackendUnavailable
     from ..config import ConfigError, SettingsMismatch
+    from ..extract import BackendFailure
     from ..extract_job import run_extract
     from ..sources import SourceError
 
@@ -80,5 +81,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except (BackendUnavailable, ConfigError, SettingsMismatch, SourceError) as exc:
         return fail("extract", str(exc))
+    except BackendFailure as exc:
+        return fail("extract", f"{exc}\nFinished shards are kept: fix the backend and run the same command to resume.", status=1)
     print(summary.format())
     return 0
