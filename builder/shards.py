@@ -14,7 +14,7 @@ import os
 import tarfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import BinaryIO, Iterable, Iterator
 
 MANIFEST_NAME = "_info.json"
 ERRORS_NAME = "errors.jsonl"
@@ -103,21 +103,27 @@ def split_member_name(name: str) -> tuple[str, str]:
     return key, ext
 
 
-def iter_shard(path: Path) -> Iterator[Sample]:
-    """Yield (key, {ext: bytes}) from a shard, grouping consecutive members by key."""
+def iter_shard(source: Path | BinaryIO) -> Iterator[Sample]:
+    """Yield (key, {ext: bytes}) from a shard (a path or an open binary stream) in one sequential
+    pass, grouping consecutive members by key."""
+    if not hasattr(source, "read"):
+        with open(source, "rb") as handle:
+            yield from iter_shard(handle)
+        return
+    label = Path(getattr(source, "name", "") or "shard").name
     current_key: str | None = None
     members: dict[str, bytes] = {}
-    with tarfile.open(path, mode="r") as tar:
+    with tarfile.open(fileobj=source, mode="r|") as tar:
         for info in tar:
             if not info.isfile():
-                raise ShardFormatError(f"{path.name}: member {info.name!r} is not a regular file")
+                raise ShardFormatError(f"{label}: member {info.name!r} is not a regular file")
             key, ext = split_member_name(info.name)
             if key != current_key:
                 if current_key is not None:
                     yield current_key, members
                 current_key, members = key, {}
             if ext in members:
-                raise ShardFormatError(f"{path.name}: member {info.name!r} appears twice")
+                raise ShardFormatError(f"{label}: member {info.name!r} appears twice")
             handle = tar.extractfile(info)
             members[ext] = handle.read() if handle else b""
     if current_key is not None:

@@ -7,8 +7,8 @@ directory listing. Shards are split first across nodes (rank, world size) and th
 workers; when there are fewer shards than readers, every reader reads all shards and keeps every
 n-th sample, so each sample is still yielded exactly once per epoch.
 
-The tar reading is plain `tarfile` in streaming mode: one sequential pass per shard, no index, which
-is what makes it as fast as a hand-written decode loop (see benchmarks/read.py).
+Shards are read with `builder.shards.iter_shard` over a byte stream: one sequential pass per shard,
+no index, as fast as a hand-written decode loop (see benchmarks/read.py).
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ import hashlib
 import io
 import json
 import os
-import tarfile
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
+
+from builder.shards import iter_shard
 
 try:  # torch is the models extra; without it ShardStream still iterates, just not as a torch dataset
     from torch.utils.data import IterableDataset as _IterableBase
@@ -86,20 +87,8 @@ def iter_tar_samples(url: str) -> Iterator[tuple[str, dict[str, bytes]]]:
     import fsspec
 
     opener = open(url, "rb") if "://" not in url else fsspec.open(url, "rb").open()
-    with opener as raw, tarfile.open(fileobj=raw, mode="r|") as tar:
-        key, members = None, {}
-        for info in tar:
-            if not info.isfile():
-                continue
-            name = info.name.rsplit("/", 1)[-1]
-            sample_key, _, ext = name.partition(".")
-            if sample_key != key:
-                if key is not None:
-                    yield key, members
-                key, members = sample_key, {}
-            members[ext] = tar.extractfile(info).read()
-        if key is not None:
-            yield key, members
+    with opener as raw:
+        yield from iter_shard(raw)
 
 
 def decode_sample(key: str, members: dict[str, bytes], transform: Callable | None, keep_json: bool) -> dict:
