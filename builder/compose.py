@@ -257,6 +257,19 @@ def plan_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[st
     return plan_subset_jobs(spec, index) if spec.subset else plan_standard_jobs(spec, index)
 
 
+def check_has_work(spec: VariantSpec, jobs: Mapping[str, list[ImageJob]]) -> None:
+    """An empty dataset is never what a user meant: say which images were looked for."""
+    if any(jobs.get(split) for split in spec.output_splits):
+        return
+    if spec.subset:
+        wanted = ", ".join(f"{w} ({class_of(w).name})" for w in spec.subset.classes)
+        raise ConfigError(
+            f"the parts splits {list(spec.splits)} hold no image of the {spec.name} classes: {wanted}. "
+            "Extract a split that has them (e.g. hsi extract --split train) and list it with --splits."
+        )
+    raise ConfigError(f"the parts hold no usable image in the splits {list(spec.splits)}; nothing to compose")
+
+
 def images_per_shard(spec: VariantSpec, jobs: Sequence[ImageJob]) -> int:
     """Whole images per shard so that a shard holds at most about `shard_size` composites."""
     per_image = max((len(job.donors) for job in jobs), default=1) * len(spec.sizes) * len(spec.positions)
@@ -599,14 +612,15 @@ def compose_dataset(
     parts_manifest = read_parts_manifest(parts_dir)
     dataset_dir = Path(out_root) / spec.name
     settings = output_settings(spec, parts_manifest)
+    index, plan_issues = index_parts(parts_dir, parts_manifest, spec.splits)
+    jobs = plan_jobs(spec, index)
+    check_has_work(spec, jobs)
     prepare_output(dataset_dir, overwrite)
     check_settings(dataset_dir, settings)
     save_settings(dataset_dir, settings)
     remove_stale_temporaries(dataset_dir)
     write_spec(dataset_dir, spec)
 
-    index, plan_issues = index_parts(parts_dir, parts_manifest, spec.splits)
-    jobs = plan_jobs(spec, index)
     plans: list[ShardPlan] = []
     for split in spec.output_splits:
         split_jobs = jobs.get(split, [])

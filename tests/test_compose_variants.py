@@ -163,3 +163,15 @@ def test_extract_then_compose_on_the_embedded_demo_tree(tmp_path, capsys):
     assert main(args) == 0  # the same run again: finished shards reused, same bytes
     assert "reused" in capsys.readouterr().out
     assert [sha256_file(dataset / n) for n in manifest["splits"]["val"]["filenames"]] == sums
+
+
+def test_a_subset_without_any_of_its_classes_is_refused_before_writing(tmp_path):
+    from builder.compose import compose_dataset
+    from builder.config import ConfigError
+    from parts_factory import fake_images, write_parts
+
+    parts = tmp_path / "parts"
+    write_parts(parts, {"val": fake_images(["n01440764", "n01484850"], per_class=2)})  # tench, shark: not in -10
+    with pytest.raises(ConfigError, match="hold no image of the hard-spurious-imagenet-10 classes.*goldfish"):
+        compose_dataset(parts, "hard-spurious-imagenet-10", tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
