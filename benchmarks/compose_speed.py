@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from builder.compose import compose_dataset, encode_jpeg  # noqa: E402
+from builder.compose import encode_jpeg  # noqa: E402
 from builder.shards import iter_shard  # noqa: E402
 from builder.variants import load_variant  # noqa: E402
 

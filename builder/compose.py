@@ -1,13 +1,12 @@
 """The compose stage: parts + a variant spec + a seed -> composites as deterministic WebDataset shards.
 
 Two passes keep memory flat in the number of source images:
-1. `index_parts` reads only the small `json` member of every parts sample and records where each
-   sample's other members lie in its tar (offset and size), so any image can be read later by a
-   seek instead of holding backgrounds in memory.
+1. `builder.parts_index` indexes the parts by tar offset (reading only their `json` members) and
+   `builder.compose_plan` fixes every image's composites and background donors from (seed, key).
 2. Shards of source images are built independently (in worker processes if asked): each job reads
-   its own crop and the backgrounds it needs (its own, a donor's) by offset, resizes them, pastes,
-   and encodes JPEGs. Donors are fixed at planning time from (seed, key), so the bytes of every shard
-   are the same whatever the worker count or the order in which shards finish.
+   its own crop and the backgrounds it needs (its own, a donor's) by offset or from the background
+   cache, resizes them, pastes, and encodes JPEGs, so the bytes of every shard are the same whatever
+   the worker count or the order in which shards finish.
 
 The manifest (`_info.json`) is written last, with per-split counts by group, size and tier.
 """
@@ -16,35 +15,32 @@ from __future__ import annotations
 
 import io
 import json
-import multiprocessing
-import os
 import shutil
-import tarfile
-from concurrent.futures import ProcessPoolExecutor
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 from PIL import Image
-from tqdm import tqdm
 
 from . import __version__
-from .backgrounds import (
-    CanvasCache,
-    DonorPool,
-    canvas_background,
-    gray_background,
-    noise_background,
-    sample_rng,
-    split_own_and_paired,
-    stable_rank,
-)
+from .backgrounds import gray_background, noise_background, sample_rng
 from .classes import class_of, imagenet_classes
-from .config import ConfigError, check_settings, fingerprint, save_settings
-from .geometry import object_size, paste, place, position_token, resize_mask, resize_rgb, round_half_up
-from .parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, decode_canvas, decode_png
+from .compose_plan import ImageJob, check_has_work, images_per_shard, plan_jobs
+from .config import check_settings, fingerprint, save_settings
+from .geometry import object_size, paste, place, position_token, resize_mask, resize_rgb
+from .parts import decode_png
+from .parts_index import (
+    CACHE_DIR,
+    MemberReader,
+    PartsRef,
+    fill_background_cache,
+    index_parts,
+    read_canvas_background,
+    read_parts_manifest,
+    resolve_parts_dir,
+)
 from .records import Issue, count_by_reason
 from .runner import (
     ShardPlan,
@@ -57,14 +53,18 @@ from .runner import (
     run_shards,
 )
 from .schema import SCHEMA_VERSION
-from .shards import ERRORS_NAME, MANIFEST_NAME, read_manifest, split_entry, write_json_atomic, write_jsonl_atomic, write_shard
+from .shards import (
+    ERRORS_NAME,
+    MANIFEST_NAME,
+    split_entry,
+    write_json_atomic,
+    write_jsonl_atomic,
+    write_shard,
+)
 from .variants import VariantSpec, load_variant
 
 TOOL_NAME = "hard-spurious-imagenet"
 SPEC_NAME = "spec.yaml"
-CACHE_DIR = "_cache"
-NEEDED_MEMBERS = ("crop.png", "mask.png", "background.png")
-OPTIONAL_MEMBERS = ("canvas.npy",)  # the background pre-resized by extract (see builder.parts)
 
 # The paper's groups: which placements and backgrounds they are, and their tiers at 224 px.
 PAPER_POSITIONS = {"center": "Ce", "top-right": "Co", "random-corner": "Co"}
@@ -77,203 +77,6 @@ TIERS: dict[tuple[str, int], str] = {
     **{(g, s): "Hard" for g in ("CeR", "CoR") for s in (56, 84)},
 }
 PAPER_CANVAS = 224
-
-
-# --- pass 1: the index of parts samples ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PartsRef:
-    """Where one parts sample lives: its tar, and (offset, size) of each needed member."""
-
-    key: str
-    split: str
-    class_index: int
-    wnid: str
-    shard: str
-    members: tuple[tuple[str, int, int], ...]  # (member name, data offset, size), sorted
-    row: int = -1  # position in its split's sorted listing: its row in the background cache
-
-    def has(self, member: str) -> bool:
-        return any(name == member for name, _, _ in self.members)
-
-    def location(self, member: str) -> tuple[int, int]:
-        for name, offset, size in self.members:
-            if name == member:
-                return offset, size
-        raise KeyError(member)
-
-
-def resolve_parts_dir(path: Path) -> Path:
-    """Accept the parts folder itself or the extract output folder that holds `parts/`."""
-    path = Path(path)
-    if not (path / MANIFEST_NAME).is_file() and (path / "parts" / MANIFEST_NAME).is_file():
-        return path / "parts"
-    return path
-
-
-def read_parts_manifest(parts_dir: Path) -> dict:
-    manifest = read_manifest(parts_dir)
-    if manifest.get("stage") != "extract":
-        raise ConfigError(f"{parts_dir} holds a {manifest.get('stage')!r} manifest, not the parts written by `hsi extract`")
-    return manifest
-
-
-def index_parts_shard(path: Path, split: str) -> tuple[list[PartsRef], list[Issue]]:
-    """Read only the `json` members of one parts shard; note where the image members are."""
-    found: dict[str, dict[str, tuple[int, int]]] = {}
-    metas: dict[str, bytes] = {}
-    with tarfile.open(path, mode="r") as tar:
-        for info in tar:
-            key, _, ext = info.name.partition(".")
-            if ext == "json":
-                handle = tar.extractfile(info)
-                metas[key] = handle.read() if handle else b""
-            elif ext in NEEDED_MEMBERS or ext in OPTIONAL_MEMBERS:
-                found.setdefault(key, {})[ext] = (info.offset_data, info.size)
-    refs, issues = [], []
-    for key in sorted(set(found) | set(metas)):
-        members = found.get(key, {})
-        missing = [m for m in NEEDED_MEMBERS if m not in members] + ([] if key in metas else ["json"])
-        if missing:
-            issues.append(Issue(key, "unreadable-parts", f"{path.name}: lacks members {missing}", "compose"))
-            continue
-        try:
-            meta = json.loads(metas[key])
-            wnid, class_index = meta["wnid"], int(meta["class_index"])
-            if class_of(wnid).index != class_index:
-                raise ValueError(f"class_index {class_index} does not match {wnid}")
-        except (ValueError, KeyError, TypeError) as exc:
-            issues.append(Issue(key, "unreadable-parts", f"{path.name}: bad json member: {exc}", "compose"))
-            continue
-        located = tuple(sorted((name, offset, size) for name, (offset, size) in members.items()))
-        refs.append(PartsRef(key, split, class_index, wnid, path.name, located))
-    return refs, issues
-
-
-def index_parts(parts_dir: Path, manifest: dict, splits: Sequence[str]) -> tuple[dict[str, list[PartsRef]], list[Issue]]:
-    missing = [s for s in splits if s not in manifest.get("splits", {})]
-    if missing:
-        raise ConfigError(f"parts in {parts_dir} have no split {missing}; they have {sorted(manifest.get('splits', {}))} "
-                          "(choose with --splits)")
-    index: dict[str, list[PartsRef]] = {}
-    issues: list[Issue] = []
-    for split in splits:
-        refs: list[PartsRef] = []
-        for filename in manifest["splits"][split]["filenames"]:
-            shard_refs, shard_issues = index_parts_shard(Path(parts_dir) / filename, split)
-            refs.extend(shard_refs)
-            issues.extend(shard_issues)
-        index[split] = [replace(ref, row=row) for row, ref in enumerate(sorted(refs, key=lambda ref: ref.key))]
-    return index, issues
-
-
-# --- planning: which composites each source image gives ---------------------------------------
-
-
-@dataclass(frozen=True)
-class ImageJob:
-    """One source image of one output split, with the donor of each background kind it gets.
-
-    A donor of None for a kind that needs one (random, paired) means no donor exists; the builder
-    reports it and drops those composites."""
-
-    ref: PartsRef
-    split: str
-    label: int
-    donors: tuple[tuple[str, PartsRef | None], ...]  # (background kind, donor) in spec order
-    paired_wnid: str | None = None
-
-
-def plan_standard_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[str, list[ImageJob]]:
-    jobs: dict[str, list[ImageJob]] = {}
-    for split in spec.splits:
-        refs = index[split]
-        by_key = {ref.key: ref for ref in refs}
-        pool = DonorPool.build([(ref.class_index, ref.key) for ref in refs])
-        split_jobs = []
-        for ref in refs:
-            donors = []
-            for kind in spec.backgrounds:
-                if kind == "original":
-                    donors.append((kind, ref))
-                elif kind == "random":
-                    donor = pool.foreign_donor(ref.key, ref.class_index, spec.seed)
-                    donors.append((kind, by_key[donor[1]] if donor else None))
-                else:
-                    donors.append((kind, None))
-            split_jobs.append(ImageJob(ref, split, ref.class_index, tuple(donors)))
-        jobs[split] = split_jobs
-    return jobs
-
-
-def draw_subset_splits(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[str, list[PartsRef]]:
-    """Pool the subset's images from the spec's parts splits; per class, a seeded shuffle sends
-    round(train_fraction * n) images to train and the rest to test."""
-    assert spec.subset is not None
-    classes = set(spec.subset.classes)
-    pooled: dict[str, PartsRef] = {}
-    for split in spec.splits:
-        for ref in index[split]:
-            if ref.wnid in classes:
-                pooled.setdefault(ref.key, ref)
-    drawn: dict[str, list[PartsRef]] = {"train": [], "test": []}
-    for wnid in spec.subset.classes:
-        members = sorted((r for r in pooled.values() if r.wnid == wnid), key=lambda r: stable_rank(spec.seed, "subset-split", r.key))
-        n_train = round_half_up(spec.subset.train_fraction * len(members))
-        drawn["train"].extend(members[:n_train])
-        drawn["test"].extend(members[n_train:])
-    return {split: sorted(refs, key=lambda r: r.key) for split, refs in drawn.items()}
-
-
-def plan_subset_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[str, list[ImageJob]]:
-    subset = spec.subset
-    assert subset is not None
-    jobs: dict[str, list[ImageJob]] = {}
-    for split, refs in draw_subset_splits(spec, index).items():
-        by_key = {ref.key: ref for ref in refs}
-        pool = DonorPool.build([(ref.class_index, ref.key) for ref in refs])
-        kinds: dict[str, tuple[str, ...]] = {}
-        if split == "train":
-            for wnid in subset.classes:
-                own = split_own_and_paired([r.key for r in refs if r.wnid == wnid], subset.majority, spec.seed)
-                kinds.update({key: (kind,) for key, kind in own.items()})
-        split_jobs = []
-        for ref in refs:
-            paired_wnid = subset.paired(ref.wnid)
-            donors = []
-            for kind in kinds.get(ref.key, ("original", "paired")):
-                if kind == "original":
-                    donors.append((kind, ref))
-                else:
-                    donor = pool.donor_of_class(ref.key, class_of(paired_wnid).index, spec.seed)
-                    donors.append((kind, by_key[donor[1]] if donor else None))
-            split_jobs.append(ImageJob(ref, split, subset.label_of(ref.wnid), tuple(donors), paired_wnid))
-        jobs[split] = split_jobs
-    return jobs
-
-
-def plan_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[str, list[ImageJob]]:
-    return plan_subset_jobs(spec, index) if spec.subset else plan_standard_jobs(spec, index)
-
-
-def check_has_work(spec: VariantSpec, jobs: Mapping[str, list[ImageJob]]) -> None:
-    """An empty dataset is never what a user meant: say which images were looked for."""
-    if any(jobs.get(split) for split in spec.output_splits):
-        return
-    if spec.subset:
-        wanted = ", ".join(f"{w} ({class_of(w).name})" for w in spec.subset.classes)
-        raise ConfigError(
-            f"the parts splits {list(spec.splits)} hold no image of the {spec.name} classes: {wanted}. "
-            "Extract a split that has them (e.g. hsi extract --split train) and list it with --splits."
-        )
-    raise ConfigError(f"the parts hold no usable image in the splits {list(spec.splits)}; nothing to compose")
-
-
-def images_per_shard(spec: VariantSpec, jobs: Sequence[ImageJob]) -> int:
-    """Whole images per shard so that a shard holds at most about `shard_size` composites."""
-    per_image = max((len(job.donors) for job in jobs), default=1) * len(spec.sizes) * len(spec.positions)
-    return max(1, spec.shard_size // per_image)
 
 
 # --- groups, tiers and the per-sample record --------------------------------------------------
@@ -302,102 +105,7 @@ def sample_key(source_id: str, position: str, size: int, background: str) -> str
     return f"{source_id}_{position_token(position)}_{size}_{background}".replace(".", "-")
 
 
-@dataclass
-class _MemberReader:
-    """Reads parts members by offset, keeping each parts shard open once per output shard."""
-
-    parts_dir: Path
-    handles: dict = field(default_factory=dict)
-
-    def read(self, ref: PartsRef, member: str) -> bytes:
-        handle = self.handles.get(ref.shard)
-        if handle is None:
-            handle = self.handles[ref.shard] = open(self.parts_dir / ref.shard, "rb")
-        offset, size = ref.location(member)
-        handle.seek(offset)
-        data = handle.read(size)
-        if len(data) != size:
-            raise ValueError(f"{ref.shard}: member {ref.key}.{member} is truncated")
-        return data
-
-    def cached_background(self, cache_dir: Path, ref: PartsRef, canvas: int) -> np.ndarray:
-        name = cache_file_name(ref.split)
-        fd = self.handles.get(name)
-        if fd is None:
-            fd = self.handles[name] = os.open(cache_dir / name, os.O_RDONLY)
-        return CanvasCache(cache_dir / name, canvas).read(ref.row, fd)
-
-    def close(self) -> None:
-        for handle in self.handles.values():
-            os.close(handle) if isinstance(handle, int) else handle.close()
-
-
-def read_canvas_background(reader: _MemberReader, ref: PartsRef, canvas: int, resize_filter: str) -> np.ndarray:
-    """A donor's background at canvas size: extract's pre-resized copy when it is the same resize
-    (identical bytes, a fraction of the decoding), else the full-resolution one resized here."""
-    if canvas == PARTS_CANVAS_SIZE and resize_filter == PARTS_CANVAS_FILTER and ref.has("canvas.npy"):
-        return decode_canvas(reader.read(ref, "canvas.npy"))
-    return canvas_background(decode_png(reader.read(ref, "background.png")), canvas, resize_filter)
-
-
-def cache_file_name(split: str) -> str:
-    return f"backgrounds-{split}.u8"
-
-
-def cache_backgrounds(parts_dir: str, cache_dir: str, canvas: int, resize_filter: str,
-                      refs: Sequence[PartsRef]) -> list[tuple[str, str, str]]:
-    """Decode, resize and store the backgrounds of `refs` (one parts shard); return failures."""
-    failures = []
-    reader = _MemberReader(Path(parts_dir))
-    try:
-        for ref in sorted(refs, key=lambda r: r.location("background.png")):
-            try:
-                background = read_canvas_background(reader, ref, canvas, resize_filter)
-                if background.ndim != 3:
-                    raise ValueError("not an RGB image")
-            except (OSError, ValueError) as exc:
-                failures.append((ref.split, ref.key, f"background: {exc}"))
-                continue
-            CanvasCache(Path(cache_dir) / cache_file_name(ref.split), canvas).write(ref.row, background)
-    finally:
-        reader.close()
-    return failures
-
-
-def fill_background_cache(spec: VariantSpec, parts_dir: Path, cache_dir: Path, index: Mapping[str, list[PartsRef]],
-                          jobs: Sequence[ImageJob], workers: int, progress: bool) -> tuple[tuple[str, str, str], ...]:
-    """Cache the canvas-sized background of every donor the given jobs need, in parallel by
-    parts shard (a cache file per parts split, sparse, one row per image)."""
-    needed = {(donor.split, donor.key): donor for job in jobs for _, donor in job.donors if donor is not None}
-    if not needed:
-        return ()
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    for split in {split for split, _ in needed}:
-        CanvasCache(cache_dir / cache_file_name(split), spec.canvas).create(len(index[split]))
-    by_shard: dict[tuple[str, str], list[PartsRef]] = {}
-    for donor in needed.values():
-        by_shard.setdefault((donor.split, donor.shard), []).append(donor)
-    tasks = [by_shard[k] for k in sorted(by_shard)]
-    args = (str(parts_dir), str(cache_dir), spec.canvas, spec.resize_filter)
-    failures: list[tuple[str, str, str]] = []
-    bar = tqdm(total=len(needed), desc="backgrounds", unit="img", disable=not progress)
-    try:
-        if workers <= 1 or len(tasks) <= 1:
-            for refs in tasks:
-                failures.extend(cache_backgrounds(*args, refs))
-                bar.update(len(refs))
-        else:
-            context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-            with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-                for refs, found in zip(tasks, pool.map(cache_backgrounds, *zip(*[(*args, refs) for refs in tasks]))):
-                    failures.extend(found)
-                    bar.update(len(refs))
-    finally:
-        bar.close()
-    return tuple(sorted(failures))
-
-
-def _load_object(reader: _MemberReader, ref: PartsRef, with_mask: bool) -> tuple[np.ndarray, np.ndarray | None]:
+def _load_object(reader: MemberReader, ref: PartsRef, with_mask: bool) -> tuple[np.ndarray, np.ndarray | None]:
     crop = decode_png(reader.read(ref, "crop.png"))
     if crop.ndim != 3:
         raise ValueError("crop.png is not RGB")
@@ -419,7 +127,7 @@ class ComposeShardBuilder:
     cache_dir: str | None = None  # canvas-sized backgrounds by (split, row); None: decode here
     cache_failures: tuple[tuple[str, str, str], ...] = ()  # (split, key, why) of donors that failed
 
-    def background_for(self, reader: _MemberReader, kind: str, donor: PartsRef | None) -> np.ndarray:
+    def background_for(self, reader: MemberReader, kind: str, donor: PartsRef | None) -> np.ndarray:
         if kind == "gray":
             return gray_background(self.spec.canvas)
         assert donor is not None
@@ -461,7 +169,7 @@ class ComposeShardBuilder:
             "schema_version": SCHEMA_VERSION,
         }
 
-    def compose_image(self, reader: _MemberReader, job: ImageJob, issues: list[Issue]) -> list[tuple[str, dict[str, bytes], dict]]:
+    def compose_image(self, reader: MemberReader, job: ImageJob, issues: list[Issue]) -> list[tuple[str, dict[str, bytes], dict]]:
         spec = self.spec
         try:
             crop, mask = _load_object(reader, job.ref, spec.paste == "mask")
@@ -507,7 +215,7 @@ class ComposeShardBuilder:
         return samples
 
     def __call__(self, plan: ShardPlan) -> ShardResult:
-        reader = _MemberReader(Path(self.parts_dir))
+        reader = MemberReader(Path(self.parts_dir))
         issues: list[Issue] = []
         samples = []
         try:
@@ -629,7 +337,8 @@ def compose_dataset(
     # Backgrounds are decoded once into a disk cache, only for shards still to be built.
     unfinished = [job for plan in plans if load_finished(dataset_dir, plan) is None for job in plan.items]
     cache_dir = dataset_dir / CACHE_DIR
-    failures = fill_background_cache(spec, parts_dir, cache_dir, index, unfinished, workers, progress)
+    donors = [donor for job in unfinished for _, donor in job.donors if donor is not None]
+    failures = fill_background_cache(parts_dir, cache_dir, index, donors, spec.canvas, spec.resize_filter, workers, progress)
     builder = ComposeShardBuilder(spec, str(parts_dir), str(dataset_dir), str(cache_dir), failures)
     try:
         results, reused = run_shards(plans, builder, dataset_dir, workers=workers, desc=f"compose {spec.name}", unit="img", progress=progress)

@@ -64,7 +64,7 @@ def test_publish_tag_verify_and_refusals(releases, tmp_path):
         for version, count in (("v1.0.0", 5), ("v1.1.0", 6)):
             check = hsi(["verify", REPO, "--version", version], hub.endpoint, tmp_path / f"h{version}")
             assert check.returncode == 0, check.stderr[-3000:]
-            assert f"hard-spurious-imagenet/test: " in check.stdout and f"{count} samples streamed" in check.stdout
+            assert "hard-spurious-imagenet/test: " in check.stdout and f"{count} samples streamed" in check.stdout
 
         # corrupt a shard of the published v1.0.0 commit: verify must notice
         repo.commits[repo.tags["v1.0.0"]].files["data/hard-spurious-imagenet/test-00001.tar"] = b"\0" * 10240

@@ -1,6 +1,5 @@
 """Readers: every layout gives the same ids, labels and boxes; bad inputs become issues."""
 
-from pathlib import Path
 
 import pytest
 

@@ -1,0 +1,122 @@
+"""Compose planning: which composites each source image gives, and on whose backgrounds.
+
+Donors are fixed here from (seed, key), before any shard is built, so the bytes of every shard are
+the same whatever the worker count or the order in which shards finish.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from .backgrounds import DonorPool, split_own_and_paired, stable_rank
+from .classes import class_of
+from .config import ConfigError
+from .geometry import round_half_up
+from .parts_index import PartsRef
+from .variants import VariantSpec
+
+
+@dataclass(frozen=True)
+class ImageJob:
+    """One source image of one output split, with the donor of each background kind it gets.
+
+    A donor of None for a kind that needs one (random, paired) means no donor exists; the builder
+    reports it and drops those composites."""
+
+    ref: PartsRef
+    split: str
+    label: int
+    donors: tuple[tuple[str, PartsRef | None], ...]  # (background kind, donor) in spec order
+    paired_wnid: str | None = None
+
+
+def plan_standard_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[str, list[ImageJob]]:
+    jobs: dict[str, list[ImageJob]] = {}
+    for split in spec.splits:
+        refs = index[split]
+        by_key = {ref.key: ref for ref in refs}
+        pool = DonorPool.build([(ref.class_index, ref.key) for ref in refs])
+        split_jobs = []
+        for ref in refs:
+            donors = []
+            for kind in spec.backgrounds:
+                if kind == "original":
+                    donors.append((kind, ref))
+                elif kind == "random":
+                    donor = pool.foreign_donor(ref.key, ref.class_index, spec.seed)
+                    donors.append((kind, by_key[donor[1]] if donor else None))
+                else:
+                    donors.append((kind, None))
+            split_jobs.append(ImageJob(ref, split, ref.class_index, tuple(donors)))
+        jobs[split] = split_jobs
+    return jobs
+
+
+def draw_subset_splits(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[str, list[PartsRef]]:
+    """Pool the subset's images from the spec's parts splits; per class, a seeded shuffle sends
+    round(train_fraction * n) images to train and the rest to test."""
+    assert spec.subset is not None
+    classes = set(spec.subset.classes)
+    pooled: dict[str, PartsRef] = {}
+    for split in spec.splits:
+        for ref in index[split]:
+            if ref.wnid in classes:
+                pooled.setdefault(ref.key, ref)
+    drawn: dict[str, list[PartsRef]] = {"train": [], "test": []}
+    for wnid in spec.subset.classes:
+        members = sorted((r for r in pooled.values() if r.wnid == wnid), key=lambda r: stable_rank(spec.seed, "subset-split", r.key))
+        n_train = round_half_up(spec.subset.train_fraction * len(members))
+        drawn["train"].extend(members[:n_train])
+        drawn["test"].extend(members[n_train:])
+    return {split: sorted(refs, key=lambda r: r.key) for split, refs in drawn.items()}
+
+
+def plan_subset_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[str, list[ImageJob]]:
+    subset = spec.subset
+    assert subset is not None
+    jobs: dict[str, list[ImageJob]] = {}
+    for split, refs in draw_subset_splits(spec, index).items():
+        by_key = {ref.key: ref for ref in refs}
+        pool = DonorPool.build([(ref.class_index, ref.key) for ref in refs])
+        kinds: dict[str, tuple[str, ...]] = {}
+        if split == "train":
+            for wnid in subset.classes:
+                own = split_own_and_paired([r.key for r in refs if r.wnid == wnid], subset.majority, spec.seed)
+                kinds.update({key: (kind,) for key, kind in own.items()})
+        split_jobs = []
+        for ref in refs:
+            paired_wnid = subset.paired(ref.wnid)
+            donors = []
+            for kind in kinds.get(ref.key, ("original", "paired")):
+                if kind == "original":
+                    donors.append((kind, ref))
+                else:
+                    donor = pool.donor_of_class(ref.key, class_of(paired_wnid).index, spec.seed)
+                    donors.append((kind, by_key[donor[1]] if donor else None))
+            split_jobs.append(ImageJob(ref, split, subset.label_of(ref.wnid), tuple(donors), paired_wnid))
+        jobs[split] = split_jobs
+    return jobs
+
+
+def plan_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[str, list[ImageJob]]:
+    return plan_subset_jobs(spec, index) if spec.subset else plan_standard_jobs(spec, index)
+
+
+def check_has_work(spec: VariantSpec, jobs: Mapping[str, list[ImageJob]]) -> None:
+    """An empty dataset is never what a user meant: say which images were looked for."""
+    if any(jobs.get(split) for split in spec.output_splits):
+        return
+    if spec.subset:
+        wanted = ", ".join(f"{w} ({class_of(w).name})" for w in spec.subset.classes)
+        raise ConfigError(
+            f"the parts splits {list(spec.splits)} hold no image of the {spec.name} classes: {wanted}. "
+            "Extract a split that has them (e.g. hsi extract --split train) and list it with --splits."
+        )
+    raise ConfigError(f"the parts hold no usable image in the splits {list(spec.splits)}; nothing to compose")
+
+
+def images_per_shard(spec: VariantSpec, jobs: Sequence[ImageJob]) -> int:
+    """Whole images per shard so that a shard holds at most about `shard_size` composites."""
+    per_image = max((len(job.donors) for job in jobs), default=1) * len(spec.sizes) * len(spec.positions)
+    return max(1, spec.shard_size // per_image)
