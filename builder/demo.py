@@ -21,6 +21,26 @@ def demo_source_root() -> Path:
     return Path(str(resources.files("builder").joinpath("demo_data/imagenet")))
 
 
+DEMO_MARKER = ".hsi-demo-output"
+
+
+class DemoOutputInUse(RuntimeError):
+    """--out names a non-empty folder that an earlier demo did not write."""
+
+
+def clear_demo_output(out: Path) -> None:
+    """The demo starts from scratch, but only ever deletes a folder an earlier demo made."""
+    if out.exists() and any(out.iterdir()):
+        if not (out / DEMO_MARKER).is_file():
+            raise DemoOutputInUse(
+                f"{out} is not empty and was not written by `hsi demo`; choose another --out "
+                "(the demo replaces its output folder and never deletes anything else)"
+            )
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / DEMO_MARKER).write_text("written by hsi demo; the next demo run replaces this folder\n")
+
+
 def _heading(text: str) -> None:
     print(f"\n== {text}")
 
@@ -32,8 +52,7 @@ def run_demo(out: Path, workers: int = 2, progress: bool = True) -> int:
     from .compose import compose_dataset
 
     out = Path(out)
-    if out.exists():
-        shutil.rmtree(out)  # the demo always starts from scratch
+    clear_demo_output(out)
     _heading("1/5 extract: cut out objects, erase boxes, inpaint (box masker + telea)")
     summary = run_extract(demo_source_root(), out, ExtractConfig(split="val", shard_size=2),
                           workers=workers, progress=progress)

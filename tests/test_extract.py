@@ -179,7 +179,7 @@ def _wait_for_states(parts_dir: Path, count: int, timeout: float = 60) -> None:
 
 @pytest.mark.parametrize("kill", ["main-process", "worker"])
 def test_killed_run_resumes_to_identical_output(tmp_path, kill):
-    tree = write_tree(tmp_path / "imagenet", count=40)
+    tree = write_tree(tmp_path / "imagenet", count=80)  # 40 shards: the kill lands midway
     common = ["--source", tree.root, "--shard-size", 2, "--workers", 2 if kill == "worker" else 1]
     assert subprocess.run(_hsi(*common, "--out", tmp_path / "clean"), check=False).returncode == 0
 

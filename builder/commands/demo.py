@@ -18,6 +18,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..demo import run_demo
+    from ..demo import DemoOutputInUse, run_demo
+    from .common import fail
 
-    return run_demo(args.out, workers=args.workers, progress=not args.no_progress)
+    try:
+        return run_demo(args.out, workers=args.workers, progress=not args.no_progress)
+    except DemoOutputInUse as exc:
+        return fail("demo", str(exc))
