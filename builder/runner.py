@@ -93,8 +93,15 @@ def record_finished(out_dir: Path, plan: ShardPlan, result: ShardResult) -> None
 
 
 def prepare_output(out_dir: Path, overwrite: bool) -> None:
-    """Create `out_dir`; with `overwrite`, empty it first."""
+    """Create `out_dir`; with `overwrite`, empty it first, but only if this toolkit wrote it (it
+    holds a settings file or a manifest): --overwrite never deletes a folder of someone else's."""
     if overwrite and out_dir.exists():
+        ours = (out_dir / MANIFEST_NAME).is_file() or (out_dir / "_config.yaml").is_file()
+        if any(out_dir.iterdir()) and not ours:
+            raise FileExistsError(
+                f"{out_dir} is not empty and holds no dataset of this toolkit; --overwrite only replaces "
+                "an output it wrote itself: choose another --out or --name"
+            )
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 

@@ -165,6 +165,8 @@ def build_release(
         raise ReleaseError("give at least one composed dataset folder")
     if release_dir.exists() and not overwrite:
         raise ReleaseError(f"{release_dir} exists; use --overwrite to replace it")
+    if release_dir.exists() and any(release_dir.iterdir()) and not (release_dir / RELEASE_META).is_file():
+        raise ReleaseError(f"{release_dir} is not empty and is not a release folder; --overwrite only replaces a release")
     inputs = [load_release_input(Path(d)) for d in dataset_dirs]
     names = [i.config for i in inputs]
     duplicated = sorted({n for n in names if names.count(n) > 1})

@@ -175,3 +175,17 @@ def test_a_subset_without_any_of_its_classes_is_refused_before_writing(tmp_path)
     with pytest.raises(ConfigError, match="hold no image of the hard-spurious-imagenet-10 classes.*goldfish"):
         compose_dataset(parts, "hard-spurious-imagenet-10", tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_overwrite_never_deletes_a_folder_the_toolkit_did_not_write(tmp_path, capsys):
+    from parts_factory import fake_images, write_parts
+
+    parts = tmp_path / "parts"
+    write_parts(parts, {"val": fake_images(["n01440764", "n01484850"], per_class=1)})
+    foreign = tmp_path / "out" / "notes"
+    foreign.mkdir(parents=True)
+    (foreign / "todo.txt").write_text("keep me")
+    code = main(["compose", "--parts", str(parts), "--out", str(tmp_path / "out"), "--name", "notes",
+                 "--sizes", "56", "--overwrite", "--no-progress"])
+    assert code == 2 and "holds no dataset of this toolkit" in capsys.readouterr().err
+    assert (foreign / "todo.txt").read_text() == "keep me"

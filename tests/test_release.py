@@ -163,3 +163,13 @@ def test_end_to_end_compose_validate_release_load(tmp_path, monkeypatch):
     ds = fresh_load("hard-spurious-imagenet", split=split, cache=tmp_path / "cache")
     assert ds.num_rows == manifest["splits"][split]["num_samples"] > 0
     assert set(ds[0]["json"]) == set(ds.features["json"]) and ds[0]["json"]["variant"] == "hard-spurious-imagenet"
+
+
+def test_overwrite_only_replaces_a_release_folder(tmp_path):
+    dataset = make_composed_dataset(tmp_path / "datasets", splits={"test": 2})
+    precious = tmp_path / "hard-spurious-imagenet"
+    precious.mkdir()
+    (precious / "paper.pdf").write_text("keep me")
+    with pytest.raises(ReleaseError, match="not a release folder"):
+        build_release(precious, [dataset], overwrite=True)
+    assert (precious / "paper.pdf").read_text() == "keep me"

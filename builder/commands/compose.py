@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary = compose_dataset(args.parts, args.variant, args.out, workers=args.workers, overwrite=args.overwrite,
                                   progress=not args.no_progress, overrides=overrides)
-    except (ConfigError, SettingsMismatch, FileNotFoundError) as exc:
+    except (ConfigError, SettingsMismatch, FileNotFoundError, FileExistsError) as exc:
         return fail("compose", str(exc))
     print(f"dataset: {summary.dataset_dir}" + (f" ({summary.reused_shards} finished shards reused)" if summary.reused_shards else ""))
     print(summary.table)
