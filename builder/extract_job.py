@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import yaml
 
 from . import __version__
-from .config import SettingsMismatch, canonical_json, differing_settings, fingerprint
+from .config import CONFIG_NAME, SettingsMismatch, canonical_json, differing_settings, fingerprint
 from .extract import ExtractConfig, ExtractShardBuilder, describe_backends, listing_digest, load_backends, unload_backends
 from .parts import PARTS_SCHEMA_VERSION
 from .records import Issue, count_by_reason
@@ -24,7 +24,6 @@ from .shards import ERRORS_NAME, MANIFEST_NAME, split_entry, write_json_atomic, 
 from .sources import load_sources
 
 PARTS_DIR_NAME = "parts"
-SETTINGS_NAME = "_config.yaml"
 
 
 @dataclass
@@ -57,7 +56,7 @@ def _load_yaml(path: Path) -> dict:
 
 
 def _check_split_settings(parts_dir: Path, split: str, settings: dict) -> None:
-    previous = _load_yaml(parts_dir / SETTINGS_NAME).get(split)
+    previous = _load_yaml(parts_dir / CONFIG_NAME).get(split)
     normalised = json.loads(canonical_json(settings))
     if previous is not None and previous != normalised:
         diff = "\n  ".join(differing_settings(previous, normalised))
@@ -68,38 +67,38 @@ def _check_split_settings(parts_dir: Path, split: str, settings: dict) -> None:
 
 
 def _save_split_settings(parts_dir: Path, split: str, settings: dict) -> None:
-    path = parts_dir / SETTINGS_NAME
+    path = parts_dir / CONFIG_NAME
     all_settings = _load_yaml(path)
     all_settings[split] = json.loads(canonical_json(settings))
     path.write_text(yaml.safe_dump(all_settings, sort_keys=True), "utf-8")
 
 
+def _read_error_rows(parts_dir: Path) -> list[dict]:
+    path = parts_dir / ERRORS_NAME
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line] if path.is_file() else []
+
+
 def _drop_split(parts_dir: Path, split: str) -> None:
     """--overwrite: forget one split (its shards, state, settings, manifest entry, error rows)."""
-    for path in list(parts_dir.glob(f"{split}-*.tar")) + list((parts_dir / STATE_DIR).glob(f"{split}-*")):
+    for path in [*parts_dir.glob(f"{split}-*.tar"), *(parts_dir / STATE_DIR).glob(f"{split}-*")]:
         path.unlink()
-    for name in (SETTINGS_NAME, MANIFEST_NAME):
-        path = parts_dir / name
-        if path.is_file():
-            data = _load_yaml(path) if name == SETTINGS_NAME else json.loads(path.read_text("utf-8"))
-            (data.get("splits", data)).pop(split, None)
-            if name == SETTINGS_NAME:
-                path.write_text(yaml.safe_dump(data, sort_keys=True), "utf-8")
-            else:
-                write_json_atomic(path, data)
-    errors = parts_dir / ERRORS_NAME
-    if errors.is_file():
-        rows = [json.loads(line) for line in errors.read_text("utf-8").splitlines() if line]
-        write_jsonl_atomic(errors, [r for r in rows if r.get("split") != split])
+    settings = _load_yaml(parts_dir / CONFIG_NAME)
+    if settings.pop(split, None) is not None:
+        (parts_dir / CONFIG_NAME).write_text(yaml.safe_dump(settings, sort_keys=True), "utf-8")
+    manifest_path = parts_dir / MANIFEST_NAME
+    if manifest_path.is_file():
+        manifest = json.loads(manifest_path.read_text("utf-8"))
+        manifest["splits"].pop(split, None)
+        manifest["settings"].pop(split, None)
+        write_json_atomic(manifest_path, manifest)
+    write_jsonl_atomic(parts_dir / ERRORS_NAME, [r for r in _read_error_rows(parts_dir) if r["split"] != split])
 
 
 def _write_errors(parts_dir: Path, split: str, issues: list[Issue]) -> None:
-    path = parts_dir / ERRORS_NAME
-    rows = [json.loads(line) for line in path.read_text("utf-8").splitlines() if line] if path.is_file() else []
-    rows = [r for r in rows if r.get("split") != split]
+    rows = [r for r in _read_error_rows(parts_dir) if r["split"] != split]
     rows += [{**issue.to_json(), "split": split} for issue in issues]
     rows.sort(key=lambda r: (r["split"], r["image_id"], r["reason"], r["detail"]))
-    write_jsonl_atomic(path, rows)
+    write_jsonl_atomic(parts_dir / ERRORS_NAME, rows)
 
 
 def _write_manifest(parts_dir: Path, split: str, split_info: dict, backends: dict, settings: dict) -> dict:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 
 from tqdm import tqdm
 
+from .config import CONFIG_NAME
 from .records import Issue
 from .shards import MANIFEST_NAME, ShardStats, shard_filename
 
@@ -96,7 +97,7 @@ def prepare_output(out_dir: Path, overwrite: bool) -> None:
     """Create `out_dir`; with `overwrite`, empty it first, but only if this toolkit wrote it (it
     holds a settings file or a manifest): --overwrite never deletes a folder of someone else's."""
     if overwrite and out_dir.exists():
-        ours = (out_dir / MANIFEST_NAME).is_file() or (out_dir / "_config.yaml").is_file()
+        ours = (out_dir / MANIFEST_NAME).is_file() or (out_dir / CONFIG_NAME).is_file()
         if any(out_dir.iterdir()) and not ours:
             raise FileExistsError(
                 f"{out_dir} is not empty and holds no dataset of this toolkit; --overwrite only replaces "
@@ -104,10 +105,6 @@ def prepare_output(out_dir: Path, overwrite: bool) -> None:
             )
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-
-
-def is_finished(out_dir: Path) -> bool:
-    return (out_dir / MANIFEST_NAME).is_file()
 
 
 def remove_stale_temporaries(out_dir: Path) -> None:

@@ -40,10 +40,6 @@ COMPOSITE_FIELDS: dict[str, tuple[type, bool, str]] = {
 }
 
 
-class SchemaError(ValueError):
-    pass
-
-
 def check_composite_json(meta: Any) -> list[str]:
     """Every way `meta` departs from the schema, as readable lines (empty when it conforms)."""
     if not isinstance(meta, dict):
@@ -69,10 +65,3 @@ def check_composite_json(meta: Any) -> list[str]:
     if meta.get("schema_version") not in (None, SCHEMA_VERSION) and "schema_version" in meta:
         problems.append(f"schema_version {meta['schema_version']} is not {SCHEMA_VERSION}")
     return problems
-
-
-def validate_composite_json(meta: Any) -> dict:
-    problems = check_composite_json(meta)
-    if problems:
-        raise SchemaError("; ".join(problems))
-    return meta
