@@ -348,7 +348,7 @@ def compose_dataset(
     splits: dict[str, dict] = {}
     for split in spec.output_splits:
         split_results = [r for plan, r in zip(plans, results) if plan.split == split]
-        entry = split_entry([r.stats for r in split_results])
+        entry = split_entry(split, [r.stats for r in split_results])
         entry["counts"] = merge_counts([r.counts for r in split_results])
         entry["source_images"] = len(jobs.get(split, []))
         splits[split] = entry

@@ -173,7 +173,7 @@ def run_extract(
 
     issues = sorted(listing.issues + [i for r in results for i in r.issues], key=lambda i: i.sort_key)
     by_reason = count_by_reason(issues)
-    entry = split_entry([r.stats for r in results])
+    entry = split_entry(config.split, [r.stats for r in results])
     entry.update({
         "fingerprint": split_fingerprint,
         "images_listed": listing.images_found,

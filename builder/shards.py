@@ -144,9 +144,10 @@ def write_jsonl_atomic(path: Path, rows: Iterable[dict]) -> None:
     os.replace(tmp, path)
 
 
-def split_entry(stats: list[ShardStats]) -> dict:
+def split_entry(name: str, stats: list[ShardStats]) -> dict:
     """The manifest entry of one split, in the form timm's WebDataset reader accepts."""
     return {
+        "name": name,
         "num_samples": sum(s.num_samples for s in stats),
         "filenames": [s.filename for s in stats],
         "shard_lengths": [s.num_samples for s in stats],

@@ -158,7 +158,7 @@ def write_parts(parts_dir: Path, splits: Mapping[str, Sequence[FakeImage]], *, s
         for index, start in enumerate(range(0, len(ordered), shard_size)):
             samples = [parts_sample(im) for im in ordered[start : start + shard_size]]
             stats.append(write_shard(parts_dir / f"{split}-{index:05d}.tar", samples))
-        split_entries[split] = split_entry(stats)
+        split_entries[split] = split_entry(split, stats)
     settings = {"stage": "extract", "fake": True, "images": {s: [im.source_id for im in ims] for s, ims in splits.items()}}
     write_jsonl_atomic(parts_dir / ERRORS_NAME, list(errors))
     by_reason: dict[str, int] = {}

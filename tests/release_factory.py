@@ -74,7 +74,7 @@ def make_composed_dataset(
                            "json": json.dumps(meta, sort_keys=True).encode()}
                 samples.append((f"{split}_{i:06d}", members))
             stats.append(write_shard(dataset / shard_filename(split, shard_start // shard_size), samples))
-        manifest_splits[split] = {**split_entry(stats), "counts": {k: dict(sorted(v.items())) for k, v in counts.items()}}
+        manifest_splits[split] = {**split_entry(split, stats), "counts": {k: dict(sorted(v.items())) for k, v in counts.items()}}
     preview_dir = dataset / "previews"
     for p in range(previews):
         preview_dir.mkdir(parents=True, exist_ok=True)

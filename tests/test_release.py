@@ -173,3 +173,16 @@ def test_overwrite_only_replaces_a_release_folder(tmp_path):
     with pytest.raises(ReleaseError, match="not a release folder"):
         build_release(precious, [dataset], overwrite=True)
     assert (precious / "paper.pdf").read_text() == "keep me"
+
+
+def test_timm_reads_a_release_config_through_its_webdataset_reader(release):
+    from timm.data import create_dataset
+
+    folder, main, _ = release
+    expected = [int(members["cls"]) for path in sorted((folder / "data" / "hard-spurious-imagenet").glob("train-*.tar"))
+                for _, members in iter_shard(path)]
+    dataset = create_dataset("wds/hard-spurious-imagenet", root=str(folder / "data" / "hard-spurious-imagenet"),
+                             split="train", is_training=False, batch_size=1)
+    assert len(dataset) == read_manifest(main)["splits"]["train"]["num_samples"] == 5
+    seen = [(image.size, int(target)) for image, target in dataset]
+    assert [target for _, target in seen] == expected
