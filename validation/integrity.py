@@ -254,11 +254,15 @@ class _SampleChecker:
     result: IntegrityResult
     resize_filter: str = "bicubic"
 
-    def composite(self, shard: str, key: str, members: dict[str, bytes], counts: dict) -> None:
-        failures = self.result.failures
-
+    def failure_recorder(self, shard: str, key: str):
+        """`fail(check, detail)` for one sample: records a Failure naming its split, shard and key."""
         def fail(check: str, detail: str) -> None:
-            failures.append(Failure(check, detail, self.split, shard, key))
+            self.result.failures.append(Failure(check, detail, self.split, shard, key))
+
+        return fail
+
+    def composite(self, shard: str, key: str, members: dict[str, bytes], counts: dict) -> None:
+        fail = self.failure_recorder(shard, key)
 
         if sorted(members) != list(COMPOSITE_MEMBERS):
             fail("members", f"has {sorted(members)}, expected {list(COMPOSITE_MEMBERS)}")
@@ -310,10 +314,7 @@ class _SampleChecker:
                  f"differ from the object's crop by {error:.1f} on average (tolerance {self.tolerance})")
 
     def parts_sample(self, shard: str, key: str, members: dict[str, bytes], counts: dict) -> None:
-        failures = self.result.failures
-
-        def fail(check: str, detail: str) -> None:
-            failures.append(Failure(check, detail, self.split, shard, key))
+        fail = self.failure_recorder(shard, key)
 
         if sorted(members) != sorted(PARTS_MEMBERS):
             fail("members", f"has {sorted(members)}, expected {sorted(PARTS_MEMBERS)}")
