@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from builder.compose import encode_jpeg  # noqa: E402
-from builder.shards import iter_shard  # noqa: E402
+from builder.compose.stage import encode_jpeg  # noqa: E402
+from builder.core.shards import iter_shard  # noqa: E402
 from builder.variants import load_variant  # noqa: E402
 
 WNIDS = ["n01443537", "n02437312", "n02134084", "n02391049", "n02690373", "n04273569", "n04146614", "n04310018"]
@@ -48,7 +48,7 @@ def compose_in_child(parts_dir: Path, out: Path, variant: str) -> dict:
     code = (
         "import json, sys, time; from pathlib import Path\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from builder.compose import compose_dataset\n"
+        "from builder.compose.stage import compose_dataset\n"
         "start = time.perf_counter()\n"
         f"s = compose_dataset(Path({str(parts_dir)!r}), {variant!r}, Path({str(out)!r}), workers=1, progress=False)\n"
         "wall = time.perf_counter() - start\n"

@@ -48,7 +48,7 @@ STAGES = ("decode", "sam_enc", "sam_dec", "lama", "encode")
 
 def synth_jpegs(count: int, sizes, seed: int = 0):
     """JPEG bytes and VOC boxes of `count` synthetic photos (deterministic)."""
-    from builder.records import Box
+    from builder.core.records import Box
 
     rng = np.random.default_rng(seed)
     out = []
@@ -101,7 +101,7 @@ class Timer:
 
 
 def run_sweep(batch: int, data, masker, inpainter, sync, dilation: int) -> dict:
-    from builder.extract import RawParts, dilate, encode_parts
+    from builder.extract.shard_builder import RawParts, dilate, encode_parts
 
     masker.encoder_batch.size = batch
     if inpainter is not None:
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from builder.backends.torch_utils import resolve_device
+    from builder.backends.torch_base import resolve_device
 
     started = time.perf_counter()
     device = resolve_device(args.device)

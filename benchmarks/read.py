@@ -39,7 +39,7 @@ def raw_loop(shards: list[str]) -> int:
 
 
 def stream_loop(release: Path, config: str | None, split: str) -> int:
-    from hf_scripts.stream import stream
+    from builder.formats.stream import stream
 
     return sum(1 for _ in stream(release, config, split))
 

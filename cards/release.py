@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import __version__
-from builder.shards import MANIFEST_NAME, read_manifest, sha256_file, write_json_atomic
+from builder.core.shards import MANIFEST_NAME, read_manifest, sha256_file, write_json_atomic
 
-from .render import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary, render_card
+from cards.render import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary, render_card
 
 RELEASE_META = "_release.json"
 VALIDATION_JSON = "validation.json"

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 import yaml
 
 from builder import __version__
-from builder.schema import COMPOSITE_FIELDS, SCHEMA_VERSION
+from builder.formats.composites import COMPOSITE_FIELDS, SCHEMA_VERSION
 
 DATASET_NAME = "hard-spurious-imagenet"
 PRETTY_NAME = "Hard-Spurious-ImageNet"
@@ -307,7 +307,7 @@ def usage(default: str, configs: list[ConfigSummary]) -> str:
             ),
             "Straight from the shards into PyTorch training (shuffle buffer, workers and nodes, group metadata):",
             code_block(
-                "from hf_scripts.stream import stream\n\n"
+                "from builder.formats.stream import stream\n\n"
                 f'data = stream("{DATASET_NAME}", config="{default}", split="{split}", shuffle_buffer=1000)\n'
                 "loader = torch.utils.data.DataLoader(data, batch_size=64, num_workers=4)",
                 "python",

@@ -14,7 +14,7 @@ from collections import Counter
 import numpy as np
 import torch
 
-from hf_scripts.stream import stream
+from builder.formats.stream import stream
 
 
 def to_tensor(image) -> torch.Tensor:

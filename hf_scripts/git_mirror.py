@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cards.release import VERSION_PATTERN, parse_version
 
-from .publish import KEEP_REMOTE, PublishError, check_release_folder, release_files
+from hf_scripts.publish import KEEP_REMOTE, PublishError, check_release_folder, release_files
 
 # A fixed identity: the mirror's history should not depend on who ran the command.
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "hsi publish", "GIT_AUTHOR_EMAIL": "hsi@localhost",

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from builder.schema import check_composite_json
-from builder.shards import sha256_file
+from builder.formats.composites import check_composite_json
+from builder.core.shards import sha256_file
 
-from .publish import REPO_TYPE, PublishError, version_tags
+from hf_scripts.publish import REPO_TYPE, PublishError, version_tags
 
 
 def verify_release(api, repo_id: str, version: str, cache_dir: str | None = None) -> tuple[list[str], list[str]]:

@@ -123,7 +123,7 @@ def write_tree(root: Path, layout: str = "ilsvrc", split: str = "val", count: in
             writer.writerow(["ImageId", "PredictionString"])
             for image_id in sorted(annotations):
                 writer.writerow([image_id, " ".join(f"{w} {x0} {y0} {x1} {y1}" for w, x0, y0, x1, y1 in annotations[image_id]) + " "])
-        from builder.classes import imagenet_classes
+        from builder.core.classes import imagenet_classes
 
         (root / "LOC_synset_mapping.txt").write_text("".join(f"{c.wnid} {c.synonyms}\n" for c in imagenet_classes()))
     return tree

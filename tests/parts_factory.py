@@ -21,11 +21,11 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from builder import __version__
-from builder.classes import class_of
-from builder.config import fingerprint
-from builder.backgrounds import canvas_background
-from builder.parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, PARTS_SCHEMA_VERSION, encode_canvas, encode_png
-from builder.shards import MANIFEST_NAME, ERRORS_NAME, split_entry, write_json_atomic, write_jsonl_atomic, write_shard
+from builder.core.classes import class_of
+from builder.core.config import fingerprint
+from builder.compose.backgrounds import canvas_background
+from builder.formats.parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, PARTS_SCHEMA_VERSION, encode_canvas, encode_png
+from builder.core.shards import MANIFEST_NAME, ERRORS_NAME, split_entry, write_json_atomic, write_jsonl_atomic, write_shard
 
 FAKE_BACKENDS = {
     "masker": {"name": "box", "params": {}, "checkpoint": None, "checkpoint_sha256": None},

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from builder.classes import imagenet_classes
-from builder.schema import COMPOSITE_FIELDS, SCHEMA_VERSION
-from builder.shards import ERRORS_NAME, MANIFEST_NAME, shard_filename, split_entry, write_json_atomic, write_jsonl_atomic, write_shard
+from builder.core.classes import imagenet_classes
+from builder.formats.composites import COMPOSITE_FIELDS, SCHEMA_VERSION
+from builder.core.shards import ERRORS_NAME, MANIFEST_NAME, shard_filename, split_entry, write_json_atomic, write_jsonl_atomic, write_shard
 
 GROUPS = ("CeO", "CoO", "CeR", "CoR")
 SIZES = (56, 84, 112)

@@ -7,8 +7,8 @@ import yaml
 
 from cards.render import (CardError, ConfigSummary, card_metadata, check_card, composite_features, render_card,
                           unique_label_names)
-from builder.schema import COMPOSITE_FIELDS
-from builder.shards import read_manifest
+from builder.formats.composites import COMPOSITE_FIELDS
+from builder.core.shards import read_manifest
 from release_factory import make_composed_dataset
 
 
@@ -90,7 +90,7 @@ def test_card_without_features_or_with_wrong_ones_is_refused(summaries):
 def test_card_tables_for_new_positions_and_backgrounds(tmp_path):
     """Groups such as bottom-left/gray hold a slash, and composites outside the paper's groups have
     no tier: both must come out as readable table rows."""
-    from builder.compose import compose_dataset
+    from builder.compose.stage import compose_dataset
     from parts_factory import fake_images, write_parts
 
     parts = tmp_path / "parts"

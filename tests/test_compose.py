@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from builder.backgrounds import DonorPool, assign_foreign_donors
-from builder.classes import class_of
-from builder.compose import TIERS, compose_dataset, group_name, sample_key, tier_of
-from builder.config import SettingsMismatch
-from builder.schema import check_composite_json
-from builder.shards import ERRORS_NAME, MANIFEST_NAME, iter_shard, sha256_file
+from builder.compose.backgrounds import DonorPool, assign_foreign_donors
+from builder.core.classes import class_of
+from builder.compose.stage import TIERS, compose_dataset, group_name, sample_key, tier_of
+from builder.core.config import SettingsMismatch
+from builder.formats.composites import check_composite_json
+from builder.core.shards import ERRORS_NAME, MANIFEST_NAME, iter_shard, sha256_file
 from parts_factory import FakeImage, distinct_color, fake_images, write_parts
 
 WNIDS = ["n01443537", "n02437312", "n02134084"]  # goldfish, Arabian camel, ice bear
@@ -295,7 +295,7 @@ def test_compose_killed_with_sigkill_resumes_to_identical_output(tmp_path):
     write_parts(parts, {"val": fake_images(WNIDS, per_class=12, textured=True)}, shard_size=6)
 
     def command(out: Path) -> list[str]:
-        return [sys.executable, "-m", "builder.cli", "compose", "--no-progress", "--parts", str(parts),
+        return [sys.executable, "-m", "hsi.cli", "compose", "--no-progress", "--parts", str(parts),
                 "--out", str(out), "--shard-size", "12"]  # one source image per shard: many shards
 
     assert subprocess.run(command(tmp_path / "clean"), check=False).returncode == 0

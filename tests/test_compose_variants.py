@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from builder.classes import class_of
-from builder.cli import main
-from builder.compose import compose_dataset
-from builder.config import ConfigError
-from builder.shards import MANIFEST_NAME, iter_shard, sha256_file
+from builder.core.classes import class_of
+from hsi.cli import main
+from builder.compose.stage import compose_dataset
+from builder.core.config import ConfigError
+from builder.core.shards import MANIFEST_NAME, iter_shard, sha256_file
 from builder.variants import NAMED_VARIANTS, load_variant
 from parts_factory import fake_images, write_parts
 
@@ -146,7 +146,7 @@ def test_hsi_compose_command(tmp_path, capsys):
 
 
 def test_extract_then_compose_on_the_embedded_demo_tree(tmp_path, capsys):
-    from builder.demo import demo_source_root
+    from hsi.demo import demo_source_root
 
     assert main(["extract", "--source", str(demo_source_root()), "--out", str(tmp_path / "demo"), "--no-progress"]) == 0
     parts_manifest = json.loads((tmp_path / "demo" / "parts" / MANIFEST_NAME).read_text())
@@ -166,8 +166,8 @@ def test_extract_then_compose_on_the_embedded_demo_tree(tmp_path, capsys):
 
 
 def test_a_subset_without_any_of_its_classes_is_refused_before_writing(tmp_path):
-    from builder.compose import compose_dataset
-    from builder.config import ConfigError
+    from builder.compose.stage import compose_dataset
+    from builder.core.config import ConfigError
     from parts_factory import fake_images, write_parts
 
     parts = tmp_path / "parts"

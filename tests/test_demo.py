@@ -3,7 +3,7 @@
 import json
 import re
 
-from builder.cli import main
+from hsi.cli import main
 
 
 def test_demo_runs_every_stage_and_loads_the_release_back(tmp_path, capsys):

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from builder.classes import class_of
-from builder.cli import main
-from builder.extract import dilate
-from builder.parts import iter_parts
-from builder.shards import sha256_file
+from builder.core.classes import class_of
+from hsi.cli import main
+from builder.extract.shard_builder import dilate
+from builder.formats.parts import iter_parts
+from builder.core.shards import sha256_file
 from fake_imagenet import write_tree
 
 
@@ -165,7 +165,7 @@ def test_missing_source_exits_2_with_a_reason(tmp_path, capsys):
 
 
 def _hsi(*args):
-    return [sys.executable, "-m", "builder.cli", "extract", "--no-progress", *map(str, args)]
+    return [sys.executable, "-m", "hsi.cli", "extract", "--no-progress", *map(str, args)]
 
 
 def _wait_for_states(parts_dir: Path, count: int, timeout: float = 60) -> None:

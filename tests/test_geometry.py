@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from builder.backgrounds import sample_rng
-from builder.geometry import (
+from builder.compose.backgrounds import sample_rng
+from builder.compose.geometry import (
     CORNERS,
     GeometryError,
     check_position,

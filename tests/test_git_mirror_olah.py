@@ -22,7 +22,7 @@ from pathlib import Path
 import olah  # noqa: F401  (the dev extra installs it: a missing olah fails here rather than skipping)
 import pytest
 
-from builder.cli import main as hsi_main
+from hsi.cli import main as hsi_main
 from cards.release import build_release
 from release_factory import make_composed_dataset
 

@@ -12,9 +12,9 @@ import pytest
 import yaml
 from PIL import Image
 
-from builder.cli import main
-from builder.parts import iter_parts
-from builder.shards import sha256_file
+from hsi.cli import main
+from builder.formats.parts import iter_parts
+from builder.core.shards import sha256_file
 from fake_imagenet import write_tree
 from tiny_models import write_tiny_lama, write_tiny_sam
 
@@ -126,15 +126,15 @@ def report_visible_gpu(plan):
     """A shard builder that writes an empty shard and reports the GPU its process was pinned to."""
     import os
 
-    from builder.runner import ShardResult
-    from builder.shards import write_shard
+    from builder.core.runner import ShardResult
+    from builder.core.shards import write_shard
 
     stats = write_shard(Path(os.environ["HSI_TEST_OUT"]) / plan.filename, [])
     return ShardResult(stats, [], {"gpu": os.environ.get("CUDA_VISIBLE_DEVICES"), "pid": os.getpid()})
 
 
 def test_one_spawned_worker_per_gpu_each_pinned_to_its_own(tmp_path, monkeypatch):
-    from builder.runner import plan_shards, run_shards
+    from builder.core.runner import plan_shards, run_shards
 
     monkeypatch.setenv("HSI_TEST_OUT", str(tmp_path))
     plans = plan_shards("val", list(range(8)), 1)

@@ -10,8 +10,8 @@ import torch
 
 from builder.backends import BackendUnavailable, make_masker
 from builder.backends.sam import infer_architecture, select_by_iou
-from builder.backends.torch_utils import AdaptiveBatch
-from builder.records import Box
+from builder.backends.torch_base import AdaptiveBatch
+from builder.core.records import Box
 from tiny_models import TINY_SAM_INPUT, build_tiny_sam, write_tiny_sam
 
 

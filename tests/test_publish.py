@@ -21,7 +21,7 @@ def hsi(args: list[str], endpoint: str, home: Path) -> subprocess.CompletedProce
     """Run `hsi` in a fresh process pointed at the loopback hub (HF_ENDPOINT is read at import)."""
     env = dict(os.environ, HF_ENDPOINT=endpoint, HF_HUB_OFFLINE="0", HF_DATASETS_OFFLINE="0",
                HF_TOKEN="hf_loopback_test_token", HF_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1")
-    return subprocess.run([sys.executable, "-m", "builder.cli", *args], env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "hsi.cli", *args], env=env, capture_output=True, text=True,
                           timeout=300, cwd=Path(__file__).resolve().parents[1])
 
 
@@ -130,7 +130,7 @@ def test_real_hub_publish_and_verify(tmp_path):
     dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3})
     release = build_release(tmp_path / "hard-spurious-imagenet", [dataset], version=version)
     env = dict(os.environ, HF_HUB_OFFLINE="0", HF_DATASETS_OFFLINE="0")
-    run = lambda *a: subprocess.run([sys.executable, "-m", "builder.cli", *a], env=env, capture_output=True, text=True, timeout=900)  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "-m", "hsi.cli", *a], env=env, capture_output=True, text=True, timeout=900)  # noqa: E731
     repo = os.environ["HSI_HUB_TEST_REPO"]
     published = run("publish", str(release), "--repo", repo, "--version", version, "--yes", "--private")
     assert published.returncode == 0, published.stderr

@@ -7,13 +7,13 @@ import os
 import pytest
 import ray
 
-from builder.extract import ExtractConfig, ExtractShardBuilder, load_backends
-from builder.ray_runner import run_shards_ray
-from builder.runner import STATE_DIR, plan_shards, run_shards
-from builder.shards import sha256_file
+from builder.extract.shard_builder import ExtractConfig, ExtractShardBuilder, load_backends
+from builder.core.ray_runner import run_shards_ray
+from builder.core.runner import STATE_DIR, plan_shards, run_shards
+from builder.core.shards import sha256_file
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")
-from builder.sources import load_sources  # noqa: E402
+from builder.extract.sources import load_sources  # noqa: E402
 from fake_imagenet import write_tree  # noqa: E402
 from tiny_models import write_tiny_lama, write_tiny_sam  # noqa: E402
 

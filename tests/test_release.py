@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from builder.cli import main as hsi
-from builder.shards import iter_shard, read_manifest
+from hsi.cli import main as hsi
+from builder.core.shards import iter_shard, read_manifest
 from cards.release import ReleaseError, build_release, check_version_bump
 from release_factory import make_composed_dataset
 
@@ -114,7 +114,7 @@ def test_fresh_offline_session_loads_the_release(release, tmp_path):
 def test_stream_with_two_workers_yields_each_sample_once(release):
     import torch
 
-    from hf_scripts.stream import stream
+    from builder.formats.stream import stream
 
     folder, main, _ = release
     expected = sorted(key for path in sorted(main.glob("test-*.tar")) for key, _ in iter_shard(path))
@@ -138,7 +138,7 @@ def test_stream_with_two_workers_yields_each_sample_once(release):
 def test_stream_transform_and_batches(release):
     import torch
 
-    from hf_scripts.stream import stream
+    from builder.formats.stream import stream
 
     data = stream(release[0], split="train", transform=lambda im: torch.from_numpy(np.array(im)))
     batch = next(iter(torch.utils.data.DataLoader(data, batch_size=5)))
@@ -147,7 +147,7 @@ def test_stream_transform_and_batches(release):
 
 
 def test_end_to_end_compose_validate_release_load(tmp_path, monkeypatch):
-    from builder import compose
+    from builder.compose import stage as compose
     from validation import report
     from parts_factory import fake_images, write_parts
 

@@ -3,8 +3,8 @@
 
 import pytest
 
-from builder.records import Box
-from builder.sources import SourceError, load_sources
+from builder.core.records import Box
+from builder.extract.sources import SourceError, load_sources
 from fake_imagenet import add_duplicate, write_tree
 
 

@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from builder.cli import main
-from builder.records import Box
-from builder.shards import sha256_file
+from hsi.cli import main
+from builder.core.records import Box
+from builder.core.shards import sha256_file
 from fake_imagenet import WNIDS, write_tree
 from tiny_detector import save_tiny_grounding_dino
 from validation.detection import (Detector, DetectionItem, best_ious, load_detector, prompt_for, redetect,

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from builder.cli import main
-from builder.compose import compose_dataset
-from builder.shards import iter_shard, read_manifest, sha256_file, write_json_atomic, write_shard
+from hsi.cli import main
+from builder.compose.stage import compose_dataset
+from builder.core.shards import iter_shard, read_manifest, sha256_file, write_json_atomic, write_shard
 from fake_imagenet import write_tree
 from validation.integrity import check_dataset
 from validation.report import validate_dataset

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from builder.cli import main
-from builder.records import Box
+from hsi.cli import main
+from builder.core.records import Box
 from fake_imagenet import write_tree
 from validation.scores import (ImageBoxes, average_ranks, boxes_from_loc_csv, compute_scores, image_sizes_from_folder,
                                kendall_tau_b, read_loc_solution, score_image, spearman)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builder.classes import imagenet_classes
+from builder.core.classes import imagenet_classes
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 

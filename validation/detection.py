@@ -19,8 +19,8 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from builder.classes import class_of, is_known_wnid
-from builder.records import Box
+from builder.core.classes import class_of, is_known_wnid
+from builder.core.records import Box
 
 DEFAULT_DETECTOR = "IDEA-Research/grounding-dino-base"
 DEFAULT_BOX_THRESHOLD = 0.35  # the thresholds of Grounding DINO's own demo
@@ -91,7 +91,7 @@ def prompt_for(wnid: str) -> str:
 
 def weight_files_sha256(folder: Path) -> dict[str, str]:
     """sha256 of each weight file of a local model folder, by file name."""
-    from builder.shards import sha256_file
+    from builder.core.shards import sha256_file
 
     return {
         path.name: sha256_file(path)
@@ -247,7 +247,7 @@ def items_from_sources(records, limit: int | None = None) -> list[DetectionItem]
 
 def _file_loader(path: str) -> Callable[[], np.ndarray]:
     def load() -> np.ndarray:
-        from builder.images import ImageDecodeError, decode_image
+        from builder.extract.images import ImageDecodeError, decode_image
 
         try:
             return decode_image(Path(path)).rgb

@@ -25,10 +25,10 @@ from typing import Iterator
 import numpy as np
 from PIL import Image
 
-from builder.geometry import resize_mask, resize_rgb
-from builder.parts import PARTS_MEMBERS, decode_canvas, decode_png
-from builder.schema import check_composite_json
-from builder.shards import MANIFEST_NAME, ShardFormatError, sha256_file, split_member_name
+from builder.compose.geometry import resize_mask, resize_rgb
+from builder.formats.parts import PARTS_MEMBERS, decode_canvas, decode_png
+from builder.formats.composites import check_composite_json
+from builder.core.shards import MANIFEST_NAME, ShardFormatError, sha256_file, split_member_name
 
 COMPOSITE_MEMBERS = ("cls", "jpg", "json")
 # Mean absolute difference (0-255) allowed between the composite's pasted region and the resized
@@ -181,7 +181,7 @@ class PartsIndex:
 
     @classmethod
     def build(cls, parts_dir: Path) -> "PartsIndex":
-        from builder.shards import manifest_shard_paths, read_manifest
+        from builder.core.shards import manifest_shard_paths, read_manifest
 
         index = cls(Path(parts_dir))
         manifest = read_manifest(parts_dir)

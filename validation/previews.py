@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from builder.parts import decode_parts, iter_parts_samples
-from builder.shards import iter_shard, manifest_shard_paths, read_manifest
+from builder.formats.parts import decode_parts, iter_parts_samples
+from builder.core.shards import iter_shard, manifest_shard_paths, read_manifest
 
 PAPER_GROUPS = ("CeO", "CoO", "CeR", "CoR")
 LABEL_HEIGHT = 18

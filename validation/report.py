@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import __version__
-from builder.shards import MANIFEST_NAME, read_manifest, write_json_atomic
+from builder.core.shards import MANIFEST_NAME, read_manifest, write_json_atomic
 
-from .integrity import IntegrityResult, check_dataset
-from .scores import ScoreReport
+from validation.integrity import IntegrityResult, check_dataset
+from validation.scores import ScoreReport
 
 JSON_NAME = "validation.json"
 MD_NAME = "validation.md"
@@ -53,7 +53,7 @@ def describe_target(folder: Path) -> dict:
 
 
 def write_scores_outputs(scores: ScoreReport, out_dir: Path) -> dict:
-    from .scores import plot_distributions, write_class_csv
+    from validation.scores import plot_distributions, write_class_csv
 
     csv_path = out_dir / SCORES_CSV
     plot_path = out_dir / PREVIEWS_DIR / SCORES_PLOT
@@ -73,7 +73,7 @@ def _fmt(value, digits: int = 3) -> str:
 
 def _group_size_table(group_size: dict[str, int]) -> list[str]:
     """Samples per group (rows, the paper's order first) and size (columns, ascending)."""
-    from .previews import PAPER_GROUPS
+    from validation.previews import PAPER_GROUPS
 
     pairs = [name.rsplit("/", 1) for name in group_size]
     groups = sorted({g for g, _ in pairs}, key=lambda g: (PAPER_GROUPS.index(g) if g in PAPER_GROUPS else len(PAPER_GROUPS), g))
@@ -179,7 +179,7 @@ def validate_dataset(dataset_dir: Path, *, parts_dir: Path | None = None, previe
     `scores`: a computed ScoreReport, or None to compute them from the parts' boxes when parts are
     at hand (a parts folder, or `parts_dir`), or False to leave them out.
     """
-    from .integrity import DEFAULT_PLACEMENT_TOLERANCE
+    from validation.integrity import DEFAULT_PLACEMENT_TOLERANCE
 
     dataset_dir = Path(dataset_dir)
     out_dir = Path(report_dir) if report_dir is not None else dataset_dir
@@ -217,7 +217,7 @@ def validate_dataset(dataset_dir: Path, *, parts_dir: Path | None = None, previe
 
 def _scores_from_parts(parts_dir: Path | None) -> tuple[ScoreReport | None, str | None]:
     """Scores from the parts' boxes, or why they could not be read (reported, never fatal here)."""
-    from .scores import boxes_from_parts, compute_scores
+    from validation.scores import boxes_from_parts, compute_scores
 
     if parts_dir is None:
         return None, None
@@ -231,7 +231,7 @@ def make_previews(dataset_dir: Path, stage: str, previews_dir: Path,
                   parts_dir: Path | None) -> tuple[list[Path], list[str]]:
     """The contact sheet (composed datasets) and the parts grid (when parts are at hand), and why
     a sheet could not be drawn (a dataset too broken to read; integrity names the cause)."""
-    from .previews import contact_sheet, parts_grid
+    from validation.previews import contact_sheet, parts_grid
 
     made, errors = [], []
     jobs = []

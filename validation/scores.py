@@ -21,8 +21,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from builder.classes import class_of, is_known_wnid
-from builder.records import Box
+from builder.core.classes import class_of, is_known_wnid
+from builder.core.records import Box
 
 # The paper's class-averaged figures over the official ImageNet val boxes.
 PAPER_CENTRE_MEAN = 0.747
@@ -168,7 +168,7 @@ def image_sizes_from_parts(parts_dir: Path) -> dict[str, tuple[int, int]]:
 
 def boxes_from_parts(parts_dir: Path, split: str | None = None) -> list[ImageBoxes]:
     """Every parts sample's boxes and source size, read from its `json` member only."""
-    from builder.shards import iter_shard, manifest_shard_paths, read_manifest
+    from builder.core.shards import iter_shard, manifest_shard_paths, read_manifest
 
     manifest = read_manifest(parts_dir)
     items = []
@@ -198,7 +198,7 @@ def boxes_from_loc_csv(csv_path: Path, sizes: dict[str, tuple[int, int]]) -> tup
 def read_accuracy(path: Path) -> dict[str, float]:
     """Per-class accuracy: a CSV with a `wnid` (or `class_index`) column and an `accuracy` column,
     or a JSON object {wnid: accuracy}."""
-    from builder.classes import imagenet_classes
+    from builder.core.classes import imagenet_classes
 
     path = Path(path)
     if path.suffix.lower() == ".json":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .base import BackendInfo, Inpainter, Masker
+from builder.backends.base import BackendInfo, Inpainter, Masker
 
 MASKERS: dict[str, str] = {
     "box": "builder.backends.classical:make_box_masker",

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..records import Box
+from builder.core.records import Box
 
 
 @dataclass(frozen=True)

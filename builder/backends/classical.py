@@ -8,8 +8,8 @@ from typing import Sequence
 import cv2
 import numpy as np
 
-from ..records import Box
-from .base import BackendInfo, Inpainter, Masker
+from builder.core.records import Box
+from builder.backends.base import BackendInfo, Inpainter, Masker
 
 
 class BoxMasker(Masker):

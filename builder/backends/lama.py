@@ -23,8 +23,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .base import BackendInfo, Inpainter
-from .torch_utils import (AdaptiveBatch, CheckpointSource, ProcessLocalModel, check_device_name, checkpoint_sha256,
+from builder.backends.base import BackendInfo, Inpainter
+from builder.backends.torch_base import (AdaptiveBatch, CheckpointSource, ProcessLocalModel, check_device_name, checkpoint_sha256,
                           count_parameters)
 
 PAD_MULTIPLE = 8

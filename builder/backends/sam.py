@@ -32,10 +32,10 @@ from typing import Sequence
 
 import numpy as np
 
-from ..records import Box
-from . import BackendUnavailable
-from .base import BackendInfo, Masker
-from .torch_utils import (AdaptiveBatch, CheckpointSource, ProcessLocalModel, check_device_name, checkpoint_sha256,
+from builder.core.records import Box
+from builder.backends import BackendUnavailable
+from builder.backends.base import BackendInfo, Masker
+from builder.backends.torch_base import (AdaptiveBatch, CheckpointSource, ProcessLocalModel, check_device_name, checkpoint_sha256,
                           count_parameters)
 
 SAM_MODELS = ("vit_h", "vit_l", "vit_b", "auto")

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .runner import ShardPlan, ShardResult, load_finished, record_finished
+from builder.core.runner import ShardPlan, ShardResult, load_finished, record_finished
 
 
 class RayUnavailable(RuntimeError):

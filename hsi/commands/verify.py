@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from builder.commands.common import fail
+from hsi.commands.common import fail
 
 HELP = "stream a published, tagged version back and check its shards against the manifest"
 
@@ -17,8 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from huggingface_hub import HfApi
 
-    from .publish import PublishError
-    from .verify import verify_release
+    from hf_scripts.publish import PublishError
+    from hf_scripts.verify import verify_release
 
     try:
         lines, problems = verify_release(HfApi(), args.repo, args.release_version)

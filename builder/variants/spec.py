@@ -14,10 +14,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-from .backgrounds import BACKGROUND_KINDS
-from .classes import class_of, is_known_wnid
-from .config import ConfigError, fingerprint, load_yaml_mapping
-from .geometry import MODES, PASTE_MODES, RESIZE_FILTERS, GeometryError, check_position, position_token
+from builder.compose.backgrounds import BACKGROUND_KINDS
+from builder.core.classes import class_of, is_known_wnid
+from builder.core.config import ConfigError, fingerprint, load_yaml_mapping
+from builder.compose.geometry import MODES, PASTE_MODES, RESIZE_FILTERS, GeometryError, check_position, position_token
 
 NAMED_VARIANTS = ("hard-spurious-imagenet", "hard-spurious-imagenet-ar", "hard-spurious-imagenet-10")
 LIST_FIELDS = ("sizes", "positions", "backgrounds", "splits")
@@ -209,10 +209,15 @@ def _coerce(values: Mapping[str, Any]) -> dict:
     return data
 
 
+def variant_folder(name: str) -> str:
+    """The folder of a named variant: its name with '-' as '_' (an importable package name)."""
+    return name.replace("-", "_")
+
+
 def spec_mapping(variant: str) -> dict:
     """The raw mapping of a named variant or of a YAML file path."""
     if variant in NAMED_VARIANTS:
-        text_path = resources.files("builder").joinpath(f"variants/{variant}.yaml")
+        text_path = resources.files("builder.variants").joinpath(variant_folder(variant), "spec.yaml")
         with resources.as_file(text_path) as path:
             return load_yaml_mapping(path)
     path = Path(variant)

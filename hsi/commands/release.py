@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from builder.commands.common import fail
+from hsi.commands.common import fail
 
 HELP = "gather validated composed datasets into a release folder (shards, README card, previews, _info.json)"
 
@@ -21,8 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .release import ReleaseError, build_release
-    from .render import CardError
+    from cards.release import ReleaseError, build_release
+    from cards.render import CardError
 
     try:
         release = build_release(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import add_run_flags, fail
+from hsi.commands.common import add_run_flags, fail
 
 HELP = "paste the extracted objects at chosen sizes and positions on chosen backgrounds (writes composite shards)"
 
@@ -37,8 +37,8 @@ SPEC_FLAGS = ("name", "sizes", "positions", "backgrounds", "mode", "paste", "mar
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..compose import compose_dataset
-    from ..config import ConfigError, SettingsMismatch
+    from builder.compose.stage import compose_dataset
+    from builder.core.config import ConfigError, SettingsMismatch
 
     overrides = {name: getattr(args, name) for name in SPEC_FLAGS if getattr(args, name) is not None}
     try:

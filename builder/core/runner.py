@@ -20,9 +20,9 @@ from typing import Any, Callable, Sequence
 
 from tqdm import tqdm
 
-from .config import CONFIG_NAME
-from .records import Issue
-from .shards import MANIFEST_NAME, ShardStats, shard_filename
+from builder.core.config import CONFIG_NAME
+from builder.core.records import Issue
+from builder.core.shards import MANIFEST_NAME, ShardStats, shard_filename
 
 STATE_DIR = "_state"
 

@@ -14,14 +14,14 @@ from typing import Callable, Sequence
 
 import yaml
 
-from . import __version__
-from .config import CONFIG_NAME, SettingsMismatch, canonical_json, differing_settings, fingerprint
-from .extract import ExtractConfig, ExtractShardBuilder, describe_backends, listing_digest, load_backends, unload_backends
-from .parts import PARTS_SCHEMA_VERSION
-from .records import Issue, count_by_reason
-from .runner import STATE_DIR, Stopwatch, plan_shards, remove_stale_temporaries, run_shards
-from .shards import ERRORS_NAME, MANIFEST_NAME, split_entry, write_json_atomic, write_jsonl_atomic
-from .sources import load_sources
+from builder import __version__
+from builder.core.config import CONFIG_NAME, SettingsMismatch, canonical_json, differing_settings, fingerprint
+from builder.extract.shard_builder import ExtractConfig, ExtractShardBuilder, describe_backends, listing_digest, load_backends, unload_backends
+from builder.formats.parts import PARTS_SCHEMA_VERSION
+from builder.core.records import Issue, count_by_reason
+from builder.core.runner import STATE_DIR, Stopwatch, plan_shards, remove_stale_temporaries, run_shards
+from builder.core.shards import ERRORS_NAME, MANIFEST_NAME, split_entry, write_json_atomic, write_jsonl_atomic
+from builder.extract.sources import load_sources
 
 PARTS_DIR_NAME = "parts"
 
@@ -164,7 +164,7 @@ def run_extract(
     if runner == "ray" or gpus:
         unload_backends()  # the models run in other processes; free this one's copy (and its GPU memory)
     if runner == "ray":
-        from .ray_runner import run_shards_ray
+        from builder.core.ray_runner import run_shards_ray
 
         results, reused = run_shards_ray(plans, build, parts_dir, address=ray_address, num_gpus=len(gpus), progress=progress)
     else:

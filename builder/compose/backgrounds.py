@@ -24,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .geometry import resize_rgb
+from builder.compose.geometry import resize_rgb
 
 BACKGROUND_KINDS = ("original", "random", "paired", "gray", "noise")
 DONOR_KINDS = ("original", "random", "paired")  # kinds that read another (or the same) image

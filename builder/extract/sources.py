@@ -18,8 +18,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
-from .classes import classes_by_wnid, is_known_wnid
-from .records import Box, Issue, SourceImage
+from builder.core.classes import classes_by_wnid, is_known_wnid
+from builder.core.records import Box, Issue, SourceImage
 
 IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png"}
 

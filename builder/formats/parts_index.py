@@ -19,12 +19,12 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from .backgrounds import CanvasCache, canvas_background
-from .classes import class_of
-from .config import ConfigError
-from .parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, decode_canvas, decode_png
-from .records import Issue
-from .shards import MANIFEST_NAME, read_manifest
+from builder.compose.backgrounds import CanvasCache, canvas_background
+from builder.core.classes import class_of
+from builder.core.config import ConfigError
+from builder.formats.parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, decode_canvas, decode_png
+from builder.core.records import Issue
+from builder.core.shards import MANIFEST_NAME, read_manifest
 
 CACHE_DIR = "_cache"
 NEEDED_MEMBERS = ("crop.png", "mask.png", "background.png")

@@ -17,16 +17,16 @@ from typing import Iterator, Sequence
 import cv2
 import numpy as np
 
-from . import __version__
-from .backends import BackendUnavailable, Inpainter, Masker, make_inpainter, make_masker
-from .classes import class_of
-from .config import ConfigError, fingerprint
-from .images import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image
-from .backgrounds import canvas_background
-from .parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, PARTS_SCHEMA_VERSION, encode_canvas, encode_png
-from .records import Box, Issue, SourceImage
-from .runner import ShardPlan, ShardResult, report_progress
-from .shards import write_shard
+from builder import __version__
+from builder.backends import BackendUnavailable, Inpainter, Masker, make_inpainter, make_masker
+from builder.core.classes import class_of
+from builder.core.config import ConfigError, fingerprint
+from builder.extract.images import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image
+from builder.compose.backgrounds import canvas_background
+from builder.formats.parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, PARTS_SCHEMA_VERSION, encode_canvas, encode_png
+from builder.core.records import Box, Issue, SourceImage
+from builder.core.runner import ShardPlan, ShardResult, report_progress
+from builder.core.shards import write_shard
 
 OBJECT_BOX_RULES = ("largest", "first", "last")
 

@@ -18,8 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..demo import DemoOutputInUse, run_demo
-    from .common import fail
+    from hsi.demo import DemoOutputInUse, run_demo
+    from hsi.commands.common import fail
 
     try:
         return run_demo(args.out, workers=args.workers, progress=not args.no_progress)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from builder.commands.common import fail
+from hsi.commands.common import fail
 
 HELP = "publish a release folder as a tagged version to the Hugging Face Hub (dry run unless --yes) or a local git mirror"
 
@@ -22,11 +22,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .publish import PublishError, perform_publish, plan_publish
+    from hf_scripts.publish import PublishError, perform_publish, plan_publish
 
     try:
         if args.to_git is not None:
-            from .git_mirror import mirror_plan, publish_to_git
+            from hf_scripts.git_mirror import mirror_plan, publish_to_git
 
             print("\n".join(mirror_plan(args.release, args.to_git, args.release_version)))
             if not args.yes:

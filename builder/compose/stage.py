@@ -24,14 +24,14 @@ from typing import Mapping, Sequence
 import numpy as np
 from PIL import Image
 
-from . import __version__
-from .backgrounds import gray_background, noise_background, sample_rng
-from .classes import class_of, imagenet_classes
-from .compose_plan import ImageJob, check_has_work, images_per_shard, plan_jobs
-from .config import check_settings, fingerprint, save_settings
-from .geometry import object_size, paste, place, position_token, resize_mask, resize_rgb
-from .parts import decode_png
-from .parts_index import (
+from builder import __version__
+from builder.compose.backgrounds import gray_background, noise_background, sample_rng
+from builder.core.classes import class_of, imagenet_classes
+from builder.compose.planning import ImageJob, check_has_work, images_per_shard, plan_jobs
+from builder.core.config import check_settings, fingerprint, save_settings
+from builder.compose.geometry import object_size, paste, place, position_token, resize_mask, resize_rgb
+from builder.formats.parts import decode_png
+from builder.formats.parts_index import (
     CACHE_DIR,
     MemberReader,
     PartsRef,
@@ -41,8 +41,8 @@ from .parts_index import (
     read_parts_manifest,
     resolve_parts_dir,
 )
-from .records import Issue, count_by_reason
-from .runner import (
+from builder.core.records import Issue, count_by_reason
+from builder.core.runner import (
     ShardPlan,
     ShardResult,
     load_finished,
@@ -52,8 +52,8 @@ from .runner import (
     report_progress,
     run_shards,
 )
-from .schema import SCHEMA_VERSION
-from .shards import (
+from builder.formats.composites import SCHEMA_VERSION
+from builder.core.shards import (
     ERRORS_NAME,
     MANIFEST_NAME,
     split_entry,
@@ -61,7 +61,7 @@ from .shards import (
     write_jsonl_atomic,
     write_shard,
 )
-from .variants import VariantSpec, load_variant
+from builder.variants import VariantSpec, load_variant
 
 TOOL_NAME = "hard-spurious-imagenet"
 SPEC_NAME = "spec.yaml"

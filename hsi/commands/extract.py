@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import add_run_flags, fail, positive_int
+from hsi.commands.common import add_run_flags, fail, positive_int
 
 HELP = "cut out each image's object by its box, erase every box and inpaint the background (writes parts shards)"
 
@@ -36,8 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_config(args: argparse.Namespace):
-    from ..config import load_yaml_mapping
-    from ..extract import ExtractConfig, config_from_mapping, with_overrides
+    from builder.core.config import load_yaml_mapping
+    from builder.extract.shard_builder import ExtractConfig, config_from_mapping, with_overrides
 
     base = config_from_mapping(load_yaml_mapping(args.config)) if args.config else ExtractConfig()
     overrides = {name: getattr(args, name) for name in (
@@ -47,7 +47,7 @@ def build_config(args: argparse.Namespace):
 
 
 def parse_gpus(text: str | None) -> list[int]:
-    from ..config import ConfigError
+    from builder.core.config import ConfigError
 
     if not text:
         return []
@@ -65,11 +65,11 @@ def parse_gpus(text: str | None) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..backends import BackendUnavailable
-    from ..config import ConfigError, SettingsMismatch
-    from ..extract import BackendFailure
-    from ..extract_job import run_extract
-    from ..sources import SourceError
+    from builder.backends import BackendUnavailable
+    from builder.core.config import ConfigError, SettingsMismatch
+    from builder.extract.shard_builder import BackendFailure
+    from builder.extract.stage import run_extract
+    from builder.extract.sources import SourceError
 
     try:
         config = build_config(args)

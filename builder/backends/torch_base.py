@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
-from . import BackendUnavailable
+from builder.backends import BackendUnavailable
 
 T = TypeVar("T")
 R = TypeVar("R")

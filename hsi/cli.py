@@ -8,17 +8,17 @@ import argparse
 import importlib
 import sys
 
-from . import __version__
+from builder import __version__
 
 # subcommand -> module providing `add_arguments(parser)`, `run(args) -> int` and a `HELP` line.
 SUBCOMMANDS: dict[str, str] = {
-    "extract": "builder.commands.extract",
-    "compose": "builder.commands.compose",
-    "demo": "builder.commands.demo",
-    "validate": "validation.command",
-    "release": "cards.command",
-    "publish": "hf_scripts.command",
-    "verify": "hf_scripts.verify_command",
+    "extract": "hsi.commands.extract",
+    "compose": "hsi.commands.compose",
+    "demo": "hsi.commands.demo",
+    "validate": "hsi.commands.validate",
+    "release": "hsi.commands.release",
+    "publish": "hsi.commands.publish",
+    "verify": "hsi.commands.verify",
 }
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

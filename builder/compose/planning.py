@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from .backgrounds import DonorPool, split_own_and_paired, stable_rank
-from .classes import class_of
-from .config import ConfigError
-from .geometry import round_half_up
-from .parts_index import PartsRef
-from .variants import VariantSpec
+from builder.compose.backgrounds import DonorPool, split_own_and_paired, stable_rank
+from builder.core.classes import class_of
+from builder.core.config import ConfigError
+from builder.compose.geometry import round_half_up
+from builder.formats.parts_index import PartsRef
+from builder.variants import VariantSpec
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Iterator
 import numpy as np
 from PIL import Image
 
-from .shards import iter_shard, manifest_shard_paths, read_manifest
+from builder.core.shards import iter_shard, manifest_shard_paths, read_manifest
 
 PARTS_SCHEMA_VERSION = 1
 PARTS_MEMBERS = ("background.png", "canvas.npy", "cls", "crop.png", "erase.png", "json", "mask.png")

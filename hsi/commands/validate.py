@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from builder.commands.common import fail, positive_int
+from hsi.commands.common import fail, positive_int
 
 HELP = "check a composed dataset or parts folder, compute centre/size scores, re-detect boxes, draw previews"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -52,7 +52,7 @@ def _stage_of(folder: Path) -> str | None:
 
 def _score_inputs(args: argparse.Namespace, stage: str | None):
     """The boxes to score: a LOC csv joined with sizes, the dataset when it is a parts folder, or --parts."""
-    from .scores import boxes_from_loc_csv, boxes_from_parts, image_sizes_from_folder, image_sizes_from_parts, read_loc_solution
+    from validation.scores import boxes_from_loc_csv, boxes_from_parts, image_sizes_from_folder, image_sizes_from_parts, read_loc_solution
 
     if args.boxes_csv:
         if not args.sizes_from:
@@ -76,11 +76,11 @@ def _score_inputs(args: argparse.Namespace, stage: str | None):
 def _detection_items(args: argparse.Namespace, stage: str | None):
     """Images and ground-truth boxes to re-detect: from a parts folder's boxes (images under
     --source) or from the source listing itself."""
-    from builder.records import Box
-    from builder.sources import detect_layout, list_image_files, load_sources
+    from builder.core.records import Box
+    from builder.extract.sources import detect_layout, list_image_files, load_sources
 
-    from .detection import DetectionItem, _file_loader, items_from_sources
-    from .scores import boxes_from_parts
+    from validation.detection import DetectionItem, _file_loader, items_from_sources
+    from validation.scores import boxes_from_parts
 
     if not args.source:
         raise ValueError("--boxes needs --source (the ImageNet root holding the source images)")
@@ -107,7 +107,7 @@ def _missing_loader(image_id: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    from builder.config import ConfigError
+    from builder.core.config import ConfigError
 
     dataset = args.dataset
     if dataset is not None and not dataset.is_dir():
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     scores = detection = None
     try:
         if args.scores:
-            from .scores import compute_scores, read_accuracy
+            from validation.scores import compute_scores, read_accuracy
 
             accuracy = read_accuracy(args.accuracy) if args.accuracy else None
             scores = compute_scores(_score_inputs(args, stage), accuracy)
@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     except RuntimeError as exc:  # DetectorError, SourceError-like problems
         return fail("validate", str(exc))
 
-    from .report import validate_dataset
+    from validation.report import validate_dataset
 
     report = validate_dataset(
         dataset if dataset is not None else args.out,
@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_detection(args: argparse.Namespace, stage: str | None) -> dict:
-    from .detection import (DEFAULT_BOX_THRESHOLD, DEFAULT_DETECTOR, DEFAULT_IOU_THRESHOLD,
+    from validation.detection import (DEFAULT_BOX_THRESHOLD, DEFAULT_DETECTOR, DEFAULT_IOU_THRESHOLD,
                             DEFAULT_TEXT_THRESHOLD, load_detector, redetect)
 
     items = _detection_items(args, stage)

@@ -11,8 +11,8 @@ import shutil
 from importlib import resources
 from pathlib import Path
 
-from .extract import ExtractConfig
-from .extract_job import run_extract
+from builder.extract.shard_builder import ExtractConfig
+from builder.extract.stage import run_extract
 
 DEMO_VARIANT = "hard-spurious-imagenet"
 
@@ -49,7 +49,7 @@ def run_demo(out: Path, workers: int = 2, progress: bool = True) -> int:
     from cards.release import build_release
     from validation.report import validate_dataset
 
-    from .compose import compose_dataset
+    from builder.compose.stage import compose_dataset
 
     out = Path(out)
     clear_demo_output(out)

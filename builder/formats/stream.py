@@ -1,0 +1,212 @@
+"""`stream(...)`: a PyTorch iterable dataset read straight from a release's shards.
+
+Sources: a release folder (`hard-spurious-imagenet/`), a composed dataset folder (`OUT/<config>/`),
+an `hf://datasets/ORG/NAME@REVISION` address (through huggingface_hub's fsspec filesystem), or an
+explicit list of shard paths/URLs. The shard list comes from the `_info.json` manifest, never from a
+directory listing. Shards are split first across nodes (rank, world size) and then across DataLoader
+workers; when there are fewer shards than readers, every reader reads all shards and keeps every
+n-th sample, so each sample is still yielded exactly once per epoch.
+
+Shards are read with `builder.shards.iter_shard` over a byte stream: one sequential pass per shard,
+no index, as fast as a hand-written decode loop (see benchmarks/read.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from builder.core.shards import iter_shard
+
+try:  # torch is the models extra; without it ShardStream still iterates, just not as a torch dataset
+    from torch.utils.data import IterableDataset as _IterableBase
+except ImportError:  # pragma: no cover - exercised only in torch-less installs
+    _IterableBase = object
+
+RELEASE_META = "_release.json"
+MANIFEST_NAME = "_info.json"
+
+
+def _join(base: str, *parts: str) -> str:
+    return "/".join([base.rstrip("/"), *parts])
+
+
+def _read_json(url: str) -> dict | None:
+    import fsspec
+
+    try:
+        with fsspec.open(url, "rb") as handle:
+            return json.loads(handle.read())
+    except FileNotFoundError:
+        return None
+
+
+def resolve_shards(source: str | os.PathLike | Sequence[str], config: str | None, split: str) -> tuple[list[str], int | None]:
+    """(shard urls, number of samples or None) for a source, read from its manifests."""
+    if isinstance(source, (list, tuple)):
+        return [str(s) for s in source], None
+    base = str(source)
+    release = _read_json(_join(base, RELEASE_META))
+    if release is not None:
+        config = config or release["default_config"]
+        if config not in release["configs"]:
+            raise ValueError(f"config {config!r} is not in this release; it has {sorted(release['configs'])}")
+        base = _join(base, "data", config)
+    manifest = _read_json(_join(base, MANIFEST_NAME))
+    if manifest is None:
+        raise FileNotFoundError(f"{source}: neither a release folder ({RELEASE_META}) nor a dataset folder ({MANIFEST_NAME})")
+    if split not in manifest["splits"]:
+        raise ValueError(f"split {split!r} is not in {base}; it has {sorted(manifest['splits'])}")
+    entry = manifest["splits"][split]
+    return [_join(base, name) for name in entry["filenames"]], entry["num_samples"]
+
+
+def node_rank_and_count() -> tuple[int, int]:
+    """This process's rank and the world size: torch.distributed when initialised, else the
+    RANK/WORLD_SIZE variables torchrun sets, else a single node."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def _rng(*parts: Any) -> np.random.Generator:
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+def iter_tar_samples(url: str) -> Iterator[tuple[str, dict[str, bytes]]]:
+    """(key, {ext: bytes}) from one shard in a single sequential pass (local path or fsspec URL)."""
+    import fsspec
+
+    opener = open(url, "rb") if "://" not in url else fsspec.open(url, "rb").open()
+    with opener as raw:
+        yield from iter_shard(raw)
+
+
+def decode_sample(key: str, members: dict[str, bytes], transform: Callable | None, keep_json: bool) -> dict:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(members["jpg"])) as image:
+        picture = image.convert("RGB")
+    meta = json.loads(members["json"])
+    sample = {
+        "key": key,
+        "image": transform(picture) if transform else picture,
+        "label": int(members["cls"]),
+        "group": meta["group"],
+        "size": meta["size"],
+        "position": meta["position"],
+        "background": meta["background"],
+    }
+    if keep_json:
+        sample["json"] = meta
+    return sample
+
+
+class ShardStream(_IterableBase):
+    """A torch IterableDataset over the decoded samples of a list of shards."""
+
+    def __init__(self, shards: list[str], num_samples: int | None, *, shuffle_buffer: int = 0, seed: int = 0,
+                 transform: Callable | None = None, keep_json: bool = False,
+                 rank: int | None = None, world_size: int | None = None):
+        if not shards:
+            raise ValueError("no shards to read")
+        self.shards = list(shards)
+        self.num_samples = num_samples
+        self.shuffle_buffer = shuffle_buffer
+        self.seed = seed
+        self.transform = transform
+        self.keep_json = keep_json
+        self.rank, self.world_size = rank, world_size
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Shard order and buffer shuffling change per epoch, identically on every node."""
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        if self.num_samples is None:
+            raise TypeError("the sample count is unknown for an explicit shard list")
+        return self.num_samples
+
+    def _reader(self) -> tuple[int, int]:
+        """(index, count) of this reader among all nodes x workers."""
+        from torch.utils.data import get_worker_info
+
+        rank, world = (self.rank, self.world_size) if self.rank is not None else node_rank_and_count()
+        world = world or 1
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        return rank * workers + worker, world * workers
+
+    def _assignment(self) -> tuple[list[str], int, int]:
+        """(this reader's shards, sample stride, sample offset)."""
+        index, count = self._reader()
+        shards = list(self.shards)
+        if self.shuffle_buffer:
+            _rng(self.seed, "shards", self.epoch).shuffle(shards)
+        if len(shards) >= count:
+            return shards[index::count], 1, 0
+        return shards, count, index
+
+    def _raw(self) -> Iterator[tuple[str, dict[str, bytes]]]:
+        shards, stride, offset = self._assignment()
+        position = 0
+        for url in shards:
+            for key, members in iter_tar_samples(url):
+                if position % stride == offset:
+                    yield key, members
+                position += 1
+
+    def __iter__(self) -> Iterator[dict]:
+        raw = self._raw()
+        if self.shuffle_buffer > 1:
+            raw = shuffled(raw, self.shuffle_buffer, _rng(self.seed, "buffer", self.epoch, *self._reader()))
+        for key, members in raw:
+            yield decode_sample(key, members, self.transform, self.keep_json)
+
+
+def shuffled(items: Iterator, buffer_size: int, rng: np.random.Generator) -> Iterator:
+    """Reservoir-style shuffle buffer: fill, then emit a random element for every new one."""
+    buffer: list = []
+    for item in items:
+        if len(buffer) < buffer_size:
+            buffer.append(item)
+            continue
+        index = int(rng.integers(buffer_size))
+        buffer[index], item = item, buffer[index]
+        yield item
+    rng.shuffle(buffer)
+    yield from buffer
+
+
+def stream(
+    source: str | os.PathLike | Sequence[str],
+    config: str | None = None,
+    split: str = "test",
+    *,
+    shuffle_buffer: int = 0,
+    seed: int = 0,
+    transform: Callable | None = None,
+    keep_json: bool = False,
+    rank: int | None = None,
+    world_size: int | None = None,
+):
+    """A torch IterableDataset of dicts {key, image, label, group, size, position, background[, json]}.
+
+    `transform` is applied to the PIL image (e.g. torchvision transforms). Pass `rank`/`world_size`
+    to override what torch.distributed or the RANK/WORLD_SIZE variables say.
+    """
+    if isinstance(source, Path):
+        source = str(source)
+    shards, num_samples = resolve_shards(source, config, split)
+    return ShardStream(shards, num_samples, shuffle_buffer=shuffle_buffer, seed=seed, transform=transform,
+                         keep_json=keep_json, rank=rank, world_size=world_size)
