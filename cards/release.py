@@ -14,6 +14,8 @@ another build is refused. The folder is built under a temporary name and renamed
 
 from __future__ import annotations
 
+from builder.core.errors import HsiError
+
 import json
 import os
 import re
@@ -33,7 +35,7 @@ PREVIEWS_DIR = "previews"
 VERSION_PATTERN = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
 
 
-class ReleaseError(RuntimeError):
+class ReleaseError(HsiError):
     """A dataset cannot be released (missing or failed validation, broken shard) or the release
     folder cannot be written; the message says which and why."""
 

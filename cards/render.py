@@ -9,6 +9,8 @@ of tables generated from the same data.
 
 from __future__ import annotations
 
+from builder.core.errors import HsiError
+
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -36,7 +38,7 @@ CITATION = """@article{fatima2025corner,
 }"""
 
 
-class CardError(ValueError):
+class CardError(HsiError, ValueError):
     """The card's metadata would not load as declared (bad YAML, configs or features)."""
 
 

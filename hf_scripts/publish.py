@@ -13,6 +13,8 @@ finds (HF_TOKEN or `hf auth login`); it is never printed or stored here.
 
 from __future__ import annotations
 
+from builder.core.errors import HsiError
+
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +26,7 @@ REPO_TYPE = "dataset"
 KEEP_REMOTE = {".gitattributes"}  # created by the Hub with the repo; not part of a release
 
 
-class PublishError(RuntimeError):
+class PublishError(HsiError):
     """Publishing is refused (tag exists, card invalid, repo moved on); the message says why."""
 
 

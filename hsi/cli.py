@@ -9,6 +9,7 @@ import importlib
 import sys
 
 from builder import __version__
+from builder.core.errors import HsiError
 
 # subcommand -> module providing `add_arguments(parser)`, `run(args) -> int` and a `HELP` line.
 SUBCOMMANDS: dict[str, str] = {
@@ -21,7 +22,6 @@ SUBCOMMANDS: dict[str, str] = {
     "verify": "hsi.commands.verify",
 }
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,8 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand. An `HsiError` is the one kind of failure caught: it is printed as
+    `hsi COMMAND: error: ...` with its exit status; anything else is a bug and shows its traceback."""
     args = build_parser().parse_args(argv)
-    return args._run(args)
+    try:
+        return args._run(args)
+    except HsiError as exc:
+        print(f"hsi {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_status
 
 
 if __name__ == "__main__":

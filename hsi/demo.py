@@ -6,12 +6,15 @@ that shows the whole chain, like the command line itself.
 
 from __future__ import annotations
 
+from builder.core.errors import UsageError
+
 import os
 import shutil
 from importlib import resources
 from pathlib import Path
 
 from builder.extract.shard_builder import ExtractConfig
+from builder.core.stage import RunOptions
 from builder.extract.stage import run_extract
 
 DEMO_VARIANT = "hard-spurious-imagenet"
@@ -24,7 +27,7 @@ def demo_source_root() -> Path:
 DEMO_MARKER = ".hsi-demo-output"
 
 
-class DemoOutputInUse(RuntimeError):
+class DemoOutputInUse(UsageError):
     """--out names a non-empty folder that an earlier demo did not write."""
 
 
@@ -51,15 +54,15 @@ def run_demo(out: Path, workers: int = 2, progress: bool = True) -> int:
 
     from builder.compose.stage import compose_dataset
 
+    options = RunOptions(workers=workers, progress=progress)
     out = Path(out)
     clear_demo_output(out)
     _heading("1/5 extract: cut out objects, erase boxes, inpaint (box masker + telea)")
-    summary = run_extract(demo_source_root(), out, ExtractConfig(split="val", shard_size=2),
-                          workers=workers, progress=progress)
+    summary = run_extract(demo_source_root(), out, ExtractConfig(split="val", shard_size=2), options=options)
     print(summary.format())
 
     _heading(f"2/5 compose: the paper's groups ({DEMO_VARIANT})")
-    composed = compose_dataset(summary.parts_dir, DEMO_VARIANT, out / "datasets", workers=workers, progress=progress)
+    composed = compose_dataset(summary.parts_dir, DEMO_VARIANT, out / "datasets", options=options)
     print(f"dataset: {composed.dataset_dir}")
     print(composed.table)
 

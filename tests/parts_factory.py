@@ -20,12 +20,13 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from builder import __version__
 from builder.core.classes import class_of
 from builder.core.config import fingerprint
 from builder.compose.backgrounds import canvas_background
 from builder.formats.parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, PARTS_SCHEMA_VERSION, encode_canvas, encode_png
-from builder.core.shards import MANIFEST_NAME, ERRORS_NAME, split_entry, write_json_atomic, write_jsonl_atomic, write_shard
+from builder import __version__
+from builder.core.manifest import ERRORS_NAME, ErrorCounts, Manifest, SplitEntry, write_jsonl_atomic
+from builder.core.shards import write_shard
 
 FAKE_BACKENDS = {
     "masker": {"name": "box", "params": {}, "checkpoint": None, "checkpoint_sha256": None},
@@ -158,20 +159,13 @@ def write_parts(parts_dir: Path, splits: Mapping[str, Sequence[FakeImage]], *, s
         for index, start in enumerate(range(0, len(ordered), shard_size)):
             samples = [parts_sample(im) for im in ordered[start : start + shard_size]]
             stats.append(write_shard(parts_dir / f"{split}-{index:05d}.tar", samples))
-        split_entries[split] = split_entry(split, stats)
+        split_entries[split] = SplitEntry(split, stats)
     settings = {"stage": "extract", "fake": True, "images": {s: [im.source_id for im in ims] for s, ims in splits.items()}}
     write_jsonl_atomic(parts_dir / ERRORS_NAME, list(errors))
     by_reason: dict[str, int] = {}
     for row in errors:
         by_reason[row["reason"]] = by_reason.get(row["reason"], 0) + 1
-    manifest = {
-        "stage": "extract",
-        "tool": {"name": "hard-spurious-imagenet", "version": __version__},
-        "fingerprint": fingerprint(settings),
-        "settings": settings,
-        "backends": FAKE_BACKENDS,
-        "splits": split_entries,
-        "errors": {"total": len(errors), "by_reason": dict(sorted(by_reason.items()))},
-    }
-    write_json_atomic(parts_dir / MANIFEST_NAME, manifest)
-    return manifest
+    manifest = Manifest(stage="extract", fingerprint=fingerprint(settings), settings=settings, backends=FAKE_BACKENDS,
+                        splits=split_entries, errors=ErrorCounts.of(by_reason), schema_version=PARTS_SCHEMA_VERSION)
+    manifest.write(parts_dir)
+    return manifest.to_json()

@@ -13,7 +13,8 @@ from PIL import Image
 
 from builder.core.classes import imagenet_classes
 from builder.formats.composites import COMPOSITE_FIELDS, SCHEMA_VERSION
-from builder.core.shards import ERRORS_NAME, MANIFEST_NAME, shard_filename, split_entry, write_json_atomic, write_jsonl_atomic, write_shard
+from builder.core.manifest import ERRORS_NAME, ErrorCounts, Manifest, SplitEntry, write_json_atomic, write_jsonl_atomic
+from builder.core.shards import shard_filename, write_shard
 
 GROUPS = ("CeO", "CoO", "CeR", "CoR")
 SIZES = (56, 84, 112)
@@ -74,22 +75,21 @@ def make_composed_dataset(
                            "json": json.dumps(meta, sort_keys=True).encode()}
                 samples.append((f"{split}_{i:06d}", members))
             stats.append(write_shard(dataset / shard_filename(split, shard_start // shard_size), samples))
-        manifest_splits[split] = {**split_entry(split, stats), "counts": {k: dict(sorted(v.items())) for k, v in counts.items()}}
+        manifest_splits[split] = SplitEntry(split, stats, counts={k: dict(sorted(v.items())) for k, v in counts.items()})
     preview_dir = dataset / "previews"
     for p in range(previews):
         preview_dir.mkdir(parents=True, exist_ok=True)
         Image.new("RGB", (16, 16), (p * 60, 100, 0)).save(preview_dir / f"sheet-{p}.png")
     write_jsonl_atomic(dataset / ERRORS_NAME, [])
     fingerprint = f"{config[:6]}{seed:010d}"
-    write_json_atomic(dataset / MANIFEST_NAME, {
-        "stage": "compose", "config": config,
-        "tool": {"name": "hard-spurious-imagenet", "version": "0.1.0"},
-        "fingerprint": fingerprint, "spec": {"name": config, "seed": seed, "sizes": list(SIZES)},
-        "parts": {"fingerprint": "parts0000000000", "backends": {"masker": {"name": "box"}, "inpainter": {"name": "telea"}}},
-        "schema_version": SCHEMA_VERSION, "splits": manifest_splits,
-        "errors": {"total": 0, "by_reason": {}},
-        "class_names": [imagenet_classes()[c].name for c in classes],
-    })
+    Manifest(
+        stage="compose", config=config,
+        tool={"name": "hard-spurious-imagenet", "version": "0.1.0"},
+        fingerprint=fingerprint, spec={"name": config, "seed": seed, "sizes": list(SIZES)},
+        parts={"fingerprint": "parts0000000000", "backends": {"masker": {"name": "box"}, "inpainter": {"name": "telea"}}},
+        schema_version=SCHEMA_VERSION, splits=manifest_splits, errors=ErrorCounts(),
+        class_names=[imagenet_classes()[c].name for c in classes],
+    ).write(dataset)
     report = {"ok": True, "fingerprint": fingerprint, "integrity": {"ok": True, "samples": sum(splits.values())}}
     write_json_atomic(dataset / "validation.json", report if validation is None else validation)
     (dataset / "validation.md").write_text("# Validation\n\nall checks passed\n", "utf-8")

@@ -7,6 +7,7 @@ import yaml
 
 from cards.render import (CardError, ConfigSummary, card_metadata, check_card, composite_features, render_card,
                           unique_label_names)
+from builder.core.stage import RunOptions
 from builder.formats.composites import COMPOSITE_FIELDS
 from builder.core.shards import read_manifest
 from release_factory import make_composed_dataset
@@ -96,7 +97,7 @@ def test_card_tables_for_new_positions_and_backgrounds(tmp_path):
     parts = tmp_path / "parts"
     write_parts(parts, {"val": fake_images(["n01440764", "n01443537"], per_class=1)})
     overrides = {"positions": ["bottom-left", "left"], "backgrounds": ["original", "gray"], "sizes": [56, 84]}
-    composed = compose_dataset(parts, "hard-spurious-imagenet", tmp_path / "out", progress=False, overrides=overrides)
+    composed = compose_dataset(parts, "hard-spurious-imagenet", tmp_path / "out", overrides=overrides, options=RunOptions(progress=False))
     summary = ConfigSummary(composed.dataset_dir.name, composed.manifest, {"ok": True}, (), True)
     text = render_card([summary], version="v0.1.0")
     assert "| group | 56 px | 84 px | total |" in text

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from builder.core.stage import RunOptions
 from builder.compose.backgrounds import DonorPool, assign_foreign_donors
 from builder.core.classes import class_of
 from builder.compose.stage import TIERS, compose_dataset, group_name, sample_key, tier_of
@@ -61,7 +62,7 @@ def parts_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def paper_set(parts_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("composed")
-    summary = compose_dataset(parts_dir, "hard-spurious-imagenet", out, progress=False, overrides={"shard_size": 30})
+    summary = compose_dataset(parts_dir, "hard-spurious-imagenet", out, overrides={"shard_size": 30}, options=RunOptions(progress=False))
     return summary, *read_dataset(summary.dataset_dir)
 
 
@@ -144,7 +145,7 @@ def test_group_names_and_tiers():
 
 def test_new_positions_and_neutral_backgrounds_are_one_override(parts_dir, tmp_path):
     overrides = {"positions": "bottom-left,left,xy:0.25,0.75", "backgrounds": "gray,noise", "sizes": "56"}
-    summary = compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path, progress=False, overrides=overrides)
+    summary = compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path, overrides=overrides, options=RunOptions(progress=False))
     assert summary.dataset_dir.name.startswith("hard-spurious-imagenet-custom-")
     manifest, samples = read_dataset(summary.dataset_dir)
     assert manifest["spec"]["positions"] == ["bottom-left", "left", "xy:0.25,0.75"]
@@ -174,7 +175,7 @@ def test_aspect_ratio_variant_keeps_ratio_and_uses_seeded_corners(tmp_path):
     images = [FakeImage(f"img_{i}", wnid, (250, 250, 250), distinct_color(c), image_size=(200, 150), box=(10, 20, 89, 59))
               for i, (c, wnid) in enumerate([(0, WNIDS[0]), (0, WNIDS[0]), (1, WNIDS[1]), (1, WNIDS[1])])]
     write_parts(parts, {"val": images})
-    summary = compose_dataset(parts, "hard-spurious-imagenet-ar", tmp_path / "out", progress=False)
+    summary = compose_dataset(parts, "hard-spurious-imagenet-ar", tmp_path / "out", options=RunOptions(progress=False))
     manifest, samples = read_dataset(summary.dataset_dir)
     assert manifest["splits"]["val"]["num_samples"] == 4 * 3 * 2
     assert set(manifest["splits"]["val"]["counts"]["group"]) == {"CoO", "CoR"}
@@ -193,8 +194,8 @@ def test_mask_paste_option(tmp_path):
     parts = tmp_path / "parts"
     images = [FakeImage(f"img_{i}", WNIDS[i % 2], (250, 250, 250), distinct_color(i % 2), mask="ellipse") for i in range(2)]
     write_parts(parts, {"val": images})
-    summary = compose_dataset(parts, "hard-spurious-imagenet", tmp_path / "out", progress=False,
-                              overrides={"paste": "mask", "sizes": "112", "positions": "center", "backgrounds": "original"})
+    summary = compose_dataset(parts, "hard-spurious-imagenet", tmp_path / "out",
+                              overrides={"paste": "mask", "sizes": "112", "positions": "center", "backgrounds": "original"}, options=RunOptions(progress=False))
     _, samples = read_dataset(summary.dataset_dir)
     assert len(samples) == 2
     for _, meta, members in samples:
@@ -206,8 +207,8 @@ def test_mask_paste_option(tmp_path):
 
 def test_output_is_byte_identical_for_any_worker_count(parts_dir, tmp_path):
     overrides = {"shard_size": 12}
-    one = compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path / "w1", workers=1, progress=False, overrides=overrides)
-    two = compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path / "w2", workers=2, progress=False, overrides=overrides)
+    one = compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path / "w1", overrides=overrides, options=RunOptions(workers=1, progress=False))
+    two = compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path / "w2", overrides=overrides, options=RunOptions(workers=2, progress=False))
     assert one.dataset_dir.name == two.dataset_dir.name
     names = one.manifest["splits"]["val"]["filenames"]
     assert len(names) == 9
@@ -219,7 +220,7 @@ def test_output_is_byte_identical_for_any_worker_count(parts_dir, tmp_path):
 
 def test_resume_rebuilds_only_unfinished_shards_and_gives_the_same_bytes(parts_dir, tmp_path):
     overrides = {"shard_size": 24}
-    first = compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path, progress=False, overrides=overrides)
+    first = compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path, overrides=overrides, options=RunOptions(progress=False))
     dataset = first.dataset_dir
     names = first.manifest["splits"]["val"]["filenames"]
     before = {name: (dataset / name).read_bytes() for name in names}
@@ -228,7 +229,7 @@ def test_resume_rebuilds_only_unfinished_shards_and_gives_the_same_bytes(parts_d
     (dataset / MANIFEST_NAME).unlink()
     (dataset / names[-1]).unlink()
     (dataset / f"{names[-1]}.1234.tmp").write_bytes(b"half a tar")
-    again = compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path, progress=False, overrides=overrides)
+    again = compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path, overrides=overrides, options=RunOptions(progress=False))
     assert again.reused_shards == len(names) - 1
     assert (dataset / names[0]).stat().st_mtime_ns == kept_mtime
     assert {name: (dataset / name).read_bytes() for name in names} == before
@@ -237,12 +238,12 @@ def test_resume_rebuilds_only_unfinished_shards_and_gives_the_same_bytes(parts_d
 
 
 def test_other_settings_in_the_same_folder_are_refused(parts_dir, tmp_path):
-    compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path, progress=False, overrides={"sizes": "56", "name": "mine"})
+    compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path, overrides={"sizes": "56", "name": "mine"}, options=RunOptions(progress=False))
     with pytest.raises(SettingsMismatch, match="seed"):
-        compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path, progress=False,
-                        overrides={"sizes": "56", "name": "mine", "seed": 5})
-    rebuilt = compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path, progress=False, overwrite=True,
-                              overrides={"sizes": "56", "name": "mine", "seed": 5})
+        compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path,
+                        overrides={"sizes": "56", "name": "mine", "seed": 5}, options=RunOptions(progress=False))
+    rebuilt = compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path,
+                              overrides={"sizes": "56", "name": "mine", "seed": 5}, options=RunOptions(progress=False, overwrite=True))
     assert rebuilt.manifest["spec"]["seed"] == 5
 
 
@@ -257,7 +258,7 @@ def test_bad_parts_and_missing_donors_become_counted_error_rows(tmp_path):
     raw = bytearray(shard.read_bytes())
     raw[info.offset_data : info.offset_data + info.size] = b"\0" * info.size
     shard.write_bytes(bytes(raw))
-    summary = compose_dataset(parts, "hard-spurious-imagenet", tmp_path / "out", progress=False)
+    summary = compose_dataset(parts, "hard-spurious-imagenet", tmp_path / "out", options=RunOptions(progress=False))
     manifest = summary.manifest
     assert manifest["splits"]["val"]["num_samples"] == 2 * 6  # two readable images, original backgrounds only
     assert manifest["errors"] == {"total": 3, "by_reason": {"no-foreign-background": 2, "unreadable-parts": 1}}
@@ -282,7 +283,7 @@ def test_an_unreadable_background_drops_only_the_composites_that_need_it(tmp_pat
     shard.write_bytes(bytes(raw))
     donors = assign_foreign_donors([(class_of(im.wnid).index, im.source_id) for im in images], seed=0)
     receivers = [key for key, donor in donors.items() if donor[1] == broken]
-    summary = compose_dataset(parts, "hard-spurious-imagenet", tmp_path / "out", progress=False, workers=2)
+    summary = compose_dataset(parts, "hard-spurious-imagenet", tmp_path / "out", options=RunOptions(workers=2, progress=False))
     assert summary.manifest["splits"]["val"]["num_samples"] == 4 * 12 - 6 - 6 * len(receivers)
     rows = [json.loads(line) for line in (summary.dataset_dir / ERRORS_NAME).read_text().splitlines()]
     assert sorted(r["image_id"] for r in rows) == sorted([broken, *receivers])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.core.stage import RunOptions
 from builder.core.classes import class_of
 from hsi.cli import main
 from builder.compose.stage import compose_dataset
@@ -83,8 +84,8 @@ def subset_set(tmp_path_factory):
     root = tmp_path_factory.mktemp("ten")
     images = fake_images(sorted(SUBSET_PAIRS) + ["n01440764"], per_class=20, image_size=(64, 48), box=(8, 8, 39, 31))
     write_parts(root / "parts", {"val": images}, shard_size=64)
-    summary = compose_dataset(root / "parts", "hard-spurious-imagenet-10", root / "out", progress=False,
-                              overrides={"sizes": "56", "positions": "center,top-right", "shard_size": 100})
+    summary = compose_dataset(root / "parts", "hard-spurious-imagenet-10", root / "out",
+                              overrides={"sizes": "56", "positions": "center,top-right", "shard_size": 100}, options=RunOptions(progress=False))
     return summary
 
 
@@ -173,7 +174,7 @@ def test_a_subset_without_any_of_its_classes_is_refused_before_writing(tmp_path)
     parts = tmp_path / "parts"
     write_parts(parts, {"val": fake_images(["n01440764", "n01484850"], per_class=2)})  # tench, shark: not in -10
     with pytest.raises(ConfigError, match="hold no image of the hard-spurious-imagenet-10 classes.*goldfish"):
-        compose_dataset(parts, "hard-spurious-imagenet-10", tmp_path / "out", progress=False)
+        compose_dataset(parts, "hard-spurious-imagenet-10", tmp_path / "out", options=RunOptions(progress=False))
     assert not (tmp_path / "out").exists()
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from hsi.cli import main as hsi
+from builder.core.stage import RunOptions
 from builder.core.shards import iter_shard, read_manifest
 from cards.release import ReleaseError, build_release, check_version_bump
 from release_factory import make_composed_dataset
@@ -153,7 +154,7 @@ def test_end_to_end_compose_validate_release_load(tmp_path, monkeypatch):
 
     parts = tmp_path / "parts"
     write_parts(parts, {"val": fake_images(["n01440764", "n01443537"], per_class=2)})
-    summary = compose.compose_dataset(parts, "hard-spurious-imagenet", tmp_path / "composed", progress=False)
+    summary = compose.compose_dataset(parts, "hard-spurious-imagenet", tmp_path / "composed", options=RunOptions(progress=False))
     dataset = summary.dataset_dir
     assert report.validate_dataset(dataset, parts_dir=parts).ok
     folder = build_release(tmp_path / "rel" / "hard-spurious-imagenet", [dataset])

@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 from hsi.cli import main
+from builder.core.stage import RunOptions
 from builder.compose.stage import compose_dataset
 from builder.core.shards import iter_shard, read_manifest, sha256_file, write_json_atomic, write_shard
 from fake_imagenet import write_tree
@@ -26,8 +27,8 @@ def built(tmp_path_factory):
     tree = write_tree(root / "imagenet", split="val", count=8)
     out = root / "out"
     assert main(["extract", "--no-progress", "--source", str(tree.root), "--split", "val", "--out", str(out), "--shard-size", "4"]) == 0
-    summary = compose_dataset(out / "parts", "hard-spurious-imagenet", out / "composed", progress=False,
-                              overrides={"shard_size": 24})
+    summary = compose_dataset(out / "parts", "hard-spurious-imagenet", out / "composed",
+                              overrides={"shard_size": 24}, options=RunOptions(progress=False))
     return summary.dataset_dir, out / "parts"
 
 

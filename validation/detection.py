@@ -13,6 +13,8 @@ continuous corners (x1 + 1, y1 + 1) before the IoU, matching the detector's box 
 
 from __future__ import annotations
 
+from builder.core.errors import HsiError
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -29,7 +31,7 @@ DEFAULT_IOU_THRESHOLD = 0.5
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt")
 
 
-class DetectorError(RuntimeError):
+class DetectorError(HsiError):
     """The detector cannot be loaded; the message names the flag and where the weights are published."""
 
 

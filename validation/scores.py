@@ -12,6 +12,8 @@ images. The paper's class-averaged means over ImageNet's official val boxes are 
 
 from __future__ import annotations
 
+from builder.core.errors import InputError
+
 import csv
 import json
 import math
@@ -132,11 +134,11 @@ def read_loc_solution(path: Path) -> dict[str, list[Box]]:
     with open(path, newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
         if reader.fieldnames is None or not {"ImageId", "PredictionString"} <= set(reader.fieldnames):
-            raise ValueError(f"{path} is not in LOC_val_solution.csv format (ImageId,PredictionString)")
+            raise InputError(f"{path} is not in LOC_val_solution.csv format (ImageId,PredictionString)")
         for line, row in enumerate(reader, start=2):
             tokens = row["PredictionString"].split()
             if not tokens or len(tokens) % 5:
-                raise ValueError(f"{path}:{line}: PredictionString must hold groups of 'wnid x0 y0 x1 y1'")
+                raise InputError(f"{path}:{line}: PredictionString must hold groups of 'wnid x0 y0 x1 y1'")
             parsed = []
             for i in range(0, len(tokens), 5):
                 wnid, *corners = tokens[i : i + 5]
@@ -204,13 +206,13 @@ def read_accuracy(path: Path) -> dict[str, float]:
     if path.suffix.lower() == ".json":
         data = json.loads(path.read_text("utf-8"))
         if not isinstance(data, dict):
-            raise ValueError(f"{path} must hold a JSON object mapping wnid -> accuracy")
+            raise InputError(f"{path} must hold a JSON object mapping wnid -> accuracy")
         return {str(k): float(v) for k, v in data.items()}
     with open(path, newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
         fields = set(reader.fieldnames or ())
         if "accuracy" not in fields or not fields & {"wnid", "class_index"}:
-            raise ValueError(f"{path} needs an 'accuracy' column and a 'wnid' or 'class_index' column")
+            raise InputError(f"{path} needs an 'accuracy' column and a 'wnid' or 'class_index' column")
         by_index = {c.index: c.wnid for c in imagenet_classes()}
         accuracy = {}
         for row in reader:

@@ -7,6 +7,8 @@ Inpainter. A backend that cannot load its checkpoint raises `BackendUnavailable`
 
 from __future__ import annotations
 
+from builder.core.errors import HsiError
+
 import importlib
 from typing import Any
 
@@ -22,7 +24,7 @@ INPAINTERS: dict[str, str] = {
 }
 
 
-class BackendUnavailable(RuntimeError):
+class BackendUnavailable(HsiError):
     """A requested backend cannot be used (missing checkpoint, missing extra); never a fallback."""
 
 

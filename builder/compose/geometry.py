@@ -12,6 +12,8 @@ and the long side capped at the canvas (minus margins).
 
 from __future__ import annotations
 
+from builder.core.errors import UsageError
+
 import math
 import re
 from dataclasses import dataclass
@@ -45,7 +47,7 @@ NAMED_POSITIONS = ("center", *ANCHORS, "random-corner")
 _XY = re.compile(r"^xy:(?P<fx>[0-9]*\.?[0-9]+),(?P<fy>[0-9]*\.?[0-9]+)$")
 
 
-class GeometryError(ValueError):
+class GeometryError(UsageError, ValueError):
     """An unknown placement, mode or size that cannot fit the canvas."""
 
 

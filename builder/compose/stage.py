@@ -19,7 +19,7 @@ import shutil
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import ClassVar, Mapping, Sequence
 
 import numpy as np
 from PIL import Image
@@ -28,7 +28,7 @@ from builder import __version__
 from builder.compose.backgrounds import gray_background, noise_background, sample_rng
 from builder.core.classes import class_of, imagenet_classes
 from builder.compose.planning import ImageJob, check_has_work, images_per_shard, plan_jobs
-from builder.core.config import check_settings, fingerprint, save_settings
+from builder.core.config import canonical_json, fingerprint
 from builder.compose.geometry import object_size, paste, place, position_token, resize_mask, resize_rgb
 from builder.formats.parts import decode_png
 from builder.formats.parts_index import (
@@ -53,14 +53,9 @@ from builder.core.runner import (
     run_shards,
 )
 from builder.formats.composites import SCHEMA_VERSION
-from builder.core.shards import (
-    ERRORS_NAME,
-    MANIFEST_NAME,
-    split_entry,
-    write_json_atomic,
-    write_jsonl_atomic,
-    write_shard,
-)
+from builder.core.manifest import ErrorCounts, Manifest, SplitEntry
+from builder.core.shards import write_shard
+from builder.core.stage import RunOptions, Stage, run_stage
 from builder.variants import VariantSpec, load_variant
 
 TOOL_NAME = "hard-spurious-imagenet"
@@ -303,73 +298,94 @@ def write_spec(dataset_dir: Path, spec: VariantSpec) -> None:
     (dataset_dir / SPEC_NAME).write_text(f"# resolved spec of {spec.name}; fingerprint {spec.fingerprint}\n{text}", "utf-8")
 
 
-def compose_dataset(
-    parts_dir: Path,
-    variant: str,
-    out_root: Path,
-    *,
-    workers: int = 1,
-    overwrite: bool = False,
-    progress: bool = True,
-    overrides: dict | None = None,
-) -> ComposeSummary:
+class ComposeStage(Stage):
+    """Parts + a variant spec -> one composed dataset folder, `OUT/<config>/`."""
+
+    name: ClassVar[str] = "compose"
+
+    def __init__(self, parts_dir: Path, variant: str, out_root: Path, overrides: Mapping | None = None) -> None:
+        self.spec = load_variant(variant, dict(overrides or {}))
+        self.parts_dir = resolve_parts_dir(Path(parts_dir))
+        self.parts_manifest = read_parts_manifest(self.parts_dir)
+        self.out_dir = Path(out_root) / self.spec.name
+        self._settings = json.loads(canonical_json(output_settings(self.spec, self.parts_manifest)))
+        self.index, self.index_issues = index_parts(self.parts_dir, self.parts_manifest, self.spec.splits)
+        self.jobs = plan_jobs(self.spec, self.index)
+        check_has_work(self.spec, self.jobs)  # refused here, before the folder is touched
+        self._plans: list[ShardPlan] = []
+        for split in self.spec.output_splits:
+            split_jobs = self.jobs.get(split, [])
+            if split_jobs:
+                self._plans.extend(plan_shards(split, split_jobs, images_per_shard(self.spec, split_jobs)))
+        self.cache_dir = self.out_dir / CACHE_DIR
+        self.cache_failures: tuple[tuple[str, str, str], ...] = ()
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return tuple(self.spec.output_splits)
+
+    def settings(self) -> dict:
+        return self._settings
+
+    def plans(self) -> list[ShardPlan]:
+        return self._plans
+
+    def planning_issues(self) -> list[Issue]:
+        return list(self.index_issues)
+
+    def progress_label(self) -> str:
+        return f"compose {self.spec.name}"
+
+    def claim(self, overwrite: bool) -> None:
+        prepare_output(self.out_dir, overwrite)
+
+    def before_run(self, plans: Sequence[ShardPlan], options: RunOptions) -> None:
+        write_spec(self.out_dir, self.spec)
+        # Backgrounds are decoded once into a disk cache, only for shards still to be built.
+        unfinished = [job for plan in plans if load_finished(self.out_dir, plan) is None for job in plan.items]
+        donors = [donor for job in unfinished for _, donor in job.donors if donor is not None]
+        self.cache_failures = fill_background_cache(self.parts_dir, self.cache_dir, self.index, donors, self.spec.canvas,
+                                                    self.spec.resize_filter, options.workers, options.progress)
+
+    def after_run(self) -> None:
+        shutil.rmtree(self.cache_dir, ignore_errors=True)
+
+    def shard_builder(self) -> ComposeShardBuilder:
+        return ComposeShardBuilder(self.spec, str(self.parts_dir), str(self.out_dir), str(self.cache_dir), self.cache_failures)
+
+    def manifest(self, plans: Sequence[ShardPlan], results: Sequence[ShardResult], issues: Sequence[Issue],
+                 previous: Manifest | None) -> Manifest:
+        spec, parts_manifest = self.spec, self.parts_manifest
+        splits: dict[str, SplitEntry] = {}
+        for split in spec.output_splits:
+            split_results = [r for plan, r in zip(plans, results) if plan.split == split]
+            splits[split] = SplitEntry(split, [r.stats for r in split_results],
+                                       counts=merge_counts([r.counts for r in split_results]),
+                                       source_images=len(self.jobs.get(split, [])))
+        return Manifest(
+            stage=self.name,
+            config=spec.name,
+            fingerprint=fingerprint(self._settings),
+            spec_fingerprint=spec.fingerprint,
+            spec=spec.to_json(),
+            parts={
+                "fingerprint": parts_manifest.get("fingerprint"),
+                "backends": parts_manifest.get("backends"),
+                "splits": {s: parts_manifest["splits"][s].get("num_samples") for s in spec.splits},
+            },
+            schema_version=SCHEMA_VERSION,
+            splits=splits,
+            errors=ErrorCounts(len(issues), count_by_reason(issues)),
+            class_names=class_names(spec),
+        )
+
+
+def compose_dataset(parts_dir: Path, variant: str, out_root: Path, *, options: RunOptions = RunOptions(),
+                    overrides: Mapping | None = None) -> ComposeSummary:
     """Compose `variant` (a name or a YAML spec path, with `overrides`) from the parts in
     `parts_dir` into `out_root/<config>`; finished shards of an earlier run are reused."""
-    spec = load_variant(variant, overrides)
-    parts_dir = resolve_parts_dir(Path(parts_dir))
-    parts_manifest = read_parts_manifest(parts_dir)
-    dataset_dir = Path(out_root) / spec.name
-    settings = output_settings(spec, parts_manifest)
-    index, plan_issues = index_parts(parts_dir, parts_manifest, spec.splits)
-    jobs = plan_jobs(spec, index)
-    check_has_work(spec, jobs)
-    prepare_output(dataset_dir, overwrite)
-    check_settings(dataset_dir, settings)
-    save_settings(dataset_dir, settings)
-    remove_stale_temporaries(dataset_dir)
-    write_spec(dataset_dir, spec)
-
-    plans: list[ShardPlan] = []
-    for split in spec.output_splits:
-        split_jobs = jobs.get(split, [])
-        if split_jobs:
-            plans.extend(plan_shards(split, split_jobs, images_per_shard(spec, split_jobs)))
-    # Backgrounds are decoded once into a disk cache, only for shards still to be built.
-    unfinished = [job for plan in plans if load_finished(dataset_dir, plan) is None for job in plan.items]
-    cache_dir = dataset_dir / CACHE_DIR
-    donors = [donor for job in unfinished for _, donor in job.donors if donor is not None]
-    failures = fill_background_cache(parts_dir, cache_dir, index, donors, spec.canvas, spec.resize_filter, workers, progress)
-    builder = ComposeShardBuilder(spec, str(parts_dir), str(dataset_dir), str(cache_dir), failures)
-    try:
-        results, reused = run_shards(plans, builder, dataset_dir, workers=workers, desc=f"compose {spec.name}", unit="img", progress=progress)
-    finally:
-        shutil.rmtree(cache_dir, ignore_errors=True)
-
-    splits: dict[str, dict] = {}
-    for split in spec.output_splits:
-        split_results = [r for plan, r in zip(plans, results) if plan.split == split]
-        entry = split_entry(split, [r.stats for r in split_results])
-        entry["counts"] = merge_counts([r.counts for r in split_results])
-        entry["source_images"] = len(jobs.get(split, []))
-        splits[split] = entry
-    issues = sorted([*plan_issues, *(i for r in results for i in r.issues)], key=lambda issue: issue.sort_key)
-    write_jsonl_atomic(dataset_dir / ERRORS_NAME, [issue.to_json() for issue in issues])
-    manifest = {
-        "stage": "compose",
-        "config": spec.name,
-        "tool": {"name": TOOL_NAME, "version": __version__},
-        "fingerprint": fingerprint(settings),
-        "spec_fingerprint": spec.fingerprint,
-        "spec": spec.to_json(),
-        "parts": {
-            "fingerprint": parts_manifest.get("fingerprint"),
-            "backends": parts_manifest.get("backends"),
-            "splits": {s: parts_manifest["splits"][s].get("num_samples") for s in spec.splits},
-        },
-        "schema_version": SCHEMA_VERSION,
-        "splits": splits,
-        "errors": {"total": len(issues), "by_reason": count_by_reason(issues)},
-        "class_names": class_names(spec),
-    }
-    write_json_atomic(dataset_dir / MANIFEST_NAME, manifest)
-    return ComposeSummary(dataset_dir, manifest, summary_table(manifest), reused)
+    options.check()
+    stage = ComposeStage(parts_dir, variant, out_root, overrides)
+    run = run_stage(stage, options)
+    manifest = run.manifest.to_json()
+    return ComposeSummary(stage.out_dir, manifest, summary_table(manifest), run.shards_reused)

@@ -5,19 +5,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
+from builder.core.errors import SettingsError, UsageError
+
 CONFIG_NAME = "_config.yaml"
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError, ValueError):
     """A config or spec value is invalid; the message says which field and what is allowed."""
 
 
-class SettingsMismatch(RuntimeError):
+class SettingsMismatch(SettingsError):
     """An output folder was made with other settings."""
 
 
@@ -56,10 +59,13 @@ def differing_settings(old: Mapping[str, Any], new: Mapping[str, Any], prefix: s
     return lines
 
 
-def save_settings(out_dir: Path, settings: Mapping[str, Any]) -> None:
+def _write_settings_file(out_dir: Path, payload: Mapping[str, Any]) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(json.loads(canonical_json(settings)), sort_keys=True, allow_unicode=True)
-    (out_dir / CONFIG_NAME).write_text(text, "utf-8")
+    text = yaml.safe_dump(json.loads(canonical_json(payload)), sort_keys=True, allow_unicode=True)
+    path = out_dir / CONFIG_NAME
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, "utf-8")
+    os.replace(tmp, path)  # a crash mid-write never leaves an empty settings file behind
 
 
 def load_settings(out_dir: Path) -> dict | None:
@@ -69,15 +75,33 @@ def load_settings(out_dir: Path) -> dict | None:
     return yaml.safe_load(path.read_text("utf-8")) or {}
 
 
-def check_settings(out_dir: Path, settings: Mapping[str, Any]) -> None:
-    """Refuse to continue into a folder that was started with other output-affecting settings."""
+def save_settings(out_dir: Path, settings: Mapping[str, Any], key: str | None = None) -> None:
+    """Save `settings` as the folder's settings file, or as its entry `key` (other entries kept)."""
+    if key is None:
+        _write_settings_file(out_dir, settings)
+        return
+    _write_settings_file(out_dir, {**(load_settings(out_dir) or {}), key: settings})
+
+
+def check_settings(out_dir: Path, settings: Mapping[str, Any], key: str | None = None) -> None:
+    """Refuse to continue into a folder (or one entry of it) started with other output-affecting settings."""
     previous = load_settings(out_dir)
+    if previous is not None and key is not None:
+        previous = previous.get(key)
     if previous is None:
         return
     normalised = json.loads(canonical_json(settings))
     if previous != normalised:
         diff = "\n  ".join(differing_settings(previous, normalised))
+        what = f"{out_dir} holds split {key!r} made" if key is not None else f"{out_dir} was made"
         raise SettingsMismatch(
-            f"{out_dir} was made with other settings:\n  {diff}\n"
+            f"{what} with other settings:\n  {diff}\n"
             "Use the same settings to resume, another --out, or --overwrite to rebuild it."
         )
+
+
+def drop_settings(out_dir: Path, key: str) -> None:
+    """Forget the settings entry `key` (extract --overwrite of one split)."""
+    settings = load_settings(out_dir)
+    if settings is not None and settings.pop(key, None) is not None:
+        _write_settings_file(out_dir, settings)

@@ -1,9 +1,9 @@
-"""The Ray runner (`hsi extract --runner ray [--ray-address ADDR]`): the local runner's contract on a
+"""The Ray runner (`hsi extract|compose --runner ray [--ray-address ADDR]`): the local runner's contract on a
 Ray cluster. Needs the optional extra: pip install 'hard-spurious-imagenet[ray]'.
 
 Ray Data reads the planned shards (one row per unfinished shard) and maps them through a pool of
-actors; each actor holds the models (the shard builder, e.g. the picklable `ExtractShardBuilder`,
-loads them once per process) and builds whole shards, so the bytes are exactly the local runner's.
+actors; each actor holds the stage's picklable shard builder (extract's loads its models once per
+process) and builds whole shards, so the bytes are exactly the local runner's.
 With GPUs there is one actor per GPU, and Ray pins each actor to its own device
 (CUDA_VISIBLE_DEVICES), so `--device auto` or `cuda` means "this actor's GPU".
 
@@ -19,10 +19,11 @@ import os
 from pathlib import Path
 from typing import Callable, Sequence
 
+from builder.core.errors import UsageError
 from builder.core.runner import ShardPlan, ShardResult, load_finished, record_finished
 
 
-class RayUnavailable(RuntimeError):
+class RayUnavailable(UsageError):
     """Ray is not installed or the cluster cannot be reached."""
 
 
@@ -36,6 +37,11 @@ def _import_ray():
             "pip install 'hard-spurious-imagenet[ray]'"
         ) from None
     return ray
+
+
+def check_ray_available() -> None:
+    """Refuse `--runner ray` before anything is written when Ray Data is not installed."""
+    _import_ray()
 
 
 class ShardActor:

@@ -80,13 +80,17 @@ class SourceImage:
 
 @dataclass(frozen=True)
 class Issue:
-    """One row of `errors.jsonl`: what was wrong with which input and what was done about it."""
+    """One row of `errors.jsonl` (and of validation's failure list): what was wrong with which input,
+    where it was found (split, shard, sample key) and what was done about it."""
 
     image_id: str
     reason: str
     detail: str = ""
     stage: str = "sources"
     action: str = field(default="")
+    split: str | None = None
+    shard: str | None = None
+    key: str | None = None
 
     def __post_init__(self) -> None:
         if self.reason not in REASONS:

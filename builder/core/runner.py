@@ -21,8 +21,10 @@ from typing import Any, Callable, Sequence
 from tqdm import tqdm
 
 from builder.core.config import CONFIG_NAME
+from builder.core.errors import SettingsError
 from builder.core.records import Issue
-from builder.core.shards import MANIFEST_NAME, ShardStats, shard_filename
+from builder.core.manifest import MANIFEST_NAME, ShardStats
+from builder.core.shards import shard_filename
 
 STATE_DIR = "_state"
 
@@ -93,13 +95,17 @@ def record_finished(out_dir: Path, plan: ShardPlan, result: ShardResult) -> None
     os.replace(tmp, state)
 
 
+class ForeignOutput(SettingsError, FileExistsError):
+    """An output folder that holds files this toolkit did not write."""
+
+
 def prepare_output(out_dir: Path, overwrite: bool) -> None:
     """Create `out_dir`; with `overwrite`, empty it first, but only if this toolkit wrote it (it
     holds a settings file or a manifest): --overwrite never deletes a folder of someone else's."""
     if overwrite and out_dir.exists():
         ours = (out_dir / MANIFEST_NAME).is_file() or (out_dir / CONFIG_NAME).is_file()
         if any(out_dir.iterdir()) and not ours:
-            raise FileExistsError(
+            raise ForeignOutput(
                 f"{out_dir} is not empty and holds no dataset of this toolkit; --overwrite only replaces "
                 "an output it wrote itself: choose another --out or --name"
             )

@@ -7,34 +7,29 @@ exists is always whole. Members are sorted by key, then by extension; every tar 
 
 from __future__ import annotations
 
+from builder.core.errors import InputError
+from builder.core.manifest import (  # noqa: F401 - re-exported for the readers of raw manifests
+    ERRORS_NAME,
+    MANIFEST_NAME,
+    NotADataset,
+    ShardStats,
+    write_json_atomic,
+    write_jsonl_atomic,
+)
+
 import hashlib
 import io
 import json
 import os
 import tarfile
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
-
-MANIFEST_NAME = "_info.json"
-ERRORS_NAME = "errors.jsonl"
 
 Sample = tuple[str, dict[str, bytes]]
 
 
-class ShardFormatError(ValueError):
+class ShardFormatError(InputError, ValueError):
     """A shard that cannot be trusted: unsafe member names, keys with dots, a mixed-up order."""
-
-
-@dataclass(frozen=True)
-class ShardStats:
-    filename: str
-    num_samples: int
-    bytes: int
-    sha256: str
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def shard_filename(split: str, index: int) -> str:
@@ -130,35 +125,10 @@ def iter_shard(source: Path | BinaryIO) -> Iterator[Sample]:
         yield current_key, members
 
 
-def write_json_atomic(path: Path, payload) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False) + "\n", "utf-8")
-    os.replace(tmp, path)
-
-
-def write_jsonl_atomic(path: Path, rows: Iterable[dict]) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
-
-
-def split_entry(name: str, stats: list[ShardStats]) -> dict:
-    """The manifest entry of one split, in the form timm's WebDataset reader accepts."""
-    return {
-        "name": name,
-        "num_samples": sum(s.num_samples for s in stats),
-        "filenames": [s.filename for s in stats],
-        "shard_lengths": [s.num_samples for s in stats],
-        "shards": [s.to_json() for s in stats],
-    }
-
-
 def read_manifest(dataset_dir: Path) -> dict:
     path = Path(dataset_dir) / MANIFEST_NAME
     if not path.is_file():
-        raise FileNotFoundError(
+        raise NotADataset(
             f"{path} does not exist: {dataset_dir} is not a finished dataset "
             "(the manifest is written last; re-run the command that builds it)"
         )

@@ -20,6 +20,7 @@ import numpy as np
 from builder import __version__
 from builder.backends import BackendUnavailable, Inpainter, Masker, make_inpainter, make_masker
 from builder.core.classes import class_of
+from builder.core.errors import RunFailed
 from builder.core.config import ConfigError, fingerprint
 from builder.extract.images import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image
 from builder.compose.backgrounds import canvas_background
@@ -196,8 +197,11 @@ def extract_batch(decoded: list[_Decoded], masker: Masker, inpainter: Inpainter,
     return raw
 
 
-class BackendFailure(RuntimeError):
+class BackendFailure(RunFailed):
     """Every image of a shard failed in the masker or inpainter: a broken backend, not bad images."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\nFinished shards are kept: fix the backend and run the same command to resume."
 
 
 def extract_images(decoded: list[_Decoded], masker: Masker, inpainter: Inpainter, config: ExtractConfig,

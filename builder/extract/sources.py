@@ -12,6 +12,8 @@ Every problem with an input becomes an `Issue`; only a root that cannot be read 
 
 from __future__ import annotations
 
+from builder.core.errors import InputError
+
 import csv
 import os
 import xml.etree.ElementTree as ET
@@ -24,7 +26,7 @@ from builder.core.records import Box, Issue, SourceImage
 IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png"}
 
 
-class SourceError(ValueError):
+class SourceError(InputError, ValueError):
     """The source root or annotations cannot be used at all; the message says what to pass."""
 
 

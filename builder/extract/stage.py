@@ -1,8 +1,9 @@
-"""`hsi extract` from start to finish: list sources, load backends, check the output folder's
-settings, build the missing shards, then write errors.jsonl and, last, the manifest.
+"""`hsi extract` as a `Stage`: list the sources and load the backends when the stage is made (so a
+missing checkpoint or a bad root leaves no file behind), then `run_stage` builds the missing parts
+shards and writes errors.jsonl and, last, the manifest.
 
 A parts folder can hold several splits (extract val, then train, into the same --out); each split
-has its own settings and fingerprint, and the manifest lists every finished split.
+has its own settings entry and fingerprint, and the manifest lists every finished split.
 """
 
 from __future__ import annotations
@@ -10,18 +11,23 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, ClassVar, Sequence
 
-import yaml
-
-from builder import __version__
-from builder.core.config import CONFIG_NAME, SettingsMismatch, canonical_json, differing_settings, fingerprint
-from builder.extract.shard_builder import ExtractConfig, ExtractShardBuilder, describe_backends, listing_digest, load_backends, unload_backends
-from builder.formats.parts import PARTS_SCHEMA_VERSION
+from builder.core.config import canonical_json, drop_settings, fingerprint
+from builder.core.manifest import ErrorCounts, Manifest, SplitEntry
 from builder.core.records import Issue, count_by_reason
-from builder.core.runner import STATE_DIR, Stopwatch, plan_shards, remove_stale_temporaries, run_shards
-from builder.core.shards import ERRORS_NAME, MANIFEST_NAME, split_entry, write_json_atomic, write_jsonl_atomic
-from builder.extract.sources import load_sources
+from builder.core.runner import STATE_DIR, ShardPlan, ShardResult, plan_shards
+from builder.core.stage import RunOptions, Stage, StageRun, run_stage, write_errors
+from builder.extract.shard_builder import (
+    ExtractConfig,
+    ExtractShardBuilder,
+    describe_backends,
+    listing_digest,
+    load_backends,
+    unload_backends,
+)
+from builder.extract.sources import SourceListing, load_sources
+from builder.formats.parts import PARTS_SCHEMA_VERSION
 
 PARTS_DIR_NAME = "parts"
 
@@ -51,135 +57,120 @@ class ExtractSummary:
         return "\n".join(lines)
 
 
-def _load_yaml(path: Path) -> dict:
-    return (yaml.safe_load(path.read_text("utf-8")) or {}) if path.is_file() else {}
+class ExtractStage(Stage):
+    name: ClassVar[str] = "extract"
+    errors_per_split: ClassVar[bool] = True
 
+    def __init__(self, listing: SourceListing, out: Path, config: ExtractConfig) -> None:
+        self.listing = listing
+        self.config = config
+        self.out_dir = Path(out) / PARTS_DIR_NAME
+        self.settings_key = config.split
+        # Backends load before anything is written: a missing checkpoint leaves no partial output.
+        masker, inpainter = load_backends(config)
+        self.backends = describe_backends(masker, inpainter)
+        self._settings = json_ready(config.output_settings(self.backends, listing_digest(listing.records)))
+        self._plans = plan_shards(config.split, listing.records, config.shard_size)
 
-def _check_split_settings(parts_dir: Path, split: str, settings: dict) -> None:
-    previous = _load_yaml(parts_dir / CONFIG_NAME).get(split)
-    normalised = json.loads(canonical_json(settings))
-    if previous is not None and previous != normalised:
-        diff = "\n  ".join(differing_settings(previous, normalised))
-        raise SettingsMismatch(
-            f"{parts_dir} holds split {split!r} made with other settings:\n  {diff}\n"
-            "Use the same settings to resume, another --out, or --overwrite to rebuild it."
+    @classmethod
+    def from_source(cls, source: Path, out: Path, config: ExtractConfig, boxes: Path | None = None,
+                    announce: Callable[[str], None] = print) -> "ExtractStage":
+        return cls(load_sources(Path(source), config.split, boxes, announce=announce), out, config)
+
+    @property
+    def split(self) -> str:
+        return self.config.split
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return (self.split,)
+
+    def settings(self) -> dict:
+        return self._settings
+
+    def plans(self) -> list[ShardPlan]:
+        return self._plans
+
+    def shard_builder(self) -> ExtractShardBuilder:
+        return ExtractShardBuilder(self.config, str(self.out_dir))
+
+    def default_split(self) -> str:
+        return self.split
+
+    def planning_issues(self) -> list[Issue]:
+        return list(self.listing.issues)
+
+    def progress_label(self) -> str:
+        return f"extract {self.split}"
+
+    def is_complete(self, previous: Manifest | None) -> bool:
+        done = previous.splits.get(self.split) if previous else None
+        return done is not None and done.fingerprint == fingerprint(self._settings)
+
+    def claim(self, overwrite: bool) -> None:
+        if overwrite and self.out_dir.is_dir():
+            self.drop_split()
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+
+    def drop_split(self) -> None:
+        """--overwrite: forget this split (its shards, state, settings, manifest entry, error rows)."""
+        split, parts_dir = self.split, self.out_dir
+        for path in [*parts_dir.glob(f"{split}-*.tar"), *(parts_dir / STATE_DIR).glob(f"{split}-*")]:
+            path.unlink()
+        drop_settings(parts_dir, split)
+        manifest = Manifest.read_if_present(parts_dir)
+        if manifest is not None and split in manifest.splits:
+            manifest.splits.pop(split)
+            (manifest.settings or {}).pop(split, None)
+            manifest.write(parts_dir)
+        write_errors(parts_dir, [], replaced_splits={split})
+
+    def before_run(self, plans: Sequence[ShardPlan], options: RunOptions) -> None:
+        if options.runner == "ray" or options.gpus:
+            unload_backends()  # the models run in other processes; free this one's copy (and its GPU memory)
+
+    def manifest(self, plans: Sequence[ShardPlan], results: Sequence[ShardResult], issues: Sequence[Issue],
+                 previous: Manifest | None) -> Manifest:
+        entry = SplitEntry(
+            self.split, [r.stats for r in results],
+            fingerprint=fingerprint(self._settings),
+            images_listed=self.listing.images_found,
+            errors=ErrorCounts(len(issues), count_by_reason(issues)),
+        )
+        splits = dict(previous.splits) if previous else {}
+        settings = dict(previous.settings or {}) if previous else {}
+        splits[self.split], settings[self.split] = entry, self._settings
+        totals: dict[str, int] = {}
+        for split_entry in splits.values():
+            for reason, count in (split_entry.errors.by_reason if split_entry.errors else {}).items():
+                totals[reason] = totals.get(reason, 0) + count
+        return Manifest(
+            stage=self.name,
+            splits=splits,
+            settings=settings,
+            backends=self.backends,
+            schema_version=PARTS_SCHEMA_VERSION,
+            fingerprint=fingerprint({s: e.fingerprint for s, e in sorted(splits.items())}),
+            errors=ErrorCounts.of(totals),
         )
 
 
-def _save_split_settings(parts_dir: Path, split: str, settings: dict) -> None:
-    path = parts_dir / CONFIG_NAME
-    all_settings = _load_yaml(path)
-    all_settings[split] = json.loads(canonical_json(settings))
-    path.write_text(yaml.safe_dump(all_settings, sort_keys=True), "utf-8")
+def json_ready(settings: dict) -> dict:
+    """Settings as they read back from JSON (tuples as lists), so saved and new compare equal."""
+    return json.loads(canonical_json(settings))
 
 
-def _read_error_rows(parts_dir: Path) -> list[dict]:
-    path = parts_dir / ERRORS_NAME
-    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line] if path.is_file() else []
+def run_extract(source: Path, out: Path, config: ExtractConfig, boxes: Path | None = None, *,
+                options: RunOptions = RunOptions(), announce: Callable[[str], None] = print) -> ExtractSummary:
+    options.check()  # before listing or loading anything: a missing runner costs nothing
+    stage = ExtractStage.from_source(source, out, config, boxes, announce=announce)
+    run = run_stage(stage, options)
+    return summarise(stage, run)
 
 
-def _drop_split(parts_dir: Path, split: str) -> None:
-    """--overwrite: forget one split (its shards, state, settings, manifest entry, error rows)."""
-    for path in [*parts_dir.glob(f"{split}-*.tar"), *(parts_dir / STATE_DIR).glob(f"{split}-*")]:
-        path.unlink()
-    settings = _load_yaml(parts_dir / CONFIG_NAME)
-    if settings.pop(split, None) is not None:
-        (parts_dir / CONFIG_NAME).write_text(yaml.safe_dump(settings, sort_keys=True), "utf-8")
-    manifest_path = parts_dir / MANIFEST_NAME
-    if manifest_path.is_file():
-        manifest = json.loads(manifest_path.read_text("utf-8"))
-        manifest["splits"].pop(split, None)
-        manifest["settings"].pop(split, None)
-        write_json_atomic(manifest_path, manifest)
-    write_jsonl_atomic(parts_dir / ERRORS_NAME, [r for r in _read_error_rows(parts_dir) if r["split"] != split])
+def summarise(stage: ExtractStage, run: StageRun) -> ExtractSummary:
+    entry = run.manifest.split(stage.split)
+    by_reason = dict(entry.errors.by_reason) if entry.errors else {}
+    return ExtractSummary(stage.out_dir, stage.split, entry.images_listed or 0, entry.num_samples, by_reason,
+                          run.seconds, run.shards_built, run.shards_reused, already_complete=run.already_complete)
 
-
-def _write_errors(parts_dir: Path, split: str, issues: list[Issue]) -> None:
-    rows = [r for r in _read_error_rows(parts_dir) if r["split"] != split]
-    rows += [{**issue.to_json(), "split": split} for issue in issues]
-    rows.sort(key=lambda r: (r["split"], r["image_id"], r["reason"], r["detail"]))
-    write_jsonl_atomic(parts_dir / ERRORS_NAME, rows)
-
-
-def _write_manifest(parts_dir: Path, split: str, split_info: dict, backends: dict, settings: dict) -> dict:
-    path = parts_dir / MANIFEST_NAME
-    manifest = json.loads(path.read_text("utf-8")) if path.is_file() else {"splits": {}, "settings": {}}
-    manifest["splits"][split] = split_info
-    manifest["settings"][split] = settings
-    totals: dict[str, int] = {}
-    for info in manifest["splits"].values():
-        for reason, count in info["errors"]["by_reason"].items():
-            totals[reason] = totals.get(reason, 0) + count
-    manifest.update({
-        "stage": "extract",
-        "tool": {"name": "hard-spurious-imagenet", "version": __version__},
-        "schema_version": PARTS_SCHEMA_VERSION,
-        "backends": backends,
-        "fingerprint": fingerprint({s: i["fingerprint"] for s, i in sorted(manifest["splits"].items())}),
-        "errors": {"total": sum(totals.values()), "by_reason": dict(sorted(totals.items()))},
-    })
-    write_json_atomic(path, manifest)
-    return manifest
-
-
-def run_extract(
-    source: Path,
-    out: Path,
-    config: ExtractConfig,
-    boxes: Path | None = None,
-    *,
-    workers: int = 1,
-    overwrite: bool = False,
-    progress: bool = True,
-    runner: str = "local",
-    ray_address: str | None = None,
-    gpus: Sequence[int] = (),
-    announce: Callable[[str], None] = print,
-) -> ExtractSummary:
-    clock = Stopwatch()
-    listing = load_sources(Path(source), config.split, boxes, announce=announce)
-    # Backends load before anything is written: a missing checkpoint leaves no partial output.
-    masker, inpainter = load_backends(config)
-    backends = describe_backends(masker, inpainter)
-    settings = config.output_settings(backends, listing_digest(listing.records))
-    split_fingerprint = fingerprint(settings)
-    parts_dir = Path(out) / PARTS_DIR_NAME
-
-    if parts_dir.is_dir() and overwrite:
-        _drop_split(parts_dir, config.split)
-    existing = json.loads((parts_dir / MANIFEST_NAME).read_text("utf-8")) if (parts_dir / MANIFEST_NAME).is_file() else None
-    if existing and config.split in existing.get("splits", {}):
-        done = existing["splits"][config.split]
-        if done["fingerprint"] == split_fingerprint:
-            return ExtractSummary(parts_dir, config.split, done["images_listed"], done["num_samples"],
-                                  done["errors"]["by_reason"], clock.seconds, 0, len(done["filenames"]), already_complete=True)
-    if parts_dir.is_dir():
-        _check_split_settings(parts_dir, config.split, settings)
-    parts_dir.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(parts_dir)
-    _save_split_settings(parts_dir, config.split, settings)
-
-    plans = plan_shards(config.split, listing.records, config.shard_size)
-    build = ExtractShardBuilder(config, str(parts_dir))
-    if runner == "ray" or gpus:
-        unload_backends()  # the models run in other processes; free this one's copy (and its GPU memory)
-    if runner == "ray":
-        from builder.core.ray_runner import run_shards_ray
-
-        results, reused = run_shards_ray(plans, build, parts_dir, address=ray_address, num_gpus=len(gpus), progress=progress)
-    else:
-        results, reused = run_shards(plans, build, parts_dir, workers=workers, desc=f"extract {config.split}",
-                                     progress=progress, worker_devices=[str(g) for g in gpus] or None)
-
-    issues = sorted(listing.issues + [i for r in results for i in r.issues], key=lambda i: i.sort_key)
-    by_reason = count_by_reason(issues)
-    entry = split_entry(config.split, [r.stats for r in results])
-    entry.update({
-        "fingerprint": split_fingerprint,
-        "images_listed": listing.images_found,
-        "errors": {"total": len(issues), "by_reason": by_reason},
-    })
-    _write_errors(parts_dir, config.split, issues)
-    _write_manifest(parts_dir, config.split, entry, backends, json.loads(canonical_json(settings)))
-    return ExtractSummary(parts_dir, config.split, listing.images_found, entry["num_samples"], by_reason,
-                          clock.seconds, len(plans) - reused, reused)

@@ -85,7 +85,7 @@ def index_parts_shard(path: Path, split: str) -> tuple[list[PartsRef], list[Issu
         members = found.get(key, {})
         missing = [m for m in NEEDED_MEMBERS if m not in members] + ([] if key in metas else ["json"])
         if missing:
-            issues.append(Issue(key, "unreadable-parts", f"{path.name}: lacks members {missing}", "compose"))
+            issues.append(Issue(key, "unreadable-parts", f"{path.name}: lacks members {missing}", "compose", split=split, shard=path.name, key=key))
             continue
         try:
             meta = json.loads(metas[key])
@@ -93,7 +93,7 @@ def index_parts_shard(path: Path, split: str) -> tuple[list[PartsRef], list[Issu
             if class_of(wnid).index != class_index:
                 raise ValueError(f"class_index {class_index} does not match {wnid}")
         except (ValueError, KeyError, TypeError) as exc:
-            issues.append(Issue(key, "unreadable-parts", f"{path.name}: bad json member: {exc}", "compose"))
+            issues.append(Issue(key, "unreadable-parts", f"{path.name}: bad json member: {exc}", "compose", split=split, shard=path.name, key=key))
             continue
         located = tuple(sorted((name, offset, size) for name, (offset, size) in members.items()))
         refs.append(PartsRef(key, split, class_index, wnid, path.name, located))

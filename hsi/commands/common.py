@@ -1,17 +1,10 @@
-"""Small helpers shared by the command modules: error reporting and common flags."""
+"""Small helpers shared by the command modules: common flags and their conversion to option objects.
+
+Errors are not handled here: a command raises `HsiError` and `hsi.cli` prints it."""
 
 from __future__ import annotations
 
 import argparse
-import sys
-
-EXIT_USAGE = 2
-
-
-def fail(command: str, message: str, status: int = EXIT_USAGE) -> int:
-    """Print a clear error for `hsi COMMAND` and return the exit status to use."""
-    print(f"hsi {command}: error: {message}", file=sys.stderr)
-    return status
 
 
 def positive_int(text: str) -> int:
@@ -26,3 +19,13 @@ def add_run_flags(parser: argparse.ArgumentParser, default_shard_size: int) -> N
     parser.add_argument("--shard-size", type=positive_int, default=default_shard_size, help=f"samples per shard (default {default_shard_size})")
     parser.add_argument("--overwrite", action="store_true", help="delete and rebuild an existing output")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--runner", choices=["local", "ray"], default="local", help="local processes (default) or a Ray cluster")
+    parser.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local one)")
+
+
+def run_options(args: argparse.Namespace, gpus: tuple[int, ...] = ()):
+    """The `RunOptions` of a stage command's flags."""
+    from builder.core.stage import RunOptions
+
+    return RunOptions(workers=args.workers, runner=args.runner, ray_address=args.ray_address, gpus=gpus,
+                      progress=not args.no_progress, overwrite=args.overwrite)

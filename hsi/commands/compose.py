@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hsi.commands.common import add_run_flags, fail
+from hsi.commands.common import add_run_flags, run_options
 
 HELP = "paste the extracted objects at chosen sizes and positions on chosen backgrounds (writes composite shards)"
 
@@ -38,14 +38,9 @@ SPEC_FLAGS = ("name", "sizes", "positions", "backgrounds", "mode", "paste", "mar
 
 def run(args: argparse.Namespace) -> int:
     from builder.compose.stage import compose_dataset
-    from builder.core.config import ConfigError, SettingsMismatch
 
     overrides = {name: getattr(args, name) for name in SPEC_FLAGS if getattr(args, name) is not None}
-    try:
-        summary = compose_dataset(args.parts, args.variant, args.out, workers=args.workers, overwrite=args.overwrite,
-                                  progress=not args.no_progress, overrides=overrides)
-    except (ConfigError, SettingsMismatch, FileNotFoundError, FileExistsError) as exc:
-        return fail("compose", str(exc))
+    summary = compose_dataset(args.parts, args.variant, args.out, options=run_options(args), overrides=overrides)
     print(f"dataset: {summary.dataset_dir}" + (f" ({summary.reused_shards} finished shards reused)" if summary.reused_shards else ""))
     print(summary.table)
     return 0

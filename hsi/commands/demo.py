@@ -18,10 +18,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hsi.demo import DemoOutputInUse, run_demo
-    from hsi.commands.common import fail
+    from hsi.demo import run_demo
 
-    try:
-        return run_demo(args.out, workers=args.workers, progress=not args.no_progress)
-    except DemoOutputInUse as exc:
-        return fail("demo", str(exc))
+    return run_demo(args.out, workers=args.workers, progress=not args.no_progress)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hsi.commands.common import add_run_flags, fail, positive_int
+from hsi.commands.common import add_run_flags, positive_int, run_options
 
 HELP = "cut out each image's object by its box, erase every box and inpaint the background (writes parts shards)"
 
@@ -29,8 +29,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lama-checkpoint", help="big-lama TorchScript file (or set LAMA_MODEL)")
     parser.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
     parser.add_argument("--gpus", help="all or a list like 0,1: one process per GPU")
-    parser.add_argument("--runner", choices=["local", "ray"], default="local", help="local processes (default) or a Ray cluster")
-    parser.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local one)")
     add_run_flags(parser, default_shard_size=256)
     parser.set_defaults(shard_size=None)
 
@@ -46,42 +44,28 @@ def build_config(args: argparse.Namespace):
     return with_overrides(base, overrides)
 
 
-def parse_gpus(text: str | None) -> list[int]:
+def parse_gpus(text: str | None) -> tuple[int, ...]:
     from builder.core.config import ConfigError
 
     if not text:
-        return []
+        return ()
     if text == "all":
         import torch
 
         count = torch.cuda.device_count()
         if count == 0:
             raise ConfigError("--gpus all: no CUDA device is visible; leave --gpus out to run on the CPU")
-        return list(range(count))
+        return tuple(range(count))
     try:
-        return sorted({int(part) for part in text.split(",") if part.strip()})
+        return tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
     except ValueError:
         raise ConfigError(f"--gpus takes 'all' or GPU indexes like 0,1, got {text!r}") from None
 
 
 def run(args: argparse.Namespace) -> int:
-    from builder.backends import BackendUnavailable
-    from builder.core.config import ConfigError, SettingsMismatch
-    from builder.extract.shard_builder import BackendFailure
     from builder.extract.stage import run_extract
-    from builder.extract.sources import SourceError
 
-    try:
-        config = build_config(args)
-        gpus = parse_gpus(args.gpus)
-        summary = run_extract(
-            args.source, args.out, config, args.boxes,
-            workers=args.workers, overwrite=args.overwrite, progress=not args.no_progress,
-            runner=args.runner, ray_address=args.ray_address, gpus=gpus,
-        )
-    except (BackendUnavailable, ConfigError, SettingsMismatch, SourceError) as exc:
-        return fail("extract", str(exc))
-    except BackendFailure as exc:
-        return fail("extract", f"{exc}\nFinished shards are kept: fix the backend and run the same command to resume.", status=1)
+    options = run_options(args, parse_gpus(args.gpus))
+    summary = run_extract(args.source, args.out, build_config(args), args.boxes, options=options)
     print(summary.format())
     return 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hsi.commands.common import fail
 
 HELP = "publish a release folder as a tagged version to the Hugging Face Hub (dry run unless --yes) or a local git mirror"
 
@@ -22,29 +21,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hf_scripts.publish import PublishError, perform_publish, plan_publish
+    from hf_scripts.publish import perform_publish, plan_publish
 
-    try:
-        if args.to_git is not None:
-            from hf_scripts.git_mirror import mirror_plan, publish_to_git
+    if args.to_git is not None:
+        from hf_scripts.git_mirror import mirror_plan, publish_to_git
 
-            print("\n".join(mirror_plan(args.release, args.to_git, args.release_version)))
-            if not args.yes:
-                print("dry run: nothing changed; add --yes to perform")
-                return 0
-            commit = publish_to_git(args.release, args.to_git, args.release_version)
-            print(f"committed {commit} and tagged {args.release_version} in {args.to_git}")
-            return 0
-        from huggingface_hub import HfApi  # the token comes from HF_TOKEN or `hf auth login`
-
-        api = HfApi()
-        plan = plan_publish(api, args.release, args.repo, args.release_version)
-        print("\n".join(plan.describe(private=args.private)))
+        print("\n".join(mirror_plan(args.release, args.to_git, args.release_version)))
         if not args.yes:
             print("dry run: nothing changed; add --yes to perform")
             return 0
-        commit = perform_publish(api, plan, private=args.private)
-    except PublishError as exc:
-        return fail("publish", str(exc))
+        commit = publish_to_git(args.release, args.to_git, args.release_version)
+        print(f"committed {commit} and tagged {args.release_version} in {args.to_git}")
+        return 0
+    from huggingface_hub import HfApi  # the token comes from HF_TOKEN or `hf auth login`
+
+    api = HfApi()
+    plan = plan_publish(api, args.release, args.repo, args.release_version)
+    print("\n".join(plan.describe(private=args.private)))
+    if not args.yes:
+        print("dry run: nothing changed; add --yes to perform")
+        return 0
+    commit = perform_publish(api, plan, private=args.private)
     print(f"published {args.repo}@{args.release_version} (commit {commit})")
     return 0

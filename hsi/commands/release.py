@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hsi.commands.common import fail
 
 HELP = "gather validated composed datasets into a release folder (shards, README card, previews, _info.json)"
 
@@ -21,15 +20,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cards.release import ReleaseError, build_release
-    from cards.render import CardError
+    from cards.release import build_release
 
-    try:
-        release = build_release(
-            args.out, args.datasets, overwrite=args.overwrite, version=args.release_version,
-            changes=args.change, default_config=args.default_config, previous_release=args.previous,
-        )
-    except (ReleaseError, CardError) as exc:
-        return fail("release", str(exc))
+    release = build_release(
+        args.out, args.datasets, overwrite=args.overwrite, version=args.release_version,
+        changes=args.change, default_config=args.default_config, previous_release=args.previous,
+    )
     print(f"release written to {release} (load it with load_dataset({release.name!r}) from {release.parent})")
     return 0

@@ -8,11 +8,10 @@ its shard and key), 2 for usage errors (missing inputs, a detector that cannot b
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-from hsi.commands.common import fail, positive_int
+from hsi.commands.common import positive_int
 
 HELP = "check a composed dataset or parts folder, compute centre/size scores, re-detect boxes, draw previews"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -43,134 +42,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     detection.add_argument("--limit", type=positive_int, help="re-detect only the first N images (by id)")
 
 
-def _stage_of(folder: Path) -> str | None:
-    try:
-        return json.loads((folder / "_info.json").read_text("utf-8")).get("stage")
-    except (OSError, ValueError):
-        return None
+def build_request(args: argparse.Namespace):
+    from builder.core.errors import UsageError
 
+    from validation.request import DetectionRequest, ScoresRequest, ValidationRequest
 
-def _score_inputs(args: argparse.Namespace, stage: str | None):
-    """The boxes to score: a LOC csv joined with sizes, the dataset when it is a parts folder, or --parts."""
-    from validation.scores import boxes_from_loc_csv, boxes_from_parts, image_sizes_from_folder, image_sizes_from_parts, read_loc_solution
-
-    if args.boxes_csv:
-        if not args.sizes_from:
-            raise ValueError("--boxes-csv needs --sizes-from (an image folder or a parts folder) for the image sizes")
-        if _stage_of(args.sizes_from) == "extract":
-            sizes = image_sizes_from_parts(args.sizes_from)
-        else:
-            sizes = image_sizes_from_folder(args.sizes_from, set(read_loc_solution(args.boxes_csv)))
-        items, unsized = boxes_from_loc_csv(args.boxes_csv, sizes)
-        if unsized:
-            print(f"hsi validate: {len(unsized)} images of {args.boxes_csv.name} have no size under --sizes-from "
-                  f"and are not scored (first: {', '.join(unsized[:5])})", file=sys.stderr)
-        return items
-    if stage == "extract":
-        return boxes_from_parts(args.dataset)
-    if args.parts:
-        return boxes_from_parts(args.parts)
-    raise ValueError("--scores needs boxes: a parts folder as DATASET, --parts, or --boxes-csv with --sizes-from")
-
-
-def _detection_items(args: argparse.Namespace, stage: str | None):
-    """Images and ground-truth boxes to re-detect: from a parts folder's boxes (images under
-    --source) or from the source listing itself."""
-    from builder.core.records import Box
-    from builder.extract.sources import detect_layout, list_image_files, load_sources
-
-    from validation.detection import DetectionItem, _file_loader, items_from_sources
-    from validation.scores import boxes_from_parts
-
-    if not args.source:
-        raise ValueError("--boxes needs --source (the ImageNet root holding the source images)")
-    parts_dir = args.dataset if stage == "extract" else args.parts
-    if parts_dir is None:
-        listing = load_sources(args.source, args.split, args.boxes_path, announce=lambda text: print(text, file=sys.stderr))
-        return items_from_sources(listing.records, args.limit)
-    paths = {image_id: path for image_id, _, path in list_image_files(detect_layout(args.source, args.split).images_dir)}
-    items = []
-    for item in boxes_from_parts(parts_dir)[: args.limit or None]:
-        if item.image_id in paths:
-            boxes = tuple(Box(b.x0, b.y0, b.x1, b.y1, b.wnid) for b in item.boxes)
-            items.append(DetectionItem(item.image_id, item.wnid, boxes, _file_loader(str(paths[item.image_id]))))
-        else:
-            items.append(DetectionItem(item.image_id, item.wnid, item.boxes, _missing_loader(item.image_id)))
-    return items
-
-
-def _missing_loader(image_id: str):
-    def load():
-        raise ValueError(f"{image_id} is not under --source")
-
-    return load
+    if args.accuracy and not args.scores:
+        raise UsageError("--accuracy is used with --scores")
+    scores = ScoresRequest(args.boxes_csv, args.sizes_from, args.accuracy) if args.scores else None
+    detection = None
+    if args.boxes:
+        detection = DetectionRequest(args.source, args.split, args.boxes_path, args.detector, args.box_threshold,
+                                     args.text_threshold, args.iou_threshold, args.batch_size, args.device, args.limit)
+    return ValidationRequest(args.dataset, args.parts, args.out, not args.no_previews, args.tolerance, scores, detection)
 
 
 def run(args: argparse.Namespace) -> int:
-    from builder.core.config import ConfigError
+    from validation.request import run_validation
 
-    dataset = args.dataset
-    if dataset is not None and not dataset.is_dir():
-        return fail("validate", f"{dataset} is not a folder; pass a composed config folder (OUT/<config>) or a parts folder")
-    stage = _stage_of(dataset) if dataset is not None else None
-    if dataset is None and not (args.scores or args.boxes):
-        return fail("validate", "nothing to do: pass a dataset folder, --scores or --boxes")
-    if dataset is None and args.out is None:
-        return fail("validate", "without a dataset folder, pass --out for the report")
-    if args.parts is not None and _stage_of(args.parts) != "extract":
-        return fail("validate", f"--parts {args.parts} is not a finished parts folder (its _info.json must say stage extract)")
-    for name in ("accuracy", "boxes_csv", "sizes_from"):
-        value = getattr(args, name)
-        if value is not None and not value.exists():
-            return fail("validate", f"--{name.replace('_', '-')} {value} does not exist")
-
-    scores = detection = None
-    try:
-        if args.scores:
-            from validation.scores import compute_scores, read_accuracy
-
-            accuracy = read_accuracy(args.accuracy) if args.accuracy else None
-            scores = compute_scores(_score_inputs(args, stage), accuracy)
-        elif args.accuracy:
-            return fail("validate", "--accuracy is used with --scores")
-        if args.boxes:
-            detection = _run_detection(args, stage)
-    except (ValueError, KeyError, ConfigError) as exc:
-        return fail("validate", str(exc))
-    except RuntimeError as exc:  # DetectorError, SourceError-like problems
-        return fail("validate", str(exc))
-
-    from validation.report import validate_dataset
-
-    report = validate_dataset(
-        dataset if dataset is not None else args.out,
-        parts_dir=args.parts,
-        previews=not args.no_previews,
-        scores=scores,
-        detection=detection,
-        tolerance=args.tolerance,
-        check_integrity=dataset is not None,
-        report_dir=None if dataset is not None else args.out,
-    )
+    report = run_validation(build_request(args))
     _print_summary(report)
     return EXIT_OK if report.ok else EXIT_FAILED
-
-
-def _run_detection(args: argparse.Namespace, stage: str | None) -> dict:
-    from validation.detection import (DEFAULT_BOX_THRESHOLD, DEFAULT_DETECTOR, DEFAULT_IOU_THRESHOLD,
-                            DEFAULT_TEXT_THRESHOLD, load_detector, redetect)
-
-    items = _detection_items(args, stage)
-    detector = load_detector(args.detector or DEFAULT_DETECTOR, args.device)
-    report = redetect(
-        items,
-        detector,
-        batch_size=args.batch_size,
-        box_threshold=DEFAULT_BOX_THRESHOLD if args.box_threshold is None else args.box_threshold,
-        text_threshold=DEFAULT_TEXT_THRESHOLD if args.text_threshold is None else args.text_threshold,
-        iou_threshold=DEFAULT_IOU_THRESHOLD if args.iou_threshold is None else args.iou_threshold,
-    )
-    return report.to_json()
 
 
 def _print_summary(report) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from hsi.commands.common import fail
 
 HELP = "stream a published, tagged version back and check its shards against the manifest"
 
@@ -17,16 +16,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from huggingface_hub import HfApi
 
-    from hf_scripts.publish import PublishError
+    from builder.core.errors import RunFailed
     from hf_scripts.verify import verify_release
 
-    try:
-        lines, problems = verify_release(HfApi(), args.repo, args.release_version)
-    except PublishError as exc:
-        return fail("verify", str(exc))
+    lines, problems = verify_release(HfApi(), args.repo, args.release_version)
     print("\n".join(lines))
     if problems:
         print("\n".join(f"FAILED: {p}" for p in problems))
-        return fail("verify", f"{len(problems)} problems in {args.repo}@{args.release_version}", status=1)
+        raise RunFailed(f"{len(problems)} problems in {args.repo}@{args.release_version}")
     print(f"OK: {args.repo}@{args.release_version} is intact")
     return 0

@@ -1,0 +1,33 @@
+"""One error base for the whole toolkit. Every refusal a user can act on is an `HsiError` with the
+exit status the CLI returns; the CLI (`hsi.cli`) is the only place that catches it and prints
+`hsi COMMAND: error: MESSAGE`. Anything else that escapes is a programming error and surfaces as a
+traceback with exit status 1, never dressed up as a usage error."""
+
+from __future__ import annotations
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class HsiError(Exception):
+    """A refusal or failure the user can act on; the message says what is wrong and what to do."""
+
+    exit_status = EXIT_USAGE
+
+
+class UsageError(HsiError):
+    """A flag, value or combination of options that cannot be used."""
+
+
+class InputError(HsiError):
+    """An input (ImageNet root, parts folder, dataset, manifest) that cannot be used as given."""
+
+
+class SettingsError(HsiError):
+    """An output folder was made with other settings, or would be overwritten without --overwrite."""
+
+
+class RunFailed(HsiError):
+    """A run stopped midway (a backend failed on a whole shard); finished shards are kept."""
+
+    exit_status = EXIT_FAILED

@@ -1,0 +1,272 @@
+"""The typed manifest (`_info.json`) of every stage's output folder, written last.
+
+One `Manifest` per folder: the stage that wrote it, the tool, a fingerprint of what decides the
+bytes, the error counts, and one `SplitEntry` per split with its shards (filename, samples, bytes,
+sha256) in the form timm's WebDataset reader accepts (`name`, `num_samples`, `filenames`,
+`shard_lengths`). Stage-specific fields are typed and optional; a field a stage does not set is left
+out of the JSON rather than written as null, so a manifest reads the same as the stage wrote it.
+
+Validation, cards and publishing read only the manifest; they never rescan a folder to learn what
+exists. `Manifest.read` refuses, with a message naming the field, anything that is not a manifest
+of this toolkit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from builder.core.errors import InputError
+
+MANIFEST_NAME = "_info.json"
+ERRORS_NAME = "errors.jsonl"
+TOOL_NAME = "hard-spurious-imagenet"
+
+
+class ManifestError(InputError):
+    """A manifest that is missing, unreadable or not of the form this toolkit writes."""
+
+
+class NotADataset(ManifestError, FileNotFoundError):
+    """The folder holds no finished manifest (the manifest is written last)."""
+
+
+@dataclass(frozen=True)
+class ShardStats:
+    filename: str
+    num_samples: int
+    bytes: int
+    sha256: str
+
+    def to_json(self) -> dict:
+        return {"filename": self.filename, "num_samples": self.num_samples, "bytes": self.bytes, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class ErrorCounts:
+    total: int = 0
+    by_reason: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, by_reason: Mapping[str, int]) -> "ErrorCounts":
+        ordered = dict(sorted(by_reason.items()))
+        return cls(sum(ordered.values()), ordered)
+
+    def to_json(self) -> dict:
+        return {"total": self.total, "by_reason": dict(self.by_reason)}
+
+
+@dataclass
+class SplitEntry:
+    """One split: its shards, plus what the stage counted (compose) or listed (extract)."""
+
+    name: str
+    shards: list[ShardStats]
+    fingerprint: str | None = None  # extract: each split has its own settings
+    images_listed: int | None = None  # extract: images found in the source listing
+    errors: ErrorCounts | None = None  # extract: issues of this split
+    counts: dict[str, dict[str, int]] | None = None  # compose: by group, size, tier, group/size
+    source_images: int | None = None  # compose: source images planned for this split
+
+    @property
+    def num_samples(self) -> int:
+        return sum(s.num_samples for s in self.shards)
+
+    @property
+    def filenames(self) -> list[str]:
+        return [s.filename for s in self.shards]
+
+    @property
+    def shard_lengths(self) -> list[int]:
+        return [s.num_samples for s in self.shards]
+
+    def to_json(self) -> dict:
+        data: dict[str, Any] = {
+            "name": self.name,
+            "num_samples": self.num_samples,
+            "filenames": self.filenames,
+            "shard_lengths": self.shard_lengths,
+            "shards": [s.to_json() for s in self.shards],
+        }
+        for name in ("fingerprint", "images_listed", "counts", "source_images"):
+            if getattr(self, name) is not None:
+                data[name] = getattr(self, name)
+        if self.errors is not None:
+            data["errors"] = self.errors.to_json()
+        return data
+
+    @classmethod
+    def from_json(cls, name: str, data: Any) -> "SplitEntry":
+        where = f"splits.{name}"
+        _expect(isinstance(data, Mapping), where, "must be an object")
+        raw_shards = data.get("shards")
+        _expect(isinstance(raw_shards, list), f"{where}.shards", "must be a list")
+        shards = [_shard_stats(s, f"{where}.shards[{i}]") for i, s in enumerate(raw_shards)]
+        entry = cls(
+            name=name,
+            shards=shards,
+            fingerprint=_optional(data, "fingerprint", str, where),
+            images_listed=_optional(data, "images_listed", int, where),
+            errors=_error_counts(data["errors"], f"{where}.errors") if "errors" in data else None,
+            counts=_optional(data, "counts", dict, where),
+            source_images=_optional(data, "source_images", int, where),
+        )
+        if "num_samples" in data:
+            _expect(data["num_samples"] == entry.num_samples, f"{where}.num_samples",
+                    f"says {data['num_samples']!r} but its shards hold {entry.num_samples}")
+        return entry
+
+
+@dataclass
+class Manifest:
+    """What a stage wrote into one folder. `stage` names the stage (see `builder.core.stage`)."""
+
+    stage: str
+    splits: dict[str, SplitEntry]
+    fingerprint: str
+    schema_version: int
+    errors: ErrorCounts
+    tool: Mapping[str, str] = field(default_factory=lambda: {"name": TOOL_NAME, "version": _tool_version()})
+    # extract
+    backends: dict | None = None
+    settings: dict | None = None
+    # compose
+    config: str | None = None
+    spec: dict | None = None
+    spec_fingerprint: str | None = None
+    parts: dict | None = None
+    class_names: list[str] | None = None
+
+    OPTIONAL = ("backends", "settings", "config", "spec", "spec_fingerprint", "parts", "class_names")
+
+    @property
+    def num_samples(self) -> int:
+        return sum(entry.num_samples for entry in self.splits.values())
+
+    def split(self, name: str) -> SplitEntry:
+        if name not in self.splits:
+            raise ManifestError(f"split {name!r} is not in this folder; it holds {', '.join(sorted(self.splits)) or 'no split'}")
+        return self.splits[name]
+
+    def shard_paths(self, folder: Path, split: str | None = None) -> list[Path]:
+        names = [split] if split else sorted(self.splits)
+        return [Path(folder) / filename for name in names for filename in self.split(name).filenames]
+
+    def to_json(self) -> dict:
+        data: dict[str, Any] = {
+            "stage": self.stage,
+            "tool": dict(self.tool),
+            "fingerprint": self.fingerprint,
+            "schema_version": self.schema_version,
+            "errors": self.errors.to_json(),
+            "splits": {name: entry.to_json() for name, entry in self.splits.items()},
+        }
+        for name in self.OPTIONAL:
+            if getattr(self, name) is not None:
+                data[name] = getattr(self, name)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Manifest":
+        _expect(isinstance(data, Mapping), "manifest", "must be a JSON object")
+        for key, kind in (("stage", str), ("splits", Mapping), ("errors", Mapping)):
+            _expect(key in data, key, "is missing")
+            _expect(isinstance(data[key], kind), key, f"must be {'an object' if kind is Mapping else 'a string'}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        _expect(not unknown, "manifest", f"has unknown fields {unknown}")
+        optional = {name: data[name] for name in cls.OPTIONAL if name in data}
+        return cls(
+            stage=data["stage"],
+            splits={str(name): SplitEntry.from_json(str(name), entry) for name, entry in data["splits"].items()},
+            fingerprint=_optional(data, "fingerprint", str, "manifest") or "",
+            schema_version=_optional(data, "schema_version", int, "manifest") or 0,
+            errors=_error_counts(data["errors"], "errors"),
+            tool=_optional(data, "tool", dict, "manifest") or {},
+            **optional,
+        )
+
+    @classmethod
+    def read(cls, folder: Path) -> "Manifest":
+        path = Path(folder) / MANIFEST_NAME
+        if not path.is_file():
+            raise NotADataset(
+                f"{path} does not exist: {folder} is not a finished dataset "
+                "(the manifest is written last; re-run the command that builds it)"
+            )
+        try:
+            data = json.loads(path.read_text("utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ManifestError(f"{path} cannot be read as JSON ({exc}); rebuild the folder with the command that wrote it") from None
+        try:
+            return cls.from_json(data)
+        except ManifestError as exc:
+            raise ManifestError(f"{path}: {exc}") from None
+
+    @classmethod
+    def read_if_present(cls, folder: Path) -> "Manifest | None":
+        return cls.read(folder) if (Path(folder) / MANIFEST_NAME).is_file() else None
+
+    def write(self, folder: Path) -> Path:
+        path = Path(folder) / MANIFEST_NAME
+        write_json_atomic(path, self.to_json())
+        return path
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False) + "\n", "utf-8")
+    os.replace(tmp, path)
+
+
+def write_jsonl_atomic(path: Path, rows: Iterable[dict]) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def _tool_version() -> str:
+    from builder import __version__
+
+    return __version__
+
+
+def _expect(condition: bool, where: str, problem: str) -> None:
+    if not condition:
+        raise ManifestError(f"{where} {problem}")
+
+
+def _optional(data: Mapping, key: str, kind: type, where: str) -> Any:
+    value = data.get(key)
+    if value is None:
+        return None
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    _expect(ok, f"{where}.{key}", f"must be {'an integer' if kind is int else kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _error_counts(data: Any, where: str) -> ErrorCounts:
+    _expect(isinstance(data, Mapping), where, "must be an object")
+    by_reason = data.get("by_reason", {})
+    _expect(isinstance(by_reason, Mapping) and all(isinstance(v, int) for v in by_reason.values()),
+            f"{where}.by_reason", "must map reasons to counts")
+    total = data.get("total", sum(by_reason.values()))
+    _expect(isinstance(total, int), f"{where}.total", "must be an integer")
+    return ErrorCounts(total, dict(by_reason))
+
+
+def _shard_stats(data: Any, where: str) -> ShardStats:
+    _expect(isinstance(data, Mapping), where, "must be an object")
+    filename, count = data.get("filename"), data.get("num_samples")
+    _expect(isinstance(filename, str) and filename != "", f"{where}.filename", "must be a file name")
+    _expect(isinstance(count, int) and not isinstance(count, bool) and count >= 0, f"{where}.num_samples",
+            "must be a non-negative integer")
+    size, digest = data.get("bytes"), data.get("sha256")
+    _expect(isinstance(size, int) and not isinstance(size, bool) and size >= 0, f"{where}.bytes", "must be a non-negative integer")
+    _expect(isinstance(digest, str) and len(digest) == 64, f"{where}.sha256", "must be a sha256 hex digest")
+    return ShardStats(filename, count, size, digest)

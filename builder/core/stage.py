@@ -1,0 +1,193 @@
+"""The stage template: every stage that writes shards (extract, compose, and the later ones) is a
+`Stage`, and one `run_stage` does what they all share, in this order:
+
+1. check the run options (a missing runner is refused here, before anything is written);
+2. return at once when the folder already holds this exact output;
+3. claim the folder (`--overwrite` only ever replaces what this stage wrote there);
+4. check the saved settings against the new ones, then save them;
+5. remove this toolkit's own stale temporaries;
+6. build the shards that are not finished yet, locally or on Ray;
+7. write `errors.jsonl` (every issue a row with its split), then the typed manifest, last.
+
+A stage supplies its settings, its shard plans, its shard builder and its manifest; everything a
+stage needs to refuse a run (sources, backends, specs) is resolved when the stage object is made,
+so a refusal never leaves a file behind.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, ClassVar, Sequence
+
+from builder.core.config import check_settings, save_settings
+from builder.core.errors import UsageError
+from builder.core.manifest import ERRORS_NAME, Manifest, write_jsonl_atomic
+from builder.core.records import Issue
+from builder.core.runner import ShardPlan, ShardResult, Stopwatch, remove_stale_temporaries, run_shards
+
+RUNNERS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run a stage; none of these change a byte of the output."""
+
+    workers: int = 1
+    runner: str = "local"
+    ray_address: str | None = None
+    gpus: tuple[int, ...] = ()
+    progress: bool = True
+    overwrite: bool = False
+
+    def check(self) -> None:
+        if self.runner not in RUNNERS:
+            raise UsageError(f"--runner must be one of {', '.join(RUNNERS)}, got {self.runner!r}")
+        if self.workers < 1:
+            raise UsageError(f"--workers must be at least 1, got {self.workers}")
+        if self.runner == "ray":
+            from builder.core.ray_runner import check_ray_available
+
+            check_ray_available()
+
+
+@dataclass
+class StageRun:
+    """What one `run_stage` did."""
+
+    manifest: Manifest
+    issues: list[Issue] = field(default_factory=list)
+    shards_built: int = 0
+    shards_reused: int = 0
+    seconds: float = 0.0
+    already_complete: bool = False
+
+
+class Stage(ABC):
+    """One stage's part of a run; see the module docstring for the order `run_stage` calls these."""
+
+    name: ClassVar[str]
+    out_dir: Path
+    # None: the folder's settings file belongs to this stage alone; a key: the stage owns one entry
+    # of it (extract keeps one entry per split, so val and train can share a parts folder).
+    settings_key: str | None = None
+    # False: the stage owns the whole folder and rewrites errors.jsonl; True: it owns only the rows
+    # of the splits it writes (extract, whose folder gathers several splits' runs).
+    errors_per_split: ClassVar[bool] = False
+
+    @abstractmethod
+    def settings(self) -> dict:
+        """Everything that decides the output bytes; a folder made with other settings is refused."""
+
+    @abstractmethod
+    def plans(self) -> list[ShardPlan]:
+        """The shards to build, in output order."""
+
+    @abstractmethod
+    def shard_builder(self) -> Callable[[ShardPlan], ShardResult]:
+        """A picklable callable that builds one shard (workers and Ray actors run it)."""
+
+    @abstractmethod
+    def manifest(self, plans: Sequence[ShardPlan], results: Sequence[ShardResult], issues: Sequence[Issue],
+                 previous: Manifest | None) -> Manifest:
+        """The manifest of the finished folder (`previous` is the one found before this run)."""
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """The splits this run writes: their rows in errors.jsonl are replaced, the others kept."""
+        return tuple(dict.fromkeys(plan.split for plan in self.plans()))
+
+    def default_split(self) -> str | None:
+        """The split an issue belongs to when the code that found it did not say."""
+        return None
+
+    def planning_issues(self) -> list[Issue]:
+        """Issues found before any shard was built (listing, indexing)."""
+        return []
+
+    def is_complete(self, previous: Manifest | None) -> bool:
+        return False
+
+    def claim(self, overwrite: bool) -> None:
+        """Make the folder ready; with `overwrite`, drop what this stage wrote there before."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+
+    def before_run(self, plans: Sequence[ShardPlan], options: RunOptions) -> None:
+        """Work shared by all shards (caches, files beside the shards); runs after the settings are saved."""
+
+    def after_run(self) -> None:
+        """Clean-up of `before_run`, also after a failure."""
+
+    progress_unit: ClassVar[str] = "img"
+
+    def progress_label(self) -> str:
+        return self.name
+
+
+def run_stage(stage: Stage, options: RunOptions) -> StageRun:
+    clock = Stopwatch()
+    options.check()
+    out_dir = stage.out_dir
+    previous = Manifest.read_if_present(out_dir) if out_dir.is_dir() and not options.overwrite else None
+    if previous is not None and stage.is_complete(previous):
+        return StageRun(previous, already_complete=True, shards_reused=sum(len(previous.split(s).shards) for s in stage.splits
+                                                                          if s in previous.splits), seconds=clock.seconds)
+    stage.claim(options.overwrite)
+    check_settings(out_dir, stage.settings(), key=stage.settings_key)
+    save_settings(out_dir, stage.settings(), key=stage.settings_key)
+    remove_stale_temporaries(out_dir)
+
+    plans = stage.plans()
+    stage.before_run(plans, options)
+    try:
+        results, reused = run_plans(plans, stage.shard_builder(), out_dir, options, stage.progress_label(), stage.progress_unit)
+    finally:
+        stage.after_run()
+
+    issues = located_issues(stage, plans, results)
+    write_errors(out_dir, issues, replaced_splits=set(stage.splits) if stage.errors_per_split else None)
+    previous = Manifest.read_if_present(out_dir)
+    manifest = stage.manifest(plans, results, issues, previous)
+    manifest.write(out_dir)
+    return StageRun(manifest, issues, len(plans) - reused, reused, clock.seconds)
+
+
+def located_issues(stage: Stage, plans: Sequence[ShardPlan], results: Sequence[ShardResult]) -> list[Issue]:
+    """Every issue of the run, each with the split (and shard) it was found in."""
+    default = stage.default_split()
+    issues = [issue if issue.split or default is None else replace(issue, split=default) for issue in stage.planning_issues()]
+    for plan, result in zip(plans, results):
+        issues += [replace(issue, split=issue.split or plan.split, shard=issue.shard or plan.filename) for issue in result.issues]
+    return sorted(issues, key=lambda issue: (issue.split or "", *issue.sort_key))
+
+
+def run_plans(plans: Sequence[ShardPlan], build: Callable[[ShardPlan], ShardResult], out_dir: Path,
+              options: RunOptions, desc: str, unit: str) -> tuple[list[ShardResult], int]:
+    """Build the unfinished shards with the runner the options name; results come in plan order."""
+    if options.runner == "ray":
+        from builder.core.ray_runner import run_shards_ray
+
+        return run_shards_ray(plans, build, out_dir, address=options.ray_address, num_gpus=len(options.gpus),
+                              progress=options.progress)
+    return run_shards(plans, build, out_dir, workers=options.workers, desc=desc, unit=unit, progress=options.progress,
+                      worker_devices=[str(g) for g in options.gpus] or None)
+
+
+def read_error_rows(out_dir: Path) -> list[dict]:
+    path = out_dir / ERRORS_NAME
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line]
+
+
+def write_errors(out_dir: Path, issues: Sequence[Issue], replaced_splits: set[str] | None) -> None:
+    """errors.jsonl: this run's issues, plus (with `replaced_splits`) the rows of the splits this run
+    did not touch; None replaces the whole file."""
+    old_rows = read_error_rows(out_dir) if replaced_splits is not None else []
+    kept = [row for row in old_rows if row.get("split") not in (replaced_splits or set())]
+    rows = kept + [issue.to_json() for issue in issues]
+    rows.sort(key=lambda r: (r.get("split") or "", r["image_id"], r["reason"], r["detail"]))
+    write_jsonl_atomic(out_dir / ERRORS_NAME, rows)
+

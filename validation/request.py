@@ -1,0 +1,186 @@
+"""One validation request: what to check (integrity, scores, box re-detection, previews) on which
+folder, checked as a whole before anything runs, and `run_validation` that carries it out.
+
+`hsi validate` only turns its flags into a `ValidationRequest`; programs build one directly.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from builder.core.errors import UsageError
+from builder.core.manifest import Manifest, ManifestError
+
+from validation.report import ValidationReport, validate_dataset
+
+
+@dataclass(frozen=True)
+class ScoresRequest:
+    """The paper's centre and size scores: from the parts' boxes, or a LOC csv joined with sizes."""
+
+    boxes_csv: Path | None = None
+    sizes_from: Path | None = None
+    accuracy: Path | None = None
+
+
+@dataclass(frozen=True)
+class DetectionRequest:
+    """Grounding DINO re-detection of the ground-truth boxes of the source images."""
+
+    source: Path
+    split: str = "val"
+    boxes_path: Path | None = None
+    detector: str | None = None
+    box_threshold: float | None = None
+    text_threshold: float | None = None
+    iou_threshold: float | None = None
+    batch_size: int = 8
+    device: str = "auto"
+    limit: int | None = None
+
+
+@dataclass(frozen=True)
+class ValidationRequest:
+    dataset: Path | None = None
+    parts: Path | None = None
+    out: Path | None = None
+    previews: bool = True
+    tolerance: float | None = None
+    scores: ScoresRequest | None = None
+    detection: DetectionRequest | None = None
+
+    @property
+    def dataset_stage(self) -> str | None:
+        return stage_of(self.dataset) if self.dataset is not None else None
+
+    def check(self) -> None:
+        """Refuse a request that cannot run, with the flag to change, before any work."""
+        if self.dataset is not None and not self.dataset.is_dir():
+            raise UsageError(f"{self.dataset} is not a folder; pass a composed config folder (OUT/<config>) or a parts folder")
+        if self.dataset is None and self.scores is None and self.detection is None:
+            raise UsageError("nothing to do: pass a dataset folder, --scores or --boxes")
+        if self.dataset is None and self.out is None:
+            raise UsageError("without a dataset folder, pass --out for the report")
+        if self.parts is not None and stage_of(self.parts) != "extract":
+            raise UsageError(f"--parts {self.parts} is not a finished parts folder (its _info.json must say stage extract)")
+        if self.scores is not None:
+            for flag, value in (("--accuracy", self.scores.accuracy), ("--boxes-csv", self.scores.boxes_csv),
+                                ("--sizes-from", self.scores.sizes_from)):
+                if value is not None and not value.exists():
+                    raise UsageError(f"{flag} {value} does not exist")
+            if self.scores.boxes_csv and not self.scores.sizes_from:
+                raise UsageError("--boxes-csv needs --sizes-from (an image folder or a parts folder) for the image sizes")
+            if not self.scores.boxes_csv and self.dataset_stage != "extract" and self.parts is None:
+                raise UsageError("--scores needs boxes: a parts folder as DATASET, --parts, or --boxes-csv with --sizes-from")
+        if self.detection is not None and not self.detection.source:
+            raise UsageError("--boxes needs --source (the ImageNet root holding the source images)")
+
+
+def stage_of(folder: Path) -> str | None:
+    """The stage that wrote `folder`, or None when it holds no readable manifest."""
+    try:
+        manifest = Manifest.read_if_present(folder)
+    except ManifestError:
+        return None
+    return manifest.stage if manifest else None
+
+
+def run_validation(request: ValidationRequest, warn: Callable[[str], None] | None = None) -> ValidationReport:
+    warn = warn or (lambda text: print(text, file=sys.stderr))
+    request.check()
+    scores = compute_requested_scores(request, warn) if request.scores is not None else None
+    detection = run_detection(request, warn) if request.detection is not None else None
+    return validate_dataset(
+        request.dataset if request.dataset is not None else request.out,  # type: ignore[arg-type]
+        parts_dir=request.parts,
+        previews=request.previews,
+        scores=scores,
+        detection=detection,
+        tolerance=request.tolerance,
+        check_integrity=request.dataset is not None,
+        report_dir=None if request.dataset is not None else request.out,
+    )
+
+
+def compute_requested_scores(request: ValidationRequest, warn: Callable[[str], None]):
+    from validation.scores import compute_scores, read_accuracy
+
+    assert request.scores is not None
+    accuracy = read_accuracy(request.scores.accuracy) if request.scores.accuracy else None
+    return compute_scores(score_inputs(request, warn), accuracy)
+
+
+def score_inputs(request: ValidationRequest, warn: Callable[[str], None]):
+    """The boxes to score: a LOC csv joined with sizes, the dataset when it is a parts folder, or --parts."""
+    from validation.scores import boxes_from_loc_csv, boxes_from_parts, image_sizes_from_folder, image_sizes_from_parts, read_loc_solution
+
+    scores = request.scores
+    assert scores is not None
+    if scores.boxes_csv and scores.sizes_from:
+        if stage_of(scores.sizes_from) == "extract":
+            sizes = image_sizes_from_parts(scores.sizes_from)
+        else:
+            sizes = image_sizes_from_folder(scores.sizes_from, set(read_loc_solution(scores.boxes_csv)))
+        items, unsized = boxes_from_loc_csv(scores.boxes_csv, sizes)
+        if unsized:
+            warn(f"hsi validate: {len(unsized)} images of {scores.boxes_csv.name} have no size under --sizes-from "
+                 f"and are not scored (first: {', '.join(unsized[:5])})")
+        return items
+    parts = request.dataset if request.dataset_stage == "extract" else request.parts
+    assert parts is not None  # check() refused the request otherwise
+    return boxes_from_parts(parts)
+
+
+def detection_items(request: ValidationRequest, warn: Callable[[str], None]):
+    """Images and ground-truth boxes to re-detect: from a parts folder's boxes (images under
+    --source) or from the source listing itself."""
+    from builder.core.records import Box
+    from builder.extract.sources import detect_layout, list_image_files, load_sources
+
+    from validation.detection import DetectionItem, _file_loader, items_from_sources
+    from validation.scores import boxes_from_parts
+
+    detection = request.detection
+    assert detection is not None
+    parts_dir = request.dataset if request.dataset_stage == "extract" else request.parts
+    if parts_dir is None:
+        listing = load_sources(detection.source, detection.split, detection.boxes_path, announce=warn)
+        return items_from_sources(listing.records, detection.limit)
+    paths = {image_id: path for image_id, _, path in list_image_files(detect_layout(detection.source, detection.split).images_dir)}
+    items = []
+    for item in boxes_from_parts(parts_dir)[: detection.limit or None]:
+        if item.image_id in paths:
+            boxes = tuple(Box(b.x0, b.y0, b.x1, b.y1, b.wnid) for b in item.boxes)
+            items.append(DetectionItem(item.image_id, item.wnid, boxes, _file_loader(str(paths[item.image_id]))))
+        else:
+            items.append(DetectionItem(item.image_id, item.wnid, item.boxes, _missing_loader(item.image_id)))
+    return items
+
+
+def _missing_loader(image_id: str):
+    def load():
+        raise ValueError(f"{image_id} is not under --source")
+
+    return load
+
+
+def run_detection(request: ValidationRequest, warn: Callable[[str], None]) -> dict:
+    from validation.detection import (DEFAULT_BOX_THRESHOLD, DEFAULT_DETECTOR, DEFAULT_IOU_THRESHOLD,
+                                      DEFAULT_TEXT_THRESHOLD, load_detector, redetect)
+
+    detection = request.detection
+    assert detection is not None
+    items = detection_items(request, warn)
+    detector = load_detector(detection.detector or DEFAULT_DETECTOR, detection.device)
+    report = redetect(
+        items,
+        detector,
+        batch_size=detection.batch_size,
+        box_threshold=DEFAULT_BOX_THRESHOLD if detection.box_threshold is None else detection.box_threshold,
+        text_threshold=DEFAULT_TEXT_THRESHOLD if detection.text_threshold is None else detection.text_threshold,
+        iou_threshold=DEFAULT_IOU_THRESHOLD if detection.iou_threshold is None else detection.iou_threshold,
+    )
+    return report.to_json()
