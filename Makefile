@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test clean
+.PHONY: demo test lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ demo: $(VENV)/.core-installed
 
 test: $(VENV)/.test-installed
 	HF_HUB_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m pytest -n 2 --durations=15 -q
+
+lint: $(VENV)/.test-installed
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache

@@ -178,7 +178,8 @@ def run_shards(
     # CUDA cannot be used in forked children, so GPU workers are spawned.
     context = multiprocessing.get_context("fork" if os.name == "posix" and not worker_devices else "spawn")
     counter = context.Value("q", 0)
-    initializer, initargs = _init_worker, (counter,)
+    initializer: Callable[..., None] = _init_worker
+    initargs: tuple = (counter,)
     if worker_devices:
         workers = len(worker_devices)
         device_queue = context.Queue()
