@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import re
 import shutil
 from collections import Counter
 from dataclasses import dataclass
@@ -317,7 +319,7 @@ class ComposeStage(Stage):
             split_jobs = self.jobs.get(split, [])
             if split_jobs:
                 self._plans.extend(plan_shards(split, split_jobs, images_per_shard(self.spec, split_jobs)))
-        self.cache_dir = self.out_dir / CACHE_DIR
+        self.cache_dir = self.out_dir / f"{CACHE_DIR}.{os.getpid()}"  # per run: a cache is never shared
         self.cache_failures: tuple[tuple[str, str, str], ...] = ()
 
     @property
@@ -340,6 +342,9 @@ class ComposeStage(Stage):
         prepare_output(self.out_dir, overwrite)
 
     def before_run(self, plans: Sequence[ShardPlan], options: RunOptions) -> None:
+        for stale in self.out_dir.glob(f"{CACHE_DIR}.*"):  # left by a killed run of ours (the folder is locked)
+            if re.fullmatch(rf"{re.escape(CACHE_DIR)}\.\d+", stale.name) and stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale)
         write_spec(self.out_dir, self.spec)
         # Backgrounds are decoded once into a disk cache, only for shards still to be built.
         unfinished = [job for plan in plans if load_finished(self.out_dir, plan) is None for job in plan.items]

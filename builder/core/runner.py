@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import shutil
+import signal
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -21,7 +23,7 @@ from typing import Any, Callable, Sequence
 from tqdm import tqdm
 
 from builder.core.config import CONFIG_NAME
-from builder.core.errors import SettingsError
+from builder.core.errors import HsiError, SettingsError
 from builder.core.records import Issue
 from builder.core.manifest import MANIFEST_NAME, ShardStats
 from builder.core.shards import shard_filename
@@ -99,23 +101,46 @@ class ForeignOutput(SettingsError, FileExistsError):
     """An output folder that holds files this toolkit did not write."""
 
 
+def is_toolkit_folder(out_dir: Path) -> bool:
+    """A folder this toolkit wrote: it holds our manifest or our settings file."""
+    return (out_dir / MANIFEST_NAME).is_file() or (out_dir / CONFIG_NAME).is_file()
+
+
+def check_writable_folder(out_dir: Path, what: str = "--out") -> None:
+    """Refuse to write into a non-empty folder that this toolkit did not write."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ForeignOutput(f"{what} {out_dir} is a file, not a folder: choose a folder to write into")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not is_toolkit_folder(out_dir):
+        raise ForeignOutput(
+            f"{out_dir} is not empty and holds no dataset of this toolkit; it only ever writes into an empty "
+            "folder or one it wrote itself: choose another --out or --name"
+        )
+
+
 def prepare_output(out_dir: Path, overwrite: bool) -> None:
-    """Create `out_dir`; with `overwrite`, empty it first, but only if this toolkit wrote it (it
-    holds a settings file or a manifest): --overwrite never deletes a folder of someone else's."""
+    """Create `out_dir`; with `overwrite`, empty it first. Both only for a folder this toolkit wrote
+    (or an empty one): a folder of someone else's is never written into nor deleted."""
+    check_writable_folder(out_dir)
     if overwrite and out_dir.exists():
-        ours = (out_dir / MANIFEST_NAME).is_file() or (out_dir / CONFIG_NAME).is_file()
-        if any(out_dir.iterdir()) and not ours:
-            raise ForeignOutput(
-                f"{out_dir} is not empty and holds no dataset of this toolkit; --overwrite only replaces "
-                "an output it wrote itself: choose another --out or --name"
-            )
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
 
+# Our temporaries are `<file we write>.<pid>.tmp`; nothing else in a folder is ever deleted as stale.
+OWN_TEMPORARY = re.compile(
+    r"^(?:[A-Za-z0-9][A-Za-z0-9_-]*-\d{5}\.tar|_info\.json|errors\.jsonl|_config\.yaml|spec\.yaml"
+    r"|[A-Za-z0-9][A-Za-z0-9_-]*-\d{5}\.tar\.json)\.\d+\.tmp$"
+)
+
+
 def remove_stale_temporaries(out_dir: Path) -> None:
-    for tmp in out_dir.glob("*.tmp"):
-        tmp.unlink(missing_ok=True)
+    """Delete what a killed run of ours left half-written (the folder is locked, so no live run of
+    ours is writing them)."""
+    for folder in (out_dir, out_dir / STATE_DIR):
+        if folder.is_dir():
+            for tmp in folder.iterdir():
+                if OWN_TEMPORARY.match(tmp.name) and tmp.is_file() and not tmp.is_symlink():
+                    tmp.unlink(missing_ok=True)
 
 
 # --- worker-side progress -------------------------------------------------------------------
@@ -123,9 +148,28 @@ def remove_stale_temporaries(out_dir: Path) -> None:
 _progress_counter = None
 
 
+def exit_with_parent() -> None:
+    """Make this worker process die with its parent, even when the parent is killed with SIGKILL
+    (Linux's PR_SET_PDEATHSIG); elsewhere, workers end when the pool's pipe closes."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before the request took effect
+        os._exit(1)
+
+
 def _init_worker(counter) -> None:
     global _progress_counter
     _progress_counter = counter
+    # Ctrl-C reaches the whole process group; only the parent handles it (it cancels the queue and
+    # stops the workers), so a worker neither prints a traceback nor keeps building.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    exit_with_parent()
 
 
 def _init_device_worker(counter, devices) -> None:
@@ -194,19 +238,48 @@ def run_shards(
                 results[position] = _build_and_record(build, out_dir, plan)
                 bar.update(counter.value - bar.n)
         else:
-            with ProcessPoolExecutor(
-                max_workers=workers, mp_context=context, initializer=initializer, initargs=initargs
-            ) as pool:
+            pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=initializer, initargs=initargs)
+            try:
                 pending = {pool.submit(_build_and_record, build, out_dir, plan): pos for pos, plan in todo}
                 while pending:
                     done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
                     for future in done:
                         results[pending.pop(future)] = future.result()
                     bar.update(counter.value - bar.n)
+            except BaseException:
+                stop_pool(pool)
+                raise
+            pool.shutdown(wait=True)
+    except KeyboardInterrupt:
+        raise Interrupted(len(results) - reused, len(todo), reused) from None
     finally:
         _progress_counter = None
         bar.close()
     return [results[position] for position in range(len(plans))], reused
+
+
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel the queued shards and stop the workers now: a shard in progress is lost (its
+    temporary file is removed on the next run), finished ones are kept."""
+    processes = list(getattr(pool, "_processes", {}).values())  # the executor has no public kill
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(timeout=5)
+
+
+class Interrupted(HsiError):
+    """The run was stopped with Ctrl-C; finished shards are kept and a re-run resumes."""
+
+    exit_status = 130
+
+    def __init__(self, finished: int, todo: int, reused: int) -> None:
+        super().__init__(
+            f"interrupted: {finished} of the {todo} shards to build were finished"
+            + (f" (and {reused} from earlier runs)" if reused else "")
+            + "; run the same command again to resume"
+        )
 
 
 class Stopwatch:

@@ -16,6 +16,7 @@ so a refusal never leaves a file behind.
 
 from __future__ import annotations
 
+import errno
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
@@ -23,7 +24,8 @@ from pathlib import Path
 from typing import Callable, ClassVar, Sequence
 
 from builder.core.config import check_settings, save_settings
-from builder.core.errors import UsageError
+from builder.core.errors import HsiError, UsageError
+from builder.core.locks import exclusive_folder
 from builder.core.manifest import ERRORS_NAME, Manifest, write_jsonl_atomic
 from builder.core.records import Issue
 from builder.core.runner import ShardPlan, ShardResult, Stopwatch, remove_stale_temporaries, run_shards
@@ -127,13 +129,26 @@ class Stage(ABC):
 
 
 def run_stage(stage: Stage, options: RunOptions) -> StageRun:
-    clock = Stopwatch()
     options.check()
+    try:
+        with exclusive_folder(stage.out_dir):
+            return _run_locked(stage, options)
+    except OSError as exc:
+        if exc.errno in UNWRITABLE:
+            raise OutputUnwritable(
+                f"cannot write {stage.out_dir}: {exc.strerror} ({exc.filename}); free space or fix the permissions "
+                "(or choose another --out), then run the same command to resume: finished shards are kept"
+            ) from None
+        raise
+
+
+def _run_locked(stage: Stage, options: RunOptions) -> StageRun:
+    clock = Stopwatch()
     out_dir = stage.out_dir
     previous = Manifest.read_if_present(out_dir) if out_dir.is_dir() and not options.overwrite else None
     if previous is not None and stage.is_complete(previous):
-        return StageRun(previous, already_complete=True, shards_reused=sum(len(previous.split(s).shards) for s in stage.splits
-                                                                          if s in previous.splits), seconds=clock.seconds)
+        reused = sum(len(previous.split(s).shards) for s in stage.splits if s in previous.splits)
+        return StageRun(previous, already_complete=True, shards_reused=reused, seconds=clock.seconds)
     stage.claim(options.overwrite)
     check_settings(out_dir, stage.settings(), key=stage.settings_key)
     save_settings(out_dir, stage.settings(), key=stage.settings_key)
@@ -152,6 +167,13 @@ def run_stage(stage: Stage, options: RunOptions) -> StageRun:
     manifest = stage.manifest(plans, results, issues, previous)
     manifest.write(out_dir)
     return StageRun(manifest, issues, len(plans) - reused, reused, clock.seconds)
+
+
+class OutputUnwritable(HsiError):
+    """The output folder cannot be written (disk full, read-only, no permission)."""
+
+
+UNWRITABLE = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT}
 
 
 def located_issues(stage: Stage, plans: Sequence[ShardPlan], results: Sequence[ShardResult]) -> list[Issue]:

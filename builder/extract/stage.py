@@ -9,6 +9,7 @@ has its own settings entry and fingerprint, and the manifest lists every finishe
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ClassVar, Sequence
@@ -16,7 +17,7 @@ from typing import Callable, ClassVar, Sequence
 from builder.core.config import canonical_json, drop_settings, fingerprint
 from builder.core.manifest import ErrorCounts, Manifest, SplitEntry
 from builder.core.records import Issue, count_by_reason
-from builder.core.runner import STATE_DIR, ShardPlan, ShardResult, plan_shards
+from builder.core.runner import STATE_DIR, ShardPlan, ShardResult, check_writable_folder, plan_shards
 from builder.core.stage import RunOptions, Stage, StageRun, run_stage, write_errors
 from builder.extract.shard_builder import (
     ExtractConfig,
@@ -108,6 +109,7 @@ class ExtractStage(Stage):
         return done is not None and done.fingerprint == fingerprint(self._settings)
 
     def claim(self, overwrite: bool) -> None:
+        check_writable_folder(self.out_dir)  # never write into (or delete from) a folder of someone else's
         if overwrite and self.out_dir.is_dir():
             self.drop_split()
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -115,8 +117,11 @@ class ExtractStage(Stage):
     def drop_split(self) -> None:
         """--overwrite: forget this split (its shards, state, settings, manifest entry, error rows)."""
         split, parts_dir = self.split, self.out_dir
-        for path in [*parts_dir.glob(f"{split}-*.tar"), *(parts_dir / STATE_DIR).glob(f"{split}-*")]:
-            path.unlink()
+        ours = re.compile(rf"^{re.escape(split)}-\d{{5}}\.tar(\.json)?$")
+        for folder in (parts_dir, parts_dir / STATE_DIR):
+            for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+                if ours.match(path.name) and path.is_file():
+                    path.unlink()
         drop_settings(parts_dir, split)
         manifest = Manifest.read_if_present(parts_dir)
         if manifest is not None and split in manifest.splits:

@@ -1,0 +1,51 @@
+"""One run per output folder: an exclusive `fcntl.flock` on a lock file beside the folder.
+
+The lock file sits next to the folder (`.<name>.lock` in its parent, which is the user's --out or
+inside it) rather than in it, so `--overwrite` can empty the folder without dropping the lock. The
+kernel releases a flock when its holder dies, even on SIGKILL, so a crashed run never leaves a
+stale lock; the file itself stays (deleting it would let a waiting run lock a different inode).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from builder.core.errors import UsageError
+
+
+class FolderLocked(UsageError):
+    """Another run of the toolkit is writing the same folder."""
+
+
+def lock_path(folder: Path) -> Path:
+    folder = Path(folder).absolute()
+    return folder.parent / f".{folder.name}.lock"
+
+
+@contextmanager
+def exclusive_folder(folder: Path) -> Iterator[Path]:
+    """Hold the folder's lock for the duration of the block; refuse at once if another run holds it."""
+    path = lock_path(folder)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+", encoding="utf-8")
+    try:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            raise FolderLocked(
+                f"{folder} is being written by another hsi run (pid {holder}); wait for it to finish, "
+                "or stop it and run the same command again to resume"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield path
+    finally:
+        handle.close()  # closing the descriptor releases the flock
