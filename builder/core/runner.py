@@ -169,6 +169,7 @@ def _init_worker(counter) -> None:
     # Ctrl-C reaches the whole process group; only the parent handles it (it cancels the queue and
     # stops the workers), so a worker neither prints a traceback nor keeps building.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     exit_with_parent()
 
 
@@ -240,7 +241,13 @@ def run_shards(
         else:
             pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=initializer, initargs=initargs)
             try:
-                pending = {pool.submit(_build_and_record, build, out_dir, plan): pos for pos, plan in todo}
+                # Workers start inside submit(): block SIGINT meanwhile, so a Ctrl-C that arrives as a
+                # worker forks waits in the parent instead of hitting a worker before it ignores it.
+                blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+                try:
+                    pending = {pool.submit(_build_and_record, build, out_dir, plan): pos for pos, plan in todo}
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
                 while pending:
                     done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
                     for future in done:
