@@ -107,6 +107,7 @@ def _missing_loader(image_id: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    from builder.backends import BackendUnavailable
     from builder.core.config import ConfigError
 
     dataset = args.dataset
@@ -135,9 +136,9 @@ def run(args: argparse.Namespace) -> int:
             return fail("validate", "--accuracy is used with --scores")
         if args.boxes:
             detection = _run_detection(args, stage)
-    except (ValueError, KeyError, ConfigError) as exc:
+    except (ValueError, KeyError, ConfigError, BackendUnavailable) as exc:
         return fail("validate", str(exc))
-    except RuntimeError as exc:  # DetectorError, SourceError-like problems
+    except RuntimeError as exc:  # SourceError-like problems
         return fail("validate", str(exc))
 
     from validation.report import validate_dataset
@@ -157,11 +158,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_detection(args: argparse.Namespace, stage: str | None) -> dict:
-    from validation.detection import (DEFAULT_BOX_THRESHOLD, DEFAULT_DETECTOR, DEFAULT_IOU_THRESHOLD,
-                            DEFAULT_TEXT_THRESHOLD, load_detector, redetect)
+    from builder.backends import backend_config, make_backend
+    from validation.detection import DEFAULT_BOX_THRESHOLD, DEFAULT_IOU_THRESHOLD, DEFAULT_TEXT_THRESHOLD, redetect
 
     items = _detection_items(args, stage)
-    detector = load_detector(args.detector or DEFAULT_DETECTOR, args.device)
+    # the detector's config reads --detector, --device and --batch-size
+    detector = make_backend("detector", "grounding-dino", backend_config("detector", "grounding-dino", args))
     report = redetect(
         items,
         detector,
