@@ -92,6 +92,31 @@ def test_tiny_grounding_dino_loads_offline_and_detects(tiny_model):
     assert [len(f) for f in detector.detect(images, ["tench.", "goldfish."], 1.01, 0.0)] == [0, 0]
 
 
+def test_out_of_memory_halves_the_detector_batch_and_gives_the_same_boxes(tiny_model, capsys):
+    import torch
+
+    config = GroundingDinoConfig(model_id=str(tiny_model), device="cpu", batch_size=2)
+    detector = make_backend("detector", "grounding-dino", config)
+    rng = np.random.default_rng(1)
+    images = [rng.integers(0, 255, (48, 64, 3), dtype=np.uint8) for _ in range(2)]
+    prompts = ["tench.", "goldfish."]  # the same number of tokens: no text padding differs between batches
+    expected = detector.detect(images, prompts, 0.0, 0.0)
+    forward, calls = detector.model.forward, []
+
+    def limited(**inputs):
+        calls.append(inputs["pixel_values"].shape[0])
+        if inputs["pixel_values"].shape[0] > 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return forward(**inputs)
+
+    detector.model.forward = limited
+    got = detector.detect(images, prompts, 0.0, 0.0)
+    assert calls == [2, 1, 1] and detector.batch.size == 1
+    assert "out of memory in Grounding DINO with a batch of 2; retrying with 1" in capsys.readouterr().err
+    for a, b in zip(expected, got):
+        assert a.shape == b.shape and np.allclose(a, b, atol=1e-4)
+
+
 def test_hsi_validate_boxes_end_to_end_with_the_tiny_detector(tiny_model, tmp_path):
     tree = write_tree(tmp_path / "imagenet", split="val", count=5)
     out = tmp_path / "report"
