@@ -103,7 +103,7 @@ class Timer:
 def run_sweep(batch: int, data, masker, inpainter, sync, dilation: int) -> dict:
     from builder.extract.shard_builder import RawParts, dilate, encode_parts
 
-    masker.encoder_batch.size = batch
+    masker.batch.size = batch
     if inpainter is not None:
         inpainter.batch.size = batch
     timer = Timer(sync)

@@ -1,6 +1,7 @@
-"""Maskers that fail on purpose, registered by tests to check that backend failures are data."""
+"""Maskers that fail on purpose, registered (on import) by tests to check that backend failures are data."""
 
-from builder.backends.classical import BoxMasker
+from builder.backends import register_backend
+from builder.backends.classical import BoxConfig, BoxMasker
 
 FAILING_WIDTH = 56  # fake_imagenet's good images come 48, 56, 64 and 72 pixels wide
 
@@ -19,9 +20,11 @@ class BrokenMasker(BoxMasker):
         raise RuntimeError("this masker is broken")
 
 
-def make_flaky_masker(options):
+@register_backend("masker", "flaky", config_class=BoxConfig)
+def make_flaky_masker(config):
     return FlakyMasker()
 
 
-def make_broken_masker(options):
+@register_backend("masker", "broken", config_class=BoxConfig)
+def make_broken_masker(config):
     return BrokenMasker()

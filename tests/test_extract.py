@@ -224,11 +224,9 @@ def test_two_splits_share_one_parts_folder(tmp_path):
     assert {p.key.split("_")[0] for p in iter_parts(out / "parts", "train")} <= {"n01440764", "n01443537", "n01484850"}
 
 
-def test_images_a_backend_fails_on_are_recorded_whatever_the_batch_size(tmp_path, monkeypatch):
-    from builder.backends import MASKERS
-    from flaky_backends import FAILING_WIDTH
+def test_images_a_backend_fails_on_are_recorded_whatever_the_batch_size(tmp_path):
+    from flaky_backends import FAILING_WIDTH  # registers the "flaky" masker
 
-    monkeypatch.setitem(MASKERS, "flaky", "flaky_backends:make_flaky_masker")
     tree = write_tree(tmp_path / "imagenet", count=8)
     failing = {img.image_id for img in tree.good if img.size[0] == FAILING_WIDTH}
     assert len(failing) == 2
@@ -241,10 +239,9 @@ def test_images_a_backend_fails_on_are_recorded_whatever_the_batch_size(tmp_path
     assert {p.key for p in iter_parts(tmp_path / "b4" / "parts")} == {img.image_id for img in tree.good} - failing
 
 
-def test_a_backend_that_fails_on_every_image_stops_the_run(tmp_path, monkeypatch, capsys):
-    from builder.backends import MASKERS
+def test_a_backend_that_fails_on_every_image_stops_the_run(tmp_path, capsys):
+    import flaky_backends  # noqa: F401 - registers the "broken" masker
 
-    monkeypatch.setitem(MASKERS, "broken", "flaky_backends:make_broken_masker")
     tree = write_tree(tmp_path / "imagenet", count=3)
     assert extract("--source", tree.root, "--out", tmp_path / "out", "--masker", "broken") == 1
     err = capsys.readouterr().err

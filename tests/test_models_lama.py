@@ -2,24 +2,24 @@
 big-lama's call signature: padding, cropping, untouched pixels, batching, checkpoint errors."""
 
 import hashlib
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from builder.backends import BackendUnavailable, make_inpainter
-from builder.backends.lama import pad_to_multiple, padded_size
+from builder.backends import BackendUnavailable, make_backend
+from builder.backends.lama import LamaConfig, pad_to_multiple, padded_size
 from tiny_models import tiny_lama_reference, write_tiny_lama
 
 # torch marks TorchScript deprecated; big-lama is published only in that form.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")
 
 
-def options(**overrides):
-    values = {"lama_checkpoint": None, "device": "cpu", "batch_size": 4}
+def make_inpainter(**overrides):
+    """The `lama` inpainter through the registry, on the CPU unless overridden."""
+    values = {"checkpoint": None, "device": "cpu", "batch_size": 4}
     values.update(overrides)
-    return SimpleNamespace(**values)
+    return make_backend("inpainter", "lama", LamaConfig(**values))
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def tiny_lama_path(tmp_path_factory):
 
 @pytest.fixture()
 def inpainter(tiny_lama_path):
-    return make_inpainter("lama", options(lama_checkpoint=str(tiny_lama_path)))
+    return make_inpainter(checkpoint=str(tiny_lama_path))
 
 
 def photo(seed, height, width):
@@ -80,8 +80,8 @@ def test_unmasked_pixels_are_exactly_the_input_and_empty_masks_copy(inpainter):
 def test_results_do_not_depend_on_batch_size_or_neighbours(tiny_lama_path):
     images = [photo(3, 37, 50), photo(4, 40, 56), photo(5, 64, 48), photo(6, 33, 55)]
     masks = [hole(37, 50, 5, 20, 5, 30), hole(40, 56, 0, 10, 0, 56), hole(64, 48, 30, 64, 20, 48), hole(33, 55, 10, 12, 10, 50)]
-    batched = make_inpainter("lama", options(lama_checkpoint=str(tiny_lama_path), batch_size=4)).inpaint_batch(images, masks)
-    one_by_one = make_inpainter("lama", options(lama_checkpoint=str(tiny_lama_path), batch_size=1))
+    batched = make_inpainter(checkpoint=str(tiny_lama_path), batch_size=4).inpaint_batch(images, masks)
+    one_by_one = make_inpainter(checkpoint=str(tiny_lama_path), batch_size=1)
     singles = [one_by_one.inpaint_batch([i], [m])[0] for i, m in zip(images, masks)]
     for a, b in zip(batched, singles):
         assert np.array_equal(a, b)
@@ -89,12 +89,12 @@ def test_results_do_not_depend_on_batch_size_or_neighbours(tiny_lama_path):
 
 def test_a_file_that_takes_one_image_per_call_runs_unbatched_and_says_so(tmp_path, tiny_lama_path, capsys):
     single = write_tiny_lama(tmp_path, "single.pt", single_image=True)
-    inpainter = make_inpainter("lama", options(lama_checkpoint=str(single), batch_size=4))
+    inpainter = make_inpainter(checkpoint=str(single), batch_size=4)
     assert "takes one image per call" in capsys.readouterr().err
     assert inpainter.batch.size == 1
     images = [photo(11, 40, 56), photo(12, 40, 56)]
     masks = [hole(40, 56, 5, 20, 5, 30), hole(40, 56, 0, 10, 0, 56)]
-    reference = make_inpainter("lama", options(lama_checkpoint=str(tiny_lama_path), batch_size=4))
+    reference = make_inpainter(checkpoint=str(tiny_lama_path), batch_size=4)
     for a, b in zip(inpainter.inpaint_batch(images, masks), reference.inpaint_batch(images, masks)):
         assert np.array_equal(a, b)
 
@@ -125,24 +125,24 @@ def test_provenance_records_the_checkpoint(inpainter, tiny_lama_path):
 def test_missing_checkpoint_names_flag_variable_and_release(monkeypatch):
     monkeypatch.delenv("LAMA_MODEL", raising=False)
     with pytest.raises(BackendUnavailable) as err:
-        make_inpainter("lama", options())
+        make_inpainter()
     for needle in ("--lama-checkpoint", "LAMA_MODEL", "simple-lama-inpainting", "big-lama.pt"):
         assert needle in str(err.value)
 
 
 def test_variable_is_used_when_the_flag_is_absent(monkeypatch, tiny_lama_path):
     monkeypatch.setenv("LAMA_MODEL", str(tiny_lama_path))
-    assert make_inpainter("lama", options()).info().checkpoint == tiny_lama_path.name
+    assert make_inpainter().info().checkpoint == tiny_lama_path.name
     monkeypatch.setenv("LAMA_MODEL", str(tiny_lama_path.parent / "gone.pt"))
     with pytest.raises(BackendUnavailable, match=r"\(LAMA_MODEL\) .*gone\.pt does not exist"):
-        make_inpainter("lama", options())
+        make_inpainter()
 
 
 def test_corrupt_file_and_wrong_signature_are_refused(tmp_path):
     corrupt = tmp_path / "big-lama.pt"
     corrupt.write_bytes(b"PK\x03\x04 truncated zip" * 20)
     with pytest.raises(BackendUnavailable, match="big-lama.pt cannot be used \\(not a TorchScript file"):
-        make_inpainter("lama", options(lama_checkpoint=str(corrupt)))
+        make_inpainter(checkpoint=str(corrupt))
 
     class OneInput(torch.nn.Module):
         def forward(self, image: torch.Tensor) -> torch.Tensor:
@@ -151,7 +151,7 @@ def test_corrupt_file_and_wrong_signature_are_refused(tmp_path):
     wrong = tmp_path / "one_input.pt"
     torch.jit.save(torch.jit.script(OneInput()), str(wrong))
     with pytest.raises(BackendUnavailable, match="calling it as model\\(image, mask\\) failed.*--lama-checkpoint"):
-        make_inpainter("lama", options(lama_checkpoint=str(wrong)))
+        make_inpainter(checkpoint=str(wrong))
 
     class WrongShape(torch.nn.Module):
         def forward(self, image: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -160,13 +160,13 @@ def test_corrupt_file_and_wrong_signature_are_refused(tmp_path):
     shaped = tmp_path / "wrong_shape.pt"
     torch.jit.save(torch.jit.script(WrongShape()), str(shaped))
     with pytest.raises(BackendUnavailable, match="returned \\(1, 1, 64, 64\\), expected a 1 x 3 x H x W tensor"):
-        make_inpainter("lama", options(lama_checkpoint=str(shaped)))
+        make_inpainter(checkpoint=str(shaped))
 
 
 @pytest.mark.gpu
 def test_cuda_result_keeps_unmasked_pixels_and_is_close_to_cpu(tiny_lama_path):
     image, mask = photo(10, 37, 50), hole(37, 50, 5, 30, 5, 30)
-    cpu = make_inpainter("lama", options(lama_checkpoint=str(tiny_lama_path), device="cpu")).inpaint_batch([image], [mask])[0]
-    cuda = make_inpainter("lama", options(lama_checkpoint=str(tiny_lama_path), device="cuda")).inpaint_batch([image], [mask])[0]
+    cpu = make_inpainter(checkpoint=str(tiny_lama_path), device="cpu").inpaint_batch([image], [mask])[0]
+    cuda = make_inpainter(checkpoint=str(tiny_lama_path), device="cuda").inpaint_batch([image], [mask])[0]
     assert np.array_equal(cuda[~mask], image[~mask])
     assert np.abs(cuda.astype(int) - cpu.astype(int)).max() <= 1

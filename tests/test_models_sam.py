@@ -2,23 +2,23 @@
 own classes: checkpoint errors, provenance, mask selection by predicted IoU, batching, OOM retries."""
 
 import hashlib
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from builder.backends import BackendUnavailable, make_masker
-from builder.backends.sam import infer_architecture, select_by_iou
+from builder.backends import BackendUnavailable, make_backend
+from builder.backends.sam import SamConfig, infer_architecture, select_by_iou
 from builder.backends.torch_base import AdaptiveBatch
 from builder.core.records import Box
 from tiny_models import TINY_SAM_INPUT, build_tiny_sam, write_tiny_sam
 
 
-def options(**overrides):
-    values = {"sam_model": "auto", "sam_checkpoint": None, "device": "cpu", "batch_size": 4}
+def make_masker(**overrides):
+    """The `sam` masker through the registry, with the tiny SAM's settings unless overridden."""
+    values = {"model": "auto", "checkpoint": None, "device": "cpu", "batch_size": 4}
     values.update(overrides)
-    return SimpleNamespace(**values)
+    return make_backend("masker", "sam", SamConfig(**values))
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def tiny_sam_path(tmp_path_factory):
 
 @pytest.fixture()
 def masker(tiny_sam_path):
-    return make_masker("sam", options(sam_checkpoint=str(tiny_sam_path)))
+    return make_masker(checkpoint=str(tiny_sam_path))
 
 
 def images_and_boxes():
@@ -69,7 +69,7 @@ def test_inferred_architecture_of_official_vit_b_names_it():
 
 def test_named_model_that_does_not_match_the_file_is_an_error(tiny_sam_path):
     with pytest.raises(BackendUnavailable) as err:
-        make_masker("sam", options(sam_model="vit_h", sam_checkpoint=str(tiny_sam_path)))
+        make_masker(model="vit_h", checkpoint=str(tiny_sam_path))
     message = str(err.value)
     assert "--sam-model vit_h" in message and "non-standard SAM (embed_dim 32, depth 2, input 64)" in message
 
@@ -77,7 +77,7 @@ def test_named_model_that_does_not_match_the_file_is_an_error(tiny_sam_path):
 def test_missing_checkpoint_names_flag_variable_and_official_source(monkeypatch):
     monkeypatch.delenv("HSI_SAM_CHECKPOINT", raising=False)
     with pytest.raises(BackendUnavailable) as err:
-        make_masker("sam", options())
+        make_masker()
     message = str(err.value)
     for needle in ("--sam-checkpoint", "HSI_SAM_CHECKPOINT", "dl.fbaipublicfiles.com/segment_anything", "segment-anything"):
         assert needle in message
@@ -85,35 +85,35 @@ def test_missing_checkpoint_names_flag_variable_and_official_source(monkeypatch)
 
 def test_checkpoint_path_that_does_not_exist(tmp_path):
     with pytest.raises(BackendUnavailable, match=r"\(--sam-checkpoint\) .*nope\.pth does not exist"):
-        make_masker("sam", options(sam_checkpoint=str(tmp_path / "nope.pth")))
+        make_masker(checkpoint=str(tmp_path / "nope.pth"))
 
 
 def test_variable_is_used_when_the_flag_is_absent(monkeypatch, tiny_sam_path):
     monkeypatch.setenv("HSI_SAM_CHECKPOINT", str(tiny_sam_path))
-    assert make_masker("sam", options()).info().checkpoint == tiny_sam_path.name
+    assert make_masker().info().checkpoint == tiny_sam_path.name
 
 
 def test_corrupt_and_foreign_checkpoints_are_refused(tmp_path):
     corrupt = tmp_path / "corrupt.pth"
     corrupt.write_bytes(b"\x80\x02not a checkpoint" * 10)
     with pytest.raises(BackendUnavailable, match="corrupt.pth cannot be used \\(not a readable torch checkpoint"):
-        make_masker("sam", options(sam_checkpoint=str(corrupt)))
+        make_masker(checkpoint=str(corrupt))
     foreign = tmp_path / "resnet.pth"
     torch.save(torch.nn.Linear(3, 2).state_dict(), foreign)
     with pytest.raises(BackendUnavailable, match="not a SAM state_dict.*HSI_SAM_CHECKPOINT"):
-        make_masker("sam", options(sam_checkpoint=str(foreign)))
+        make_masker(checkpoint=str(foreign))
 
 
 def test_truncated_checkpoint_is_refused(tmp_path, tiny_sam_path):
     truncated = tmp_path / "truncated.pth"
     truncated.write_bytes(tiny_sam_path.read_bytes()[:5000])
     with pytest.raises(BackendUnavailable, match="truncated.pth cannot be used"):
-        make_masker("sam", options(sam_checkpoint=str(truncated)))
+        make_masker(checkpoint=str(truncated))
 
 
 def test_bad_device_name_is_refused_before_loading(tiny_sam_path):
     with pytest.raises(BackendUnavailable, match="--device must be auto, cpu, cuda or cuda:N"):
-        make_masker("sam", options(sam_checkpoint=str(tiny_sam_path), device="gpu0"))
+        make_masker(checkpoint=str(tiny_sam_path), device="gpu0")
 
 
 def test_select_by_iou_keeps_the_best_predicted_mask_and_first_on_ties():
@@ -161,7 +161,7 @@ def test_each_box_gets_the_mask_with_the_highest_predicted_iou(masker):
 def test_masks_are_full_size_and_independent_of_the_encoder_batch(masker):
     images, boxes = images_and_boxes()
     together = masker.masks_batch(images, boxes)
-    masker.encoder_batch.size = 1
+    masker.batch.size = 1
     alone = masker.masks_batch(images, boxes)
     singles = [masker.masks_batch([image], [image_boxes])[0] for image, image_boxes in zip(images, boxes)]
     for image, got, again, single in zip(images, together, alone, singles):
@@ -187,7 +187,7 @@ def test_out_of_memory_halves_the_encoder_batch_and_gives_the_same_masks(masker,
     encoder.forward = limited
     got = masker.masks_batch(images, boxes)
     assert calls == [3, 1, 1, 1]  # 4 -> 3 images asked; halved to 1 after the failure
-    assert masker.encoder_batch.size == 1
+    assert masker.batch.size == 1
     assert "out of memory in the SAM image encoder with a batch of 3; retrying with 1" in capsys.readouterr().err
     for a, b in zip(expected, got):
         assert all(np.array_equal(x, y) for x, y in zip(a, b))
@@ -205,8 +205,8 @@ def test_adaptive_batch_reraises_other_errors_and_oom_at_batch_one():
 def test_gpu_saved_checkpoint_loads_on_cpu_and_runs_on_cuda(tmp_path):
     path = tmp_path / "cuda_saved.pth"
     torch.save({k: v.cuda() for k, v in build_tiny_sam().state_dict().items()}, path)
-    cpu = make_masker("sam", options(sam_checkpoint=str(path), device="cpu"))
-    cuda = make_masker("sam", options(sam_checkpoint=str(path), device="cuda"))
+    cpu = make_masker(checkpoint=str(path), device="cpu")
+    cuda = make_masker(checkpoint=str(path), device="cuda")
     images, boxes = images_and_boxes()
     a, b = cpu.masks_batch(images, boxes), cuda.masks_batch(images, boxes)
     for x, y in zip(a, b):

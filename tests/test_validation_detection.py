@@ -7,13 +7,15 @@ import os
 import numpy as np
 import pytest
 
-from hsi.cli import main
+from builder.backends import BackendInfo, Detector, make_backend
+from builder.backends.grounding_dino import GroundingDinoConfig
+from builder.backends.torch_base import weight_files_sha256
 from builder.core.records import Box
 from builder.core.shards import sha256_file
 from fake_imagenet import WNIDS, write_tree
+from hsi.cli import main
 from tiny_detector import save_tiny_grounding_dino
-from validation.detection import (Detector, DetectionItem, best_ious, load_detector, prompt_for, redetect,
-                                  weight_files_sha256)
+from validation.detection import DetectionItem, best_ious, prompt_for, redetect
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +39,10 @@ class FixedDetector(Detector):
     """Answers with given boxes per prompt, to check batching and aggregation exactly."""
 
     def __init__(self, answers):
-        super().__init__(None, None, "cpu", {"detector": "fixed", "source": "test", "weights_sha256": {}, "device": "cpu"})
         self.answers, self.calls = answers, []
+
+    def info(self):
+        return BackendInfo("fixed", {"source": "test", "weights_sha256": {}, "device": "cpu"}, checkpoint="fixed")
 
     def detect(self, images, prompts, box_threshold, text_threshold):
         self.calls.append(len(images))
@@ -66,12 +70,15 @@ def test_redetect_batches_and_aggregates_per_image_class_and_overall():
     assert payload["mean_iou"] == pytest.approx((2 / 3 + 1 + 0) / 3)
     assert payload["below_threshold"] == [{"image_id": "c", "wnid": "n01443537", "mean_iou": 0.0}]
     assert payload["unreadable"] == [{"image_id": "d", "detail": "gone"}]
+    assert (payload["detector"], payload["source"], payload["device"]) == ("fixed", "test", "cpu")
 
 
 def test_tiny_grounding_dino_loads_offline_and_detects(tiny_model):
-    detector = load_detector(str(tiny_model), device="cpu")
-    assert detector.info["detector"] == tiny_model.name and detector.info["source"] == "local folder"
-    assert detector.info["weights_sha256"] == {"model.safetensors": sha256_file(tiny_model / "model.safetensors")}
+    detector = make_backend("detector", "grounding-dino", GroundingDinoConfig(model_id=str(tiny_model), device="cpu"))
+    info = detector.info()
+    assert info.name == "grounding-dino" and info.checkpoint == tiny_model.name  # a folder's name, never its path
+    assert info.params["source"] == "local folder" and info.params["device"] == "cpu"
+    assert info.params["weights_sha256"] == {"model.safetensors": sha256_file(tiny_model / "model.safetensors")}
     tokens = detector.processor.tokenizer("great white shark.")["input_ids"]
     assert detector.processor.tokenizer.unk_token_id not in tokens and len(tokens) == 6  # CLS 3 words . SEP
     rng = np.random.default_rng(0)
@@ -83,6 +90,31 @@ def test_tiny_grounding_dino_loads_offline_and_detects(tiny_model):
         assert boxes[:, [0, 2]].max() <= image.shape[1] + 1e-3 and boxes[:, [1, 3]].max() <= image.shape[0] + 1e-3
     # scores are probabilities: a box threshold above 1 leaves nothing
     assert [len(f) for f in detector.detect(images, ["tench.", "goldfish."], 1.01, 0.0)] == [0, 0]
+
+
+def test_out_of_memory_halves_the_detector_batch_and_gives_the_same_boxes(tiny_model, capsys):
+    import torch
+
+    config = GroundingDinoConfig(model_id=str(tiny_model), device="cpu", batch_size=2)
+    detector = make_backend("detector", "grounding-dino", config)
+    rng = np.random.default_rng(1)
+    images = [rng.integers(0, 255, (48, 64, 3), dtype=np.uint8) for _ in range(2)]
+    prompts = ["tench.", "goldfish."]  # the same number of tokens: no text padding differs between batches
+    expected = detector.detect(images, prompts, 0.0, 0.0)
+    forward, calls = detector.model.forward, []
+
+    def limited(**inputs):
+        calls.append(inputs["pixel_values"].shape[0])
+        if inputs["pixel_values"].shape[0] > 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return forward(**inputs)
+
+    detector.model.forward = limited
+    got = detector.detect(images, prompts, 0.0, 0.0)
+    assert calls == [2, 1, 1] and detector.batch.size == 1
+    assert "out of memory in Grounding DINO with a batch of 2; retrying with 1" in capsys.readouterr().err
+    for a, b in zip(expected, got):
+        assert a.shape == b.shape and np.allclose(a, b, atol=1e-4)
 
 
 def test_hsi_validate_boxes_end_to_end_with_the_tiny_detector(tiny_model, tmp_path):
@@ -118,7 +150,10 @@ def test_missing_detector_is_a_usage_error_naming_the_flag(tmp_path, capsys):
     code = main(["validate", "--boxes", "--source", str(tree.root), "--detector", "nobody/no-such-model",
                  "--out", str(tmp_path / "r")])
     assert code == 2
-    assert "--detector" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "hsi validate: error: cannot load the detector 'nobody/no-such-model': it is neither a local folder" in err
+    assert "Pass --detector with a folder holding the transformers-format weights (published at " \
+           "https://huggingface.co/IDEA-Research/grounding-dino-base)." in err
 
 
 @pytest.mark.gpu

@@ -1,6 +1,7 @@
 """A tiny randomly initialised Grounding DINO, built from transformers' own config classes with a
 small Swin backbone, a one-layer BERT text encoder and a locally built word-level vocabulary, saved
-with `save_pretrained` so tests load it through the production loading code, offline."""
+with `save_pretrained` so tests load it through the production loader (the registry's
+"grounding-dino" detector, `builder.backends.grounding_dino`), offline."""
 
 from __future__ import annotations
 

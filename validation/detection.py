@@ -1,9 +1,8 @@
-"""Box re-detection with Grounding DINO: how well do ImageNet's ground-truth boxes agree with an
-open-vocabulary detector prompted with the class's readable name? (The paper reports mIoU 0.875.)
+"""Box re-detection: how well do ImageNet's ground-truth boxes agree with an open-vocabulary
+detector prompted with the class's readable name? (The paper reports mIoU 0.875 with Grounding DINO.)
 
-The detector runs through `transformers` (`GroundingDinoForObjectDetection` + `AutoProcessor`), which
-loads the published weights in hub format, batches, and runs on a GPU when present. The original
-`groundingdino-py` package no longer runs on transformers 5 and is unmaintained, so it is not used.
+The detector is a backend from the registry (`builder.backends`, kind "detector"; Grounding DINO is
+`builder.backends.grounding_dino`). This module only batches images to it and scores its boxes.
 
 Per image and ground-truth box: the best IoU with any detection that passes the box and text
 thresholds (0 when none does); per image the mean over its boxes; per class the mean over its images;
@@ -13,26 +12,19 @@ continuous corners (x1 + 1, y1 + 1) before the IoU, matching the detector's box 
 
 from __future__ import annotations
 
-from builder.core.errors import HsiError
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from builder.backends.base import BackendInfo, Detector
 from builder.core.classes import class_of, is_known_wnid
 from builder.core.records import Box
 
-DEFAULT_DETECTOR = "IDEA-Research/grounding-dino-base"
 DEFAULT_BOX_THRESHOLD = 0.35  # the thresholds of Grounding DINO's own demo
 DEFAULT_TEXT_THRESHOLD = 0.25
 DEFAULT_IOU_THRESHOLD = 0.5
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt")
-
-
-class DetectorError(HsiError):
-    """The detector cannot be loaded; the message names the flag and where the weights are published."""
 
 
 @dataclass(frozen=True)
@@ -57,95 +49,16 @@ class ImageIoU:
         return float(np.mean(self.box_ious))
 
 
-@dataclass
-class Detector:
-    model: object
-    processor: object
-    device: str
-    info: dict
-
-    def detect(self, images: Sequence[np.ndarray], prompts: Sequence[str], box_threshold: float,
-               text_threshold: float) -> list[np.ndarray]:
-        """For each image, an N x 4 array of detected boxes (continuous x0, y0, x1, y1 pixels)."""
-        import torch
-        from PIL import Image
-
-        pil = [Image.fromarray(image) for image in images]
-        inputs = self.processor(images=pil, text=list(prompts), return_tensors="pt", padding=True)
-        inputs = {name: value.to(self.device) for name, value in inputs.items()}
-        with torch.inference_mode():
-            outputs = self.model(**inputs)
-        results = self.processor.post_process_grounded_object_detection(
-            outputs,
-            inputs["input_ids"],
-            threshold=box_threshold,
-            text_threshold=text_threshold,
-            target_sizes=[image.shape[:2] for image in images],
-        )
-        return [result["boxes"].detach().float().cpu().numpy().reshape(-1, 4) for result in results]
-
-
 def prompt_for(wnid: str) -> str:
     """Grounding DINO's prompt convention: lower-case phrase ending with a full stop."""
     name = class_of(wnid).name if is_known_wnid(wnid) else wnid
     return f"{name.lower().strip()}."
 
 
-def weight_files_sha256(folder: Path) -> dict[str, str]:
-    """sha256 of each weight file of a local model folder, by file name."""
-    from builder.core.shards import sha256_file
-
-    return {
-        path.name: sha256_file(path)
-        for path in sorted(Path(folder).iterdir())
-        if path.is_file() and path.suffix in WEIGHT_SUFFIXES
-    }
-
-
-def resolve_model_folder(detector: str) -> Path:
-    """A local folder as given, else the hub snapshot of `detector` (from the cache when offline)."""
-    folder = Path(detector).expanduser()
-    if folder.is_dir():
-        return folder
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(detector, allow_patterns=["*.json", "*.txt", "*.safetensors", "*.bin", "*.model"]))
-    except Exception as exc:  # the hub client raises many kinds; all mean "not available here"
-        raise DetectorError(
-            f"cannot load the detector {detector!r}: it is neither a local folder nor available from the "
-            f"Hugging Face Hub ({type(exc).__name__}: {exc}). Pass --detector with a folder holding the "
-            f"transformers-format weights (published at https://huggingface.co/{DEFAULT_DETECTOR})."
-        ) from None
-
-
-def pick_device(device: str = "auto") -> str:
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
-
-
-def load_detector(detector: str = DEFAULT_DETECTOR, device: str = "auto") -> Detector:
-    """Load Grounding DINO (model id or local folder) with its processor; record id and sha256."""
-    from transformers import AutoProcessor, GroundingDinoForObjectDetection
-
-    folder = resolve_model_folder(detector)
-    device = pick_device(device)
-    try:
-        processor = AutoProcessor.from_pretrained(folder)
-        model = GroundingDinoForObjectDetection.from_pretrained(folder).to(device).eval()
-    except (OSError, ValueError) as exc:
-        raise DetectorError(f"{detector!r} does not hold a transformers Grounding DINO model: {exc}") from None
-    local = Path(detector).expanduser().is_dir()
-    info = {
-        "detector": Path(detector).name if local else detector,  # a folder's name, never a machine path
-        "source": "local folder" if local else "hub",
-        "weights_sha256": weight_files_sha256(folder),
-        "device": device,
-    }
-    return Detector(model, processor, device, info)
+def detector_provenance(info: BackendInfo) -> dict:
+    """The detector fields of a detection report: its checkpoint (a folder's name or a hub id)
+    under "detector", then its parameters (where the weights came from, their sha256, the device)."""
+    return {"detector": info.checkpoint, **info.params}
 
 
 def best_ious(ground_truth: Sequence[Box], detections: np.ndarray) -> tuple[float, ...]:
@@ -211,7 +124,7 @@ def redetect(items: Iterable[DetectionItem], detector: Detector, *, batch_size: 
              box_threshold: float = DEFAULT_BOX_THRESHOLD, text_threshold: float = DEFAULT_TEXT_THRESHOLD,
              iou_threshold: float = DEFAULT_IOU_THRESHOLD, progress: Callable[[int], None] | None = None) -> DetectionReport:
     """Run the detector over `items` in batches and collect per-box best IoUs."""
-    report = DetectionReport([], {**detector.info, "box_threshold": box_threshold,
+    report = DetectionReport([], {**detector_provenance(detector.info()), "box_threshold": box_threshold,
                                   "text_threshold": text_threshold, "batch_size": batch_size}, iou_threshold)
     batch: list[tuple[DetectionItem, np.ndarray]] = []
 

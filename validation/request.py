@@ -168,13 +168,15 @@ def _missing_loader(image_id: str):
 
 
 def run_detection(request: ValidationRequest, warn: Callable[[str], None]) -> dict:
-    from validation.detection import (DEFAULT_BOX_THRESHOLD, DEFAULT_DETECTOR, DEFAULT_IOU_THRESHOLD,
-                                      DEFAULT_TEXT_THRESHOLD, load_detector, redetect)
+    from builder.backends import backend_config, make_backend
+
+    from validation.detection import DEFAULT_BOX_THRESHOLD, DEFAULT_IOU_THRESHOLD, DEFAULT_TEXT_THRESHOLD, redetect
 
     detection = request.detection
     assert detection is not None
     items = detection_items(request, warn)
-    detector = load_detector(detection.detector or DEFAULT_DETECTOR, detection.device)
+    # the detector's config reads the request's detector, device and batch_size
+    detector = make_backend("detector", "grounding-dino", backend_config("detector", "grounding-dino", detection))
     report = redetect(
         items,
         detector,

@@ -1,53 +1,21 @@
-"""Backend registry. Names map to factories given as "module:callable" so that the model backends
-(torch, segment-anything) are imported only when asked for; the core install has no torch.
+"""Every model the toolkit runs, behind one registry (`builder.backends.registry`): a kind
+(masker, inpainter, detector, ...), a name, and a small frozen config per entry.
 
-A factory takes the extract options (`builder.extract.ExtractConfig`) and returns a Masker or an
-Inpainter. A backend that cannot load its checkpoint raises `BackendUnavailable` before any work.
+    config = backend_config("masker", "sam", extract_config)   # from flat settings
+    masker = make_backend("masker", "sam", config)
+
+A backend that cannot be used (unknown name, missing extra, missing or unusable checkpoint) raises
+`BackendUnavailable` before any work. The core install has no torch; the model backends import it
+only when they are built.
 """
 
 from __future__ import annotations
 
-from builder.core.errors import HsiError
+from builder.backends.base import BackendInfo, Detector, Inpainter, Masker
+from builder.backends.registry import (BackendUnavailable, available, backend_config, from_setting, make_backend,
+                                       register_backend)
 
-import importlib
-from typing import Any
-
-from builder.backends.base import BackendInfo, Inpainter, Masker
-
-MASKERS: dict[str, str] = {
-    "box": "builder.backends.classical:make_box_masker",
-    "sam": "builder.backends.sam:make_sam_masker",
-}
-INPAINTERS: dict[str, str] = {
-    "telea": "builder.backends.classical:make_telea_inpainter",
-    "lama": "builder.backends.lama:make_lama_inpainter",
-}
-
-
-class BackendUnavailable(HsiError):
-    """A requested backend cannot be used (missing checkpoint, missing extra); never a fallback."""
-
-
-def _resolve(registry: dict[str, str], kind: str, name: str):
-    if name not in registry:
-        raise BackendUnavailable(f"unknown {kind} {name!r}; choose one of: {', '.join(sorted(registry))}")
-    module_name, _, attr = registry[name].partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise BackendUnavailable(
-            f"the {kind} {name!r} needs optional packages that are not installed ({exc.name}); "
-            "install them with: pip install 'hard-spurious-imagenet[models]'"
-        ) from exc
-    return getattr(module, attr)
-
-
-def make_masker(name: str, options: Any) -> Masker:
-    return _resolve(MASKERS, "masker", name)(options)
-
-
-def make_inpainter(name: str, options: Any) -> Inpainter:
-    return _resolve(INPAINTERS, "inpainter", name)(options)
-
-
-__all__ = ["BackendInfo", "BackendUnavailable", "INPAINTERS", "Inpainter", "MASKERS", "Masker", "make_inpainter", "make_masker"]
+__all__ = [
+    "BackendInfo", "BackendUnavailable", "Detector", "Inpainter", "Masker", "available", "backend_config",
+    "from_setting", "make_backend", "register_backend",
+]

@@ -1,6 +1,6 @@
-"""The two backend interfaces of extract: a masker (image + boxes -> one mask per box) and an
-inpainter (image + mask -> image). Both take batches so model backends can fill a GPU; the
-model-free ones simply loop.
+"""The backend interfaces: extract's masker (image + boxes -> one mask per box) and inpainter
+(image + mask -> image), and validation's detector (image + text prompt -> boxes). All take batches
+so model backends can fill a GPU; the model-free ones simply loop.
 
 Every backend describes itself for provenance: name, parameters, checkpoint file name and sha256.
 """
@@ -53,3 +53,16 @@ class Inpainter(ABC):
     def inpaint_batch(self, images: Sequence[np.ndarray], masks: Sequence[np.ndarray]) -> list[np.ndarray]:
         """For each image (H x W x 3 uint8) and mask (H x W bool), an H x W x 3 uint8 result whose
         pixels outside the mask equal the input's."""
+
+
+class Detector(ABC):
+    """Finds the boxes a text prompt names in each image (open-vocabulary detection)."""
+
+    @abstractmethod
+    def info(self) -> BackendInfo: ...
+
+    @abstractmethod
+    def detect(self, images: Sequence[np.ndarray], prompts: Sequence[str], box_threshold: float,
+               text_threshold: float) -> list[np.ndarray]:
+        """For each image (H x W x 3 uint8) and its prompt, an N x 4 array of the detected boxes
+        (continuous x0, y0, x1, y1 pixels) that pass both score thresholds."""

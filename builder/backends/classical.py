@@ -3,13 +3,25 @@ fast-marching inpainting, Telea 2004). They need no weights and run anywhere."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import cv2
 import numpy as np
 
-from builder.core.records import Box
 from builder.backends.base import BackendInfo, Inpainter, Masker
+from builder.backends.registry import from_setting, register_backend
+from builder.core.records import Box
+
+
+@dataclass(frozen=True)
+class BoxConfig:
+    """The box masker has no knobs: the mask is the box."""
+
+
+@dataclass(frozen=True)
+class TeleaConfig:
+    radius: int = from_setting("telea_radius", 3)  # pixels of neighbourhood each filled pixel averages
 
 
 class BoxMasker(Masker):
@@ -49,9 +61,11 @@ class TeleaInpainter(Inpainter):
         return results
 
 
-def make_box_masker(options) -> BoxMasker:
+@register_backend("masker", "box", config_class=BoxConfig)
+def make_box_masker(config: BoxConfig) -> BoxMasker:
     return BoxMasker()
 
 
-def make_telea_inpainter(options) -> TeleaInpainter:
-    return TeleaInpainter(radius=getattr(options, "telea_radius", 3))
+@register_backend("inpainter", "telea", config_class=TeleaConfig)
+def make_telea_inpainter(config: TeleaConfig) -> TeleaInpainter:
+    return TeleaInpainter(radius=config.radius)

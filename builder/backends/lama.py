@@ -18,14 +18,16 @@ from __future__ import annotations
 import sys
 import warnings
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from builder.backends.base import BackendInfo, Inpainter
-from builder.backends.torch_base import (AdaptiveBatch, CheckpointSource, ProcessLocalModel, check_device_name, checkpoint_sha256,
-                          count_parameters)
+from builder.backends.registry import from_setting, register_backend
+from builder.backends.torch_base import (CheckpointSource, TorchBackend, check_device_name, checkpoint_sha256,
+                                         count_parameters)
 
 PAD_MULTIPLE = 8
 PAD_MODE = "symmetric"
@@ -37,6 +39,13 @@ CHECKPOINT = CheckpointSource(
     published="the simple-lama-inpainting release on GitHub "
     "(https://github.com/enesmsahin/simple-lama-inpainting/releases/download/v0.1.0/big-lama.pt)",
 )
+
+
+@dataclass(frozen=True)
+class LamaConfig:
+    checkpoint: str | None = from_setting("lama_checkpoint")  # None: the LAMA_MODEL variable
+    device: str = "auto"
+    batch_size: int = 8  # images per forward pass, halved on out-of-memory
 
 
 def padded_size(height: int, width: int, multiple: int = PAD_MULTIPLE) -> tuple[int, int]:
@@ -92,30 +101,23 @@ def accepts_batches(model) -> bool:
     return isinstance(out, torch.Tensor) and tuple(out.shape) == (2, 3, SMOKE_SIDE, SMOKE_SIDE)
 
 
-class LamaInpainter(Inpainter):
+class LamaInpainter(TorchBackend, Inpainter):
+    name = "lama"
+
     def __init__(self, model, checkpoint: Path, sha256: str, device: str, batch_size: int) -> None:
+        super().__init__(model, checkpoint.name, sha256, device, batch_size, "LaMa")
         self.model = model
-        self.checkpoint = checkpoint
-        self.sha256 = sha256
-        self.placement = ProcessLocalModel(model, device)
-        self.batch = AdaptiveBatch(batch_size, "LaMa")
 
     def info(self) -> BackendInfo:
-        return BackendInfo(
-            "lama",
-            {"pad_multiple": PAD_MULTIPLE, "pad_mode": PAD_MODE, "rounding": "nearest", "parameters": count_parameters(self.model)},
-            checkpoint=self.checkpoint.name,
-            checkpoint_sha256=self.sha256,
+        return self.provenance(
+            {"pad_multiple": PAD_MULTIPLE, "pad_mode": PAD_MODE, "rounding": "nearest", "parameters": count_parameters(self.model)}
         )
-
-    def _ready(self):
-        return self.placement.ready()
 
     def _run(self, padded: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
         """Padded (image, mask) pairs of one size -> padded uint8 results."""
         import torch
 
-        device = self._ready()
+        device = self.ready()
         images = torch.from_numpy(np.stack([image for image, _ in padded])).to(device)
         masks = torch.from_numpy(np.stack([mask for _, mask in padded])).to(device)
         images = images.permute(0, 3, 1, 2).float().div(255.0)
@@ -143,15 +145,16 @@ class LamaInpainter(Inpainter):
         return results  # type: ignore[return-value]
 
 
-def make_lama_inpainter(options) -> LamaInpainter:
+@register_backend("inpainter", "lama", config_class=LamaConfig, requires=("torch",))
+def make_lama_inpainter(config: LamaConfig) -> LamaInpainter:
     """Factory for `--inpainter lama`: every check that can fail happens here, before any work."""
-    check_device_name(getattr(options, "device", "auto"))
-    path = CHECKPOINT.locate(getattr(options, "lama_checkpoint", None))
+    check_device_name(config.device)
+    path = CHECKPOINT.locate(config.checkpoint)
     model = load_lama(path)
-    batch_size = getattr(options, "batch_size", 8)
+    batch_size = config.batch_size
     if batch_size > 1 and not accepts_batches(model):
         # Results do not depend on how many images share a call, so this changes speed only.
         print(f"hsi: {path.name} takes one image per call; LaMa runs unbatched (--batch-size still "
               "applies to SAM)", file=sys.stderr, flush=True)
         batch_size = 1
-    return LamaInpainter(model, path, checkpoint_sha256(path), options.device, batch_size)
+    return LamaInpainter(model, path, checkpoint_sha256(path), config.device, batch_size)

@@ -32,11 +32,11 @@ from typing import Sequence
 
 import numpy as np
 
-from builder.core.records import Box
-from builder.backends import BackendUnavailable
 from builder.backends.base import BackendInfo, Masker
-from builder.backends.torch_base import (AdaptiveBatch, CheckpointSource, ProcessLocalModel, check_device_name, checkpoint_sha256,
-                          count_parameters)
+from builder.backends.registry import BackendUnavailable, from_setting, register_backend
+from builder.backends.torch_base import (CheckpointSource, TorchBackend, check_device_name, checkpoint_sha256,
+                                         count_parameters)
+from builder.core.records import Box
 
 SAM_MODELS = ("vit_h", "vit_l", "vit_b", "auto")
 CHECKPOINT = CheckpointSource(
@@ -46,6 +46,14 @@ CHECKPOINT = CheckpointSource(
     published="Meta's segment-anything release (github.com/facebookresearch/segment-anything, "
     "'Model Checkpoints'; e.g. https://dl.fbaipublicfiles.com/segment_anything/sam_vit_h_4b8939.pth)",
 )
+
+
+@dataclass(frozen=True)
+class SamConfig:
+    model: str = from_setting("sam_model", "vit_h")  # one of SAM_MODELS
+    checkpoint: str | None = from_setting("sam_checkpoint")  # None: the HSI_SAM_CHECKPOINT variable
+    device: str = "auto"
+    batch_size: int = 8  # images per encoder call, halved on out-of-memory
 
 
 @dataclass(frozen=True)
@@ -218,19 +226,17 @@ def load_sam(path: Path, model: str):
     return sam.eval(), arch
 
 
-class SamMasker(Masker):
+class SamMasker(TorchBackend, Masker):
+    name = "sam"
+
     def __init__(self, sam, arch: SamArchitecture, model: str, checkpoint: Path, sha256: str, device: str, batch_size: int) -> None:
+        super().__init__(sam, checkpoint.name, sha256, device, batch_size, "the SAM image encoder")
         self.sam = sam
         self.arch = arch
         self.model = model
-        self.checkpoint = checkpoint
-        self.sha256 = sha256
-        self.placement = ProcessLocalModel(sam, device)
-        self.encoder_batch = AdaptiveBatch(batch_size, "the SAM image encoder")
 
     def info(self) -> BackendInfo:
-        return BackendInfo(
-            "sam",
+        return self.provenance(
             {
                 "model": official_name(self.arch) or "auto",
                 "architecture": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self.arch).items()},
@@ -238,13 +244,8 @@ class SamMasker(Masker):
                 "box_prompt": "voc-inclusive",
                 "selection": "highest-predicted-iou",
                 "mask_threshold": float(self.sam.mask_threshold),
-            },
-            checkpoint=self.checkpoint.name,
-            checkpoint_sha256=self.sha256,
+            }
         )
-
-    def _ready(self):
-        return self.placement.ready()
 
     def _input(self, image: np.ndarray):
         """The resized (long side = encoder size) image as a 3 x h x w float tensor, and (h, w)."""
@@ -259,7 +260,7 @@ class SamMasker(Masker):
         """Image embeddings (B x C x g x g) and each image's resized (h, w)."""
         import torch
 
-        device = self._ready()
+        device = self.ready()
         prepared = [self._input(image) for image in images]
 
         def encode(chunk):
@@ -267,7 +268,7 @@ class SamMasker(Masker):
             with torch.inference_mode():
                 return list(self.sam.image_encoder(batch))
 
-        features = self.encoder_batch.run(prepared, encode)
+        features = self.batch.run(prepared, encode)
         return features, [size for _, size in prepared]
 
     def decode(self, features, input_size: tuple[int, int], image: np.ndarray, boxes: Sequence[Box]) -> list[np.ndarray]:
@@ -275,7 +276,7 @@ class SamMasker(Masker):
         import torch
         from segment_anything.utils.transforms import ResizeLongestSide
 
-        device = self._ready()
+        device = self.ready()
         original = image.shape[:2]
         prompt = np.array([box.as_list() for box in boxes], dtype=np.float64)
         prompt = ResizeLongestSide(self.arch.image_size).apply_boxes(prompt, original)
@@ -311,10 +312,10 @@ def select_by_iou(low_res_masks, iou_predictions):
     return low_res_masks[torch.arange(low_res_masks.shape[0], device=low_res_masks.device), best].unsqueeze(1)
 
 
-def make_sam_masker(options) -> SamMasker:
+@register_backend("masker", "sam", config_class=SamConfig, requires=("torch", "segment_anything"))
+def make_sam_masker(config: SamConfig) -> SamMasker:
     """Factory for `--masker sam`: every check that can fail happens here, before any work."""
-    check_device_name(getattr(options, "device", "auto"))
-    path = CHECKPOINT.locate(getattr(options, "sam_checkpoint", None))
-    model = getattr(options, "sam_model", "vit_h")
-    sam, arch = load_sam(path, model)
-    return SamMasker(sam, arch, model, path, checkpoint_sha256(path), options.device, getattr(options, "batch_size", 8))
+    check_device_name(config.device)
+    path = CHECKPOINT.locate(config.checkpoint)
+    sam, arch = load_sam(path, config.model)
+    return SamMasker(sam, arch, config.model, path, checkpoint_sha256(path), config.device, config.batch_size)

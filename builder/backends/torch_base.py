@@ -1,5 +1,7 @@
-"""Shared plumbing of the torch backends: device choice, checkpoint checks and hashes, and running
-a model over a batch that halves itself when the GPU runs out of memory.
+"""Shared plumbing of the torch backends: where the weights come from (a flag, an environment
+variable or a hub id), their sha256, the device, the model placed once per process, a batch that
+halves itself when the GPU runs out of memory, and the provenance a backend records
+(`TorchBackend` bundles the last four).
 
 Importing this module does not import torch; the functions that need it import it when called, so
 `hsi extract --masker box` never pays for torch.
@@ -7,15 +9,16 @@ Importing this module does not import torch; the functions that need it import i
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence, TypeVar
+from typing import Callable, ClassVar, Sequence, TypeVar
 
-from builder.backends import BackendUnavailable
+from builder.backends.base import BackendInfo
+from builder.backends.registry import BackendUnavailable
+from builder.core.shards import sha256_file
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -49,7 +52,8 @@ def resolve_device(name: str):
 
 @dataclass(frozen=True)
 class CheckpointSource:
-    """Where a backend's weights come from, and what to tell the user when they are missing."""
+    """Where a backend's weights file comes from (a flag, else a variable), and what to tell the
+    user when it is missing."""
 
     what: str  # e.g. "the SAM vit_h checkpoint"
     flag: str  # e.g. "--sam-checkpoint"
@@ -76,20 +80,63 @@ class CheckpointSource:
         return BackendUnavailable(f"{self.what} {path.name} cannot be used ({reason}): {self.help()}")
 
 
+@dataclass(frozen=True)
+class HubModelSource:
+    """Weights in Hugging Face hub format (a folder of configs and weight files): a local folder
+    as given, else the hub id's snapshot (from the local cache when HF_HUB_OFFLINE=1)."""
+
+    what: str  # e.g. "the detector"
+    flag: str  # e.g. "--detector"
+    hub_id: str  # the published model
+    holds: str  # what the folder must hold, e.g. "the transformers-format weights"
+    patterns: tuple[str, ...]  # the snapshot's files worth fetching
+
+    def help(self) -> str:
+        return f"Pass {self.flag} with a folder holding {self.holds} (published at https://huggingface.co/{self.hub_id})."
+
+    def locate(self, model_id: str) -> Path:
+        if self.is_local(model_id):
+            return Path(model_id).expanduser()
+        try:
+            from huggingface_hub import snapshot_download
+
+            return Path(snapshot_download(model_id, allow_patterns=list(self.patterns)))
+        except Exception as exc:  # the hub client raises many kinds; all mean "not available here"
+            raise BackendUnavailable(
+                f"cannot load {self.what} {model_id!r}: it is neither a local folder nor available from the "
+                f"Hugging Face Hub ({type(exc).__name__}: {exc}). {self.help()}"
+            ) from None
+
+    @staticmethod
+    def is_local(model_id: str) -> bool:
+        return Path(model_id).expanduser().is_dir()
+
+    def public_name(self, model_id: str) -> str:
+        """What provenance records: a folder's name (never a machine path) or the hub id."""
+        return Path(model_id).name if self.is_local(model_id) else model_id
+
+
 _sha_cache: dict[tuple[str, int, int], str] = {}
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt")
 
 
 def checkpoint_sha256(path: Path) -> str:
-    """sha256 of a checkpoint file, computed once per process for an unchanged file."""
+    """sha256 of a checkpoint file, computed once per process for an unchanged file (checkpoints
+    are gigabytes, and every worker describes its backends)."""
     stat = path.stat()
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
     if key not in _sha_cache:
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            while block := handle.read(1 << 22):
-                digest.update(block)
-        _sha_cache[key] = digest.hexdigest()
+        _sha_cache[key] = sha256_file(path, chunk=1 << 22)
     return _sha_cache[key]
+
+
+def weight_files_sha256(folder: Path) -> dict[str, str]:
+    """sha256 of each weight file of a hub-format model folder, by file name."""
+    return {
+        path.name: checkpoint_sha256(path)
+        for path in sorted(Path(folder).iterdir())
+        if path.is_file() and path.suffix in WEIGHT_SUFFIXES
+    }
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -172,3 +219,25 @@ class ProcessLocalModel:
 
 def count_parameters(module) -> int:
     return int(sum(p.numel() for p in module.parameters()))
+
+
+class TorchBackend:
+    """What every torch backend shares: its model, moved to its device once per process; a batch
+    size that halves on out-of-memory; and its provenance, which names the checkpoint file (never
+    a machine path) and its sha256. Subclasses set `name` and pass their own parameters."""
+
+    name: ClassVar[str]
+
+    def __init__(self, module, checkpoint_name: str, sha256: str | None, device: str, batch_size: int,
+                 batch_what: str) -> None:
+        self.placement = ProcessLocalModel(module, device)
+        self.batch = AdaptiveBatch(batch_size, batch_what)
+        self.checkpoint_name = checkpoint_name
+        self.sha256 = sha256
+
+    def ready(self):
+        """The model's device, after moving the model there if this process has not used it yet."""
+        return self.placement.ready()
+
+    def provenance(self, params: dict) -> BackendInfo:
+        return BackendInfo(self.name, params, checkpoint=self.checkpoint_name, checkpoint_sha256=self.sha256)

@@ -8,6 +8,7 @@ parts sample per usable image (see `builder.parts`). Bad images become issue row
 from __future__ import annotations
 
 import json
+import sys
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -18,7 +19,7 @@ import cv2
 import numpy as np
 
 from builder import __version__
-from builder.backends import BackendUnavailable, Inpainter, Masker, make_inpainter, make_masker
+from builder.backends import BackendUnavailable, Inpainter, Masker, backend_config, make_backend
 from builder.core.classes import class_of
 from builder.core.errors import RunFailed
 from builder.core.config import ConfigError, fingerprint
@@ -45,8 +46,9 @@ class ExtractConfig:
     batch_size: int = 8
     io_threads: int = 4  # threads decoding JPEGs ahead and encoding PNGs behind the models (not in the output)
     max_pixels: int = DEFAULT_MAX_PIXELS
+    # backend knobs, flat as the flags and YAML give them; each backend reads its own into its config
+    # (`masker_config`, `inpainter_config`); paths are inputs, their sha256 is what is recorded
     telea_radius: int = 3
-    # model backends (see builder.backends); paths are inputs, their sha256 is what is recorded
     sam_model: str = "vit_h"
     sam_checkpoint: str | None = None
     lama_checkpoint: str | None = None
@@ -60,6 +62,14 @@ class ExtractConfig:
         for name in ("shard_size", "batch_size", "max_pixels", "io_threads"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+
+    def masker_config(self):
+        """The chosen masker's own config (e.g. SamConfig), read from these settings."""
+        return backend_config("masker", self.masker, self)
+
+    def inpainter_config(self):
+        """The chosen inpainter's own config (e.g. LamaConfig), read from these settings."""
+        return backend_config("inpainter", self.inpainter, self)
 
     def output_settings(self, backends: dict, listing_digest: str) -> dict:
         """The settings that decide the output bytes: saved beside the output, fingerprinted."""
@@ -141,21 +151,19 @@ _backend_cache: dict[tuple, tuple[Masker, Inpainter]] = {}
 
 
 def load_backends(config: ExtractConfig) -> tuple[Masker, Inpainter]:
-    key = (config.masker, config.inpainter, config.sam_model, config.sam_checkpoint,
-           config.lama_checkpoint, config.device, config.telea_radius)
+    masker_config, inpainter_config = config.masker_config(), config.inpainter_config()
+    key = (config.masker, masker_config, config.inpainter, inpainter_config)
     if key not in _backend_cache:
-        _backend_cache[key] = (make_masker(config.masker, config), make_inpainter(config.inpainter, config))
+        _backend_cache[key] = (make_backend("masker", config.masker, masker_config),
+                               make_backend("inpainter", config.inpainter, inpainter_config))
     return _backend_cache[key]
 
 
 def unload_backends() -> None:
     """Drop this process's models, e.g. before worker processes load their own on their GPUs."""
     _backend_cache.clear()
-    try:
-        import torch
-    except ImportError:
-        return
-    if torch.cuda.is_available():
+    torch = sys.modules.get("torch")  # a process that never imported torch holds no GPU memory
+    if torch is not None and torch.cuda.is_available():
         torch.cuda.empty_cache()
 
 
