@@ -6,15 +6,14 @@ that shows the whole chain, like the command line itself.
 
 from __future__ import annotations
 
-from builder.core.errors import UsageError
-
 import os
 import shutil
 from importlib import resources
 from pathlib import Path
 
-from builder.extract.shard_builder import ExtractConfig
+from builder.core.errors import UsageError
 from builder.core.stage import RunOptions
+from builder.extract.shard_builder import ExtractConfig
 from builder.extract.stage import run_extract
 
 DEMO_VARIANT = "hard-spurious-imagenet"
@@ -49,10 +48,9 @@ def _heading(text: str) -> None:
 
 
 def run_demo(out: Path, workers: int = 2, progress: bool = True) -> int:
+    from builder.compose.stage import compose_dataset
     from cards.release import build_release
     from validation.report import validate_dataset
-
-    from builder.compose.stage import compose_dataset
 
     options = RunOptions(workers=workers, progress=progress)
     out = Path(out)

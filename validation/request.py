@@ -7,13 +7,12 @@ folder, checked as a whole before anything runs, and `run_validation` that carri
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from builder.core.errors import UsageError
 from builder.core.manifest import Manifest, ManifestError
-
 from validation.report import ValidationReport, validate_dataset
 
 
@@ -115,7 +114,13 @@ def compute_requested_scores(request: ValidationRequest, warn: Callable[[str], N
 
 def score_inputs(request: ValidationRequest, warn: Callable[[str], None]):
     """The boxes to score: a LOC csv joined with sizes, the dataset when it is a parts folder, or --parts."""
-    from validation.scores import boxes_from_loc_csv, boxes_from_parts, image_sizes_from_folder, image_sizes_from_parts, read_loc_solution
+    from validation.scores import (
+        boxes_from_loc_csv,
+        boxes_from_parts,
+        image_sizes_from_folder,
+        image_sizes_from_parts,
+        read_loc_solution,
+    )
 
     scores = request.scores
     assert scores is not None
@@ -139,7 +144,6 @@ def detection_items(request: ValidationRequest, warn: Callable[[str], None]):
     --source) or from the source listing itself."""
     from builder.core.records import Box
     from builder.extract.sources import detect_layout, list_image_files, load_sources
-
     from validation.detection import DetectionItem, _file_loader, items_from_sources
     from validation.scores import boxes_from_parts
 
@@ -169,7 +173,6 @@ def _missing_loader(image_id: str):
 
 def run_detection(request: ValidationRequest, warn: Callable[[str], None]) -> dict:
     from builder.backends import backend_config, make_backend
-
     from validation.detection import DEFAULT_BOX_THRESHOLD, DEFAULT_IOU_THRESHOLD, DEFAULT_TEXT_THRESHOLD, redetect
 
     detection = request.detection

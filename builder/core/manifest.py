@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from builder.core.errors import InputError
 
@@ -51,7 +52,7 @@ class ErrorCounts:
     by_reason: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, by_reason: Mapping[str, int]) -> "ErrorCounts":
+    def of(cls, by_reason: Mapping[str, int]) -> ErrorCounts:
         ordered = dict(sorted(by_reason.items()))
         return cls(sum(ordered.values()), ordered)
 
@@ -99,7 +100,7 @@ class SplitEntry:
         return data
 
     @classmethod
-    def from_json(cls, name: str, data: Any) -> "SplitEntry":
+    def from_json(cls, name: str, data: Any) -> SplitEntry:
         where = f"splits.{name}"
         _expect(isinstance(data, Mapping), where, "must be an object")
         raw_shards = data.get("shards")
@@ -170,7 +171,7 @@ class Manifest:
         return data
 
     @classmethod
-    def from_json(cls, data: Any) -> "Manifest":
+    def from_json(cls, data: Any) -> Manifest:
         _expect(isinstance(data, Mapping), "manifest", "must be a JSON object")
         for key, kind in (("stage", str), ("splits", Mapping), ("errors", Mapping)):
             _expect(key in data, key, "is missing")
@@ -190,7 +191,7 @@ class Manifest:
         )
 
     @classmethod
-    def read(cls, folder: Path) -> "Manifest":
+    def read(cls, folder: Path) -> Manifest:
         path = Path(folder) / MANIFEST_NAME
         if not path.is_file():
             raise NotADataset(
@@ -207,7 +208,7 @@ class Manifest:
             raise ManifestError(f"{path}: {exc}") from None
 
     @classmethod
-    def read_if_present(cls, folder: Path) -> "Manifest | None":
+    def read_if_present(cls, folder: Path) -> Manifest | None:
         return cls.read(folder) if (Path(folder) / MANIFEST_NAME).is_file() else None
 
     def write(self, folder: Path) -> Path:

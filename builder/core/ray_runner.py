@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from builder.core.errors import UsageError
 from builder.core.runner import ShardPlan, ShardResult, load_finished, record_finished

@@ -55,7 +55,7 @@ class Box:
     def is_empty(self) -> bool:
         return self.x1 <= self.x0 or self.y1 <= self.y0
 
-    def clipped(self, width: int, height: int) -> "Box":
+    def clipped(self, width: int, height: int) -> Box:
         return Box(
             min(max(self.x0, 0), width - 1),
             min(max(self.y0, 0), height - 1),

@@ -15,17 +15,18 @@ import re
 import shutil
 import signal
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from tqdm import tqdm
 
 from builder.core.config import CONFIG_NAME
 from builder.core.errors import HsiError, SettingsError
-from builder.core.records import Issue
 from builder.core.manifest import MANIFEST_NAME, ShardStats
+from builder.core.records import Issue
 from builder.core.shards import shard_filename
 
 STATE_DIR = "_state"
@@ -56,7 +57,7 @@ class ShardResult:
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> "ShardResult":
+    def from_json(cls, data: dict) -> ShardResult:
         return cls(
             ShardStats(**data["stats"]),
             [Issue(**row) for row in data["issues"]],

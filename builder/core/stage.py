@@ -19,9 +19,10 @@ from __future__ import annotations
 import errno
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, ClassVar, Sequence
+from typing import ClassVar
 
 from builder.core.config import check_settings, save_settings
 from builder.core.errors import HsiError, UsageError

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ClassVar, Sequence
+from typing import ClassVar
 
 from builder.core.config import canonical_json, drop_settings, fingerprint
 from builder.core.manifest import ErrorCounts, Manifest, SplitEntry
@@ -75,7 +76,7 @@ class ExtractStage(Stage):
 
     @classmethod
     def from_source(cls, source: Path, out: Path, config: ExtractConfig, boxes: Path | None = None,
-                    announce: Callable[[str], None] = print) -> "ExtractStage":
+                    announce: Callable[[str], None] = print) -> ExtractStage:
         return cls(load_sources(Path(source), config.split, boxes, announce=announce), out, config)
 
     @property

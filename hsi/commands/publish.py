@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-
 HELP = "publish a release folder as a tagged version to the Hugging Face Hub (dry run unless --yes) or a local git mirror"
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-
 HELP = "gather validated composed datasets into a release folder (shards, README card, previews, _info.json)"
 
 

@@ -44,7 +44,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_request(args: argparse.Namespace):
     from builder.core.errors import UsageError
-
     from validation.request import DetectionRequest, ScoresRequest, ValidationRequest
 
     if args.accuracy and not args.scores:

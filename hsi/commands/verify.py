@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-
 HELP = "stream a published, tagged version back and check its shards against the manifest"
 
 

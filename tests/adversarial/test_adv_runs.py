@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+from fake_imagenet import write_tree
+from parts_factory import fake_images, write_parts
 
 from builder.core.locks import exclusive_folder
-from fake_imagenet import write_tree
 from hsi.cli import main
-from parts_factory import fake_images, write_parts
 
 
 def hsi(*args) -> list[str]:

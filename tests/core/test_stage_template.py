@@ -7,9 +7,9 @@ import json
 import sys
 
 import pytest
+from parts_factory import fake_images, write_parts
 
 from hsi.cli import main
-from parts_factory import fake_images, write_parts
 
 
 def test_compose_error_rows_carry_their_split_and_shard(tmp_path, capsys):
