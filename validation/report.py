@@ -12,6 +12,7 @@ from pathlib import Path
 
 from builder import __version__
 from builder.core.shards import MANIFEST_NAME, read_manifest, write_json_atomic
+from builder.core.taxonomy import sorted_groups
 
 from validation.integrity import IntegrityResult, check_dataset
 from validation.scores import ScoreReport
@@ -73,10 +74,8 @@ def _fmt(value, digits: int = 3) -> str:
 
 def _group_size_table(group_size: dict[str, int]) -> list[str]:
     """Samples per group (rows, the paper's order first) and size (columns, ascending)."""
-    from validation.previews import PAPER_GROUPS
-
     pairs = [name.rsplit("/", 1) for name in group_size]
-    groups = sorted({g for g, _ in pairs}, key=lambda g: (PAPER_GROUPS.index(g) if g in PAPER_GROUPS else len(PAPER_GROUPS), g))
+    groups = sorted_groups(g for g, _ in pairs)
     sizes = sorted({s for _, s in pairs}, key=lambda s: (len(s), s))
     rows = [f"| group | {' | '.join(f'{s} px' for s in sizes)} |", "|---|" + "---|" * len(sizes)]
     rows += [f"| {g} | {' | '.join(str(group_size.get(f'{g}/{s}', 0)) for s in sizes)} |" for g in groups]

@@ -14,7 +14,6 @@ no index, as fast as a hand-written decode loop (see benchmarks/read.py).
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from builder.core.shards import iter_shard
+from builder.formats.composites import decode_composite_image, decode_composite_json, decode_label
 
 try:  # torch is the models extra; without it ShardStream still iterates, just not as a torch dataset
     from torch.utils.data import IterableDataset as _IterableBase
@@ -92,15 +92,12 @@ def iter_tar_samples(url: str) -> Iterator[tuple[str, dict[str, bytes]]]:
 
 
 def decode_sample(key: str, members: dict[str, bytes], transform: Callable | None, keep_json: bool) -> dict:
-    from PIL import Image
-
-    with Image.open(io.BytesIO(members["jpg"])) as image:
-        picture = image.convert("RGB")
-    meta = json.loads(members["json"])
+    picture = decode_composite_image(members["jpg"])
+    meta = decode_composite_json(members)
     sample = {
         "key": key,
         "image": transform(picture) if transform else picture,
-        "label": int(members["cls"]),
+        "label": decode_label(members),
         "group": meta["group"],
         "size": meta["size"],
         "position": meta["position"],

@@ -17,7 +17,8 @@ from typing import Any, Mapping
 from builder.compose.backgrounds import BACKGROUND_KINDS
 from builder.core.classes import class_of, is_known_wnid
 from builder.core.config import ConfigError, fingerprint, load_yaml_mapping
-from builder.compose.geometry import MODES, PASTE_MODES, RESIZE_FILTERS, GeometryError, check_position, position_token
+from builder.compose.geometry import MODES, PASTE_MODES, RESIZE_FILTERS, GeometryError, check_position
+from builder.formats.composites import position_token
 
 NAMED_VARIANTS = ("hard-spurious-imagenet", "hard-spurious-imagenet-ar", "hard-spurious-imagenet-10")
 LIST_FIELDS = ("sizes", "positions", "backgrounds", "splits")
