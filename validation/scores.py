@@ -168,15 +168,13 @@ def image_sizes_from_parts(parts_dir: Path) -> dict[str, tuple[int, int]]:
 
 def boxes_from_parts(parts_dir: Path, split: str | None = None) -> list[ImageBoxes]:
     """Every parts sample's boxes and source size, read from its `json` member only."""
-    from builder.core.shards import iter_shard, manifest_shard_paths, read_manifest
+    from builder.formats.parts import decode_parts_json, iter_parts_samples
 
-    manifest = read_manifest(parts_dir)
     items = []
-    for path in manifest_shard_paths(parts_dir, manifest, split):
-        for key, members in iter_shard(path):
-            meta = json.loads(members["json"])
-            boxes = tuple(Box(b["x0"], b["y0"], b["x1"], b["y1"], b["wnid"]) for b in meta["boxes"])
-            items.append(ImageBoxes(key, meta["wnid"], int(meta["width"]), int(meta["height"]), boxes))
+    for key, members in iter_parts_samples(parts_dir, split):
+        meta = decode_parts_json(members)
+        boxes = tuple(Box(b["x0"], b["y0"], b["x1"], b["y1"], b["wnid"]) for b in meta["boxes"])
+        items.append(ImageBoxes(key, meta["wnid"], int(meta["width"]), int(meta["height"]), boxes))
     return sorted(items, key=lambda item: item.image_id)
 
 
