@@ -10,13 +10,13 @@ Samples are the first keys (sorted) of each cell, so the same dataset gives the 
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from builder.core.taxonomy import sorted_groups
+from builder.formats.composites import decode_composite_image, decode_composite_json
 from builder.formats.parts import decode_parts, iter_parts_samples
 from builder.core.shards import iter_shard, manifest_shard_paths, read_manifest
 
@@ -45,7 +45,7 @@ def collect_cells(dataset_dir: Path, split: str, per_cell: int) -> dict[tuple[st
     cells: dict[tuple[str, int], list[tuple[str, bytes]]] = {}
     for path in manifest_shard_paths(dataset_dir, manifest, split):
         for key, members in iter_shard(path):
-            meta = json.loads(members["json"])
+            meta = decode_composite_json(members)
             cell = cells.setdefault((meta["group"], int(meta["size"])), [])
             cell.append((key, members["jpg"]))
             cell.sort()
@@ -76,8 +76,7 @@ def contact_sheet(dataset_dir: Path, out_path: Path, split: str | None = None, p
         draw.text((MARGIN, top + thumb // 2 - 6), group, fill=TEXT_COLOUR, font=font)
         for column, size in enumerate(sizes):
             for n, (_, jpg) in enumerate(cells.get((group, size), [])):
-                with Image.open(io.BytesIO(jpg)) as image:
-                    small = image.convert("RGB").resize((thumb, thumb), Image.BICUBIC)
+                small = decode_composite_image(jpg).resize((thumb, thumb), Image.BICUBIC)
                 left = row_label_width + column * cell_width + MARGIN + n * (thumb + MARGIN)
                 sheet.paste(small, (left, top))
     return _save_png(sheet, out_path)

@@ -29,7 +29,6 @@ from builder.core.taxonomy import group_name, sorted_groups, tier_of
 from builder.compose.planning import ImageJob, check_has_work, images_per_shard, plan_jobs
 from builder.core.config import check_settings, fingerprint, save_settings
 from builder.compose.geometry import object_size, paste, place, resize_mask, resize_rgb
-from builder.formats.parts import decode_png
 from builder.formats.parts_index import (
     CACHE_DIR,
     MemberReader,
@@ -37,6 +36,7 @@ from builder.formats.parts_index import (
     fill_background_cache,
     index_parts,
     read_canvas_background,
+    read_object,
     read_parts_manifest,
     resolve_parts_dir,
 )
@@ -74,18 +74,6 @@ def encode_jpeg(canvas: np.ndarray, quality: int) -> bytes:
     buffer = io.BytesIO()
     Image.fromarray(canvas).save(buffer, format="JPEG", quality=quality, subsampling=2, optimize=False)
     return buffer.getvalue()
-
-
-def _load_object(reader: MemberReader, ref: PartsRef, with_mask: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    crop = decode_png(reader.read(ref, "crop.png"))
-    if crop.ndim != 3:
-        raise ValueError("crop.png is not RGB")
-    if not with_mask:
-        return crop, None
-    mask = decode_png(reader.read(ref, "mask.png")) > 127
-    if mask.shape != crop.shape[:2]:
-        raise ValueError(f"mask.png is {mask.shape}, crop.png is {crop.shape[:2]}")
-    return crop, mask
 
 
 @dataclass
@@ -171,7 +159,7 @@ class ComposeShardBuilder:
 
     def load_cutout(self, reader: MemberReader, job: ImageJob, issues: list[Issue]) -> Cutout | None:
         try:
-            crop, mask = _load_object(reader, job.ref, self.spec.paste == "mask")
+            crop, mask = read_object(reader, job.ref, self.spec.paste == "mask")
         except (OSError, ValueError, KeyError) as exc:
             issues.append(Issue(job.ref.key, "unreadable-parts", f"object: {exc}", "compose"))
             return None

@@ -22,7 +22,7 @@ from tqdm import tqdm
 from builder.compose.backgrounds import CanvasCache, canvas_background
 from builder.core.classes import class_of
 from builder.core.config import ConfigError
-from builder.formats.parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, decode_canvas, decode_png
+from builder.formats.parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, decode_canvas, decode_mask, decode_png
 from builder.core.records import Issue
 from builder.core.shards import MANIFEST_NAME, read_manifest
 
@@ -145,6 +145,20 @@ class MemberReader:
     def close(self) -> None:
         for handle in self.handles.values():
             os.close(handle) if isinstance(handle, int) else handle.close()
+
+
+def read_object(reader: MemberReader, ref: PartsRef, with_mask: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+    """The object's crop (RGB) and, if asked, its mask (bool, crop-sized); ValueError when they do
+    not fit together."""
+    crop = decode_png(reader.read(ref, "crop.png"))
+    if crop.ndim != 3:
+        raise ValueError("crop.png is not RGB")
+    if not with_mask:
+        return crop, None
+    mask = decode_mask(reader.read(ref, "mask.png"))
+    if mask.shape != crop.shape[:2]:
+        raise ValueError(f"mask.png is {mask.shape}, crop.png is {crop.shape[:2]}")
+    return crop, mask
 
 
 def read_canvas_background(reader: MemberReader, ref: PartsRef, canvas: int, resize_filter: str) -> np.ndarray:
