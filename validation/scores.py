@@ -23,6 +23,7 @@ import numpy as np
 
 from builder.core.classes import class_of, is_known_wnid
 from builder.core.records import Box
+from builder.formats.loc_csv import read_loc_boxes
 
 # The paper's class-averaged figures over the official ImageNet val boxes.
 PAPER_CENTRE_MEAN = 0.747
@@ -126,26 +127,6 @@ def summarise(classes: Sequence[ClassScore], images: Sequence[ImageScore]) -> di
 # --- inputs ---------------------------------------------------------------------------------
 
 
-def read_loc_solution(path: Path) -> dict[str, list[Box]]:
-    """`LOC_val_solution.csv` (ImageId,PredictionString with `wnid x0 y0 x1 y1` repeated) -> boxes."""
-    boxes: dict[str, list[Box]] = {}
-    with open(path, newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        if reader.fieldnames is None or not {"ImageId", "PredictionString"} <= set(reader.fieldnames):
-            raise ValueError(f"{path} is not in LOC_val_solution.csv format (ImageId,PredictionString)")
-        for line, row in enumerate(reader, start=2):
-            tokens = row["PredictionString"].split()
-            if not tokens or len(tokens) % 5:
-                raise ValueError(f"{path}:{line}: PredictionString must hold groups of 'wnid x0 y0 x1 y1'")
-            parsed = []
-            for i in range(0, len(tokens), 5):
-                wnid, *corners = tokens[i : i + 5]
-                x0, y0, x1, y1 = (int(float(v)) for v in corners)
-                parsed.append(Box(x0, y0, x1, y1, wnid))
-            boxes[row["ImageId"]] = parsed
-    return boxes
-
-
 def image_sizes_from_folder(root: Path, wanted: set[str] | None = None) -> dict[str, tuple[int, int]]:
     """(width, height) of every image under `root` whose file stem is in `wanted` (header reads only)."""
     from PIL import Image
@@ -184,7 +165,7 @@ def boxes_from_loc_csv(csv_path: Path, sizes: dict[str, tuple[int, int]]) -> tup
     The image's class is its first box's wnid (ImageNet val images carry boxes of their label only).
     """
     items, unsized = [], []
-    for image_id, boxes in sorted(read_loc_solution(csv_path).items()):
+    for image_id, boxes in sorted(read_loc_boxes(csv_path).items()):
         if image_id not in sizes:
             unsized.append(image_id)
             continue

@@ -52,7 +52,8 @@ def _stage_of(folder: Path) -> str | None:
 
 def _score_inputs(args: argparse.Namespace, stage: str | None):
     """The boxes to score: a LOC csv joined with sizes, the dataset when it is a parts folder, or --parts."""
-    from validation.scores import boxes_from_loc_csv, boxes_from_parts, image_sizes_from_folder, image_sizes_from_parts, read_loc_solution
+    from builder.formats.loc_csv import read_loc_solution
+    from validation.scores import boxes_from_loc_csv, boxes_from_parts, image_sizes_from_folder, image_sizes_from_parts
 
     if args.boxes_csv:
         if not args.sizes_from:
@@ -60,7 +61,7 @@ def _score_inputs(args: argparse.Namespace, stage: str | None):
         if _stage_of(args.sizes_from) == "extract":
             sizes = image_sizes_from_parts(args.sizes_from)
         else:
-            sizes = image_sizes_from_folder(args.sizes_from, set(read_loc_solution(args.boxes_csv)))
+            sizes = image_sizes_from_folder(args.sizes_from, read_loc_solution(args.boxes_csv).ids())
         items, unsized = boxes_from_loc_csv(args.boxes_csv, sizes)
         if unsized:
             print(f"hsi validate: {len(unsized)} images of {args.boxes_csv.name} have no size under --sizes-from "
