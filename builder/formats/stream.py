@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from builder.core.shards import ReadErrorHandler, iter_shard, raise_read_error
+from builder.core.shards import MANIFEST_NAME, ReadErrorHandler, iter_shard, raise_read_error
 from builder.formats.composites import decode_composite_image, decode_composite_json, decode_label
 
 try:  # torch is the models extra; without it ShardStream still iterates, just not as a torch dataset
@@ -29,8 +29,7 @@ try:  # torch is the models extra; without it ShardStream still iterates, just n
 except ImportError:  # pragma: no cover - exercised only in torch-less installs
     _IterableBase = object
 
-RELEASE_META = "_release.json"
-MANIFEST_NAME = "_info.json"
+RELEASE_META = "_release.json"  # a release folder's index of configs (written by cards.release)
 
 
 def _join(base: str, *parts: str) -> str:
