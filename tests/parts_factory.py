@@ -100,7 +100,8 @@ def parts_sample(image: FakeImage) -> tuple[str, dict[str, bytes]]:
         provenance={"backends": FAKE_BACKENDS, "dilation": 0, "tool_version": __version__},
     )
     canvas = canvas_background(arrays["background"], PARTS_CANVAS_SIZE, PARTS_CANVAS_FILTER)
-    return image.source_id, encode_parts_members(arrays["crop"], arrays["mask"], arrays["background"], arrays["erase"], canvas, meta)
+    members = encode_parts_members(arrays["crop"], arrays["mask"], arrays["background"], arrays["erase"], canvas, meta)
+    return image.source_id, members
 
 
 def distinct_color(n: int, offset: int = 0) -> tuple[int, int, int]:

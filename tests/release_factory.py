@@ -65,7 +65,8 @@ def make_composed_dataset(
                 label = i % num_classes
                 meta = composite_json(config, split, i, label, classes[label], seed)
                 metas.append(meta)
-                samples.append((f"{split}_{i:06d}", composite_members(jpeg(seed * 100_003 + i + 7919 * len(split)), label, meta)))
+                picture = jpeg(seed * 100_003 + i + 7919 * len(split))
+                samples.append((f"{split}_{i:06d}", composite_members(picture, label, meta)))
             stats.append(write_shard(dataset / shard_filename(split, shard_start // shard_size), samples))
         manifest_splits[split] = {**split_entry(split, stats), "counts": count_composites(metas)}
     preview_dir = dataset / "previews"

@@ -261,7 +261,8 @@ def test_parts_that_do_not_read_are_a_placement_parts_failure_not_a_crash(built,
     shutil.copytree(parts, broken_parts)
     shard = read_manifest(broken_parts)["splits"]["val"]["filenames"][0]
     victim = samples_of(broken_parts, shard)[0][0]
-    rewritten = [(key, {**m, "crop.png": b"not a png"} if key == victim else m) for key, m in samples_of(broken_parts, shard)]
+    rewritten = [(key, {**m, "crop.png": b"not a png"} if key == victim else m)
+                 for key, m in samples_of(broken_parts, shard)]
     write_shard(broken_parts / shard, rewritten)  # found through the offset index, as compose finds it
     found = check_dataset(dataset, broken_parts).failures
     broken = [f for f in found if f.check == "placement-parts"]

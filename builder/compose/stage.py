@@ -1,8 +1,8 @@
 """The compose stage: parts + a variant spec + a seed -> composites as deterministic WebDataset shards.
 
 Two passes keep memory flat in the number of source images:
-1. `builder.parts_index` indexes the parts by tar offset (reading only their `json` members) and
-   `builder.compose_plan` fixes every image's composites and background donors from (seed, key).
+1. `builder.formats.parts_index` indexes the parts by tar offset (reading only their `json` members)
+   and `builder.compose.planning` fixes every image's composites and background donors from (seed, key).
 2. Shards of source images are built independently (in worker processes if asked): each job reads
    its own crop and the backgrounds it needs (its own, a donor's) by offset or from the background
    cache, resizes them, pastes, and encodes JPEGs, so the bytes of every shard are the same whatever
@@ -29,13 +29,16 @@ from builder.core.taxonomy import group_name, sorted_groups, tier_of
 from builder.compose.planning import ImageJob, check_has_work, images_per_shard, plan_jobs
 from builder.core.config import check_settings, fingerprint, save_settings
 from builder.compose.geometry import object_size, paste, place, resize_mask, resize_rgb
-from builder.formats.parts_index import (
+from builder.compose.background_cache import (
     CACHE_DIR,
+    fill_background_cache,
+    read_cached_background,
+    read_canvas_background,
+)
+from builder.formats.parts_index import (
     MemberReader,
     PartsRef,
-    fill_background_cache,
     index_parts,
-    read_canvas_background,
     read_object,
     read_parts_manifest,
     resolve_parts_dir,
@@ -124,7 +127,7 @@ class ComposeShardBuilder:
         for split, key, why in self.cache_failures:
             if (split, key) == (donor.split, donor.key):
                 raise ValueError(why)
-        return reader.cached_background(Path(self.cache_dir), donor, self.spec.canvas)
+        return read_cached_background(reader, Path(self.cache_dir), donor, self.spec.canvas)
 
     def metadata(self, job: ImageJob, size: int, spec_position: str, placed, kind: str, donor: PartsRef | None) -> dict:
         spec, cls = self.spec, class_of(job.ref.wnid)

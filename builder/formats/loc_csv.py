@@ -40,7 +40,8 @@ def parse_prediction_string(text: str) -> list[Box]:
     """`wnid x0 y0 x1 y1 [wnid x0 y0 x1 y1 ...]` -> boxes."""
     fields = text.split()
     if not fields or len(fields) % 5:
-        raise ValueError(f"PredictionString has {len(fields)} fields, not a multiple of 5: it holds groups of 'wnid x0 y0 x1 y1'")
+        raise ValueError(f"PredictionString has {len(fields)} fields, not a multiple of 5: "
+                         "it holds groups of 'wnid x0 y0 x1 y1'")
     return [
         Box(*(parse_coordinate(v, "coordinate") for v in fields[i + 1 : i + 5]), wnid=fields[i])
         for i in range(0, len(fields), 5)

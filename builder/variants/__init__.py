@@ -12,4 +12,6 @@ from builder.variants.spec import (
     variant_planning,
 )
 
-__all__ = ["NAMED_VARIANTS", "SubsetSpec", "VariantSpec", "load_variant", "spec_mapping", "variant_folder", "variant_planning"]
+__all__ = [
+    "NAMED_VARIANTS", "SubsetSpec", "VariantSpec", "load_variant", "spec_mapping", "variant_folder", "variant_planning",
+]

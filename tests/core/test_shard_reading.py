@@ -37,7 +37,8 @@ def test_by_default_a_bad_member_stops_the_read_naming_shard_and_member(tmp_path
 
 
 def test_a_collecting_handler_skips_bad_members_and_says_why(tmp_path):
-    path = tar_of(tmp_path / "val-00003.tar", [("a.jpg", b"1"), ("/etc/evil.json", b"{}"), ("a.jpg", b"2"), ("b.cls", b"3")])
+    members = [("a.jpg", b"1"), ("/etc/evil.json", b"{}"), ("a.jpg", b"2"), ("b.cls", b"3")]
+    path = tar_of(tmp_path / "val-00003.tar", members)
     errors: list[ShardReadError] = []
     assert list(iter_shard(path, handler=collect_read_errors(errors))) == [("a", {"jpg": b"1"}), ("b", {"cls": b"3"})]
     assert [(e.reason, e.shard, e.key) for e in errors] == [

@@ -28,7 +28,8 @@ def test_position_tokens_are_key_safe():
 
 
 def test_sample_keys_have_no_dots():
-    assert sample_key("ILSVRC2012_val_00000001", "xy:0.25,0.75", 56, "gray") == "ILSVRC2012_val_00000001_xy0-25-0-75_56_gray"
+    key = sample_key("ILSVRC2012_val_00000001", "xy:0.25,0.75", 56, "gray")
+    assert key == "ILSVRC2012_val_00000001_xy0-25-0-75_56_gray"
     assert sample_key("a.b", "center", 84, "original") == "a-b_center_84_original"
 
 

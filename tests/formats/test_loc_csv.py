@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from builder.core.records import Box
-from builder.formats.loc_csv import LocCsvError, parse_coordinate, parse_prediction_string, read_loc_boxes, read_loc_solution
+from builder.formats.loc_csv import (
+    LocCsvError,
+    parse_coordinate,
+    parse_prediction_string,
+    read_loc_boxes,
+    read_loc_solution,
+)
 
 GOLDFISH, TENCH = "n01443537", "n01440764"
 
@@ -28,7 +34,7 @@ def test_non_integer_coordinates_are_rounded_not_truncated():
     assert parse_coordinate("-0.4", "x") == 0
 
 
-@pytest.mark.parametrize("text", ["", f"{GOLDFISH} 1 2 3", f"{GOLDFISH} 1 2 3 x", f"{GOLDFISH} 1 2 3 inf", f"{GOLDFISH} 1 2 3 nan"])
+@pytest.mark.parametrize("text", ["", f"{GOLDFISH} 1 2 3", *(f"{GOLDFISH} 1 2 3 {bad}" for bad in ("x", "inf", "nan"))])
 def test_malformed_strings_are_value_errors(text):
     with pytest.raises(ValueError):
         parse_prediction_string(text)
@@ -54,7 +60,8 @@ def test_the_file_reader_keeps_first_rows_and_parses_lazily(tmp_path):
 def test_extract_and_scores_read_the_same_boxes(tmp_path):
     from builder.extract.sources import parse_voc_xml
 
-    path = write_csv(tmp_path / "LOC_val_solution.csv", [("ILSVRC2012_val_00000001", f"{GOLDFISH} 10.6 10.4 99.5 100.5")])
+    row = ("ILSVRC2012_val_00000001", f"{GOLDFISH} 10.6 10.4 99.5 100.5")
+    path = write_csv(tmp_path / "LOC_val_solution.csv", [row])
     assert read_loc_boxes(path) == {"ILSVRC2012_val_00000001": [Box(11, 10, 100, 100, GOLDFISH)]}
     xml = tmp_path / "a.xml"
     xml.write_text(f"<annotation><object><name>{GOLDFISH}</name><bndbox><xmin>10.6</xmin><ymin>10.4</ymin>"
