@@ -17,6 +17,7 @@ from typing import Any, Iterable
 import yaml
 
 from builder import __version__
+from builder.core.taxonomy import sorted_groups, tier_sort_key
 from builder.formats.composites import COMPOSITE_FIELDS, SCHEMA_VERSION
 
 DATASET_NAME = "hard-spurious-imagenet"
@@ -26,7 +27,6 @@ LICENSE_NAME = "imagenet-terms-of-access"
 LICENSE_LINK = "https://image-net.org/download.php"
 TASK_CATEGORIES = ["image-classification"]
 TAGS = ["imagenet", "robustness", "spurious-correlations", "distribution-shift", "webdataset"]
-GROUPS = ("CeO", "CoO", "CeR", "CoR")
 
 CITATION = """@article{fatima2025corner,
   title   = {Corner Cases: How Size and Position of Objects Challenge ImageNet-Trained Models},
@@ -216,9 +216,6 @@ def code_block(text: str, language: str = "") -> str:
     return f"```{language}\n{text.rstrip()}\n```"
 
 
-TIER_ORDER = ["Easy", "Medium", "Hard"]
-
-
 def groups_table(summary: ConfigSummary) -> str:
     """Samples per group (rows) and object size (columns) for every split, plus tiers."""
     blocks = []
@@ -227,13 +224,13 @@ def groups_table(summary: ConfigSummary) -> str:
         group_size = counts.get("group_size", {})
         # keys are "<group>/<size>"; groups such as "bottom-left/gray" hold a slash themselves
         sizes = sorted({int(k.rsplit("/", 1)[1]) for k in group_size})
-        groups = sorted({k.rsplit("/", 1)[0] for k in group_size}, key=lambda g: (g not in GROUPS, GROUPS.index(g) if g in GROUPS else 0, g))
+        groups = sorted_groups(k.rsplit("/", 1)[0] for k in group_size)
         rows = [[g] + [group_size.get(f"{g}/{s}", 0) for s in sizes] + [counts.get("group", {}).get(g, 0)] for g in groups]
         text = f"**{split}** ({summary.manifest['splits'][split]['num_samples']} samples)\n\n"
         text += table(["group"] + [f"{s} px" for s in sizes] + ["total"], rows) if rows else "(no group counts)"
         tiers = counts.get("tier", {})
         if tiers:
-            text += "\n\n" + table(["tier", "samples"], [[t, tiers[t]] for t in sorted(tiers, key=lambda t: (TIER_ORDER + [t]).index(t))])
+            text += "\n\n" + table(["tier", "samples"], [[t, tiers[t]] for t in sorted(tiers, key=tier_sort_key)])
         blocks.append(text)
     return "\n\n".join(blocks)
 

@@ -13,7 +13,6 @@ photo-like content instead (for benchmarks: realistic PNG sizes and decode costs
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -23,10 +22,11 @@ import numpy as np
 from builder.core.classes import class_of
 from builder.core.config import fingerprint
 from builder.compose.backgrounds import canvas_background
-from builder.formats.parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, PARTS_SCHEMA_VERSION, encode_canvas, encode_png
 from builder import __version__
 from builder.core.manifest import ERRORS_NAME, ErrorCounts, Manifest, SplitEntry, write_jsonl_atomic
+from builder.core.records import Box
 from builder.core.shards import write_shard
+from builder.formats.parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, PARTS_SCHEMA_VERSION, encode_parts_members, parts_metadata
 
 FAKE_BACKENDS = {
     "masker": {"name": "box", "params": {}, "checkpoint": None, "checkpoint_sha256": None},
@@ -94,31 +94,15 @@ def parts_sample(image: FakeImage) -> tuple[str, dict[str, bytes]]:
     arrays = render_image(image)
     cls = class_of(image.wnid)
     width, height = image.image_size
-    x0, y0, x1, y1 = image.box
-    meta = {
-        "schema_version": PARTS_SCHEMA_VERSION,
-        "source_id": image.source_id,
-        "wnid": image.wnid,
-        "class_index": cls.index,
-        "class_name": cls.name,
-        "width": width,
-        "height": height,
-        "boxes": [{"x0": x0, "y0": y0, "x1": x1, "y1": y1, "wnid": image.wnid}],
-        "object_box_index": 0,
-        "object_box": [x0, y0, x1, y1],
-        "object_box_rule": "largest",
-        "conversions": [],
-        "provenance": {"backends": FAKE_BACKENDS, "dilation": 0, "tool_version": __version__},
-    }
-    return image.source_id, {
-        "crop.png": encode_png(arrays["crop"]),
-        "mask.png": encode_png(arrays["mask"].astype(np.uint8) * 255),
-        "background.png": encode_png(arrays["background"]),
-        "canvas.npy": encode_canvas(canvas_background(arrays["background"], PARTS_CANVAS_SIZE, PARTS_CANVAS_FILTER)),
-        "erase.png": encode_png(arrays["erase"].astype(np.uint8) * 255),
-        "json": json.dumps(meta, sort_keys=True).encode("utf-8"),
-        "cls": str(cls.index).encode("ascii"),
-    }
+    meta = parts_metadata(
+        source_id=image.source_id, wnid=image.wnid, class_index=cls.index, class_name=cls.name,
+        width=width, height=height, boxes=[Box(*image.box, wnid=image.wnid)], object_box_index=0,
+        object_box_rule="largest", conversions=[],
+        provenance={"backends": FAKE_BACKENDS, "dilation": 0, "tool_version": __version__},
+    )
+    canvas = canvas_background(arrays["background"], PARTS_CANVAS_SIZE, PARTS_CANVAS_FILTER)
+    members = encode_parts_members(arrays["crop"], arrays["mask"], arrays["background"], arrays["erase"], canvas, meta)
+    return image.source_id, members
 
 
 def distinct_color(n: int, offset: int = 0) -> tuple[int, int, int]:

@@ -4,26 +4,23 @@ report), for the card, release, loader and publishing tests."""
 from __future__ import annotations
 
 import io
-import json
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
 from builder.core.classes import imagenet_classes
-from builder.formats.composites import COMPOSITE_FIELDS, SCHEMA_VERSION
 from builder.core.manifest import ERRORS_NAME, ErrorCounts, Manifest, SplitEntry, write_json_atomic, write_jsonl_atomic
 from builder.core.shards import shard_filename, write_shard
+from builder.core.taxonomy import PAPER_GROUPS, tier_of
+from builder.formats.composites import COMPOSITE_FIELDS, SCHEMA_VERSION, composite_members, count_composites
 
-GROUPS = ("CeO", "CoO", "CeR", "CoR")
 SIZES = (56, 84, 112)
-TIERS = {56: "Hard", 84: "Medium", 112: "Easy"}
 
 
 def composite_json(config: str, split: str, index: int, label: int, class_index: int, seed: int) -> dict:
     cls = imagenet_classes()[class_index]
-    group, size = GROUPS[index % 4], SIZES[index % 3]
+    group, size = PAPER_GROUPS[index % 4], SIZES[index % 3]
     corner = group.startswith("Co")
     meta = {
         "wnid": cls.wnid, "class_index": cls.index, "class_name": cls.name, "label": label,
@@ -32,7 +29,7 @@ def composite_json(config: str, split: str, index: int, label: int, class_index:
         "box_x": 224 - size if corner else 112 - size // 2, "box_y": 0 if corner else 112 - size // 2,
         "box_w": size, "box_h": size, "background": "random" if group.endswith("R") else "original",
         "background_source_id": f"bg_{index}", "background_wnid": cls.wnid,
-        "background_class_index": cls.index, "paired_wnid": None, "group": group, "tier": TIERS[size],
+        "background_class_index": cls.index, "paired_wnid": None, "group": group, "tier": tier_of(group, size, 224),
         "seed": seed, "schema_version": SCHEMA_VERSION,
     }
     assert list(meta) == list(COMPOSITE_FIELDS)
@@ -62,20 +59,17 @@ def make_composed_dataset(
     classes = [c.index * 7 % 1000 for c in imagenet_classes()[:num_classes]]
     manifest_splits = {}
     for split, count in sorted(splits.items()):
-        stats, counts = [], {"group": Counter(), "size": Counter(), "tier": Counter(), "group_size": Counter()}
+        stats, metas = [], []
         for shard_start in range(0, count, shard_size):
             samples = []
             for i in range(shard_start, min(count, shard_start + shard_size)):
                 label = i % num_classes
                 meta = composite_json(config, split, i, label, classes[label], seed)
-                for name, value in (("group", meta["group"]), ("size", str(meta["size"])), ("tier", meta["tier"]),
-                                    ("group_size", f"{meta['group']}/{meta['size']}")):
-                    counts[name][value] += 1
-                members = {"jpg": jpeg(seed * 100_003 + i + 7919 * len(split)), "cls": str(label).encode(),
-                           "json": json.dumps(meta, sort_keys=True).encode()}
-                samples.append((f"{split}_{i:06d}", members))
+                metas.append(meta)
+                picture = jpeg(seed * 100_003 + i + 7919 * len(split))
+                samples.append((f"{split}_{i:06d}", composite_members(picture, label, meta)))
             stats.append(write_shard(dataset / shard_filename(split, shard_start // shard_size), samples))
-        manifest_splits[split] = SplitEntry(split, stats, counts={k: dict(sorted(v.items())) for k, v in counts.items()})
+        manifest_splits[split] = SplitEntry(split, stats, counts=count_composites(metas))
     preview_dir = dataset / "previews"
     for p in range(previews):
         preview_dir.mkdir(parents=True, exist_ok=True)

@@ -21,8 +21,9 @@ from PIL import Image
 from builder.core.stage import RunOptions
 from builder.compose.backgrounds import DonorPool, assign_foreign_donors
 from builder.core.classes import class_of
-from builder.compose.stage import TIERS, compose_dataset, group_name, sample_key, tier_of
+from builder.compose.stage import compose_dataset
 from builder.core.config import SettingsMismatch
+from builder.core.taxonomy import TIERS
 from builder.formats.composites import check_composite_json
 from builder.core.shards import ERRORS_NAME, MANIFEST_NAME, iter_shard, sha256_file
 from parts_factory import FakeImage, distinct_color, fake_images, write_parts
@@ -124,23 +125,6 @@ def test_foreign_donors_never_come_from_the_own_class_and_ignore_listing_order()
     used = Counter(donor[0] for donor in donors.values())
     assert len(used) > 30  # spread over many classes, not a fixed cycle
     assert DonorPool.build([(3, "a"), (3, "b")]).foreign_donor("a", 3, 0) is None
-
-
-def test_group_names_and_tiers():
-    assert group_name("center", "original") == "CeO"
-    assert group_name("top-right", "random") == "CoR"
-    assert group_name("random-corner", "original") == "CoO"
-    assert group_name("bottom-left", "gray") == "bottom-left/gray"
-    assert group_name("top-right", "original", margin=4) == "top-right/original"
-    assert group_name("xy:0.25,0.75", "noise") == "xy:0.25,0.75/noise"
-    expected = {"Easy": {("CeO", 84), ("CeO", 112), ("CoO", 84), ("CoO", 112)},
-                "Medium": {("CeO", 56), ("CoO", 56), ("CeR", 112), ("CoR", 112)},
-                "Hard": {("CeR", 56), ("CeR", 84), ("CoR", 56), ("CoR", 84)}}
-    for tier, pairs in expected.items():
-        assert {pair for pair, t in TIERS.items() if t == tier} == pairs
-    assert tier_of("CeO", 84, 224) == "Easy" and tier_of("CeO", 84, 448) is None
-    assert tier_of("bottom-left/gray", 56, 224) is None
-    assert sample_key("ILSVRC2012_val_00000001", "xy:0.25,0.75", 56, "gray") == "ILSVRC2012_val_00000001_xy0-25-0-75_56_gray"
 
 
 def test_new_positions_and_neutral_backgrounds_are_one_override(parts_dir, tmp_path):

@@ -13,7 +13,6 @@ from builder.compose.geometry import (
     object_size,
     paste,
     place,
-    position_token,
     resize_mask,
     resize_rgb,
 )
@@ -125,9 +124,3 @@ def test_bad_positions_and_sizes_are_refused():
         place("center", 230, 56, C)
     with pytest.raises(GeometryError, match="does not fit"):
         place("top-left", 220, 56, C, margin=4)
-
-
-def test_position_tokens_are_key_safe():
-    assert position_token("xy:0.25,0.75") == "xy0-25-0-75"
-    assert position_token("top-right") == "top-right"
-    assert "." not in position_token("xy:0.333,1")

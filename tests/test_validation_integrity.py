@@ -254,3 +254,18 @@ def test_parts_folder_with_a_missing_member_and_a_wrong_crop_is_named(built, tmp
     manifest["splits"]["val"]["shards"][0].update(bytes=stats.bytes, sha256=stats.sha256)
     write_json_atomic(copy / "_info.json", manifest)
     assert failures(copy) == sorted([("members", shard, k1), ("crop-size", shard, k2)])
+
+
+def test_parts_that_do_not_read_are_a_placement_parts_failure_not_a_crash(built, tmp_path):
+    dataset, parts = built
+    broken_parts = tmp_path / "parts"
+    shutil.copytree(parts, broken_parts)
+    shard = read_manifest(broken_parts)["splits"]["val"]["filenames"][0]
+    victim = samples_of(broken_parts, shard)[0][0]
+    rewritten = [(key, {**m, "crop.png": b"not a png"} if key == victim else m)
+                 for key, m in samples_of(broken_parts, shard)]
+    write_shard(broken_parts / shard, rewritten)  # found through the offset index, as compose finds it
+    found = check_dataset(dataset, broken_parts).failures
+    broken = [f for f in found if f.check == "placement-parts"]
+    assert broken and all(victim in f.detail and "do not read" in f.detail for f in broken)
+    assert {f.check for f in found} == {"placement-parts"}

@@ -13,9 +13,10 @@ from PIL import Image
 
 from hsi.cli import main
 from builder.core.records import Box
+from builder.formats.loc_csv import read_loc_boxes, read_loc_solution
 from fake_imagenet import write_tree
 from validation.scores import (ImageBoxes, average_ranks, boxes_from_loc_csv, compute_scores, image_sizes_from_folder,
-                               kendall_tau_b, read_loc_solution, score_image, spearman)
+                               kendall_tau_b, score_image, spearman)
 
 TENCH, GOLDFISH = "n01440764", "n01443537"
 
@@ -90,7 +91,7 @@ def by_hand(rows) -> dict[str, tuple[float, float]]:
 
 def test_loc_solution_scores_match_a_by_hand_computation(loc_fixture):
     csv_path, images = loc_fixture
-    boxes = read_loc_solution(csv_path)
+    boxes = read_loc_boxes(csv_path)
     assert boxes["ILSVRC2012_val_00000002"][1] == Box(0, 0, 50, 60, TENCH)
     sizes = image_sizes_from_folder(images, set(boxes))
     assert sizes["ILSVRC2012_val_00000002"] == (333, 500)
@@ -174,7 +175,7 @@ def test_bad_inputs_are_usage_errors(tmp_path, capsys):
 def test_official_val_boxes_give_the_papers_figures():
     """Over ImageNet's official val boxes the paper reports class-averaged 0.747 (centre), 0.418 (size)."""
     csv_path, images = Path(os.environ["HSI_LOC_VAL_SOLUTION"]), Path(os.environ["HSI_IMAGENET_VAL"])
-    items, unsized = boxes_from_loc_csv(csv_path, image_sizes_from_folder(images, set(read_loc_solution(csv_path))))
+    items, unsized = boxes_from_loc_csv(csv_path, image_sizes_from_folder(images, read_loc_solution(csv_path).ids()))
     assert not unsized and len(items) == 50_000
     summary = compute_scores(items).summary
     assert summary["classes"] == 1000

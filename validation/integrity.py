@@ -14,23 +14,27 @@ Checks, each failure naming the shard and the sample key:
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-from PIL import Image
 
 from builder.compose.geometry import resize_mask, resize_rgb
-from builder.formats.parts import PARTS_MEMBERS, decode_canvas, decode_png
-from builder.formats.composites import check_composite_json
-from builder.core.shards import MANIFEST_NAME, ShardFormatError, sha256_file, split_member_name
+from builder.core.shards import MANIFEST_NAME, ShardReadError, iter_shard, read_manifest, sha256_file
+from builder.formats.composites import (
+    COMPOSITE_MEMBERS,
+    check_composite_json,
+    count_buckets,
+    decode_composite_json,
+    decode_composite_pixels,
+    decode_label,
+)
+from builder.formats.parts import PARTS_MEMBERS, decode_canvas, decode_parts
+from builder.formats.parts_index import MemberReader, PartsRef, index_parts, read_object
 
-COMPOSITE_MEMBERS = ("cls", "jpg", "json")
 # Mean absolute difference (0-255) allowed between the composite's pasted region and the resized
 # crop. JPEG at the qualities compose uses stays well below this; a box moved off the object does not.
 DEFAULT_PLACEMENT_TOLERANCE = 12.0
@@ -80,37 +84,10 @@ class IntegrityResult:
 
 def read_shard_members(path: Path, shard: str, split: str, failures: list[Failure]) -> Iterator[tuple[str, dict[str, bytes]]]:
     """Samples of a shard, tolerating bad members: each becomes a failure and is skipped."""
-    current: str | None = None
-    members: dict[str, bytes] = {}
-    try:
-        tar = tarfile.open(path, mode="r")
-    except (tarfile.TarError, OSError) as exc:
-        failures.append(Failure("unreadable-shard", f"not a readable tar: {exc}", split, shard))
-        return
-    with tar:
-        try:
-            for info in tar:
-                try:
-                    key, ext = split_member_name(info.name)
-                except ShardFormatError as exc:
-                    failures.append(Failure("unsafe-member", str(exc), split, shard, info.name))
-                    continue
-                if not info.isfile():
-                    failures.append(Failure("unsafe-member", f"member {info.name!r} is not a regular file", split, shard, key))
-                    continue
-                if key != current:
-                    if current is not None:
-                        yield current, members
-                    current, members = key, {}
-                if ext in members:
-                    failures.append(Failure("duplicate-member", f"member {info.name!r} appears twice", split, shard, key))
-                    continue
-                handle = tar.extractfile(info)
-                members[ext] = handle.read() if handle else b""
-        except (tarfile.TarError, OSError) as exc:
-            failures.append(Failure("unreadable-shard", f"tar stream breaks off: {exc}", split, shard, current))
-    if current is not None:
-        yield current, members
+    def record(error: ShardReadError) -> None:
+        failures.append(Failure(error.reason, error.detail, split, shard, error.key))
+
+    return iter_shard(path, handler=record)
 
 
 def check_shard_file(dataset_dir: Path, split: str, entry: dict, failures: list[Failure]) -> bool:
@@ -130,14 +107,8 @@ def check_shard_file(dataset_dir: Path, split: str, entry: dict, failures: list[
 
 
 def _tally(counts: dict, meta: dict) -> None:
-    """Count a sample the way compose counts it (a null tier is counted as "none")."""
-    names = {
-        "group": meta["group"],
-        "size": str(meta["size"]),
-        "tier": meta["tier"] or "none",
-        "group_size": f"{meta['group']}/{meta['size']}",
-    }
-    for kind, name in names.items():
+    """Count a sample the way compose counts it (the composite format's buckets)."""
+    for kind, name in count_buckets(meta).items():
         bucket = counts.setdefault(kind, {})
         bucket[name] = bucket.get(name, 0) + 1
 
@@ -164,48 +135,42 @@ def compare_counts(split: str, declared: dict, found: dict, failures: list[Failu
                 ))
 
 
-def decode_jpeg(data: bytes) -> np.ndarray:
-    with Image.open(io.BytesIO(data)) as image:
-        if image.format != "JPEG":
-            raise ValueError(f"jpg member is a {image.format}, not a JPEG")
-        return np.asarray(image.convert("RGB"))
-
-
 @dataclass
-class PartsIndex:
-    """Parts samples by source id, decoded lazily: only crops of composites being checked are read."""
+class PartsLookup:
+    """The objects of a parts folder by source id, through compose's offset index (only the `json`
+    members are read up front); only crops of composites being checked are decoded."""
 
-    parts_dir: Path
-    locations: dict[str, tuple[Path, str]] = field(default_factory=dict)
+    reader: MemberReader
+    refs: dict[str, PartsRef]
     _cache: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, parts_dir: Path) -> "PartsIndex":
-        from builder.core.shards import manifest_shard_paths, read_manifest
-
-        index = cls(Path(parts_dir))
+    def build(cls, parts_dir: Path) -> "PartsLookup":
+        parts_dir = Path(parts_dir)
         manifest = read_manifest(parts_dir)
-        for path in manifest_shard_paths(parts_dir, manifest):
-            with tarfile.open(path) as tar:
-                for name in tar.getnames():
-                    key = name.partition(".")[0]
-                    index.locations.setdefault(key, (path, key))
-        return index
+        index, _ = index_parts(parts_dir, manifest, sorted(manifest.get("splits", {})))
+        refs: dict[str, PartsRef] = {}
+        for split in sorted(index):
+            for ref in index[split]:
+                refs.setdefault(ref.key, ref)
+        return cls(MemberReader(parts_dir), refs)
 
     def crop_and_mask(self, source_id: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """The crop and mask of `source_id`; None when the parts lack it; ValueError/OSError when
+        its members do not read."""
         if source_id in self._cache:
             return self._cache[source_id]
-        location = self.locations.get(source_id)
-        if location is None:
+        ref = self.refs.get(source_id)
+        if ref is None:
             return None
-        path, key = location
-        with tarfile.open(path) as tar:
-            crop = decode_png(tar.extractfile(f"{key}.crop.png").read())
-            mask = decode_png(tar.extractfile(f"{key}.mask.png").read()) > 127
+        crop, mask = read_object(self.reader, ref)
         if len(self._cache) > 256:
             self._cache.clear()
         self._cache[source_id] = (crop, mask)
         return crop, mask
+
+    def close(self) -> None:
+        self.reader.close()
 
 
 def placement_error(composite: np.ndarray, meta: dict, crop: np.ndarray, mask: np.ndarray,
@@ -249,7 +214,7 @@ def check_geometry(meta: dict, image: np.ndarray) -> list[str]:
 class _SampleChecker:
     split: str
     class_names: list | None
-    parts: PartsIndex | None
+    parts: PartsLookup | None
     tolerance: float
     result: IntegrityResult
     resize_filter: str = "bicubic"
@@ -267,8 +232,8 @@ class _SampleChecker:
         if sorted(members) != list(COMPOSITE_MEMBERS):
             fail("members", f"has {sorted(members)}, expected {list(COMPOSITE_MEMBERS)}")
         try:
-            meta = json.loads(members.get("json", b"").decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
+            meta = decode_composite_json(members)
+        except ValueError as exc:
             fail("json-decode", f"json member does not parse: {exc}")
             return
         problems = check_composite_json(meta)
@@ -277,8 +242,8 @@ class _SampleChecker:
             return
         _tally(counts, meta)
         try:
-            label = int(members.get("cls", b"").decode("ascii").strip())
-        except (UnicodeDecodeError, ValueError):
+            label = decode_label(members)
+        except ValueError:
             fail("cls", f"cls member {members.get('cls', b'')[:20]!r} is not an integer")
             label = None
         if label is not None and label != meta["label"]:
@@ -292,7 +257,7 @@ class _SampleChecker:
         ):
             fail("own-class-background", f"random background {meta['background_source_id']} is of the object's own class {meta['wnid']}")
         try:
-            image = decode_jpeg(members.get("jpg", b""))
+            image = decode_composite_pixels(members.get("jpg", b""))
         except (OSError, ValueError, SyntaxError) as exc:
             fail("jpg-decode", f"jpg member does not decode: {exc}")
             return
@@ -301,7 +266,11 @@ class _SampleChecker:
             fail("placement-bounds", problem)
         if geometry or self.parts is None:
             return
-        parts = self.parts.crop_and_mask(meta["source_id"])
+        try:
+            parts = self.parts.crop_and_mask(meta["source_id"])
+        except (OSError, ValueError, KeyError) as exc:
+            fail("placement-parts", f"the parts of source {meta['source_id']} do not read: {exc}")
+            return
         if parts is None:
             fail("placement-parts", f"source {meta['source_id']} is not in the parts folder")
             return
@@ -320,16 +289,16 @@ class _SampleChecker:
             fail("members", f"has {sorted(members)}, expected {sorted(PARTS_MEMBERS)}")
             return
         try:
-            meta = json.loads(members["json"])
-            arrays = {name: decode_png(members[name]) for name in PARTS_MEMBERS if name.endswith(".png")}
+            parts = decode_parts(key, members)
             decode_canvas(members["canvas.npy"])  # checks dtype and the 224 x 224 x 3 shape
         except (OSError, ValueError, SyntaxError) as exc:
             fail("decode", f"a member does not decode: {exc}")
             return
+        meta = parts.meta
         x0, y0, x1, y1 = meta["object_box"]
-        if arrays["crop.png"].shape[:2] != (y1 - y0 + 1, x1 - x0 + 1):
-            fail("crop-size", f"crop is {arrays['crop.png'].shape[1]}x{arrays['crop.png'].shape[0]}, object box {meta['object_box']}")
-        if arrays["background.png"].shape[:2] != (meta["height"], meta["width"]):
+        if parts.crop.shape[:2] != (y1 - y0 + 1, x1 - x0 + 1):
+            fail("crop-size", f"crop is {parts.crop.shape[1]}x{parts.crop.shape[0]}, object box {meta['object_box']}")
+        if parts.background.shape[:2] != (meta["height"], meta["width"]):
             fail("background-size", f"background does not have the declared {meta['width']}x{meta['height']}")
         counts.setdefault("class", {})
         counts["class"][meta["wnid"]] = counts["class"].get(meta["wnid"], 0) + 1
@@ -351,38 +320,49 @@ def check_dataset(dataset_dir: Path, parts_dir: Path | None = None,
     if stage not in ("compose", "extract"):
         result.failures.append(Failure("manifest", f"stage {stage!r} is neither compose nor extract"))
         return result
-    parts = PartsIndex.build(parts_dir) if parts_dir is not None and stage == "compose" else None
+    parts = PartsLookup.build(parts_dir) if parts_dir is not None and stage == "compose" else None
     seen: dict[str, str] = {}
-    for split, entry in sorted(manifest.get("splits", {}).items()):
-        resize_filter = (manifest.get("spec") or {}).get("resize_filter", "bicubic")
-        checker = _SampleChecker(split, manifest.get("class_names"), parts, tolerance, result, resize_filter)
-        check_sample = checker.composite if stage == "compose" else checker.parts_sample
-        counts: dict = {}
-        shards = entry.get("shards", [])
-        if [s.get("filename") for s in shards] != entry.get("filenames", []):
-            result.failures.append(Failure("manifest", "filenames and shards list different files", split))
-        if [s.get("num_samples") for s in shards] != entry.get("shard_lengths", []):
-            result.failures.append(Failure("manifest", "shard_lengths disagree with the shards' num_samples", split))
-        total = 0
-        for shard_entry in shards:
-            name = shard_entry.get("filename", "?")
-            if not check_shard_file(dataset_dir, split, shard_entry, result.failures):
-                continue
-            result.shards_checked += 1
-            in_shard = 0
-            for key, members in read_shard_members(dataset_dir / name, name, split, result.failures):
-                in_shard += 1
-                if key in seen:
-                    result.failures.append(Failure("duplicate-key", f"key also in {seen[key]}", split, name, key))
-                seen.setdefault(key, name)
-                check_sample(name, key, members, counts)
-            result.samples_checked += in_shard
-            total += in_shard
-            if in_shard != shard_entry.get("num_samples"):
-                result.failures.append(Failure("shard-count", f"holds {in_shard} samples, manifest says {shard_entry.get('num_samples')}", split, name))
-        if total != entry.get("num_samples"):
-            result.failures.append(Failure("split-count", f"shards hold {total} samples, manifest says {entry.get('num_samples')}", split))
-        if stage == "compose":
-            compare_counts(split, entry.get("counts", {}), counts, result.failures)
-        result.counts[split] = {"num_samples": total, **counts}
+    try:
+        for split, entry in sorted(manifest.get("splits", {}).items()):
+            resize_filter = (manifest.get("spec") or {}).get("resize_filter", "bicubic")
+            checker = _SampleChecker(split, manifest.get("class_names"), parts, tolerance, result, resize_filter)
+            _check_split(dataset_dir, split, entry, stage, checker, seen)
+    finally:
+        if parts is not None:
+            parts.close()
     return result
+
+
+def _check_split(dataset_dir: Path, split: str, entry: dict, stage: str, checker: _SampleChecker,
+                 seen: dict[str, str]) -> None:
+    """The shards, samples and counts of one split; `seen` maps every key met so far to its shard."""
+    result = checker.result
+    check_sample = checker.composite if stage == "compose" else checker.parts_sample
+    counts: dict = {}
+    shards = entry.get("shards", [])
+    if [s.get("filename") for s in shards] != entry.get("filenames", []):
+        result.failures.append(Failure("manifest", "filenames and shards list different files", split))
+    if [s.get("num_samples") for s in shards] != entry.get("shard_lengths", []):
+        result.failures.append(Failure("manifest", "shard_lengths disagree with the shards' num_samples", split))
+    total = 0
+    for shard_entry in shards:
+        name = shard_entry.get("filename", "?")
+        if not check_shard_file(dataset_dir, split, shard_entry, result.failures):
+            continue
+        result.shards_checked += 1
+        in_shard = 0
+        for key, members in read_shard_members(dataset_dir / name, name, split, result.failures):
+            in_shard += 1
+            if key in seen:
+                result.failures.append(Failure("duplicate-key", f"key also in {seen[key]}", split, name, key))
+            seen.setdefault(key, name)
+            check_sample(name, key, members, counts)
+        result.samples_checked += in_shard
+        total += in_shard
+        if in_shard != shard_entry.get("num_samples"):
+            result.failures.append(Failure("shard-count", f"holds {in_shard} samples, manifest says {shard_entry.get('num_samples')}", split, name))
+    if total != entry.get("num_samples"):
+        result.failures.append(Failure("split-count", f"shards hold {total} samples, manifest says {entry.get('num_samples')}", split))
+    if stage == "compose":
+        compare_counts(split, entry.get("counts", {}), counts, result.failures)
+    result.counts[split] = {"num_samples": total, **counts}

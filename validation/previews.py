@@ -10,16 +10,16 @@ Samples are the first keys (sorted) of each cell, so the same dataset gives the 
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from builder.core.taxonomy import sorted_groups
+from builder.formats.composites import decode_composite_image, decode_composite_json
 from builder.formats.parts import decode_parts, iter_parts_samples
 from builder.core.shards import iter_shard, manifest_shard_paths, read_manifest
 
-PAPER_GROUPS = ("CeO", "CoO", "CeR", "CoR")
 LABEL_HEIGHT = 18
 MARGIN = 4
 BACKGROUND_COLOUR = (255, 255, 255)
@@ -29,11 +29,6 @@ TILE_COLOUR = (200, 200, 200)  # grey, so an all-white mask still shows its exte
 
 def _font() -> ImageFont.ImageFont:
     return ImageFont.load_default()
-
-
-def _group_order(groups) -> list[str]:
-    paper = [g for g in PAPER_GROUPS if g in groups]
-    return paper + sorted(g for g in groups if g not in PAPER_GROUPS)
 
 
 def _save_png(image: Image.Image, path: Path) -> Path:
@@ -50,7 +45,7 @@ def collect_cells(dataset_dir: Path, split: str, per_cell: int) -> dict[tuple[st
     cells: dict[tuple[str, int], list[tuple[str, bytes]]] = {}
     for path in manifest_shard_paths(dataset_dir, manifest, split):
         for key, members in iter_shard(path):
-            meta = json.loads(members["json"])
+            meta = decode_composite_json(members)
             cell = cells.setdefault((meta["group"], int(meta["size"])), [])
             cell.append((key, members["jpg"]))
             cell.sort()
@@ -64,7 +59,7 @@ def contact_sheet(dataset_dir: Path, out_path: Path, split: str | None = None, p
     manifest = read_manifest(dataset_dir)
     split = split or sorted(manifest["splits"])[0]
     cells = collect_cells(dataset_dir, split, per_cell)
-    groups = _group_order({g for g, _ in cells})
+    groups = sorted_groups(g for g, _ in cells)
     sizes = sorted({s for _, s in cells})
     row_label_width = 60
     cell_width = per_cell * (thumb + MARGIN) + MARGIN
@@ -81,8 +76,7 @@ def contact_sheet(dataset_dir: Path, out_path: Path, split: str | None = None, p
         draw.text((MARGIN, top + thumb // 2 - 6), group, fill=TEXT_COLOUR, font=font)
         for column, size in enumerate(sizes):
             for n, (_, jpg) in enumerate(cells.get((group, size), [])):
-                with Image.open(io.BytesIO(jpg)) as image:
-                    small = image.convert("RGB").resize((thumb, thumb), Image.BICUBIC)
+                small = decode_composite_image(jpg).resize((thumb, thumb), Image.BICUBIC)
                 left = row_label_width + column * cell_width + MARGIN + n * (thumb + MARGIN)
                 sheet.paste(small, (left, top))
     return _save_png(sheet, out_path)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from builder import __version__
 from builder.core.shards import MANIFEST_NAME, read_manifest, write_json_atomic
+from builder.core.taxonomy import sorted_groups
 
 from validation.integrity import IntegrityResult, check_dataset
 from validation.scores import ScoreReport
@@ -73,19 +74,21 @@ def _fmt(value, digits: int = 3) -> str:
 
 def _group_size_table(group_size: dict[str, int]) -> list[str]:
     """Samples per group (rows, the paper's order first) and size (columns, ascending)."""
-    from validation.previews import PAPER_GROUPS
-
     pairs = [name.rsplit("/", 1) for name in group_size]
-    groups = sorted({g for g, _ in pairs}, key=lambda g: (PAPER_GROUPS.index(g) if g in PAPER_GROUPS else len(PAPER_GROUPS), g))
+    groups = sorted_groups(g for g, _ in pairs)
     sizes = sorted({s for _, s in pairs}, key=lambda s: (len(s), s))
     rows = [f"| group | {' | '.join(f'{s} px' for s in sizes)} |", "|---|" + "---|" * len(sizes)]
     rows += [f"| {g} | {' | '.join(str(group_size.get(f'{g}/{s}', 0)) for s in sizes)} |" for g in groups]
     return rows
 
 
-def render_markdown(payload: dict) -> str:
+def _heading(title: str) -> list[str]:
+    return ["", f"## {title}", ""]
+
+
+def _header_section(payload: dict) -> list[str]:
     target = payload["target"]
-    lines = [
+    return [
         "# Validation report",
         "",
         f"- Folder: `{target.get('folder')}` (stage: {target.get('stage')}, config: {target.get('config')}, "
@@ -93,71 +96,85 @@ def render_markdown(payload: dict) -> str:
         f"- Tool: {payload['tool']['name']} {payload['tool']['version']}",
         f"- Result: **{'PASS' if payload['ok'] else 'FAIL'}**",
     ]
-    integrity = payload.get("integrity")
-    if integrity:
-        lines += [
-            "",
-            "## Integrity",
-            "",
-            f"{integrity['shards_checked']} shards and {integrity['samples_checked']} samples checked "
-            f"against `{MANIFEST_NAME}`; {integrity['placements_compared']} pasted regions compared with their parts.",
-            "",
-        ]
-        if integrity["failures"]:
-            lines += ["| check | shard | key | detail |", "|---|---|---|---|"]
-            for failure in integrity["failures"][:MAX_LISTED]:
-                detail = failure["detail"].replace("|", "\\|")
-                lines.append(f"| {failure['check']} | {failure['shard'] or ''} | {failure['key'] or ''} | {detail} |")
-            if len(integrity["failures"]) > MAX_LISTED:
-                lines.append(f"\n... and {len(integrity['failures']) - MAX_LISTED} more in `{JSON_NAME}`.")
-        else:
-            lines.append("No failures: every shard, count, key, background and placement checks out.")
-        for split, counts in sorted(integrity.get("counts", {}).items()):
-            lines += ["", f"Split `{split}`: {counts.get('num_samples')} samples."]
-            group_size = counts.get("group_size")
-            if group_size:
-                lines += [""] + _group_size_table(group_size)
-    scores = payload.get("scores")
-    if scores:
-        summary = scores["summary"]
-        reference = summary.get("paper_reference", {})
-        lines += [
-            "",
-            "## Centre and size scores (the paper's section 3.3)",
-            "",
-            f"Over {summary.get('images')} images of {summary.get('classes')} classes, class-averaged means: "
-            f"centre {_fmt(summary.get('centre_class_mean'))}, size {_fmt(summary.get('size_class_mean'))} "
-            f"(the paper: {reference.get('centre_class_mean')} and {reference.get('size_class_mean')} over "
-            "ImageNet's official val boxes). Per class: "
-            f"`{scores['per_class_csv']}`; distributions: `{scores['plot']}`.",
-        ]
-        correlations = scores.get("accuracy_correlations")
-        if correlations:
-            lines += ["", f"Rank correlation with per-class accuracy ({correlations['classes']} classes):", "",
-                      "| score | Spearman | Kendall tau-b |", "|---|---|---|"]
-            for name in ("centre", "size"):
-                lines.append(f"| {name} | {_fmt(correlations[name]['spearman'])} | {_fmt(correlations[name]['kendall_tau_b'])} |")
-    detection = payload.get("detection")
-    if detection:
-        lines += [
-            "",
-            "## Box re-detection (Grounding DINO)",
-            "",
-            f"Detector `{detection['detector']}` ({detection['source']}), box threshold {detection['box_threshold']}, "
-            f"text threshold {detection['text_threshold']}. Weights sha256: "
-            + ", ".join(f"`{name}` {digest[:16]}..." for name, digest in sorted(detection["weights_sha256"].items())),
-            "",
-            f"Mean IoU over {detection['images']} images: {_fmt(detection['mean_iou'])} "
-            f"(class-averaged {_fmt(detection['class_mean_iou'])}; the paper reports 0.875). "
-            f"{len(detection['below_threshold'])} images below IoU {detection['iou_threshold']}"
-            + (":" if detection["below_threshold"] else "."),
-        ]
-        if detection["below_threshold"]:
-            lines += ["", "| image | wnid | mean IoU |", "|---|---|---|"]
-            lines += [f"| {row['image_id']} | {row['wnid']} | {row['mean_iou']:.3f} |" for row in detection["below_threshold"][:MAX_LISTED]]
+
+
+def _integrity_section(integrity: dict) -> list[str]:
+    """What was checked, the failures (the first MAX_LISTED) and the samples per split."""
+    lines = _heading("Integrity") + [
+        f"{integrity['shards_checked']} shards and {integrity['samples_checked']} samples checked "
+        f"against `{MANIFEST_NAME}`; {integrity['placements_compared']} pasted regions compared with their parts.",
+        "",
+    ]
+    if integrity["failures"]:
+        lines += ["| check | shard | key | detail |", "|---|---|---|---|"]
+        for failure in integrity["failures"][:MAX_LISTED]:
+            detail = failure["detail"].replace("|", "\\|")
+            lines.append(f"| {failure['check']} | {failure['shard'] or ''} | {failure['key'] or ''} | {detail} |")
+        if len(integrity["failures"]) > MAX_LISTED:
+            lines.append(f"\n... and {len(integrity['failures']) - MAX_LISTED} more in `{JSON_NAME}`.")
+    else:
+        lines.append("No failures: every shard, count, key, background and placement checks out.")
+    for split, counts in sorted(integrity.get("counts", {}).items()):
+        lines += ["", f"Split `{split}`: {counts.get('num_samples')} samples."]
+        group_size = counts.get("group_size")
+        if group_size:
+            lines += [""] + _group_size_table(group_size)
+    return lines
+
+
+def _scores_section(scores: dict) -> list[str]:
+    """The class-averaged centre and size scores beside the paper's, and any accuracy correlations."""
+    summary = scores["summary"]
+    reference = summary.get("paper_reference", {})
+    lines = _heading("Centre and size scores (the paper's section 3.3)") + [
+        f"Over {summary.get('images')} images of {summary.get('classes')} classes, class-averaged means: "
+        f"centre {_fmt(summary.get('centre_class_mean'))}, size {_fmt(summary.get('size_class_mean'))} "
+        f"(the paper: {reference.get('centre_class_mean')} and {reference.get('size_class_mean')} over "
+        "ImageNet's official val boxes). Per class: "
+        f"`{scores['per_class_csv']}`; distributions: `{scores['plot']}`.",
+    ]
+    correlations = scores.get("accuracy_correlations")
+    if correlations:
+        lines += ["", f"Rank correlation with per-class accuracy ({correlations['classes']} classes):", "",
+                  "| score | Spearman | Kendall tau-b |", "|---|---|---|"]
+        for name in ("centre", "size"):
+            lines.append(f"| {name} | {_fmt(correlations[name]['spearman'])} | {_fmt(correlations[name]['kendall_tau_b'])} |")
+    return lines
+
+
+def _detection_section(detection: dict) -> list[str]:
+    """The detector, its thresholds and weights, the mean IoU and the images below the threshold."""
+    lines = _heading("Box re-detection (Grounding DINO)") + [
+        f"Detector `{detection['detector']}` ({detection['source']}), box threshold {detection['box_threshold']}, "
+        f"text threshold {detection['text_threshold']}. Weights sha256: "
+        + ", ".join(f"`{name}` {digest[:16]}..." for name, digest in sorted(detection["weights_sha256"].items())),
+        "",
+        f"Mean IoU over {detection['images']} images: {_fmt(detection['mean_iou'])} "
+        f"(class-averaged {_fmt(detection['class_mean_iou'])}; the paper reports 0.875). "
+        f"{len(detection['below_threshold'])} images below IoU {detection['iou_threshold']}"
+        + (":" if detection["below_threshold"] else "."),
+    ]
+    if detection["below_threshold"]:
+        lines += ["", "| image | wnid | mean IoU |", "|---|---|---|"]
+        lines += [f"| {row['image_id']} | {row['wnid']} | {row['mean_iou']:.3f} |" for row in detection["below_threshold"][:MAX_LISTED]]
+    return lines
+
+
+def _previews_section(previews: list[str]) -> list[str]:
+    return _heading("Previews") + [f"![{Path(p).stem}]({p})" for p in previews]
+
+
+def render_markdown(payload: dict) -> str:
+    """`validation.md`: the header, then a section per part of the payload that is present."""
+    lines = _header_section(payload)
+    if payload.get("integrity"):
+        lines += _integrity_section(payload["integrity"])
+    if payload.get("scores"):
+        lines += _scores_section(payload["scores"])
+    if payload.get("detection"):
+        lines += _detection_section(payload["detection"])
     if payload.get("previews"):
-        lines += ["", "## Previews", ""]
-        lines += [f"![{Path(p).stem}]({p})" for p in payload["previews"]]
+        lines += _previews_section(payload["previews"])
     return "\n".join(lines) + "\n"
 
 

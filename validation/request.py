@@ -114,13 +114,8 @@ def compute_requested_scores(request: ValidationRequest, warn: Callable[[str], N
 
 def score_inputs(request: ValidationRequest, warn: Callable[[str], None]):
     """The boxes to score: a LOC csv joined with sizes, the dataset when it is a parts folder, or --parts."""
-    from validation.scores import (
-        boxes_from_loc_csv,
-        boxes_from_parts,
-        image_sizes_from_folder,
-        image_sizes_from_parts,
-        read_loc_solution,
-    )
+    from builder.formats.loc_csv import read_loc_solution
+    from validation.scores import boxes_from_loc_csv, boxes_from_parts, image_sizes_from_folder, image_sizes_from_parts
 
     scores = request.scores
     assert scores is not None
@@ -128,7 +123,7 @@ def score_inputs(request: ValidationRequest, warn: Callable[[str], None]):
         if stage_of(scores.sizes_from) == "extract":
             sizes = image_sizes_from_parts(scores.sizes_from)
         else:
-            sizes = image_sizes_from_folder(scores.sizes_from, set(read_loc_solution(scores.boxes_csv)))
+            sizes = image_sizes_from_folder(scores.sizes_from, read_loc_solution(scores.boxes_csv).ids())
         items, unsized = boxes_from_loc_csv(scores.boxes_csv, sizes)
         if unsized:
             warn(f"hsi validate: {len(unsized)} images of {scores.boxes_csv.name} have no size under --sizes-from "

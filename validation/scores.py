@@ -25,6 +25,7 @@ import numpy as np
 
 from builder.core.classes import class_of, is_known_wnid
 from builder.core.records import Box
+from builder.formats.loc_csv import read_loc_boxes
 
 # The paper's class-averaged figures over the official ImageNet val boxes.
 PAPER_CENTRE_MEAN = 0.747
@@ -128,26 +129,6 @@ def summarise(classes: Sequence[ClassScore], images: Sequence[ImageScore]) -> di
 # --- inputs ---------------------------------------------------------------------------------
 
 
-def read_loc_solution(path: Path) -> dict[str, list[Box]]:
-    """`LOC_val_solution.csv` (ImageId,PredictionString with `wnid x0 y0 x1 y1` repeated) -> boxes."""
-    boxes: dict[str, list[Box]] = {}
-    with open(path, newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        if reader.fieldnames is None or not {"ImageId", "PredictionString"} <= set(reader.fieldnames):
-            raise InputError(f"{path} is not in LOC_val_solution.csv format (ImageId,PredictionString)")
-        for line, row in enumerate(reader, start=2):
-            tokens = row["PredictionString"].split()
-            if not tokens or len(tokens) % 5:
-                raise InputError(f"{path}:{line}: PredictionString must hold groups of 'wnid x0 y0 x1 y1'")
-            parsed = []
-            for i in range(0, len(tokens), 5):
-                wnid, *corners = tokens[i : i + 5]
-                x0, y0, x1, y1 = (int(float(v)) for v in corners)
-                parsed.append(Box(x0, y0, x1, y1, wnid))
-            boxes[row["ImageId"]] = parsed
-    return boxes
-
-
 def image_sizes_from_folder(root: Path, wanted: set[str] | None = None) -> dict[str, tuple[int, int]]:
     """(width, height) of every image under `root` whose file stem is in `wanted` (header reads only)."""
     from PIL import Image
@@ -170,15 +151,13 @@ def image_sizes_from_parts(parts_dir: Path) -> dict[str, tuple[int, int]]:
 
 def boxes_from_parts(parts_dir: Path, split: str | None = None) -> list[ImageBoxes]:
     """Every parts sample's boxes and source size, read from its `json` member only."""
-    from builder.core.shards import iter_shard, manifest_shard_paths, read_manifest
+    from builder.formats.parts import decode_parts_json, iter_parts_samples
 
-    manifest = read_manifest(parts_dir)
     items = []
-    for path in manifest_shard_paths(parts_dir, manifest, split):
-        for key, members in iter_shard(path):
-            meta = json.loads(members["json"])
-            boxes = tuple(Box(b["x0"], b["y0"], b["x1"], b["y1"], b["wnid"]) for b in meta["boxes"])
-            items.append(ImageBoxes(key, meta["wnid"], int(meta["width"]), int(meta["height"]), boxes))
+    for key, members in iter_parts_samples(parts_dir, split):
+        meta = decode_parts_json(members)
+        boxes = tuple(Box(b["x0"], b["y0"], b["x1"], b["y1"], b["wnid"]) for b in meta["boxes"])
+        items.append(ImageBoxes(key, meta["wnid"], int(meta["width"]), int(meta["height"]), boxes))
     return sorted(items, key=lambda item: item.image_id)
 
 
@@ -188,7 +167,7 @@ def boxes_from_loc_csv(csv_path: Path, sizes: dict[str, tuple[int, int]]) -> tup
     The image's class is its first box's wnid (ImageNet val images carry boxes of their label only).
     """
     items, unsized = [], []
-    for image_id, boxes in sorted(read_loc_solution(csv_path).items()):
+    for image_id, boxes in sorted(read_loc_boxes(csv_path).items()):
         if image_id not in sizes:
             unsized.append(image_id)
             continue

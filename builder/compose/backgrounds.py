@@ -95,14 +95,6 @@ def assign_foreign_donors(items: Sequence[tuple[int, str]], seed: int) -> dict[s
     return {key: pool.foreign_donor(key, class_index, seed) for class_index, key in items}
 
 
-def split_own_and_paired(keys: Sequence[str], majority: float, seed: int) -> dict[str, str]:
-    """For the -10 train split: key -> "original" for round(majority * n) of one class's images
-    (chosen by a seeded shuffle) and "paired" for the rest."""
-    ranked = sorted(keys, key=lambda key: stable_rank(seed, "majority", key))
-    own = int(np.floor(majority * len(ranked) + 0.5))
-    return {key: ("original" if n < own else "paired") for n, key in enumerate(ranked)}
-
-
 class CanvasCache:
     """Canvas-sized backgrounds in a flat file of fixed-size rows, read and written by offset.
 

@@ -86,11 +86,6 @@ def check_position(position: str) -> str:
     )
 
 
-def position_token(position: str) -> str:
-    """A key-safe spelling of a position: `xy:0.25,0.75` -> `xy0-25-0-75` (keys allow no dots)."""
-    return re.sub(r"[^A-Za-z0-9-]+", "-", position.replace("xy:", "xy")).strip("-")
-
-
 def object_size(crop_w: int, crop_h: int, size: int, canvas: int, mode: str, margin: int = 0) -> tuple[int, int]:
     """Width and height of the pasted object for an object box of crop_w x crop_h."""
     if mode == "square":

@@ -9,12 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from builder.compose.backgrounds import DonorPool, split_own_and_paired, stable_rank
+from builder.compose.backgrounds import DonorPool
 from builder.core.classes import class_of
 from builder.core.config import ConfigError
-from builder.compose.geometry import round_half_up
 from builder.formats.parts_index import PartsRef
-from builder.variants import VariantSpec
+from builder.variants import VariantSpec, variant_planning
 
 
 @dataclass(frozen=True)
@@ -53,54 +52,12 @@ def plan_standard_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -
     return jobs
 
 
-def draw_subset_splits(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[str, list[PartsRef]]:
-    """Pool the subset's images from the spec's parts splits; per class, a seeded shuffle sends
-    round(train_fraction * n) images to train and the rest to test."""
-    assert spec.subset is not None
-    classes = set(spec.subset.classes)
-    pooled: dict[str, PartsRef] = {}
-    for split in spec.splits:
-        for ref in index[split]:
-            if ref.wnid in classes:
-                pooled.setdefault(ref.key, ref)
-    drawn: dict[str, list[PartsRef]] = {"train": [], "test": []}
-    for wnid in spec.subset.classes:
-        members = sorted((r for r in pooled.values() if r.wnid == wnid), key=lambda r: stable_rank(spec.seed, "subset-split", r.key))
-        n_train = round_half_up(spec.subset.train_fraction * len(members))
-        drawn["train"].extend(members[:n_train])
-        drawn["test"].extend(members[n_train:])
-    return {split: sorted(refs, key=lambda r: r.key) for split, refs in drawn.items()}
-
-
-def plan_subset_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[str, list[ImageJob]]:
-    subset = spec.subset
-    assert subset is not None
-    jobs: dict[str, list[ImageJob]] = {}
-    for split, refs in draw_subset_splits(spec, index).items():
-        by_key = {ref.key: ref for ref in refs}
-        pool = DonorPool.build([(ref.class_index, ref.key) for ref in refs])
-        kinds: dict[str, tuple[str, ...]] = {}
-        if split == "train":
-            for wnid in subset.classes:
-                own = split_own_and_paired([r.key for r in refs if r.wnid == wnid], subset.majority, spec.seed)
-                kinds.update({key: (kind,) for key, kind in own.items()})
-        split_jobs = []
-        for ref in refs:
-            paired_wnid = subset.paired(ref.wnid)
-            donors = []
-            for kind in kinds.get(ref.key, ("original", "paired")):
-                if kind == "original":
-                    donors.append((kind, ref))
-                else:
-                    donor = pool.donor_of_class(ref.key, class_of(paired_wnid).index, spec.seed)
-                    donors.append((kind, by_key[donor[1]] if donor else None))
-            split_jobs.append(ImageJob(ref, split, subset.label_of(ref.wnid), tuple(donors), paired_wnid))
-        jobs[split] = split_jobs
-    return jobs
-
-
 def plan_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[str, list[ImageJob]]:
-    return plan_subset_jobs(spec, index) if spec.subset else plan_standard_jobs(spec, index)
+    """The jobs of every output split: a variant with its own planning code plans them itself."""
+    planning = variant_planning(spec)
+    if planning is not None:
+        return planning.plan_jobs(spec, index)
+    return plan_standard_jobs(spec, index)
 
 
 def check_has_work(spec: VariantSpec, jobs: Mapping[str, list[ImageJob]]) -> None:

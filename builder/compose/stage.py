@@ -1,8 +1,8 @@
 """The compose stage: parts + a variant spec + a seed -> composites as deterministic WebDataset shards.
 
 Two passes keep memory flat in the number of source images:
-1. `builder.parts_index` indexes the parts by tar offset (reading only their `json` members) and
-   `builder.compose_plan` fixes every image's composites and background donors from (seed, key).
+1. `builder.formats.parts_index` indexes the parts by tar offset (reading only their `json` members)
+   and `builder.compose.planning` fixes every image's composites and background donors from (seed, key).
 2. Shards of source images are built independently (in worker processes if asked): each job reads
    its own crop and the backgrounds it needs (its own, a donor's) by offset or from the background
    cache, resizes them, pastes, and encodes JPEGs, so the bytes of every shard are the same whatever
@@ -18,8 +18,7 @@ import json
 import os
 import re
 import shutil
-from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Mapping, Sequence
 
@@ -27,19 +26,23 @@ import numpy as np
 from PIL import Image
 
 from builder import __version__
-from builder.compose.backgrounds import gray_background, noise_background, sample_rng
+from builder.compose.backgrounds import DONOR_KINDS, gray_background, noise_background, sample_rng
 from builder.core.classes import class_of, imagenet_classes
+from builder.core.taxonomy import group_name, sorted_groups, tier_of
 from builder.compose.planning import ImageJob, check_has_work, images_per_shard, plan_jobs
 from builder.core.config import canonical_json, fingerprint
-from builder.compose.geometry import object_size, paste, place, position_token, resize_mask, resize_rgb
-from builder.formats.parts import decode_png
-from builder.formats.parts_index import (
+from builder.compose.geometry import object_size, paste, place, resize_mask, resize_rgb
+from builder.compose.background_cache import (
     CACHE_DIR,
+    fill_background_cache,
+    read_cached_background,
+    read_canvas_background,
+)
+from builder.formats.parts_index import (
     MemberReader,
     PartsRef,
-    fill_background_cache,
     index_parts,
-    read_canvas_background,
+    read_object,
     read_parts_manifest,
     resolve_parts_dir,
 )
@@ -54,7 +57,7 @@ from builder.core.runner import (
     report_progress,
     run_shards,
 )
-from builder.formats.composites import SCHEMA_VERSION
+from builder.formats.composites import SCHEMA_VERSION, composite_members, count_composites, merge_counts, sample_key
 from builder.core.manifest import ErrorCounts, Manifest, SplitEntry
 from builder.core.shards import write_shard
 from builder.core.stage import RunOptions, Stage, run_stage
@@ -63,32 +66,8 @@ from builder.variants import VariantSpec, load_variant
 TOOL_NAME = "hard-spurious-imagenet"
 SPEC_NAME = "spec.yaml"
 
-# The paper's groups: which placements and backgrounds they are, and their tiers at 224 px.
-PAPER_POSITIONS = {"center": "Ce", "top-right": "Co", "random-corner": "Co"}
-PAPER_BACKGROUNDS = {"original": "O", "random": "R"}
-PAPER_GROUPS = ("CeO", "CoO", "CeR", "CoR")
-TIERS: dict[tuple[str, int], str] = {
-    **{(g, s): "Easy" for g in ("CeO", "CoO") for s in (84, 112)},
-    **{(g, 56): "Medium" for g in ("CeO", "CoO")},
-    **{(g, 112): "Medium" for g in ("CeR", "CoR")},
-    **{(g, s): "Hard" for g in ("CeR", "CoR") for s in (56, 84)},
-}
-PAPER_CANVAS = 224
 
-
-# --- groups, tiers and the per-sample record --------------------------------------------------
-
-
-def group_name(position: str, background: str, margin: int = 0) -> str:
-    """CeO/CoO/CeR/CoR for the paper's placements (flush, no margin), else `position/background`."""
-    prefix, suffix = PAPER_POSITIONS.get(position), PAPER_BACKGROUNDS.get(background)
-    if prefix and suffix and margin == 0:
-        return prefix + suffix
-    return f"{position}/{background}"
-
-
-def tier_of(group: str, size: int, canvas: int) -> str | None:
-    return TIERS.get((group, size)) if canvas == PAPER_CANVAS else None
+# --- the per-sample record ----------------------------------------------------------------------
 
 
 def encode_jpeg(canvas: np.ndarray, quality: int) -> bytes:
@@ -98,20 +77,33 @@ def encode_jpeg(canvas: np.ndarray, quality: int) -> bytes:
     return buffer.getvalue()
 
 
-def sample_key(source_id: str, position: str, size: int, background: str) -> str:
-    return f"{source_id}_{position_token(position)}_{size}_{background}".replace(".", "-")
+@dataclass
+class Cutout:
+    """The object's crop (and its mask when only mask pixels are pasted), resized once per pasted
+    box size: an image's O and R composites of one size share the resize."""
+
+    crop: np.ndarray
+    mask: np.ndarray | None
+    resize_filter: str
+    resized: dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]] = field(default_factory=dict)
+
+    @property
+    def width(self) -> int:
+        return self.crop.shape[1]
+
+    @property
+    def height(self) -> int:
+        return self.crop.shape[0]
+
+    def at(self, w: int, h: int) -> tuple[np.ndarray, np.ndarray | None]:
+        if (w, h) not in self.resized:
+            obj_mask = resize_mask(self.mask, w, h, self.resize_filter) if self.mask is not None else None
+            self.resized[(w, h)] = (resize_rgb(self.crop, w, h, self.resize_filter), obj_mask)
+        return self.resized[(w, h)]
 
 
-def _load_object(reader: MemberReader, ref: PartsRef, with_mask: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    crop = decode_png(reader.read(ref, "crop.png"))
-    if crop.ndim != 3:
-        raise ValueError("crop.png is not RGB")
-    if not with_mask:
-        return crop, None
-    mask = decode_png(reader.read(ref, "mask.png")) > 127
-    if mask.shape != crop.shape[:2]:
-        raise ValueError(f"mask.png is {mask.shape}, crop.png is {crop.shape[:2]}")
-    return crop, mask
+ComposedSample = tuple[str, dict[str, bytes], dict]  # (key, members, metadata)
+_NO_BACKGROUND = object()  # this kind's composites are dropped (the reason is already an issue)
 
 
 @dataclass(frozen=True)
@@ -133,7 +125,7 @@ class ComposeShardBuilder:
         for split, key, why in self.cache_failures:
             if (split, key) == (donor.split, donor.key):
                 raise ValueError(why)
-        return reader.cached_background(Path(self.cache_dir), donor, self.spec.canvas)
+        return read_cached_background(reader, Path(self.cache_dir), donor, self.spec.canvas)
 
     def metadata(self, job: ImageJob, size: int, spec_position: str, placed, kind: str, donor: PartsRef | None) -> dict:
         spec, cls = self.spec, class_of(job.ref.wnid)
@@ -166,48 +158,61 @@ class ComposeShardBuilder:
             "schema_version": SCHEMA_VERSION,
         }
 
-    def compose_image(self, reader: MemberReader, job: ImageJob, issues: list[Issue]) -> list[tuple[str, dict[str, bytes], dict]]:
-        spec = self.spec
+    def load_cutout(self, reader: MemberReader, job: ImageJob, issues: list[Issue]) -> Cutout | None:
         try:
-            crop, mask = _load_object(reader, job.ref, spec.paste == "mask")
+            crop, mask = read_object(reader, job.ref, self.spec.paste == "mask")
         except (OSError, ValueError, KeyError) as exc:
             issues.append(Issue(job.ref.key, "unreadable-parts", f"object: {exc}", "compose"))
+            return None
+        return Cutout(crop, mask, self.spec.resize_filter)
+
+    def load_background(self, reader: MemberReader, job: ImageJob, kind: str, donor: PartsRef | None,
+                        issues: list[Issue]):
+        """The canvas-sized background of `kind` (None for noise, drawn per sample), or
+        `_NO_BACKGROUND` with an issue recorded when there is none or it does not read."""
+        if kind in ("random", "paired") and donor is None:
+            reason = "no-foreign-background" if kind == "random" else "no-paired-background"
+            detail = ("no image of another class in this split" if kind == "random"
+                      else f"no image of paired class {job.paired_wnid} in split {job.split}")
+            issues.append(Issue(job.ref.key, reason, detail, "compose"))
+            return _NO_BACKGROUND
+        if kind == "noise":
+            return None
+        try:
+            return self.background_for(reader, kind, donor)
+        except (OSError, ValueError, KeyError) as exc:
+            issues.append(Issue(job.ref.key, "unreadable-parts", f"{kind} background from {donor.key if donor else '-'}: {exc}", "compose"))
+            return _NO_BACKGROUND
+
+    def composite(self, job: ImageJob, kind: str, donor: PartsRef | None, background: np.ndarray | None,
+                  cutout: Cutout, size: int, position: str) -> ComposedSample:
+        """One composite: the object at `size` and `position` on a copy of `background`."""
+        spec = self.spec
+        w, h = object_size(cutout.width, cutout.height, size, spec.canvas, spec.mode, spec.margin)
+        obj, obj_mask = cutout.at(w, h)
+        key = sample_key(job.ref.key, position, size, kind)
+        # The corner is drawn per (image, size), so O and R composites share it.
+        rng = sample_rng(spec.seed, f"corner:{job.ref.key}:{size}") if position == "random-corner" else None
+        placed = place(position, w, h, spec.canvas, spec.margin, rng)
+        canvas = (noise_background(spec.canvas, sample_rng(spec.seed, f"noise:{key}"))
+                  if kind == "noise" else background.copy())
+        paste(canvas, obj, placed, obj_mask)
+        meta = self.metadata(job, size, position, placed, kind, donor if kind in DONOR_KINDS else None)
+        return key, composite_members(encode_jpeg(canvas, spec.jpeg_quality), job.label, meta), meta
+
+    def compose_image(self, reader: MemberReader, job: ImageJob, issues: list[Issue]) -> list[ComposedSample]:
+        """Every composite of one source image: per background kind, size and position."""
+        cutout = self.load_cutout(reader, job, issues)
+        if cutout is None:
             return []
-        crop_h, crop_w = crop.shape[:2]
-        resized: dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]] = {}
         samples = []
         for kind, donor in job.donors:
-            if kind in ("random", "paired") and donor is None:
-                reason = "no-foreign-background" if kind == "random" else "no-paired-background"
-                detail = ("no image of another class in this split" if kind == "random"
-                          else f"no image of paired class {job.paired_wnid} in split {job.split}")
-                issues.append(Issue(job.ref.key, reason, detail, "compose"))
+            background = self.load_background(reader, job, kind, donor, issues)
+            if background is _NO_BACKGROUND:
                 continue
-            try:
-                background = self.background_for(reader, kind, donor) if kind != "noise" else None
-            except (OSError, ValueError, KeyError) as exc:
-                issues.append(Issue(job.ref.key, "unreadable-parts", f"{kind} background from {donor.key if donor else '-'}: {exc}", "compose"))
-                continue
-            for size in spec.sizes:
-                w, h = object_size(crop_w, crop_h, size, spec.canvas, spec.mode, spec.margin)
-                if (w, h) not in resized:
-                    obj_mask = resize_mask(mask, w, h, spec.resize_filter) if mask is not None else None
-                    resized[(w, h)] = (resize_rgb(crop, w, h, spec.resize_filter), obj_mask)
-                obj, obj_mask = resized[(w, h)]
-                for position in spec.positions:
-                    key = sample_key(job.ref.key, position, size, kind)
-                    # The corner is drawn per (image, size), so O and R composites share it.
-                    rng = sample_rng(spec.seed, f"corner:{job.ref.key}:{size}") if position == "random-corner" else None
-                    placed = place(position, w, h, spec.canvas, spec.margin, rng)
-                    canvas = (noise_background(spec.canvas, sample_rng(spec.seed, f"noise:{key}"))
-                              if kind == "noise" else background.copy())
-                    paste(canvas, obj, placed, obj_mask)
-                    meta = self.metadata(job, size, position, placed, kind, donor if kind in ("original", "random", "paired") else None)
-                    samples.append((key, {
-                        "jpg": encode_jpeg(canvas, spec.jpeg_quality),
-                        "cls": str(job.label).encode("ascii"),
-                        "json": json.dumps(meta, sort_keys=True).encode("utf-8"),
-                    }, meta))
+            for size in self.spec.sizes:
+                for position in self.spec.positions:
+                    samples.append(self.composite(job, kind, donor, background, cutout, size, position))
                     report_progress(1)
         return samples
 
@@ -225,29 +230,7 @@ class ComposeShardBuilder:
         return ShardResult(stats, issues, count_composites([meta for _, _, meta in samples]))
 
 
-def count_composites(metas: Sequence[dict]) -> dict[str, dict[str, int]]:
-    counts: dict[str, Counter] = {"group": Counter(), "size": Counter(), "tier": Counter(), "group_size": Counter()}
-    for meta in metas:
-        counts["group"][meta["group"]] += 1
-        counts["size"][str(meta["size"])] += 1
-        counts["tier"][meta["tier"] or "none"] += 1
-        counts["group_size"][f"{meta['group']}/{meta['size']}"] += 1
-    return {name: dict(sorted(counter.items())) for name, counter in counts.items()}
-
-
-def merge_counts(parts: Sequence[Mapping[str, Mapping[str, int]]]) -> dict[str, dict[str, int]]:
-    merged: dict[str, Counter] = {"group": Counter(), "size": Counter(), "tier": Counter(), "group_size": Counter()}
-    for counts in parts:
-        for name, values in counts.items():
-            merged.setdefault(name, Counter()).update(values)
-    return {name: dict(sorted(counter.items())) for name, counter in merged.items()}
-
-
 # --- the stage --------------------------------------------------------------------------------
-
-
-def _group_order(group: str) -> tuple[int, str]:
-    return (PAPER_GROUPS.index(group), "") if group in PAPER_GROUPS else (len(PAPER_GROUPS), group)
 
 
 def summary_table(manifest: dict) -> str:
@@ -256,7 +239,7 @@ def summary_table(manifest: dict) -> str:
     lines = []
     for split, entry in manifest["splits"].items():
         by_pair = entry["counts"]["group_size"]
-        groups = sorted(entry["counts"]["group"], key=_group_order)
+        groups = sorted_groups(entry["counts"]["group"])
         header = [f"{manifest['config']} / {split}", *sizes, "total"]
         rows = [[g, *[str(by_pair.get(f"{g}/{s}", 0)) for s in sizes], str(entry["counts"]["group"][g])] for g in groups]
         rows.append(["total", *[str(entry["counts"]["size"].get(s, 0)) for s in sizes], str(entry["num_samples"])])

@@ -23,7 +23,7 @@ import json
 import os
 import tarfile
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 Sample = tuple[str, dict[str, bytes]]
 
@@ -98,29 +98,80 @@ def split_member_name(name: str) -> tuple[str, str]:
     return key, ext
 
 
-def iter_shard(source: Path | BinaryIO) -> Iterator[Sample]:
+class ShardReadError(ShardFormatError):
+    """One problem met while reading a shard: `reason` (unreadable-shard, unsafe-member,
+    duplicate-member), the shard's file name, the key or member name where known, and a `detail`
+    that does not repeat the shard (the message does)."""
+
+    def __init__(self, reason: str, detail: str, shard: str, key: str | None = None, *, fatal: bool = False) -> None:
+        super().__init__(f"{shard}: {detail}")
+        self.reason, self.detail, self.shard, self.key, self.fatal = reason, detail, shard, key, fatal
+
+
+ReadErrorHandler = Callable[[ShardReadError], None]
+
+
+def raise_read_error(error: ShardReadError) -> None:
+    """The default policy: a shard that cannot be trusted stops the read."""
+    raise error
+
+
+def collect_read_errors(errors: list[ShardReadError]) -> ReadErrorHandler:
+    """A policy that records each problem in `errors` and reads on: a bad member is skipped, and a
+    tar that breaks off ends its shard (the samples read whole before the break are still yielded)."""
+    return errors.append
+
+
+def shard_label(source: Path | BinaryIO) -> str:
+    """The shard's file name, as messages name it."""
+    name = getattr(source, "name", "") if hasattr(source, "read") else source
+    return Path(name or "shard").name
+
+
+def iter_shard(source: Path | BinaryIO, handler: ReadErrorHandler = raise_read_error) -> Iterator[Sample]:
     """Yield (key, {ext: bytes}) from a shard (a path or an open binary stream) in one sequential
-    pass, grouping consecutive members by key."""
-    if not hasattr(source, "read"):
-        with open(source, "rb") as handle:
-            yield from iter_shard(handle)
-        return
-    label = Path(getattr(source, "name", "") or "shard").name
+    pass, grouping consecutive members by key.
+
+    Problems go to `handler` (as webdataset's `handler=`): the default raises a `ShardReadError`;
+    a handler that returns skips the bad member, or ends the shard when the tar itself is broken."""
+    label = shard_label(source)
     current_key: str | None = None
     members: dict[str, bytes] = {}
-    with tarfile.open(fileobj=source, mode="r|") as tar:
+    handle = None
+    try:
+        handle = source if hasattr(source, "read") else open(source, "rb")
+        tar = tarfile.open(fileobj=handle, mode="r|")
+    except (tarfile.TarError, OSError) as exc:
+        if handle is not None and handle is not source:
+            handle.close()
+        handler(ShardReadError("unreadable-shard", f"not a readable tar: {exc}", label, fatal=True))
+        return
+    try:
         for info in tar:
+            try:
+                key, ext = split_member_name(info.name)
+            except ShardFormatError as exc:
+                handler(ShardReadError("unsafe-member", str(exc), label, info.name))
+                continue
             if not info.isfile():
-                raise ShardFormatError(f"{label}: member {info.name!r} is not a regular file")
-            key, ext = split_member_name(info.name)
+                handler(ShardReadError("unsafe-member", f"member {info.name!r} is not a regular file", label, key))
+                continue
             if key != current_key:
                 if current_key is not None:
                     yield current_key, members
                 current_key, members = key, {}
             if ext in members:
-                raise ShardFormatError(f"{label}: member {info.name!r} appears twice")
-            handle = tar.extractfile(info)
-            members[ext] = handle.read() if handle else b""
+                handler(ShardReadError("duplicate-member", f"member {info.name!r} appears twice", label, key))
+                continue
+            data = tar.extractfile(info)
+            members[ext] = data.read() if data else b""
+    except (tarfile.TarError, OSError) as exc:
+        handler(ShardReadError("unreadable-shard", f"tar stream breaks off: {exc}", label, current_key, fatal=True))
+        current_key = None  # the sample being read at the break may lack members: it is not yielded
+    finally:
+        tar.close()
+        if handle is not source:
+            handle.close()
     if current_key is not None:
         yield current_key, members
 

@@ -25,7 +25,8 @@ from builder.core.errors import RunFailed
 from builder.core.config import ConfigError, fingerprint
 from builder.extract.images import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image
 from builder.compose.backgrounds import canvas_background
-from builder.formats.parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, PARTS_SCHEMA_VERSION, encode_canvas, encode_png
+from builder.formats.parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, PARTS_SCHEMA_VERSION
+from builder.formats.parts import encode_parts_members, parts_metadata
 from builder.core.records import Box, Issue, SourceImage
 from builder.core.runner import ShardPlan, ShardResult, report_progress
 from builder.core.shards import write_shard
@@ -117,25 +118,16 @@ def clip_boxes(record: SourceImage, width: int, height: int) -> tuple[list[Box],
     return kept, issues
 
 
-def parts_metadata(record: SourceImage, image: np.ndarray, boxes: list[Box], object_index: int,
+def parts_metadata_of(record: SourceImage, image: np.ndarray, boxes: list[Box], object_index: int,
                    conversions: list[str], config: ExtractConfig, backends: dict) -> dict:
     cls = class_of(record.wnid)
     height, width = image.shape[:2]
-    return {
-        "schema_version": PARTS_SCHEMA_VERSION,
-        "source_id": record.image_id,
-        "wnid": record.wnid,
-        "class_index": cls.index,
-        "class_name": cls.name,
-        "width": width,
-        "height": height,
-        "boxes": [{"x0": b.x0, "y0": b.y0, "x1": b.x1, "y1": b.y1, "wnid": b.wnid} for b in boxes],
-        "object_box_index": object_index,
-        "object_box": boxes[object_index].as_list(),
-        "object_box_rule": config.object_box,
-        "conversions": conversions,
-        "provenance": {"backends": backends, "dilation": config.dilation, "tool_version": __version__},
-    }
+    return parts_metadata(
+        source_id=record.image_id, wnid=record.wnid, class_index=cls.index, class_name=cls.name,
+        width=width, height=height, boxes=boxes, object_box_index=object_index,
+        object_box_rule=config.object_box, conversions=conversions,
+        provenance={"backends": backends, "dilation": config.dilation, "tool_version": __version__},
+    )
 
 
 @dataclass
@@ -199,7 +191,7 @@ def extract_batch(decoded: list[_Decoded], masker: Masker, inpainter: Inpainter,
         index = choose_object_box(item.boxes, item.record.wnid, config.object_box)
         box = item.boxes[index]
         window = (slice(box.y0, box.y1 + 1), slice(box.x0, box.x1 + 1))
-        meta = parts_metadata(item.record, item.image, item.boxes, index, item.conversions, config, backends)
+        meta = parts_metadata_of(item.record, item.image, item.boxes, index, item.conversions, config, backends)
         raw.append(RawParts(item.record.image_id, np.ascontiguousarray(item.image[window]),
                              box_masks[index][window], background, erase, meta))
     return raw
@@ -244,15 +236,8 @@ def _extract_alone(item: _Decoded, masker: Masker, inpainter: Inpainter, config:
 
 
 def encode_parts(raw: RawParts) -> tuple[str, dict[str, bytes]]:
-    return raw.key, {
-        "crop.png": encode_png(raw.crop),
-        "mask.png": encode_png(raw.mask.astype(np.uint8) * 255),
-        "background.png": encode_png(raw.background),
-        "canvas.npy": encode_canvas(canvas_background(raw.background, PARTS_CANVAS_SIZE, PARTS_CANVAS_FILTER)),
-        "erase.png": encode_png(raw.erase.astype(np.uint8) * 255),
-        "json": json.dumps(raw.meta, sort_keys=True).encode("utf-8"),
-        "cls": str(raw.meta["class_index"]).encode("ascii"),
-    }
+    canvas = canvas_background(raw.background, PARTS_CANVAS_SIZE, PARTS_CANVAS_FILTER)
+    return raw.key, encode_parts_members(raw.crop, raw.mask, raw.background, raw.erase, canvas, raw.meta)
 
 
 @dataclass(frozen=True)

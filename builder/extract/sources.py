@@ -22,6 +22,7 @@ from pathlib import Path
 
 from builder.core.classes import classes_by_wnid, is_known_wnid
 from builder.core.records import Box, Issue, SourceImage
+from builder.formats.loc_csv import LocCsvError, LocSolution, parse_coordinate, read_loc_solution
 
 IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png"}
 
@@ -104,12 +105,6 @@ def list_image_files(images_dir: Path) -> list[tuple[str, str | None, Path]]:
     return found
 
 
-def _coordinate(text: str | None, field: str) -> int:
-    if text is None or not text.strip():
-        raise ValueError(f"<{field}> is missing")
-    return int(round(float(text)))
-
-
 def parse_voc_xml(path: Path) -> list[Box]:
     """Boxes of one Pascal-VOC XML; raises ValueError with a readable reason when malformed."""
     try:
@@ -122,21 +117,10 @@ def parse_voc_xml(path: Path) -> list[Box]:
         bndbox = obj.find("bndbox")
         if not name or bndbox is None:
             raise ValueError("an <object> lacks <name> or <bndbox>")
-        boxes.append(Box(*(_coordinate(bndbox.findtext(f), f) for f in ("xmin", "ymin", "xmax", "ymax")), wnid=name))
+        boxes.append(Box(*(parse_coordinate(bndbox.findtext(f), f) for f in ("xmin", "ymin", "xmax", "ymax")), wnid=name))
     if not boxes:
         raise ValueError("no <object> elements")
     return boxes
-
-
-def parse_prediction_string(text: str) -> list[Box]:
-    """`wnid x0 y0 x1 y1 [wnid x0 y0 x1 y1 ...]` from Kaggle's solution files."""
-    fields = text.split()
-    if not fields or len(fields) % 5:
-        raise ValueError(f"PredictionString has {len(fields)} fields, not a multiple of 5")
-    return [
-        Box(*(_coordinate(v, "coordinate") for v in fields[i + 1 : i + 5]), wnid=fields[i])
-        for i in range(0, len(fields), 5)
-    ]
 
 
 class _XmlAnnotations:
@@ -155,28 +139,15 @@ class _XmlAnnotations:
         return None if path is None else parse_voc_xml(path)
 
 
-class _CsvAnnotations:
-    """Kaggle's `LOC_*_solution.csv` (ImageId,PredictionString)."""
-
-    def __init__(self, path: Path, issues: list[Issue]) -> None:
-        self.rows: dict[str, str] = {}
-        with open(path, newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            if reader.fieldnames is None or not {"ImageId", "PredictionString"} <= set(reader.fieldnames):
-                raise SourceError(f"{path} is not a LOC_*_solution.csv: expected the columns ImageId,PredictionString")
-            for row in reader:
-                image_id = (row.get("ImageId") or "").strip()
-                if image_id in self.rows:
-                    issues.append(Issue(image_id, "duplicate-id", f"a second row for {image_id} in {path.name} was ignored"))
-                    continue
-                self.rows[image_id] = row.get("PredictionString") or ""
-
-    def ids(self) -> set[str]:
-        return set(self.rows)
-
-    def boxes(self, image_id: str) -> list[Box] | None:
-        text = self.rows.get(image_id)
-        return None if text is None else parse_prediction_string(text)
+def _csv_annotations(path: Path, issues: list[Issue]) -> LocSolution:
+    """Kaggle's `LOC_*_solution.csv`; a repeated image id is an issue, its first row is used."""
+    try:
+        solution = read_loc_solution(path)
+    except LocCsvError as exc:
+        raise SourceError(str(exc)) from None
+    for image_id, _ in solution.duplicates:
+        issues.append(Issue(image_id, "duplicate-id", f"a second row for {image_id} in {path.name} was ignored"))
+    return solution
 
 
 def check_synset_mapping(root: Path) -> None:
@@ -218,7 +189,7 @@ def load_sources(root: Path, split: str, boxes: Path | None = None, announce=pri
     boxes = Path(boxes)
     issues: list[Issue] = []
     if boxes.is_file():
-        annotations = _CsvAnnotations(boxes, issues)
+        annotations = _csv_annotations(boxes, issues)
     elif boxes.is_dir():
         nested = boxes / split
         annotations = _XmlAnnotations(nested if nested.is_dir() else boxes)

@@ -1,14 +1,29 @@
-"""The fixed sample schema of composed datasets (the `json` member of every composite).
+"""The composite format: what `hsi compose` writes per sample and what validation, cards, `stream()`
+and the test factories read.
 
-Every sample of every config carries exactly these keys; a value that does not apply is null, never
-missing. Validation, cards (declared features) and loaders read this one definition.
+Members of one composite sample (key = `sample_key(...)`):
+  jpg   the composite, a JPEG of canvas x canvas pixels
+  cls   the config's training label as ASCII digits
+  json  metadata with the fixed schema below, sorted keys
+
+Every sample of every config carries exactly the schema's keys; a value that does not apply is null,
+never missing. The manifest's per-split counts (`count_composites`) are computed from the same
+metadata, so validation recounts them with the same function.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import io
+import json
+import re
+from collections import Counter
+from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 SCHEMA_VERSION = 1
+COMPOSITE_MEMBERS = ("cls", "jpg", "json")
+COUNT_KINDS = ("group", "size", "tier", "group_size")
 
 # field -> (python type, nullable, description). Order is the order features are declared in.
 COMPOSITE_FIELDS: dict[str, tuple[type, bool, str]] = {
@@ -65,3 +80,77 @@ def check_composite_json(meta: Any) -> list[str]:
     if meta.get("schema_version") not in (None, SCHEMA_VERSION) and "schema_version" in meta:
         problems.append(f"schema_version {meta['schema_version']} is not {SCHEMA_VERSION}")
     return problems
+
+
+# --- keys and members -------------------------------------------------------------------------
+
+
+def position_token(position: str) -> str:
+    """A key-safe spelling of a position: `xy:0.25,0.75` -> `xy0-25-0-75` (keys allow no dots)."""
+    return re.sub(r"[^A-Za-z0-9-]+", "-", position.replace("xy:", "xy")).strip("-")
+
+
+def sample_key(source_id: str, position: str, size: int, background: str) -> str:
+    return f"{source_id}_{position_token(position)}_{size}_{background}".replace(".", "-")
+
+
+def composite_members(jpg: bytes, label: int, meta: Mapping[str, Any]) -> dict[str, bytes]:
+    """The members of one composite sample, as compose writes them."""
+    return {
+        "jpg": jpg,
+        "cls": str(label).encode("ascii"),
+        "json": json.dumps(meta, sort_keys=True).encode("utf-8"),
+    }
+
+
+def decode_composite_json(members: Mapping[str, bytes]) -> dict:
+    """The `json` member; ValueError (UnicodeDecodeError included) when it does not parse."""
+    return json.loads(members.get("json", b"").decode("utf-8"))
+
+
+def decode_label(members: Mapping[str, bytes]) -> int:
+    """The `cls` member as an int; ValueError when it is not ASCII digits."""
+    return int(members.get("cls", b"").decode("ascii").strip())
+
+
+def decode_composite_image(data: bytes):
+    """The `jpg` member as an RGB PIL image; ValueError when it is not a JPEG."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        if image.format != "JPEG":
+            raise ValueError(f"jpg member is a {image.format}, not a JPEG")
+        return image.convert("RGB")
+
+
+def decode_composite_pixels(data: bytes) -> np.ndarray:
+    return np.asarray(decode_composite_image(data))
+
+
+# --- counts in the manifest -------------------------------------------------------------------
+
+
+def count_buckets(meta: Mapping[str, Any]) -> dict[str, str]:
+    """The bucket of each count kind a sample falls in (a null tier is counted as "none")."""
+    return {
+        "group": meta["group"],
+        "size": str(meta["size"]),
+        "tier": meta["tier"] or "none",
+        "group_size": f"{meta['group']}/{meta['size']}",
+    }
+
+
+def count_composites(metas: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    counts: dict[str, Counter] = {kind: Counter() for kind in COUNT_KINDS}
+    for meta in metas:
+        for kind, bucket in count_buckets(meta).items():
+            counts[kind][bucket] += 1
+    return {name: dict(sorted(counter.items())) for name, counter in counts.items()}
+
+
+def merge_counts(parts: Sequence[Mapping[str, Mapping[str, int]]]) -> dict[str, dict[str, int]]:
+    merged: dict[str, Counter] = {kind: Counter() for kind in COUNT_KINDS}
+    for counts in parts:
+        for name, values in counts.items():
+            merged.setdefault(name, Counter()).update(values)
+    return {name: dict(sorted(counter.items())) for name, counter in merged.items()}

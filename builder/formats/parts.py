@@ -18,11 +18,12 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 from PIL import Image
 
+from builder.core.records import Box
 from builder.core.shards import iter_shard, manifest_shard_paths, read_manifest
 
 PARTS_SCHEMA_VERSION = 1
@@ -59,6 +60,51 @@ def decode_png(data: bytes) -> np.ndarray:
         return np.asarray(image.convert("L" if image.mode in ("L", "1") else "RGB"))
 
 
+def encode_mask(mask: np.ndarray) -> bytes:
+    """A boolean mask as an L PNG of 0/255."""
+    return encode_png(mask.astype(np.uint8) * 255)
+
+
+def decode_mask(data: bytes) -> np.ndarray:
+    return decode_png(data) > 127
+
+
+def parts_metadata(*, source_id: str, wnid: str, class_index: int, class_name: str, width: int, height: int,
+                   boxes: Sequence[Box], object_box_index: int, object_box_rule: str, conversions: Sequence[str],
+                   provenance: dict) -> dict:
+    """The `json` member of one parts sample (`boxes` are the image's boxes after clipping)."""
+    return {
+        "schema_version": PARTS_SCHEMA_VERSION,
+        "source_id": source_id,
+        "wnid": wnid,
+        "class_index": class_index,
+        "class_name": class_name,
+        "width": width,
+        "height": height,
+        "boxes": [{"x0": b.x0, "y0": b.y0, "x1": b.x1, "y1": b.y1, "wnid": b.wnid} for b in boxes],
+        "object_box_index": object_box_index,
+        "object_box": boxes[object_box_index].as_list(),
+        "object_box_rule": object_box_rule,
+        "conversions": list(conversions),
+        "provenance": provenance,
+    }
+
+
+def encode_parts_members(crop: np.ndarray, mask: np.ndarray, background: np.ndarray, erase: np.ndarray,
+                 canvas: np.ndarray, meta: dict) -> dict[str, bytes]:
+    """The members of one parts sample. `canvas` is `background` resized to the default compose
+    canvas exactly as compose resizes it (the caller resizes: the resize belongs to compose)."""
+    return {
+        "crop.png": encode_png(crop),
+        "mask.png": encode_mask(mask),
+        "background.png": encode_png(background),
+        "canvas.npy": encode_canvas(canvas),
+        "erase.png": encode_mask(erase),
+        "json": json.dumps(meta, sort_keys=True).encode("utf-8"),
+        "cls": str(meta["class_index"]).encode("ascii"),
+    }
+
+
 @dataclass(frozen=True)
 class Parts:
     """One decoded parts sample."""
@@ -79,17 +125,21 @@ class Parts:
         return self.meta["wnid"]
 
 
+def decode_parts_json(members: dict[str, bytes]) -> dict:
+    return json.loads(members["json"])
+
+
 def decode_parts(key: str, members: dict[str, bytes]) -> Parts:
     missing = [name for name in PARTS_MEMBERS if name not in members]
     if missing:
         raise ValueError(f"parts sample {key!r} lacks members {missing}")
     return Parts(
         key=key,
-        meta=json.loads(members["json"]),
+        meta=decode_parts_json(members),
         crop=decode_png(members["crop.png"]),
-        mask=decode_png(members["mask.png"]) > 127,
+        mask=decode_mask(members["mask.png"]),
         background=decode_png(members["background.png"]),
-        erase=decode_png(members["erase.png"]) > 127,
+        erase=decode_mask(members["erase.png"]),
     )
 
 

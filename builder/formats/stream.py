@@ -7,14 +7,13 @@ directory listing. Shards are split first across nodes (rank, world size) and th
 workers; when there are fewer shards than readers, every reader reads all shards and keeps every
 n-th sample, so each sample is still yielded exactly once per epoch.
 
-Shards are read with `builder.shards.iter_shard` over a byte stream: one sequential pass per shard,
+Shards are read with `builder.core.shards.iter_shard` over a byte stream: one sequential pass per shard,
 no index, as fast as a hand-written decode loop (see benchmarks/read.py).
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 from pathlib import Path
@@ -22,15 +21,15 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from builder.core.shards import iter_shard
+from builder.core.shards import MANIFEST_NAME, ReadErrorHandler, iter_shard, raise_read_error
+from builder.formats.composites import decode_composite_image, decode_composite_json, decode_label
 
 try:  # torch is the models extra; without it ShardStream still iterates, just not as a torch dataset
     from torch.utils.data import IterableDataset as _IterableBase
 except ImportError:  # pragma: no cover - exercised only in torch-less installs
     _IterableBase = object
 
-RELEASE_META = "_release.json"
-MANIFEST_NAME = "_info.json"
+RELEASE_META = "_release.json"  # a release folder's index of configs (written by cards.release)
 
 
 def _join(base: str, *parts: str) -> str:
@@ -82,25 +81,24 @@ def _rng(*parts: Any) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
-def iter_tar_samples(url: str) -> Iterator[tuple[str, dict[str, bytes]]]:
-    """(key, {ext: bytes}) from one shard in a single sequential pass (local path or fsspec URL)."""
+def iter_tar_samples(url: str, handler: ReadErrorHandler = raise_read_error) -> Iterator[tuple[str, dict[str, bytes]]]:
+    """(key, {ext: bytes}) from one shard (local path or fsspec URL): `iter_shard` over its bytes."""
+    if "://" not in url:
+        yield from iter_shard(Path(url), handler)
+        return
     import fsspec
 
-    opener = open(url, "rb") if "://" not in url else fsspec.open(url, "rb").open()
-    with opener as raw:
-        yield from iter_shard(raw)
+    with fsspec.open(url, "rb").open() as raw:
+        yield from iter_shard(raw, handler)
 
 
 def decode_sample(key: str, members: dict[str, bytes], transform: Callable | None, keep_json: bool) -> dict:
-    from PIL import Image
-
-    with Image.open(io.BytesIO(members["jpg"])) as image:
-        picture = image.convert("RGB")
-    meta = json.loads(members["json"])
+    picture = decode_composite_image(members["jpg"])
+    meta = decode_composite_json(members)
     sample = {
         "key": key,
         "image": transform(picture) if transform else picture,
-        "label": int(members["cls"]),
+        "label": decode_label(members),
         "group": meta["group"],
         "size": meta["size"],
         "position": meta["position"],
@@ -116,7 +114,8 @@ class ShardStream(_IterableBase):
 
     def __init__(self, shards: list[str], num_samples: int | None, *, shuffle_buffer: int = 0, seed: int = 0,
                  transform: Callable | None = None, keep_json: bool = False,
-                 rank: int | None = None, world_size: int | None = None):
+                 rank: int | None = None, world_size: int | None = None,
+                 handler: ReadErrorHandler = raise_read_error):
         if not shards:
             raise ValueError("no shards to read")
         self.shards = list(shards)
@@ -126,6 +125,7 @@ class ShardStream(_IterableBase):
         self.transform = transform
         self.keep_json = keep_json
         self.rank, self.world_size = rank, world_size
+        self.handler = handler
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -161,7 +161,7 @@ class ShardStream(_IterableBase):
         shards, stride, offset = self._assignment()
         position = 0
         for url in shards:
-            for key, members in iter_tar_samples(url):
+            for key, members in iter_tar_samples(url, self.handler):
                 if position % stride == offset:
                     yield key, members
                 position += 1
@@ -199,14 +199,17 @@ def stream(
     keep_json: bool = False,
     rank: int | None = None,
     world_size: int | None = None,
+    handler: ReadErrorHandler = raise_read_error,
 ):
     """A torch IterableDataset of dicts {key, image, label, group, size, position, background[, json]}.
 
     `transform` is applied to the PIL image (e.g. torchvision transforms). Pass `rank`/`world_size`
-    to override what torch.distributed or the RANK/WORLD_SIZE variables say.
+    to override what torch.distributed or the RANK/WORLD_SIZE variables say. `handler` decides
+    what a broken shard does (see `builder.core.shards.iter_shard`): raise (the default), or e.g.
+    `collect_read_errors(errors)` to skip bad members and record why.
     """
     if isinstance(source, Path):
         source = str(source)
     shards, num_samples = resolve_shards(source, config, split)
     return ShardStream(shards, num_samples, shuffle_buffer=shuffle_buffer, seed=seed, transform=transform,
-                         keep_json=keep_json, rank=rank, world_size=world_size)
+                         keep_json=keep_json, rank=rank, world_size=world_size, handler=handler)

@@ -10,14 +10,16 @@ fingerprint of the resolved spec as a suffix, unless a new `name` is given expli
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
-from importlib import resources
+from importlib import import_module, resources
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Mapping
 
 from builder.compose.backgrounds import BACKGROUND_KINDS
 from builder.core.classes import class_of, is_known_wnid
 from builder.core.config import ConfigError, fingerprint, load_yaml_mapping
-from builder.compose.geometry import MODES, PASTE_MODES, RESIZE_FILTERS, GeometryError, check_position, position_token
+from builder.compose.geometry import MODES, PASTE_MODES, RESIZE_FILTERS, GeometryError, check_position
+from builder.formats.composites import position_token
 
 NAMED_VARIANTS = ("hard-spurious-imagenet", "hard-spurious-imagenet-ar", "hard-spurious-imagenet-10")
 LIST_FIELDS = ("sizes", "positions", "backgrounds", "splits")
@@ -212,6 +214,16 @@ def _coerce(values: Mapping[str, Any]) -> dict:
 def variant_folder(name: str) -> str:
     """The folder of a named variant: its name with '-' as '_' (an importable package name)."""
     return name.replace("-", "_")
+
+
+# Variants whose planning is their own code (in their folder, as `planning.plan_jobs`): every spec
+# with a `subset` is planned by the -10 variant's rules for splits and pairs.
+SUBSET_PLANNING = "builder.variants.hard_spurious_imagenet_10.planning"
+
+
+def variant_planning(spec: VariantSpec) -> ModuleType | None:
+    """The module that plans `spec`'s composites, or None for the compose planner's standard rule."""
+    return import_module(SUBSET_PLANNING) if spec.subset else None
 
 
 def spec_mapping(variant: str) -> dict:

@@ -1,0 +1,1 @@
+"""The paper's set: spec.yaml and README.md (no code of its own)."""
