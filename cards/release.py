@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import __version__
+from builder.core.manifest import Manifest
+from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
 from builder.core.shards import MANIFEST_NAME, read_manifest, sha256_file, write_json_atomic
 
 from cards.render import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary, render_card
@@ -76,6 +78,7 @@ def load_release_input(dataset_dir: Path) -> ReleaseInput:
     """Read a composed dataset's manifest and validation report, refusing anything not releasable."""
     dataset_dir = Path(dataset_dir)
     try:
+        Manifest.read(dataset_dir)  # types first: a hostile manifest is refused by field, not by a crash
         manifest = read_manifest(dataset_dir)
     except FileNotFoundError as exc:
         raise ReleaseError(str(exc)) from None
@@ -84,6 +87,7 @@ def load_release_input(dataset_dir: Path) -> ReleaseInput:
     for key in ("config", "splits", "class_names"):
         if key not in manifest:
             raise ReleaseError(f"{dataset_dir}: manifest lacks {key!r}")
+    check_release_names(dataset_dir, manifest)
     report_path = dataset_dir / VALIDATION_JSON
     if not report_path.is_file():
         raise ReleaseError(f"{dataset_dir}: no {VALIDATION_JSON}; run `hsi validate {dataset_dir}` first")
@@ -99,15 +103,50 @@ def load_release_input(dataset_dir: Path) -> ReleaseInput:
     return ReleaseInput(dataset_dir, manifest, validation)
 
 
+def check_release_names(dataset_dir: Path, manifest: dict) -> None:
+    """Config, split and shard names become paths of the release: each must be one safe component,
+    every shard `<split>-NNNNN.tar` of its own split and listed once."""
+    try:
+        check_config_name(manifest["config"])
+        seen: set[str] = set()
+        for split, entry in manifest["splits"].items():
+            check_split_name(split)
+            for shard in entry["shards"]:
+                name = check_shard_filename(shard["filename"], split)
+                if name in seen:
+                    raise UnsafeNameError(f"shard {name!r} is listed twice")
+                seen.add(name)
+    except UnsafeNameError as exc:
+        raise ReleaseError(f"{dataset_dir}/{MANIFEST_NAME}: {exc}") from None
+
+
+def regular_source(source: Path) -> Path:
+    """`source` if it is a regular file; a link is never followed into the release (it could lead
+    to any file of the machine)."""
+    if source.is_symlink():
+        raise ReleaseError(f"{source} is a symbolic link; a release copies no links: replace it with the file itself")
+    if not source.is_file():
+        raise ReleaseError(f"{source} is missing or not a regular file")
+    return source
+
+
+def copy_new_file(source: Path, target: Path) -> None:
+    """Copy a regular file to a path that must not exist yet (never overwrite, never follow a link)."""
+    regular_source(source)
+    with open(os.open(source, os.O_RDONLY | os.O_NOFOLLOW), "rb") as src, open(target, "xb") as dst:
+        shutil.copyfileobj(src, dst)
+
+
 def copy_verified(source: Path, target: Path, sha256: str, size: int) -> None:
     """Hard-link (or copy) a shard and check it is the one the manifest describes."""
-    if not source.is_file():
-        raise ReleaseError(f"{source} is listed in the manifest but missing")
+    regular_source(source)
     try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
-    if target.stat().st_size != size or sha256_file(target) != sha256:
+        os.link(source, target, follow_symlinks=False)
+    except FileExistsError:
+        raise ReleaseError(f"{target} exists already; a release never overwrites a file") from None
+    except OSError:  # another file system, or links not allowed: copy instead
+        copy_new_file(source, target)
+    if target.is_symlink() or target.stat().st_size != size or sha256_file(target) != sha256:
         raise ReleaseError(f"{source} does not match its manifest entry (size or sha256); rebuild the dataset")
 
 
@@ -219,21 +258,23 @@ def build_release(
 
 
 def _stage_config(staging: Path, item: ReleaseInput, default: bool) -> ConfigSummary:
-    data_dir = staging / "data" / item.config
+    # Names were checked in load_release_input; `inside` also catches a link planted on the way.
+    data_dir = inside(staging, "data", item.config)
     data_dir.mkdir(parents=True)
     for split, entry in sorted(item.manifest["splits"].items()):
         for shard in entry["shards"]:
-            copy_verified(item.path / shard["filename"], data_dir / shard["filename"], shard["sha256"], shard["bytes"])
+            name = shard["filename"]
+            copy_verified(inside(item.path, name), inside(data_dir, name), shard["sha256"], shard["bytes"])
     write_json_atomic(data_dir / MANIFEST_NAME, item.manifest)
     write_json_atomic(data_dir / VALIDATION_JSON, item.validation)
-    if (item.path / VALIDATION_MD).is_file():
-        shutil.copyfile(item.path / VALIDATION_MD, data_dir / VALIDATION_MD)
+    if (item.path / VALIDATION_MD).exists() or (item.path / VALIDATION_MD).is_symlink():
+        copy_new_file(item.path / VALIDATION_MD, data_dir / VALIDATION_MD)
     previews = []
     source_previews = item.path / PREVIEWS_DIR
-    if source_previews.is_dir():
-        target = staging / PREVIEWS_DIR / item.config
+    if source_previews.is_dir() and not source_previews.is_symlink():
+        target = inside(staging, PREVIEWS_DIR, item.config)
         for png in sorted(source_previews.glob("*.png")):
             target.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(png, target / png.name)
+            copy_new_file(png, target / png.name)
             previews.append(f"{PREVIEWS_DIR}/{item.config}/{png.name}")
     return ConfigSummary(item.config, item.manifest, item.validation, tuple(previews), default)

@@ -1,0 +1,106 @@
+"""Hostile inputs to `hsi release` (issue 11): manifests naming paths outside the release, planted
+links, stale or forged validation reports, kills during the folder swap, leftovers of killed runs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from builder.core.errors import HsiError
+from builder.core.shards import sha256_file
+from cards.release import ReleaseError, build_release
+from release_factory import make_composed_dataset
+
+NAME = "hard-spurious-imagenet"
+
+
+def tamper_manifest(dataset: Path, change) -> None:
+    path = dataset / "_info.json"
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+def snapshot(root: Path, skip: Path) -> dict[str, bytes]:
+    """Every file under `root` except under `skip`, with its bytes: what a release must not touch."""
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else b"")
+            for p in root.rglob("*") if not p.is_relative_to(skip)}
+
+
+def test_config_name_with_dot_dot_writes_nothing_outside_the_release(tmp_path):
+    dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3})
+    tamper_manifest(dataset, lambda m: m.update(config="../../../newcfg"))
+    before = snapshot(tmp_path, tmp_path / "rel")
+    with pytest.raises(ReleaseError, match="not one safe path component"):
+        build_release(tmp_path / "rel" / NAME, [dataset])
+    assert not (tmp_path / "newcfg").exists()
+    assert snapshot(tmp_path, tmp_path / "rel") == before
+    assert not (tmp_path / "rel").exists() or not any((tmp_path / "rel").iterdir())
+
+
+def test_shard_filename_leading_out_never_overwrites_a_foreign_file(tmp_path):
+    # The dataset sits so deep that `../../../../victim/important.txt` names the attacker's file
+    # from the dataset and the victim's file from the release's staging folder.
+    victim = tmp_path / "victim" / "important.txt"
+    victim.parent.mkdir()
+    victim.write_text("precious")
+    dataset = make_composed_dataset(tmp_path / "evil" / "d1" / "d2" / "d3", splits={"test": 3})
+    forged = tmp_path / "evil" / "victim" / "important.txt"
+    forged.parent.mkdir()
+    forged.write_text("overwritten")
+    hostile = "../../../../victim/important.txt"
+
+    def change(manifest):
+        shard = manifest["splits"]["test"]["shards"][0]
+        shard.update(filename=hostile, sha256=sha256_file(forged), bytes=forged.stat().st_size)
+        manifest["splits"]["test"]["filenames"][0] = hostile
+
+    tamper_manifest(dataset, change)
+    with pytest.raises(ReleaseError, match="not of the form <split>-NNNNN.tar"):
+        build_release(tmp_path / "rel" / NAME, [dataset])
+    assert victim.read_text() == "precious"
+
+
+@pytest.mark.parametrize("filename", ["/etc/passwd", "test-00000.tar/../../x", "train-00000.tar", "test-0.tar",
+                                      "..\\test-00000.tar", "test-00000.tar\0", "test\u2024-00000.tar"])
+def test_every_shard_filename_but_split_nnnnn_tar_is_refused(tmp_path, filename):
+    dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3})
+    tamper_manifest(dataset, lambda m: m["splits"]["test"]["shards"][0].update(filename=filename))
+    with pytest.raises(ReleaseError, match="shard filename"):
+        build_release(tmp_path / "rel" / NAME, [dataset])
+
+
+def test_a_shard_listed_twice_is_refused_not_copied_over_itself(tmp_path):
+    dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3}, shard_size=2)
+
+    def change(manifest):
+        entry = manifest["splits"]["test"]
+        entry["shards"][1] = dict(entry["shards"][0])
+        entry["num_samples"] = 4
+
+    tamper_manifest(dataset, change)
+    with pytest.raises(ReleaseError, match="listed twice"):
+        build_release(tmp_path / "rel" / NAME, [dataset])
+
+
+def test_a_shard_that_is_a_link_out_of_the_dataset_is_refused(tmp_path):
+    dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3})
+    outside = tmp_path / "elsewhere.tar"
+    os.replace(dataset / "test-00000.tar", outside)
+    (dataset / "test-00000.tar").symlink_to(outside)
+    with pytest.raises(HsiError, match="leads outside|symbolic link"):
+        build_release(tmp_path / "rel" / NAME, [dataset])
+
+
+def test_a_link_planted_in_previews_is_never_followed(tmp_path):
+    dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3})
+    secret = tmp_path / "secret.txt"
+    secret.write_text("id_rsa contents")
+    (dataset / "previews" / "zz-planted.png").symlink_to(secret)
+    with pytest.raises(ReleaseError, match="symbolic link"):
+        build_release(tmp_path / "rel" / NAME, [dataset])
+    copied = [p for p in tmp_path.rglob("zz-planted.png") if not p.is_symlink()]
+    assert copied == []
