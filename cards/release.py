@@ -78,7 +78,7 @@ def load_release_input(dataset_dir: Path) -> ReleaseInput:
     """Read a composed dataset's manifest and validation report, refusing anything not releasable."""
     dataset_dir = Path(dataset_dir)
     try:
-        Manifest.read(dataset_dir)  # types first: a hostile manifest is refused by field, not by a crash
+        typed = Manifest.read(dataset_dir)  # types first: a hostile manifest is refused by field, not by a crash
         manifest = read_manifest(dataset_dir)
     except FileNotFoundError as exc:
         raise ReleaseError(str(exc)) from None
@@ -100,7 +100,22 @@ def load_release_input(dataset_dir: Path) -> ReleaseInput:
             f"{dataset_dir}: validation.json is for fingerprint {validated}, the dataset is "
             f"{manifest.get('fingerprint')}; validate it again"
         )
+    check_validated_shards(dataset_dir, validation, typed.shard_sha256())
     return ReleaseInput(dataset_dir, manifest, validation)
+
+
+def check_validated_shards(dataset_dir: Path, validation: dict, listed: dict[str, str]) -> None:
+    """The report must vouch for exactly the shards the manifest lists: a report left over from an
+    earlier build (or a crashed validate) must not ship other bytes."""
+    recorded = validation.get("shards")
+    if not isinstance(recorded, dict):
+        raise ReleaseError(f"{dataset_dir}: validation is stale ({VALIDATION_JSON} records no shard sha256); "
+                           f"re-run `hsi validate {dataset_dir}`")
+    differing = sorted(name for name in set(recorded) | set(listed) if recorded.get(name) != listed.get(name))
+    if differing:
+        shown = ", ".join(differing[:5]) + (f" and {len(differing) - 5} more" if len(differing) > 5 else "")
+        raise ReleaseError(f"{dataset_dir}: validation is stale: {VALIDATION_JSON} checked other bytes than the "
+                           f"manifest lists for {shown}; re-run `hsi validate {dataset_dir}`")
 
 
 def check_release_names(dataset_dir: Path, manifest: dict) -> None:

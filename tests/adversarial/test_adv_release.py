@@ -104,3 +104,24 @@ def test_a_link_planted_in_previews_is_never_followed(tmp_path):
         build_release(tmp_path / "rel" / NAME, [dataset])
     copied = [p for p in tmp_path.rglob("zz-planted.png") if not p.is_symlink()]
     assert copied == []
+
+
+def test_a_pass_report_for_other_shard_bytes_is_refused(tmp_path):
+    # A rebuild (or a crashed validate) left the old PASS report; the manifest now lists other bytes.
+    dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3}, shard_size=2)
+    replacement = make_composed_dataset(tmp_path / "other", splits={"test": 3}, shard_size=2, seed=5)
+    os.replace(replacement / "test-00001.tar", dataset / "test-00001.tar")
+    new = dataset / "test-00001.tar"
+    tamper_manifest(dataset, lambda m: m["splits"]["test"]["shards"][1].update(sha256=sha256_file(new), bytes=new.stat().st_size))
+    with pytest.raises(ReleaseError, match=r"validation is stale: .*test-00001.tar.*re-run `hsi validate"):
+        build_release(tmp_path / "rel" / NAME, [dataset])
+    assert not (tmp_path / "rel").exists() or not any((tmp_path / "rel").iterdir())
+
+
+def test_a_report_without_shard_digests_is_stale(tmp_path):
+    dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3})
+    report = json.loads((dataset / "validation.json").read_text())
+    del report["shards"]
+    (dataset / "validation.json").write_text(json.dumps(report))
+    with pytest.raises(ReleaseError, match=r"validation is stale .*re-run `hsi validate"):
+        build_release(tmp_path / "rel" / NAME, [dataset])
