@@ -217,6 +217,7 @@ def build_release(
     release_dir = Path(release_dir)
     if version is not None:
         parse_version(version)
+    recover_leftovers(release_dir)
     if not dataset_dirs:
         raise ReleaseError("give at least one composed dataset folder")
     if release_dir.exists() and not overwrite:
@@ -261,6 +262,8 @@ def build_release(
             "tool": {"name": DATASET_NAME, "version": __version__},
         })
         if release_dir.exists():
+            # A kill between these renames leaves the old release as `.NAME.PID.old`, which the next
+            # run puts back (recover_leftovers): the history is never lost.
             trash = release_dir.with_name(f".{release_dir.name}.{os.getpid()}.old")
             os.replace(release_dir, trash)
             os.replace(staging, release_dir)
@@ -270,6 +273,37 @@ def build_release(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return release_dir
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # a folder of our own pid is from an earlier process that had it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover_leftovers(release_dir: Path) -> None:
+    """Finish what a killed `hsi release` left beside `release_dir`: a `.NAME.PID.old` folder with no
+    release in place is the old release of a kill between the swap's two renames, so it comes back;
+    every other `.NAME.PID.tmp`/`.old` folder of a dead process is deleted. Only exactly these names
+    are touched, never a link, never a folder of a run still alive."""
+    parent = release_dir.parent
+    if not parent.is_dir():
+        return
+    ours = re.compile(rf"\.{re.escape(release_dir.name)}\.([0-9]+)\.(tmp|old)")
+    for entry in sorted(parent.iterdir(), key=lambda p: not p.name.endswith(".old")):
+        match = ours.fullmatch(entry.name)
+        if not match or entry.is_symlink() or not entry.is_dir() or _pid_alive(int(match[1])):
+            continue
+        if match[2] == "old" and not release_dir.exists() and (entry / RELEASE_META).is_file():
+            os.replace(entry, release_dir)
+        else:
+            shutil.rmtree(entry)
 
 
 def _stage_config(staging: Path, item: ReleaseInput, default: bool) -> ConfigSummary:

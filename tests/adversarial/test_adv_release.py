@@ -125,3 +125,72 @@ def test_a_report_without_shard_digests_is_stale(tmp_path):
     (dataset / "validation.json").write_text(json.dumps(report))
     with pytest.raises(ReleaseError, match=r"validation is stale .*re-run `hsi validate"):
         build_release(tmp_path / "rel" / NAME, [dataset])
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+KILLED_RELEASE = """
+import os, signal, sys
+from pathlib import Path
+from cards.release import build_release
+name, where = sys.argv[3], sys.argv[4]
+real_replace, real_link = os.replace, os.link
+
+def replace(src, dst):
+    # the swap's second rename: staging folder -> the release's name
+    if where == "swap" and Path(dst).name == name and Path(src).name.endswith(".tmp"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_replace(src, dst)
+
+def link(*args, **kwargs):
+    if where == "staging":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_link(*args, **kwargs)
+
+os.replace, os.link = replace, link
+build_release(Path(sys.argv[1]), [Path(sys.argv[2])], overwrite=True, version="v1.1.0")
+"""
+
+
+def killed_release(release: Path, dataset: Path, where: str) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "tests")]))
+    result = subprocess.run([sys.executable, "-c", KILLED_RELEASE, str(release), str(dataset), release.name, where],
+                            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
+
+
+def leftovers(release: Path) -> list[str]:
+    return sorted(p.name for p in release.parent.iterdir() if p.name.startswith(f".{release.name}."))
+
+
+def test_sigkill_between_the_swaps_renames_keeps_the_release_history(tmp_path):
+    release = tmp_path / "out" / NAME
+    build_release(release, [make_composed_dataset(tmp_path / "a", splits={"test": 3})], version="v1.0.0")
+    changed = make_composed_dataset(tmp_path / "b", splits={"test": 4})
+    killed_release(release, changed, "swap")
+    assert not release.exists() and len(leftovers(release)) == 2  # the kill really hit the swap
+    # the history survived: a downgrade is still refused, and the next release carries v1.0.0
+    with pytest.raises(ReleaseError, match="must raise the minor or major version"):
+        build_release(release, [changed], overwrite=True, version="v1.0.1")
+    assert json.loads((release / "_release.json").read_text())["version"] == "v1.0.0"
+    build_release(release, [changed], overwrite=True, version="v1.1.0")
+    meta = json.loads((release / "_release.json").read_text())
+    assert [e["version"] for e in meta["changelog"]] == ["v1.1.0", "v1.0.0"]
+    assert leftovers(release) == []
+
+
+def test_a_release_killed_while_staging_leaves_nothing_after_the_next_run(tmp_path):
+    release = tmp_path / "out" / NAME
+    dataset = make_composed_dataset(tmp_path / "a", splits={"test": 3})
+    killed_release(release, dataset, "staging")
+    assert [n.endswith(".tmp") for n in leftovers(release)] == [True]
+    # folders that only look like ours, or belong to a live run (pid 1), are left alone
+    keep = [release.parent / f".{NAME}.notes.tmp", release.parent / f".{NAME}.1.tmp", release.parent / f".{NAME}.12.tmp.bak"]
+    for folder in keep:
+        folder.mkdir()
+    build_release(release, [dataset], version="v1.0.0")
+    assert (release / "_release.json").is_file()
+    assert leftovers(release) == sorted(p.name for p in keep)
