@@ -16,10 +16,14 @@ from __future__ import annotations
 from builder.core.errors import HsiError
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cards.release import RELEASE_META, ReleaseError, check_version_bump, describe_changes, parse_version, read_release_meta
+from builder.core.manifest import MANIFEST_NAME
+from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename
+from cards.release import (PREVIEWS_DIR, RELEASE_META, VALIDATION_JSON, VALIDATION_MD, ReleaseError, check_version_bump,
+                           describe_changes, parse_version, read_release_meta)
 from cards.render import CardError, check_card
 
 REPO_TYPE = "dataset"
@@ -54,10 +58,55 @@ class PublishPlan:
         return lines
 
 
-def release_files(release_dir: Path) -> list[tuple[str, int]]:
-    """(path in repo, bytes) of every file of the release folder, sorted."""
-    files = [p for p in Path(release_dir).rglob("*") if p.is_file()]
-    return sorted((p.relative_to(release_dir).as_posix(), p.stat().st_size) for p in files)
+def release_shards(meta: dict) -> dict[str, str]:
+    """{path in repo: sha256} of every shard `_release.json` lists, names checked by the name rules."""
+    shards = {}
+    try:
+        for config, entry in meta["configs"].items():
+            check_config_name(config)
+            for split, listed in entry["splits"].items():
+                for shard in listed:
+                    shards[f"data/{config}/{check_shard_filename(shard['filename'], split)}"] = shard["sha256"]
+    except (UnsafeNameError, KeyError, TypeError, AttributeError) as exc:
+        raise PublishError(f"{RELEASE_META} cannot be trusted ({exc}); rebuild the release with `hsi release`") from None
+    return shards
+
+
+def _in_layout(path: str, configs: set[str], shards: dict[str, str]) -> bool:
+    parts = path.split("/")
+    if len(parts) == 1:
+        return path in ("README.md", RELEASE_META)
+    if len(parts) != 3 or parts[1] not in configs:
+        return False
+    if parts[0] == "data":
+        return parts[2] in (MANIFEST_NAME, VALIDATION_JSON, VALIDATION_MD) or path in shards
+    return parts[0] == PREVIEWS_DIR and parts[2].endswith(".png") and not parts[2].startswith(".")
+
+
+def release_files(release_dir: Path, meta: dict) -> list[tuple[str, int]]:
+    """(path in repo, bytes) of the release's files, sorted: exactly what `hsi release` writes for the
+    configs of `_release.json`. A link, or a file that is not part of that layout (something planted
+    in the folder), is refused rather than published."""
+    release_dir = Path(release_dir)
+    shards = release_shards(meta)
+    configs = set(meta["configs"])
+    files, strays = [], []
+    for folder, dirs, names in os.walk(release_dir):  # os.walk never descends into linked folders
+        for name in sorted(names) + [d for d in dirs if (Path(folder) / d).is_symlink()]:
+            path = Path(folder) / name
+            relative = path.relative_to(release_dir).as_posix()
+            if path.is_symlink() or not path.is_file():
+                raise PublishError(f"{path} is a link or not a regular file; a release holds only its own files")
+            if not _in_layout(relative, configs, shards):
+                strays.append(relative)
+            files.append((relative, path.stat().st_size))
+    if strays:
+        raise PublishError(f"{release_dir} holds files that are not part of the release: {', '.join(sorted(strays)[:10])}; "
+                           "remove them or rebuild the folder with `hsi release`")
+    missing = sorted(set(shards) - {path for path, _ in files})
+    if missing:
+        raise PublishError(f"{release_dir} lacks shards its {RELEASE_META} lists: {', '.join(missing[:10])}; rebuild it")
+    return sorted(files)
 
 
 def version_tags(refs) -> dict[str, str]:
@@ -106,7 +155,7 @@ def plan_publish(api, release_dir: Path, repo_id: str, version: str) -> PublishP
     try:
         refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
     except RepositoryNotFoundError:
-        return PublishPlan(repo_id, version, release_dir, False, None, None, release_files(release_dir))
+        return PublishPlan(repo_id, version, release_dir, False, None, None, release_files(release_dir, meta))
     tags = version_tags(refs)
     if version in tags:
         raise PublishError(f"{repo_id} already has tag {version} (commit {tags[version]}); a published version is never moved or reused, release a new version")
@@ -125,7 +174,7 @@ def plan_publish(api, release_dir: Path, repo_id: str, version: str) -> PublishP
             check_version_bump(previous_version, version, bool(describe_changes(previous_meta, meta["configs"])))
         except ReleaseError as exc:
             raise PublishError(str(exc)) from None
-    uploads = release_files(release_dir)
+    uploads = release_files(release_dir, meta)
     remote = set(api.list_repo_files(repo_id, repo_type=REPO_TYPE, revision=parent)) if parent else set()
     deletes = sorted(remote - {path for path, _ in uploads} - KEEP_REMOTE)
     return PublishPlan(repo_id, version, release_dir, True, parent, previous_version, uploads, deletes)

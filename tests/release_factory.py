@@ -96,3 +96,15 @@ def make_composed_dataset(
     write_json_atomic(dataset / "validation.json", report if validation is None else validation)
     (dataset / "validation.md").write_text("# Validation\n\nall checks passed\n", "utf-8")
     return dataset
+
+
+def two_releases(root: Path) -> tuple[Path, Path]:
+    """v1.0.0 (5 samples, 3 shards) and v1.1.0 (6 samples, 2 shards, another seed) of one release."""
+    from cards.release import build_release
+
+    v1 = build_release(root / "v1" / "hard-spurious-imagenet",
+                       [make_composed_dataset(root / "a", splits={"test": 5}, shard_size=2)], version="v1.0.0")
+    v2 = build_release(root / "v2" / "hard-spurious-imagenet",
+                       [make_composed_dataset(root / "b", splits={"test": 6}, shard_size=4, seed=1)],
+                       version="v1.1.0", previous_release=v1, changes=["new seed"])
+    return v1, v2
