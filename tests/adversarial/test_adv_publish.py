@@ -175,3 +175,63 @@ def test_a_foreign_index_lock_is_refused_with_a_clear_message(releases, tmp_path
     with pytest.raises(PublishError, match="index.lock exists: a git command runs in the mirror"):
         publish_to_git(v2, mirror, "v1.1.0")
     assert (mirror / ".git" / "index.lock").exists()
+
+
+# ---------------------------------------------------------------- the Hub (tests/hub_server.py)
+
+HUB_REPO = "lab/hard-spurious-imagenet"
+TOKEN = "hf_adversarial_secret_token"
+
+
+def hub_hsi(args: list[str], hub, home: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HF_ENDPOINT=hub.endpoint, HF_HUB_OFFLINE="0", HF_DATASETS_OFFLINE="0", HF_TOKEN=TOKEN,
+               HF_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1")
+    return subprocess.run([sys.executable, "-m", "hsi.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=REPO_ROOT)
+
+
+def test_hub_http_errors_are_clear_messages_without_the_token(releases, tmp_path):
+    from hub_server import LoopbackHub
+
+    v1, _ = releases
+    publish = ["publish", str(v1), "--repo", HUB_REPO, "--version", "v1.0.0", "--yes"]
+    with LoopbackHub() as hub:
+        hub.state.faults["POST /api/repos/create"] = (401, "Invalid credentials in Authorization header")
+        refused = hub_hsi(publish, hub, tmp_path / "h")
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
+        assert "hsi publish: error: publishing on lab/hard-spurious-imagenet failed with HTTP 401" in refused.stderr
+        assert "check the token" in refused.stderr
+        hub.state.faults = {"GET /api/datasets/": (500, "Internal Error")}
+        failed = hub_hsi(publish, hub, tmp_path / "h")
+        assert failed.returncode == 2 and "Traceback" not in failed.stderr, failed.stderr[-2000:]
+        assert "failed with HTTP 500" in failed.stderr and "run again later" in failed.stderr
+        verify = hub_hsi(["verify", HUB_REPO, "--version", "v1.0.0"], hub, tmp_path / "h")
+        assert verify.returncode == 2 and "verifying on lab/hard-spurious-imagenet failed with HTTP 500" in verify.stderr
+        for result in (refused, failed, verify):
+            assert TOKEN not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("repo", ["lab/../../etc", "../x", "lab/name/extra", "lab", "lab/na me", "lab/x..y", "/abs/x"])
+def test_repo_ids_that_are_paths_are_refused_before_any_request(repo, capsys):
+    assert hsi(["verify", repo, "--version", "v1.0.0"]) == 2
+    assert "is not of the form ORG/NAME" in capsys.readouterr().err
+
+
+def test_a_hub_publish_stopped_between_commit_and_tag_is_finished_by_tagging(releases, tmp_path):
+    from hub_server import LoopbackHub
+
+    v1, v2 = releases
+    with LoopbackHub() as hub:
+        assert hub_hsi(["publish", str(v1), "--repo", HUB_REPO, "--version", "v1.0.0", "--yes"], hub, tmp_path / "h").returncode == 0
+        hub.state.faults["POST /api/datasets/lab/hard-spurious-imagenet/tag/"] = (503, "Service Unavailable")
+        stopped = hub_hsi(["publish", str(v2), "--repo", HUB_REPO, "--version", "v1.1.0", "--yes"], hub, tmp_path / "h")
+        assert stopped.returncode == 2 and "run the same publish again" in stopped.stderr, stopped.stderr[-2000:]
+        repo = hub.state.repos[HUB_REPO]
+        assert set(repo.tags) == {"v1.0.0"} and repo.branches["main"] != repo.tags["v1.0.0"]
+        hub.state.faults.clear()
+        dry = hub_hsi(["publish", str(v2), "--repo", HUB_REPO, "--version", "v1.1.0"], hub, tmp_path / "h")
+        assert "is already this release: tag it v1.1.0" in dry.stdout, dry.stderr[-2000:]
+        again = hub_hsi(["publish", str(v2), "--repo", HUB_REPO, "--version", "v1.1.0", "--yes"], hub, tmp_path / "h")
+        assert again.returncode == 0, again.stderr[-2000:]
+        assert repo.tags["v1.1.0"] == repo.branches["main"]
+        assert repo.commits[repo.tags["v1.1.0"]].parent == repo.tags["v1.0.0"]  # tagged, not committed twice
