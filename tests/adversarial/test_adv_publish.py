@@ -4,7 +4,6 @@ locks, Hub errors, and repo ids that are paths."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import subprocess
