@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import __version__
+from builder.core.manifest import Manifest
+from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
 from builder.core.shards import MANIFEST_NAME, read_manifest, sha256_file, write_json_atomic
 
 from cards.render import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary, render_card
@@ -76,6 +78,7 @@ def load_release_input(dataset_dir: Path) -> ReleaseInput:
     """Read a composed dataset's manifest and validation report, refusing anything not releasable."""
     dataset_dir = Path(dataset_dir)
     try:
+        typed = Manifest.read(dataset_dir)  # types first: a hostile manifest is refused by field, not by a crash
         manifest = read_manifest(dataset_dir)
     except FileNotFoundError as exc:
         raise ReleaseError(str(exc)) from None
@@ -84,6 +87,7 @@ def load_release_input(dataset_dir: Path) -> ReleaseInput:
     for key in ("config", "splits", "class_names"):
         if key not in manifest:
             raise ReleaseError(f"{dataset_dir}: manifest lacks {key!r}")
+    check_release_names(dataset_dir, manifest)
     report_path = dataset_dir / VALIDATION_JSON
     if not report_path.is_file():
         raise ReleaseError(f"{dataset_dir}: no {VALIDATION_JSON}; run `hsi validate {dataset_dir}` first")
@@ -96,18 +100,68 @@ def load_release_input(dataset_dir: Path) -> ReleaseInput:
             f"{dataset_dir}: validation.json is for fingerprint {validated}, the dataset is "
             f"{manifest.get('fingerprint')}; validate it again"
         )
+    check_validated_shards(dataset_dir, validation, typed.shard_sha256())
     return ReleaseInput(dataset_dir, manifest, validation)
+
+
+def check_validated_shards(dataset_dir: Path, validation: dict, listed: dict[str, str]) -> None:
+    """The report must vouch for exactly the shards the manifest lists: a report left over from an
+    earlier build (or a crashed validate) must not ship other bytes."""
+    recorded = validation.get("shards")
+    if not isinstance(recorded, dict):
+        raise ReleaseError(f"{dataset_dir}: validation is stale ({VALIDATION_JSON} records no shard sha256); "
+                           f"re-run `hsi validate {dataset_dir}`")
+    differing = sorted(name for name in set(recorded) | set(listed) if recorded.get(name) != listed.get(name))
+    if differing:
+        shown = ", ".join(differing[:5]) + (f" and {len(differing) - 5} more" if len(differing) > 5 else "")
+        raise ReleaseError(f"{dataset_dir}: validation is stale: {VALIDATION_JSON} checked other bytes than the "
+                           f"manifest lists for {shown}; re-run `hsi validate {dataset_dir}`")
+
+
+def check_release_names(dataset_dir: Path, manifest: dict) -> None:
+    """Config, split and shard names become paths of the release: each must be one safe component,
+    every shard `<split>-NNNNN.tar` of its own split and listed once."""
+    try:
+        check_config_name(manifest["config"])
+        seen: set[str] = set()
+        for split, entry in manifest["splits"].items():
+            check_split_name(split)
+            for shard in entry["shards"]:
+                name = check_shard_filename(shard["filename"], split)
+                if name in seen:
+                    raise UnsafeNameError(f"shard {name!r} is listed twice")
+                seen.add(name)
+    except UnsafeNameError as exc:
+        raise ReleaseError(f"{dataset_dir}/{MANIFEST_NAME}: {exc}") from None
+
+
+def regular_source(source: Path) -> Path:
+    """`source` if it is a regular file; a link is never followed into the release (it could lead
+    to any file of the machine)."""
+    if source.is_symlink():
+        raise ReleaseError(f"{source} is a symbolic link; a release copies no links: replace it with the file itself")
+    if not source.is_file():
+        raise ReleaseError(f"{source} is missing or not a regular file")
+    return source
+
+
+def copy_new_file(source: Path, target: Path) -> None:
+    """Copy a regular file to a path that must not exist yet (never overwrite, never follow a link)."""
+    regular_source(source)
+    with open(os.open(source, os.O_RDONLY | os.O_NOFOLLOW), "rb") as src, open(target, "xb") as dst:
+        shutil.copyfileobj(src, dst)
 
 
 def copy_verified(source: Path, target: Path, sha256: str, size: int) -> None:
     """Hard-link (or copy) a shard and check it is the one the manifest describes."""
-    if not source.is_file():
-        raise ReleaseError(f"{source} is listed in the manifest but missing")
+    regular_source(source)
     try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
-    if target.stat().st_size != size or sha256_file(target) != sha256:
+        os.link(source, target, follow_symlinks=False)
+    except FileExistsError:
+        raise ReleaseError(f"{target} exists already; a release never overwrites a file") from None
+    except OSError:  # another file system, or links not allowed: copy instead
+        copy_new_file(source, target)
+    if target.is_symlink() or target.stat().st_size != size or sha256_file(target) != sha256:
         raise ReleaseError(f"{source} does not match its manifest entry (size or sha256); rebuild the dataset")
 
 
@@ -163,6 +217,7 @@ def build_release(
     release_dir = Path(release_dir)
     if version is not None:
         parse_version(version)
+    recover_leftovers(release_dir)
     if not dataset_dirs:
         raise ReleaseError("give at least one composed dataset folder")
     if release_dir.exists() and not overwrite:
@@ -207,6 +262,8 @@ def build_release(
             "tool": {"name": DATASET_NAME, "version": __version__},
         })
         if release_dir.exists():
+            # A kill between these renames leaves the old release as `.NAME.PID.old`, which the next
+            # run puts back (recover_leftovers): the history is never lost.
             trash = release_dir.with_name(f".{release_dir.name}.{os.getpid()}.old")
             os.replace(release_dir, trash)
             os.replace(staging, release_dir)
@@ -218,22 +275,55 @@ def build_release(
     return release_dir
 
 
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # a folder of our own pid is from an earlier process that had it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover_leftovers(release_dir: Path) -> None:
+    """Finish what a killed `hsi release` left beside `release_dir`: a `.NAME.PID.old` folder with no
+    release in place is the old release of a kill between the swap's two renames, so it comes back;
+    every other `.NAME.PID.tmp`/`.old` folder of a dead process is deleted. Only exactly these names
+    are touched, never a link, never a folder of a run still alive."""
+    parent = release_dir.parent
+    if not parent.is_dir():
+        return
+    ours = re.compile(rf"\.{re.escape(release_dir.name)}\.([0-9]+)\.(tmp|old)")
+    for entry in sorted(parent.iterdir(), key=lambda p: not p.name.endswith(".old")):
+        match = ours.fullmatch(entry.name)
+        if not match or entry.is_symlink() or not entry.is_dir() or _pid_alive(int(match[1])):
+            continue
+        if match[2] == "old" and not release_dir.exists() and (entry / RELEASE_META).is_file():
+            os.replace(entry, release_dir)
+        else:
+            shutil.rmtree(entry)
+
+
 def _stage_config(staging: Path, item: ReleaseInput, default: bool) -> ConfigSummary:
-    data_dir = staging / "data" / item.config
+    # Names were checked in load_release_input; `inside` also catches a link planted on the way.
+    data_dir = inside(staging, "data", item.config)
     data_dir.mkdir(parents=True)
     for split, entry in sorted(item.manifest["splits"].items()):
         for shard in entry["shards"]:
-            copy_verified(item.path / shard["filename"], data_dir / shard["filename"], shard["sha256"], shard["bytes"])
+            name = shard["filename"]
+            copy_verified(inside(item.path, name), inside(data_dir, name), shard["sha256"], shard["bytes"])
     write_json_atomic(data_dir / MANIFEST_NAME, item.manifest)
     write_json_atomic(data_dir / VALIDATION_JSON, item.validation)
-    if (item.path / VALIDATION_MD).is_file():
-        shutil.copyfile(item.path / VALIDATION_MD, data_dir / VALIDATION_MD)
+    if (item.path / VALIDATION_MD).exists() or (item.path / VALIDATION_MD).is_symlink():
+        copy_new_file(item.path / VALIDATION_MD, data_dir / VALIDATION_MD)
     previews = []
     source_previews = item.path / PREVIEWS_DIR
-    if source_previews.is_dir():
-        target = staging / PREVIEWS_DIR / item.config
+    if source_previews.is_dir() and not source_previews.is_symlink():
+        target = inside(staging, PREVIEWS_DIR, item.config)
         for png in sorted(source_previews.glob("*.png")):
             target.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(png, target / png.name)
+            copy_new_file(png, target / png.name)
             previews.append(f"{PREVIEWS_DIR}/{item.config}/{png.name}")
     return ConfigSummary(item.config, item.manifest, item.validation, tuple(previews), default)

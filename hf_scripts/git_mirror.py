@@ -4,65 +4,230 @@ The repository is laid out like the Hub repo (the release folder's files at its 
 without Hub access can serve it with a Hugging Face-compatible mirror that reads local git repos
 (e.g. olah) and load it with HF_ENDPOINT and `revision="vX.Y.Z"`. Same rules as the Hub: one commit
 per release, an existing tag is never moved, and main must still be the previous release.
+
+Safety (issue 11):
+- Only the release's own paths are committed: the commit's tree is built from the release folder
+  in a private index (`GIT_INDEX_FILE`), never from the mirror's working tree, so a file planted in
+  DIR is never picked up; DIR must be new, empty, or a mirror with no untracked files.
+- One run per mirror: an exclusive `fcntl.flock` on `.git/hsi-publish.lock`; a second run is
+  refused with the first one's pid.
+- Before the commit, every shard blob is hashed again and compared with `_release.json`.
+- A kill leaves the mirror recoverable: main moves by one compare-and-swap `update-ref`; when main
+  is already exactly this release (a kill between commit and tag) the next run only tags it; a
+  working-tree checkout of ours that was killed (marked by `.git/hsi-checkout`) is finished and its
+  stale `index.lock` removed.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
-import shutil
+import re
 import subprocess
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from cards.release import VERSION_PATTERN, parse_version
 
-from hf_scripts.publish import KEEP_REMOTE, PublishError, check_release_folder, release_files
+from hf_scripts.publish import KEEP_REMOTE, PublishError, check_release_folder, release_files, release_shards
 
 # A fixed identity: the mirror's history should not depend on who ran the command.
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "hsi publish", "GIT_AUTHOR_EMAIL": "hsi@localhost",
                 "GIT_COMMITTER_NAME": "hsi publish", "GIT_COMMITTER_EMAIL": "hsi@localhost"}
+LOCK_NAME = "hsi-publish.lock"  # inside .git: held (flock) for the whole run
+CHECKOUT_MARK = "hsi-checkout"  # inside .git: present while we update the working tree
+PRIVATE_INDEX = re.compile(r"hsi-index\.[0-9]+(\.lock)?")
 
 
-def git(repo: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | GIT_IDENTITY
-    result = subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, text=True)
+def _env(extra: dict | None = None) -> dict:
+    return {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | GIT_IDENTITY | (extra or {})
+
+
+def git(repo: Path, *args: str, env: dict | None = None, stdin: str | None = None) -> str:
+    result = subprocess.run(["git", "--no-optional-locks", "-C", str(repo), *args], env=_env(env), capture_output=True,
+                            text=True, input=stdin)
     if result.returncode != 0:
         raise PublishError(f"git {' '.join(args)} failed in {repo}: {result.stderr.strip()}")
     return result.stdout.strip()
 
 
+def _head(git_dir: Path) -> str | None:
+    result = subprocess.run(["git", "-C", str(git_dir), "rev-parse", "--verify", "-q", "HEAD^{commit}"], env=_env(),
+                            capture_output=True, text=True)
+    return result.stdout.strip() or None
+
+
+def _is_mirror(git_dir: Path) -> bool:
+    return (git_dir / ".git").is_dir() and not (git_dir / ".git").is_symlink()
+
+
+def check_mirror_folder(git_dir: Path) -> list[str]:
+    """Refuse a folder we must not commit into; return the lines of any recovery to do."""
+    if not git_dir.exists():
+        return [f"git init {git_dir}"]
+    if not git_dir.is_dir():
+        raise PublishError(f"{git_dir} is not a folder")
+    if not _is_mirror(git_dir):
+        if any(git_dir.iterdir()):
+            raise PublishError(f"{git_dir} is not empty and is not a git mirror; give a new or empty folder, or a mirror "
+                               "that `hsi publish --to-git` made")
+        return [f"git init {git_dir}"]
+    if (git_dir / ".git" / CHECKOUT_MARK).exists():
+        return [f"finish the interrupted checkout of {git_dir}"]  # its dirt is ours: it is redone first
+    status = git(git_dir, "status", "--porcelain=v1", "-z", "--untracked-files=all")
+    entries = [e for e in status.split("\0") if e]
+    untracked = sorted(e[3:] for e in entries if e.startswith("??"))
+    if untracked:
+        raise PublishError(f"{git_dir} has files that are not part of any release: {', '.join(untracked[:10])}; "
+                           "move them out of the mirror (nothing in it is committed but the release's own files)")
+    if entries:
+        raise PublishError(f"{git_dir} has uncommitted changes to {', '.join(e[3:] for e in entries[:10])}; inspect them, "
+                           f"then `git -C {git_dir} reset --hard` to return the mirror to its last release")
+    return []
+
+
+def _latest_release(git_dir: Path) -> str | None:
+    tags = [t for t in git(git_dir, "tag", "--list", "v*").split() if VERSION_PATTERN.match(t)]
+    return git(git_dir, "rev-list", "-n", "1", max(tags, key=parse_version)) if tags else None
+
+
+def _tree_of(git_dir: Path, commit: str) -> str:
+    return git(git_dir, "rev-parse", f"{commit}^{{tree}}")
+
+
+def _tagging_only(git_dir: Path, head: str | None, tree: str | None) -> bool:
+    """True when main is already exactly this release, right after the previous one (a run killed
+    between commit and tag): it only needs its tag."""
+    if head is None or tree is None or _tree_of(git_dir, head) != tree:
+        return False
+    latest = _latest_release(git_dir)
+    parents = git(git_dir, "rev-list", "--parents", "-n", "1", head).split()[1:]
+    return parents == ([latest] if latest else parents)
+
+
 def mirror_plan(release_dir: Path, git_dir: Path, version: str) -> list[str]:
-    """The file operations `publish_to_git` would do, as readable lines (reads only)."""
-    check_release_folder(release_dir, version)
-    lines = [] if (git_dir / ".git").is_dir() else [f"git init {git_dir}"]
-    if (git_dir / ".git").is_dir() and version in git(git_dir, "tag", "--list", version).split():
+    """The file operations `publish_to_git` would do, as readable lines (reads only: blobs are
+    hashed into a throw-away index outside the mirror, never written into it)."""
+    return _plan(Path(release_dir), Path(git_dir), version, write=False)[0]
+
+
+def _plan(release_dir: Path, git_dir: Path, version: str, write: bool) -> tuple[list[str], str | None, bool]:
+    """(lines, the release's tree or None for a new mirror, whether main only needs the tag)."""
+    meta = check_release_folder(release_dir, version)
+    lines = check_mirror_folder(git_dir)
+    files = release_files(release_dir, meta)
+    if not _is_mirror(git_dir):
+        return lines + [f"  upload {path} ({size} bytes)" for path, size in files] + [f"commit and tag {version}"], None, False
+    if version in git(git_dir, "tag", "--list", version).split():
         raise PublishError(f"{git_dir} already has tag {version}; a published version is never moved or reused")
-    new = {path for path, _ in release_files(release_dir)}
-    old = set(git(git_dir, "ls-files").splitlines()) if (git_dir / ".git").is_dir() else set()
-    lines += [f"  upload {path} ({size} bytes)" for path, size in release_files(release_dir)]
-    lines += [f"  delete {path}" for path in sorted(old - new - KEEP_REMOTE)]
-    lines.append(f"commit and tag {version}")
-    return lines
+    head = _head(git_dir)
+    tree = _release_tree(git_dir, release_dir, files, meta, write) if head or write else None
+    if _tagging_only(git_dir, head, tree):
+        return lines + [f"main ({head}) is already this release: tag it {version}"], tree, True
+    latest = _latest_release(git_dir)
+    if latest is not None and head != latest:
+        raise PublishError(f"{git_dir}: main moved past the latest release; refusing to publish over it")
+    old = set(git(git_dir, "ls-tree", "-r", "--name-only", head).splitlines()) if head else set()
+    lines += [f"  upload {path} ({size} bytes)" for path, size in files]
+    lines += [f"  delete {path}" for path in sorted(old - {path for path, _ in files} - KEEP_REMOTE)]
+    return lines + [f"commit and tag {version}"], tree, False
+
+
+def _release_tree(git_dir: Path, release_dir: Path, files: list[tuple[str, int]], meta: dict, write: bool) -> str:
+    """The tree of exactly the release's files, built in a private index. With `write`, the blobs
+    are written into the mirror and every shard blob's sha256 is checked against `_release.json`."""
+    with tempfile.TemporaryDirectory(prefix="hsi-index-") as scratch:
+        index = git_dir / ".git" / f"hsi-index.{os.getpid()}" if write else Path(scratch) / "index"
+        env = {"GIT_INDEX_FILE": str(index)}
+        try:
+            oids = git(git_dir, "hash-object", *(["-w"] if write else []), "--no-filters", "--stdin-paths",
+                       stdin="".join(f"{release_dir.resolve() / path}\n" for path, _ in files)).split()
+            git(git_dir, "update-index", "--add", "--index-info", env=env,
+                stdin="".join(f"100644 blob {oid}\t{path}\n" for oid, (path, _) in zip(oids, files)))
+            staged = dict(zip((path for path, _ in files), oids))
+            for path, expected in sorted(release_shards(meta).items()) if write else ():
+                if _blob_sha256(git_dir, staged[path]) != expected:
+                    raise PublishError(f"{path} as staged in {git_dir} differs from its sha256 in _release.json; the "
+                                       "release folder changed while publishing or is damaged: rebuild it, nothing was committed")
+            return git(git_dir, "write-tree", *([] if write else ["--missing-ok"]), env=env)
+        finally:
+            index.unlink(missing_ok=True)
+
+
+def _blob_sha256(git_dir: Path, oid: str) -> str:
+    digest = hashlib.sha256()
+    with subprocess.Popen(["git", "-C", str(git_dir), "cat-file", "blob", oid], env=_env(), stdout=subprocess.PIPE) as proc:
+        while block := proc.stdout.read(1 << 20):
+            digest.update(block)
+    if proc.returncode != 0:
+        raise PublishError(f"git cat-file blob {oid} failed in {git_dir}")
+    return digest.hexdigest()
+
+
+@contextmanager
+def mirror_lock(git_dir: Path) -> Iterator[None]:
+    """One publish per mirror at a time; the lock goes with the process, even on a kill."""
+    path = git_dir / ".git" / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            raise PublishError(f"{git_dir} is being published by another `hsi publish` (pid {holder}); wait for it to "
+                               "finish, then run again") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _recover(git_dir: Path) -> None:
+    """Under the lock, anything a killed run of ours left is stale: private indexes go, and an
+    interrupted checkout is finished (its index.lock removed first)."""
+    dot_git = git_dir / ".git"
+    for entry in dot_git.iterdir():
+        if PRIVATE_INDEX.fullmatch(entry.name) and entry.is_file():
+            entry.unlink()
+    if (dot_git / CHECKOUT_MARK).exists():
+        (dot_git / "index.lock").unlink(missing_ok=True)
+        _checkout(git_dir)
+
+
+def _checkout(git_dir: Path) -> None:
+    """Bring the working tree to HEAD (a view for people; the commits never come from it) and
+    drop the mark that said it lags behind."""
+    git(git_dir, "reset", "--hard", "--quiet")
+    (git_dir / ".git" / CHECKOUT_MARK).unlink(missing_ok=True)
 
 
 def publish_to_git(release_dir: Path, git_dir: Path, version: str) -> str:
     """Commit the release into `git_dir` (created if needed) and tag it; returns the commit id."""
     release_dir, git_dir = Path(release_dir), Path(git_dir)
-    mirror_plan(release_dir, git_dir, version)  # all refusals happen before anything changes
-    if not (git_dir / ".git").is_dir():
+    if not _is_mirror(git_dir):
+        release_files(release_dir, check_release_folder(release_dir, version))  # refusals before the init
+        check_mirror_folder(git_dir)
         git_dir.mkdir(parents=True, exist_ok=True)
         git(git_dir, "init", "--quiet", "--initial-branch=main")
-    tags = [t for t in git(git_dir, "tag", "--list", "v*").split() if VERSION_PATTERN.match(t)]
-    if tags:
-        latest = git(git_dir, "rev-list", "-n", "1", max(tags, key=parse_version))
-        if git(git_dir, "rev-parse", "HEAD") != latest:
-            raise PublishError(f"{git_dir}: main moved past the latest release; refusing to publish over it")
-    for tracked in git(git_dir, "ls-files").splitlines():
-        if tracked not in KEEP_REMOTE:
-            (git_dir / tracked).unlink(missing_ok=True)
-    for path, _ in release_files(release_dir):
-        (git_dir / path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(release_dir / path, git_dir / path)
-    git(git_dir, "add", "--all")
-    git(git_dir, "commit", "--quiet", "--allow-empty", "-m", f"Release {version}")
-    git(git_dir, "tag", "-a", version, "-m", f"Hard-Spurious-ImageNet {version}")
-    return git(git_dir, "rev-parse", "HEAD")
+    with mirror_lock(git_dir):
+        _recover(git_dir)
+        if (git_dir / ".git" / "index.lock").exists():
+            raise PublishError(f"{git_dir}/.git/index.lock exists: a git command runs in the mirror, or one was killed; "
+                               "if none runs, remove the file and publish again")
+        _, tree, tag_only = _plan(release_dir, git_dir, version, write=True)  # every refusal, now under the lock
+        head = _head(git_dir)
+        commit = head
+        # From here the working tree may lag behind main: the mark tells the next run that the
+        # difference is ours to check out, not someone's changes.
+        (git_dir / ".git" / CHECKOUT_MARK).write_text(f"{os.getpid()}\n")
+        if not tag_only:
+            commit = git(git_dir, "commit-tree", tree, *(["-p", head] if head else []), "-m", f"Release {version}")
+            branch = git(git_dir, "symbolic-ref", "HEAD")
+            git(git_dir, "update-ref", "-m", f"hsi publish {version}", branch, commit, head or "")  # compare-and-swap
+        git(git_dir, "tag", "-a", version, commit, "-m", f"Hard-Spurious-ImageNet {version}")
+        _checkout(git_dir)
+    return commit

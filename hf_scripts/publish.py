@@ -15,15 +15,25 @@ from __future__ import annotations
 
 from builder.core.errors import HsiError
 
+import hashlib
 import json
+import os
+import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
-from cards.release import RELEASE_META, ReleaseError, check_version_bump, describe_changes, parse_version, read_release_meta
+from builder.core.manifest import MANIFEST_NAME
+from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename
+from builder.core.shards import sha256_file
+from cards.release import (PREVIEWS_DIR, RELEASE_META, VALIDATION_JSON, VALIDATION_MD, ReleaseError, check_version_bump,
+                           describe_changes, parse_version, read_release_meta)
 from cards.render import CardError, check_card
 
 REPO_TYPE = "dataset"
 KEEP_REMOTE = {".gitattributes"}  # created by the Hub with the repo; not part of a release
+REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 
 
 class PublishError(HsiError):
@@ -40,8 +50,11 @@ class PublishPlan:
     previous_version: str | None
     uploads: list[tuple[str, int]] = field(default_factory=list)  # (path in repo, bytes)
     deletes: list[str] = field(default_factory=list)
+    tag_only: bool = False  # main is already this release (a run stopped before its tag)
 
     def describe(self, private: bool = False) -> list[str]:
+        if self.tag_only:
+            return [f"main of {self.repo_id} ({self.parent_commit}) is already this release: tag it {self.version}"]
         lines = []
         if not self.repo_exists:
             lines.append(f"create dataset repo {self.repo_id}" + (" (private)" if private else ""))
@@ -54,10 +67,55 @@ class PublishPlan:
         return lines
 
 
-def release_files(release_dir: Path) -> list[tuple[str, int]]:
-    """(path in repo, bytes) of every file of the release folder, sorted."""
-    files = [p for p in Path(release_dir).rglob("*") if p.is_file()]
-    return sorted((p.relative_to(release_dir).as_posix(), p.stat().st_size) for p in files)
+def release_shards(meta: dict) -> dict[str, str]:
+    """{path in repo: sha256} of every shard `_release.json` lists, names checked by the name rules."""
+    shards = {}
+    try:
+        for config, entry in meta["configs"].items():
+            check_config_name(config)
+            for split, listed in entry["splits"].items():
+                for shard in listed:
+                    shards[f"data/{config}/{check_shard_filename(shard['filename'], split)}"] = shard["sha256"]
+    except (UnsafeNameError, KeyError, TypeError, AttributeError) as exc:
+        raise PublishError(f"{RELEASE_META} cannot be trusted ({exc}); rebuild the release with `hsi release`") from None
+    return shards
+
+
+def _in_layout(path: str, configs: set[str], shards: dict[str, str]) -> bool:
+    parts = path.split("/")
+    if len(parts) == 1:
+        return path in ("README.md", RELEASE_META)
+    if len(parts) != 3 or parts[1] not in configs:
+        return False
+    if parts[0] == "data":
+        return parts[2] in (MANIFEST_NAME, VALIDATION_JSON, VALIDATION_MD) or path in shards
+    return parts[0] == PREVIEWS_DIR and parts[2].endswith(".png") and not parts[2].startswith(".")
+
+
+def release_files(release_dir: Path, meta: dict) -> list[tuple[str, int]]:
+    """(path in repo, bytes) of the release's files, sorted: exactly what `hsi release` writes for the
+    configs of `_release.json`. A link, or a file that is not part of that layout (something planted
+    in the folder), is refused rather than published."""
+    release_dir = Path(release_dir)
+    shards = release_shards(meta)
+    configs = set(meta["configs"])
+    files, strays = [], []
+    for folder, dirs, names in os.walk(release_dir):  # os.walk never descends into linked folders
+        for name in sorted(names) + [d for d in dirs if (Path(folder) / d).is_symlink()]:
+            path = Path(folder) / name
+            relative = path.relative_to(release_dir).as_posix()
+            if path.is_symlink() or not path.is_file():
+                raise PublishError(f"{path} is a link or not a regular file; a release holds only its own files")
+            if not _in_layout(relative, configs, shards):
+                strays.append(relative)
+            files.append((relative, path.stat().st_size))
+    if strays:
+        raise PublishError(f"{release_dir} holds files that are not part of the release: {', '.join(sorted(strays)[:10])}; "
+                           "remove them or rebuild the folder with `hsi release`")
+    missing = sorted(set(shards) - {path for path, _ in files})
+    if missing:
+        raise PublishError(f"{release_dir} lacks shards its {RELEASE_META} lists: {', '.join(missing[:10])}; rebuild it")
+    return sorted(files)
 
 
 def version_tags(refs) -> dict[str, str]:
@@ -96,17 +154,83 @@ def check_release_folder(release_dir: Path, version: str) -> dict:
     return meta
 
 
+def check_repo_id(repo_id: str) -> str:
+    """ORG/NAME as the Hub allows them; anything else (a path with `..`, a URL) is refused before
+    a request is made."""
+    if not isinstance(repo_id, str) or not REPO_ID.fullmatch(repo_id) or ".." in repo_id or "--" in repo_id:
+        raise PublishError(f"repo id {repo_id!r} is not of the form ORG/NAME (letters, digits, '-', '_', '.'; no '..' "
+                           "or '--'), e.g. lab/hard-spurious-imagenet")
+    return repo_id
+
+
+@contextmanager
+def hub_errors(api, action: str, repo_id: str) -> Iterator[None]:
+    """Turn the Hub's HTTP errors into a PublishError that says what failed and what to do; the
+    token never appears in it."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        yield
+    except HfHubHTTPError as exc:
+        status = getattr(exc.response, "status_code", None)
+        detail = exc.server_message or str(exc).splitlines()[0]
+        if status in (401, 403):
+            hint = "check the token (HF_TOKEN or `hf auth login`) and that it may write to this repo"
+        elif status is not None and status >= 500:
+            hint = "the Hub failed; nothing is tagged until a run succeeds: run again later"
+        else:
+            hint = "see the message; nothing is tagged until a run succeeds"
+        message = f"{action} on {repo_id} failed with HTTP {status}: {detail}; {hint}"
+        token = getattr(api, "token", None)
+        raise PublishError(message.replace(token, "<token>") if token else message) from None
+
+
+def _same_files(api, repo_id: str, revision: str, release_dir: Path, files: list[tuple[str, int]]) -> bool:
+    """True when the Hub's tree at `revision` is exactly the release's files (same paths, sizes and
+    content hashes): a commit of this release whose tag was never created."""
+    from huggingface_hub.hf_api import RepoFile
+
+    remote = {e.path: e for e in api.list_repo_tree(repo_id, repo_type=REPO_TYPE, revision=revision, recursive=True)
+              if isinstance(e, RepoFile) and e.path not in KEEP_REMOTE}
+    if set(remote) != {path for path, _ in files}:
+        return False
+    for path, size in files:
+        entry, local = remote[path], release_dir / path
+        if entry.size != size:
+            return False
+        if entry.lfs is not None and entry.lfs.sha256 != sha256_file(local):
+            return False
+        if entry.lfs is None and entry.blob_id != git_blob_sha1(local):
+            return False
+    return True
+
+
+def git_blob_sha1(path: Path) -> str:
+    """The git object id of a file's bytes (what the Hub reports for a regular, non-LFS file)."""
+    digest = hashlib.sha1(b"blob %d\0" % path.stat().st_size)
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def plan_publish(api, release_dir: Path, repo_id: str, version: str) -> PublishPlan:
     """Read the Hub (never write) and decide every file operation of this release."""
+    check_repo_id(repo_id)
+    with hub_errors(api, "reading the repo", repo_id):
+        return _plan_publish(api, Path(release_dir), repo_id, version)
+
+
+def _plan_publish(api, release_dir: Path, repo_id: str, version: str) -> PublishPlan:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import RepositoryNotFoundError
 
-    release_dir = Path(release_dir)
     meta = check_release_folder(release_dir, version)
+    uploads = release_files(release_dir, meta)
     try:
         refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
     except RepositoryNotFoundError:
-        return PublishPlan(repo_id, version, release_dir, False, None, None, release_files(release_dir))
+        return PublishPlan(repo_id, version, release_dir, False, None, None, uploads)
     tags = version_tags(refs)
     if version in tags:
         raise PublishError(f"{repo_id} already has tag {version} (commit {tags[version]}); a published version is never moved or reused, release a new version")
@@ -117,15 +241,19 @@ def plan_publish(api, release_dir: Path, repo_id: str, version: str) -> PublishP
         parent = tags[previous_version]
         if parse_version(version) <= parse_version(previous_version):
             raise PublishError(f"{version} is not newer than the latest release {previous_version}")
-        if main != parent:
-            raise PublishError(f"main of {repo_id} ({main}) moved past the latest release {previous_version} ({parent}); refusing to publish over changes that are not a release")
         previous_meta_path = hf_hub_download(repo_id, RELEASE_META, repo_type=REPO_TYPE, revision=parent, token=api.token)
         previous_meta = json.loads(Path(previous_meta_path).read_text("utf-8"))
         try:
             check_version_bump(previous_version, version, bool(describe_changes(previous_meta, meta["configs"])))
         except ReleaseError as exc:
             raise PublishError(str(exc)) from None
-    uploads = release_files(release_dir)
+    if main is not None and (main != parent or previous_version is None):
+        # An earlier run committed this very release and was stopped before its tag: only tag it.
+        # (The release's _release.json names this version, so no other commit has this tree.)
+        if _same_files(api, repo_id, main, release_dir, uploads):
+            return PublishPlan(repo_id, version, release_dir, True, main, previous_version, tag_only=True)
+        if main != parent:
+            raise PublishError(f"main of {repo_id} ({main}) moved past the latest release {previous_version} ({parent}); refusing to publish over changes that are not a release")
     remote = set(api.list_repo_files(repo_id, repo_type=REPO_TYPE, revision=parent)) if parent else set()
     deletes = sorted(remote - {path for path, _ in uploads} - KEEP_REMOTE)
     return PublishPlan(repo_id, version, release_dir, True, parent, previous_version, uploads, deletes)
@@ -133,9 +261,17 @@ def plan_publish(api, release_dir: Path, repo_id: str, version: str) -> PublishP
 
 def perform_publish(api, plan: PublishPlan, private: bool = False) -> str:
     """Create the repo if needed, commit the release on its parent and tag it. Returns the commit."""
+    with hub_errors(api, "publishing", plan.repo_id):
+        return _perform_publish(api, plan, private)
+
+
+def _perform_publish(api, plan: PublishPlan, private: bool) -> str:
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
     from huggingface_hub.errors import HfHubHTTPError
 
+    if plan.tag_only:
+        _create_tag(api, plan, plan.parent_commit)
+        return plan.parent_commit
     if not plan.repo_exists:
         api.create_repo(plan.repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True)
     operations = [CommitOperationDelete(path) for path in plan.deletes] + [
@@ -156,12 +292,19 @@ def perform_publish(api, plan: PublishPlan, private: bool = False) -> str:
         if status == 412:
             raise PublishError(f"{plan.repo_id} changed since the plan was made (parent {parent} is no longer the head); nothing was committed, run again") from None
         raise
-    commit = info.oid
+    _create_tag(api, plan, info.oid)
+    return info.oid
+
+
+def _create_tag(api, plan: PublishPlan, commit: str) -> None:
+    from huggingface_hub.errors import HfHubHTTPError
+
     try:
         api.create_tag(plan.repo_id, tag=plan.version, revision=commit, repo_type=REPO_TYPE,
                        tag_message=f"Hard-Spurious-ImageNet {plan.version}")
     except HfHubHTTPError as exc:
         if getattr(exc.response, "status_code", None) == 409:
             raise PublishError(f"tag {plan.version} appeared on {plan.repo_id} meanwhile; it is not moved. The commit {commit} is untagged") from None
-        raise
-    return commit
+        raise PublishError(f"commit {commit} of {plan.repo_id} holds the release but tagging it failed "
+                           f"(HTTP {getattr(exc.response, 'status_code', None)}: {exc.server_message or exc}); "
+                           "run the same publish again: it finds the commit and only tags it") from None

@@ -14,11 +14,17 @@ from pathlib import Path
 from builder.formats.composites import check_composite_json
 from builder.core.shards import sha256_file
 
-from hf_scripts.publish import REPO_TYPE, PublishError, version_tags
+from hf_scripts.publish import REPO_TYPE, PublishError, check_repo_id, hub_errors, release_shards, version_tags
 
 
 def verify_release(api, repo_id: str, version: str, cache_dir: str | None = None) -> tuple[list[str], list[str]]:
     """(report lines, problems) for the tagged version of `repo_id`."""
+    check_repo_id(repo_id)
+    with hub_errors(api, "verifying", repo_id):
+        return _verify_release(api, repo_id, version, cache_dir)
+
+
+def _verify_release(api, repo_id: str, version: str, cache_dir: str | None) -> tuple[list[str], list[str]]:
     from datasets import load_dataset
     from huggingface_hub import hf_hub_download
 
@@ -31,11 +37,13 @@ def verify_release(api, repo_id: str, version: str, cache_dir: str | None = None
     lines, problems = [f"{repo_id} {version} -> commit {commit}"], []
     if release.get("version") != version:
         problems.append(f"_release.json says version {release.get('version')!r}, the tag is {version}")
+    release_shards(release)  # config and shard names become download paths: they must pass the name rules
     for config, listed in sorted(release["configs"].items()):
         manifest = json.loads(Path(fetch(f"data/{config}/_info.json")).read_text("utf-8"))
         for split, entry in sorted(manifest["splits"].items()):
             if entry["shards"] != listed["splits"].get(split):
                 problems.append(f"{config}/{split}: _info.json and _release.json list different shards")
+                continue  # only names _release.json lists (checked above) become download paths
             for shard in entry["shards"]:
                 local = Path(fetch(f"data/{config}/{shard['filename']}"))
                 if local.stat().st_size != shard["bytes"] or sha256_file(local) != shard["sha256"]:

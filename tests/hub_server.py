@@ -76,6 +76,9 @@ class HubState:
         self.repos: dict[str, Repo] = {}
         self.lock = threading.Lock()
         self.requests: list[str] = []  # "METHOD path" of every request, for tests to assert on
+        # "METHOD path-prefix" -> (status, message): requests answered with that error, for tests of
+        # a failing or refusing Hub (a 500, a bad token's 401)
+        self.faults: dict[str, tuple[int, str]] = {}
 
 
 def git_blob_sha(data: bytes) -> str:
@@ -129,6 +132,9 @@ class Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         path, query = unquote(url.path), parse_qs(url.query)
         self.state.requests.append(f"{self.command} {path}")
+        for prefix, (status, message) in list(self.state.faults.items()):
+            if f"{self.command} {path}".startswith(prefix):
+                return self.error(status, message)
         routes = [
             ("POST", r"/api/repos/create", self.create_repo),
             ("POST", r"/api/validate-yaml", self.validate_yaml),

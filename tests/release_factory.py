@@ -76,15 +76,29 @@ def make_composed_dataset(
         Image.new("RGB", (16, 16), (p * 60, 100, 0)).save(preview_dir / f"sheet-{p}.png")
     write_jsonl_atomic(dataset / ERRORS_NAME, [])
     fingerprint = f"{config[:6]}{seed:010d}"
-    Manifest(
+    manifest = Manifest(
         stage="compose", config=config,
         tool={"name": "hard-spurious-imagenet", "version": "0.1.0"},
         fingerprint=fingerprint, spec={"name": config, "seed": seed, "sizes": list(SIZES)},
         parts={"fingerprint": "parts0000000000", "backends": {"masker": {"name": "box"}, "inpainter": {"name": "telea"}}},
         schema_version=SCHEMA_VERSION, splits=manifest_splits, errors=ErrorCounts(),
         class_names=[imagenet_classes()[c].name for c in classes],
-    ).write(dataset)
-    report = {"ok": True, "fingerprint": fingerprint, "integrity": {"ok": True, "samples": sum(splits.values())}}
+    )
+    manifest.write(dataset)
+    report = {"ok": True, "fingerprint": fingerprint, "integrity": {"ok": True, "samples": sum(splits.values())},
+              "shards": manifest.shard_sha256()}
     write_json_atomic(dataset / "validation.json", report if validation is None else validation)
     (dataset / "validation.md").write_text("# Validation\n\nall checks passed\n", "utf-8")
     return dataset
+
+
+def two_releases(root: Path) -> tuple[Path, Path]:
+    """v1.0.0 (5 samples, 3 shards) and v1.1.0 (6 samples, 2 shards, another seed) of one release."""
+    from cards.release import build_release
+
+    v1 = build_release(root / "v1" / "hard-spurious-imagenet",
+                       [make_composed_dataset(root / "a", splits={"test": 5}, shard_size=2)], version="v1.0.0")
+    v2 = build_release(root / "v2" / "hard-spurious-imagenet",
+                       [make_composed_dataset(root / "b", splits={"test": 6}, shard_size=4, seed=1)],
+                       version="v1.1.0", previous_release=v1, changes=["new seed"])
+    return v1, v2

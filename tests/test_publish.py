@@ -12,7 +12,7 @@ import pytest
 
 from cards.release import build_release
 from hub_server import LoopbackHub
-from release_factory import make_composed_dataset
+from release_factory import make_composed_dataset, two_releases
 
 REPO = "lab/hard-spurious-imagenet"
 
@@ -27,12 +27,7 @@ def hsi(args: list[str], endpoint: str, home: Path) -> subprocess.CompletedProce
 
 @pytest.fixture
 def releases(tmp_path):
-    v1 = build_release(tmp_path / "v1" / "hard-spurious-imagenet",
-                       [make_composed_dataset(tmp_path / "a", splits={"test": 5}, shard_size=2)], version="v1.0.0")
-    v2 = build_release(tmp_path / "v2" / "hard-spurious-imagenet",
-                       [make_composed_dataset(tmp_path / "b", splits={"test": 6}, shard_size=4, seed=1)],
-                       version="v1.1.0", previous_release=v1, changes=["new seed"])
-    return v1, v2
+    return two_releases(tmp_path)
 
 
 def test_publish_tag_verify_and_refusals(releases, tmp_path):

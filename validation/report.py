@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import __version__
+from builder.core.manifest import Manifest
 from builder.core.shards import MANIFEST_NAME, read_manifest, write_json_atomic
 from builder.core.taxonomy import sorted_groups
 
@@ -227,6 +228,9 @@ def validate_dataset(dataset_dir: Path, *, parts_dir: Path | None = None, previe
     payload["previews"] = [p.relative_to(out_dir).as_posix() for p in preview_paths]
     payload["preview_errors"] = preview_errors
     ok = integrity.ok if integrity is not None else True
+    if integrity is not None and integrity.ok and target.get("stage") == "compose":
+        # integrity compared every shard's sha256 with the manifest; release compares this record again
+        payload["shards"] = Manifest.read(dataset_dir).shard_sha256()
     payload["ok"] = ok
     json_path, md_path = write_report(out_dir, payload)
     return ValidationReport(ok, json_path, md_path, preview_paths, payload, integrity)

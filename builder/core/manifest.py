@@ -152,6 +152,11 @@ class Manifest:
             raise ManifestError(f"split {name!r} is not in this folder; it holds {', '.join(sorted(self.splits)) or 'no split'}")
         return self.splits[name]
 
+    def shard_sha256(self) -> dict[str, str]:
+        """{shard filename: sha256} of every split: what validation records as checked and release
+        compares with the manifest, so a report never vouches for other bytes."""
+        return {s.filename: s.sha256 for entry in self.splits.values() for s in entry.shards}
+
     def shard_paths(self, folder: Path, split: str | None = None) -> list[Path]:
         names = [split] if split else sorted(self.splits)
         return [Path(folder) / filename for name in names for filename in self.split(name).filenames]

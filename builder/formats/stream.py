@@ -16,12 +16,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tarfile
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from builder.core.shards import MANIFEST_NAME, ReadErrorHandler, iter_shard, raise_read_error
+from builder.core.errors import InputError
+from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
+from builder.core.shards import MANIFEST_NAME, ReadErrorHandler, ShardReadError, iter_shard, raise_read_error
 from builder.formats.composites import decode_composite_image, decode_composite_json, decode_label
 
 try:  # torch is the models extra; without it ShardStream still iterates, just not as a torch dataset
@@ -30,9 +33,19 @@ except ImportError:  # pragma: no cover - exercised only in torch-less installs
     _IterableBase = object
 
 RELEASE_META = "_release.json"  # a release folder's index of configs (written by cards.release)
+# What a broken sample or shard raises while being read or decoded (PIL's errors are OSErrors).
+SAMPLE_ERRORS = (OSError, ValueError, KeyError, TypeError, tarfile.TarError)
+
+
+class StreamError(InputError, ValueError):
+    """A source, manifest, shard or sample that cannot be read; the message names which."""
 
 
 def _join(base: str, *parts: str) -> str:
+    """`base/parts`: names were checked by the rules of builder.core.names; a local path is also
+    resolved, so a link planted in the folder cannot lead out of it."""
+    if "://" not in base:
+        return str(inside(Path(base), *parts))
     return "/".join([base.rstrip("/"), *parts])
 
 
@@ -41,9 +54,14 @@ def _read_json(url: str) -> dict | None:
 
     try:
         with fsspec.open(url, "rb") as handle:
-            return json.loads(handle.read())
+            data = json.loads(handle.read())
     except FileNotFoundError:
         return None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StreamError(f"{url} is not valid JSON ({exc}); rebuild the folder with the command that wrote it") from None
+    if not isinstance(data, dict):
+        raise StreamError(f"{url} must hold a JSON object, not {type(data).__name__}")
+    return data
 
 
 def resolve_shards(source: str | os.PathLike | Sequence[str], config: str | None, split: str) -> tuple[list[str], int | None]:
@@ -52,18 +70,26 @@ def resolve_shards(source: str | os.PathLike | Sequence[str], config: str | None
         return [str(s) for s in source], None
     base = str(source)
     release = _read_json(_join(base, RELEASE_META))
-    if release is not None:
-        config = config or release["default_config"]
-        if config not in release["configs"]:
-            raise ValueError(f"config {config!r} is not in this release; it has {sorted(release['configs'])}")
-        base = _join(base, "data", config)
-    manifest = _read_json(_join(base, MANIFEST_NAME))
-    if manifest is None:
-        raise FileNotFoundError(f"{source}: neither a release folder ({RELEASE_META}) nor a dataset folder ({MANIFEST_NAME})")
-    if split not in manifest["splits"]:
-        raise ValueError(f"split {split!r} is not in {base}; it has {sorted(manifest['splits'])}")
-    entry = manifest["splits"][split]
-    return [_join(base, name) for name in entry["filenames"]], entry["num_samples"]
+    try:
+        if release is not None:
+            config = check_config_name(config or release.get("default_config"))
+            if config not in release.get("configs", {}):
+                raise StreamError(f"config {config!r} is not in this release; it has {sorted(release.get('configs', {}))}")
+            base = _join(base, "data", config)
+        manifest = _read_json(_join(base, MANIFEST_NAME))
+        if manifest is None:
+            raise FileNotFoundError(f"{source}: neither a release folder ({RELEASE_META}) nor a dataset folder ({MANIFEST_NAME})")
+        splits = manifest.get("splits")
+        check_split_name(split)
+        if not isinstance(splits, dict) or split not in splits:
+            raise StreamError(f"split {split!r} is not in {base}; it has {sorted(splits) if isinstance(splits, dict) else 'none'}")
+        entry = splits[split]
+        names = entry.get("filenames") if isinstance(entry, dict) else None
+        if not isinstance(names, list):
+            raise StreamError(f"{_join(base, MANIFEST_NAME)}: splits.{split}.filenames must be a list of shard filenames")
+        return [_join(base, check_shard_filename(name, split)) for name in names], entry.get("num_samples")
+    except UnsafeNameError as exc:
+        raise StreamError(f"{source}: {exc}") from None
 
 
 def node_rank_and_count() -> tuple[int, int]:
@@ -83,12 +109,10 @@ def _rng(*parts: Any) -> np.random.Generator:
 
 def iter_tar_samples(url: str, handler: ReadErrorHandler = raise_read_error) -> Iterator[tuple[str, dict[str, bytes]]]:
     """(key, {ext: bytes}) from one shard (local path or fsspec URL): `iter_shard` over its bytes."""
-    if "://" not in url:
-        yield from iter_shard(Path(url), handler)
-        return
     import fsspec
 
-    with fsspec.open(url, "rb").open() as raw:
+    opener = open(url, "rb") if "://" not in url else fsspec.open(url, "rb").open()
+    with opener as raw:
         yield from iter_shard(raw, handler)
 
 
@@ -157,21 +181,31 @@ class ShardStream(_IterableBase):
             return shards[index::count], 1, 0
         return shards, count, index
 
-    def _raw(self) -> Iterator[tuple[str, dict[str, bytes]]]:
+    def _raw(self) -> Iterator[tuple[str, str, dict[str, bytes]]]:
+        """(shard url, key, members): the shard travels with each sample so errors can name it."""
         shards, stride, offset = self._assignment()
         position = 0
         for url in shards:
-            for key, members in iter_tar_samples(url, self.handler):
-                if position % stride == offset:
-                    yield key, members
-                position += 1
+            key = None
+            try:
+                for key, members in iter_tar_samples(url, self.handler):
+                    if position % stride == offset:
+                        yield url, key, members
+                    position += 1
+            except SAMPLE_ERRORS as exc:
+                where = f"after sample {key!r}" if key is not None else "before its first sample"
+                raise StreamError(f"shard {url}: cannot be read {where} ({type(exc).__name__}: {exc})") from exc
 
     def __iter__(self) -> Iterator[dict]:
         raw = self._raw()
         if self.shuffle_buffer > 1:
             raw = shuffled(raw, self.shuffle_buffer, _rng(self.seed, "buffer", self.epoch, *self._reader()))
-        for key, members in raw:
-            yield decode_sample(key, members, self.transform, self.keep_json)
+        for url, key, members in raw:
+            try:
+                sample = decode_sample(key, members, self.transform, self.keep_json)
+            except SAMPLE_ERRORS as exc:
+                raise StreamError(f"shard {url}: sample {key!r} failed to decode or transform ({type(exc).__name__}: {exc})") from exc
+            yield sample
 
 
 def shuffled(items: Iterator, buffer_size: int, rng: np.random.Generator) -> Iterator:

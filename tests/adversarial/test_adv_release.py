@@ -1,0 +1,196 @@
+"""Hostile inputs to `hsi release` (issue 11): manifests naming paths outside the release, planted
+links, stale or forged validation reports, kills during the folder swap, leftovers of killed runs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from builder.core.errors import HsiError
+from builder.core.shards import sha256_file
+from cards.release import ReleaseError, build_release
+from release_factory import make_composed_dataset
+
+NAME = "hard-spurious-imagenet"
+
+
+def tamper_manifest(dataset: Path, change) -> None:
+    path = dataset / "_info.json"
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+def snapshot(root: Path, skip: Path) -> dict[str, bytes]:
+    """Every file under `root` except under `skip`, with its bytes: what a release must not touch."""
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else b"")
+            for p in root.rglob("*") if not p.is_relative_to(skip)}
+
+
+def test_config_name_with_dot_dot_writes_nothing_outside_the_release(tmp_path):
+    dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3})
+    tamper_manifest(dataset, lambda m: m.update(config="../../../newcfg"))
+    before = snapshot(tmp_path, tmp_path / "rel")
+    with pytest.raises(ReleaseError, match="not one safe path component"):
+        build_release(tmp_path / "rel" / NAME, [dataset])
+    assert not (tmp_path / "newcfg").exists()
+    assert snapshot(tmp_path, tmp_path / "rel") == before
+    assert not (tmp_path / "rel").exists() or not any((tmp_path / "rel").iterdir())
+
+
+def test_shard_filename_leading_out_never_overwrites_a_foreign_file(tmp_path):
+    # The dataset sits so deep that `../../../../victim/important.txt` names the attacker's file
+    # from the dataset and the victim's file from the release's staging folder.
+    victim = tmp_path / "victim" / "important.txt"
+    victim.parent.mkdir()
+    victim.write_text("precious")
+    dataset = make_composed_dataset(tmp_path / "evil" / "d1" / "d2" / "d3", splits={"test": 3})
+    forged = tmp_path / "evil" / "victim" / "important.txt"
+    forged.parent.mkdir()
+    forged.write_text("overwritten")
+    hostile = "../../../../victim/important.txt"
+
+    def change(manifest):
+        shard = manifest["splits"]["test"]["shards"][0]
+        shard.update(filename=hostile, sha256=sha256_file(forged), bytes=forged.stat().st_size)
+        manifest["splits"]["test"]["filenames"][0] = hostile
+
+    tamper_manifest(dataset, change)
+    with pytest.raises(ReleaseError, match="not of the form <split>-NNNNN.tar"):
+        build_release(tmp_path / "rel" / NAME, [dataset])
+    assert victim.read_text() == "precious"
+
+
+@pytest.mark.parametrize("filename", ["/etc/passwd", "test-00000.tar/../../x", "train-00000.tar", "test-0.tar",
+                                      "..\\test-00000.tar", "test-00000.tar\0", "test\u2024-00000.tar"])
+def test_every_shard_filename_but_split_nnnnn_tar_is_refused(tmp_path, filename):
+    dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3})
+    tamper_manifest(dataset, lambda m: m["splits"]["test"]["shards"][0].update(filename=filename))
+    with pytest.raises(ReleaseError, match="shard filename"):
+        build_release(tmp_path / "rel" / NAME, [dataset])
+
+
+def test_a_shard_listed_twice_is_refused_not_copied_over_itself(tmp_path):
+    dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3}, shard_size=2)
+
+    def change(manifest):
+        entry = manifest["splits"]["test"]
+        entry["shards"][1] = dict(entry["shards"][0])
+        entry["num_samples"] = 4
+
+    tamper_manifest(dataset, change)
+    with pytest.raises(ReleaseError, match="listed twice"):
+        build_release(tmp_path / "rel" / NAME, [dataset])
+
+
+def test_a_shard_that_is_a_link_out_of_the_dataset_is_refused(tmp_path):
+    dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3})
+    outside = tmp_path / "elsewhere.tar"
+    os.replace(dataset / "test-00000.tar", outside)
+    (dataset / "test-00000.tar").symlink_to(outside)
+    with pytest.raises(HsiError, match="leads outside|symbolic link"):
+        build_release(tmp_path / "rel" / NAME, [dataset])
+
+
+def test_a_link_planted_in_previews_is_never_followed(tmp_path):
+    dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3})
+    secret = tmp_path / "secret.txt"
+    secret.write_text("id_rsa contents")
+    (dataset / "previews" / "zz-planted.png").symlink_to(secret)
+    with pytest.raises(ReleaseError, match="symbolic link"):
+        build_release(tmp_path / "rel" / NAME, [dataset])
+    copied = [p for p in tmp_path.rglob("zz-planted.png") if not p.is_symlink()]
+    assert copied == []
+
+
+def test_a_pass_report_for_other_shard_bytes_is_refused(tmp_path):
+    # A rebuild (or a crashed validate) left the old PASS report; the manifest now lists other bytes.
+    dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3}, shard_size=2)
+    replacement = make_composed_dataset(tmp_path / "other", splits={"test": 3}, shard_size=2, seed=5)
+    os.replace(replacement / "test-00001.tar", dataset / "test-00001.tar")
+    new = dataset / "test-00001.tar"
+    tamper_manifest(dataset, lambda m: m["splits"]["test"]["shards"][1].update(sha256=sha256_file(new), bytes=new.stat().st_size))
+    with pytest.raises(ReleaseError, match=r"validation is stale: .*test-00001.tar.*re-run `hsi validate"):
+        build_release(tmp_path / "rel" / NAME, [dataset])
+    assert not (tmp_path / "rel").exists() or not any((tmp_path / "rel").iterdir())
+
+
+def test_a_report_without_shard_digests_is_stale(tmp_path):
+    dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3})
+    report = json.loads((dataset / "validation.json").read_text())
+    del report["shards"]
+    (dataset / "validation.json").write_text(json.dumps(report))
+    with pytest.raises(ReleaseError, match=r"validation is stale .*re-run `hsi validate"):
+        build_release(tmp_path / "rel" / NAME, [dataset])
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+KILLED_RELEASE = """
+import os, signal, sys
+from pathlib import Path
+from cards.release import build_release
+name, where = sys.argv[3], sys.argv[4]
+real_replace, real_link = os.replace, os.link
+
+def replace(src, dst):
+    # the swap's second rename: staging folder -> the release's name
+    if where == "swap" and Path(dst).name == name and Path(src).name.endswith(".tmp"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_replace(src, dst)
+
+def link(*args, **kwargs):
+    if where == "staging":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_link(*args, **kwargs)
+
+os.replace, os.link = replace, link
+build_release(Path(sys.argv[1]), [Path(sys.argv[2])], overwrite=True, version="v1.1.0")
+"""
+
+
+def killed_release(release: Path, dataset: Path, where: str) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "tests")]))
+    result = subprocess.run([sys.executable, "-c", KILLED_RELEASE, str(release), str(dataset), release.name, where],
+                            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
+
+
+def leftovers(release: Path) -> list[str]:
+    return sorted(p.name for p in release.parent.iterdir() if p.name.startswith(f".{release.name}."))
+
+
+def test_sigkill_between_the_swaps_renames_keeps_the_release_history(tmp_path):
+    release = tmp_path / "out" / NAME
+    build_release(release, [make_composed_dataset(tmp_path / "a", splits={"test": 3})], version="v1.0.0")
+    changed = make_composed_dataset(tmp_path / "b", splits={"test": 4})
+    killed_release(release, changed, "swap")
+    assert not release.exists() and len(leftovers(release)) == 2  # the kill really hit the swap
+    # the history survived: a downgrade is still refused, and the next release carries v1.0.0
+    with pytest.raises(ReleaseError, match="must raise the minor or major version"):
+        build_release(release, [changed], overwrite=True, version="v1.0.1")
+    assert json.loads((release / "_release.json").read_text())["version"] == "v1.0.0"
+    build_release(release, [changed], overwrite=True, version="v1.1.0")
+    meta = json.loads((release / "_release.json").read_text())
+    assert [e["version"] for e in meta["changelog"]] == ["v1.1.0", "v1.0.0"]
+    assert leftovers(release) == []
+
+
+def test_a_release_killed_while_staging_leaves_nothing_after_the_next_run(tmp_path):
+    release = tmp_path / "out" / NAME
+    dataset = make_composed_dataset(tmp_path / "a", splits={"test": 3})
+    killed_release(release, dataset, "staging")
+    assert [n.endswith(".tmp") for n in leftovers(release)] == [True]
+    # folders that only look like ours, or belong to a live run (pid 1), are left alone
+    keep = [release.parent / f".{NAME}.notes.tmp", release.parent / f".{NAME}.1.tmp", release.parent / f".{NAME}.12.tmp.bak"]
+    for folder in keep:
+        folder.mkdir()
+    build_release(release, [dataset], version="v1.0.0")
+    assert (release / "_release.json").is_file()
+    assert leftovers(release) == sorted(p.name for p in keep)
