@@ -56,7 +56,10 @@ def decode_canvas(data: bytes) -> np.ndarray:
 
 def decode_png(data: bytes) -> np.ndarray:
     with Image.open(io.BytesIO(data)) as image:
-        return np.asarray(image.convert("L" if image.mode in ("L", "1") else "RGB"))
+        image.load()
+        if image.mode in ("L", "RGB"):
+            return np.asarray(image)  # converting to its own mode would only copy the pixels once more
+        return np.asarray(image.convert("L" if image.mode == "1" else "RGB"))
 
 
 @dataclass(frozen=True)
