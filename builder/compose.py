@@ -31,7 +31,7 @@ from .classes import class_of, imagenet_classes
 from .compose_plan import ImageJob, check_has_work, images_per_shard, plan_jobs
 from .config import check_settings, fingerprint, save_settings
 from .geometry import object_size, paste, place, position_token, resize_mask, resize_rgb
-from .parts import decode_png
+from .parts import decode_png, decode_png_image
 from .parts_index import (
     CACHE_DIR,
     MemberReader,
@@ -128,15 +128,16 @@ def sample_key(source_id: str, position: str, size: int, background: str) -> str
     return f"{source_id}_{position_token(position)}_{size}_{background}".replace(".", "-")
 
 
-def _load_object(reader: MemberReader, ref: PartsRef, with_mask: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    crop = decode_png(reader.read(ref, "crop.png"))
-    if crop.ndim != 3:
+def _load_object(reader: MemberReader, ref: PartsRef, with_mask: bool) -> tuple[Image.Image, np.ndarray | None]:
+    # The crop stays a PIL image: it is only ever resized, to each of the spec's sizes.
+    crop = decode_png_image(reader.read(ref, "crop.png"))
+    if crop.mode != "RGB":
         raise ValueError("crop.png is not RGB")
     if not with_mask:
         return crop, None
     mask = decode_png(reader.read(ref, "mask.png")) > 127
-    if mask.shape != crop.shape[:2]:
-        raise ValueError(f"mask.png is {mask.shape}, crop.png is {crop.shape[:2]}")
+    if mask.shape != (crop.height, crop.width):
+        raise ValueError(f"mask.png is {mask.shape}, crop.png is {(crop.height, crop.width)}")
     return crop, mask
 
 
@@ -199,7 +200,7 @@ class ComposeShardBuilder:
         except (OSError, ValueError, KeyError) as exc:
             issues.append(Issue(job.ref.key, "unreadable-parts", f"object: {exc}", "compose"))
             return []
-        crop_h, crop_w = crop.shape[:2]
+        crop_w, crop_h = crop.size
         resized: dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]] = {}
         samples = []
         for kind, donor in job.donors:

@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from builder.compose import encode_jpeg
+from builder.geometry import resize_rgb
 from builder.shards import _ustar_header, iter_shard, sha256_file, write_shard
 from parts_factory import FakeImage, render_image
 
@@ -167,7 +168,8 @@ def varied_images() -> list[tuple[str, np.ndarray]]:
         images.append((f"flat {value}", np.full((224, 224, 3), value, np.uint8)))
     ramp = np.arange(224, dtype=np.uint8)
     images.append(("gradient", np.stack(np.broadcast_arrays(ramp[None], ramp[:, None], 255 - ramp[None]), -1)))
-    images.append(("checkerboard", np.repeat((np.indices((224, 224)).sum(0) % 2 * 255).astype(np.uint8)[..., None], 3, 2)))
+    checks = (np.indices((224, 224)).sum(0) % 2 * 255).astype(np.uint8)
+    images.append(("checkerboard", np.repeat(checks[..., None], 3, 2)))
     base = images[1][1]
     images += [("flipped view", base[::-1, ::-1]), ("strided view", base[::2, 1::3]), ("grey", base[..., 1])]
     return images
@@ -185,3 +187,15 @@ def test_opencv_jpeg_bytes_equal_pils_at_the_paper_quality(name, image):
 def test_opencv_jpeg_bytes_equal_pils_at_any_spec_quality(quality):
     for name, image in VARIED[::4]:
         assert encode_jpeg(image, quality) == pil_jpeg(image, quality), name
+
+
+# --- compose resizes the decoded crop image itself ----------------------------------------------
+
+
+@pytest.mark.parametrize("resize_filter", ["bicubic", "bilinear", "lanczos", "nearest", "box"])
+def test_resizing_the_pil_image_gives_the_pixels_of_resizing_its_array(resize_filter):
+    crop = VARIED[1][1]  # a real photo at 224 x 224
+    for w, h in [(56, 45), (112, 90), (224, 224), (300, 17), (1, 1)]:
+        expected = resize_rgb(crop, w, h, resize_filter)
+        assert expected.shape == (h, w, 3)
+        assert np.array_equal(resize_rgb(Image.fromarray(crop), w, h, resize_filter), expected)
