@@ -122,10 +122,14 @@ def place(position: str, w: int, h: int, canvas: int, margin: int = 0, rng: np.r
     return Placement(position, x, y, w, h)
 
 
-def resize_rgb(array: np.ndarray, w: int, h: int, resize_filter: str = "bicubic") -> np.ndarray:
-    if array.shape[1] == w and array.shape[0] == h:
-        return array
-    return np.asarray(Image.fromarray(array).resize((w, h), RESIZE_FILTERS[resize_filter]))
+def resize_rgb(array: np.ndarray | Image.Image, w: int, h: int, resize_filter: str = "bicubic") -> np.ndarray:
+    """`array` may be a PIL image: resizing one crop to several sizes then converts it only once."""
+    image = array if isinstance(array, Image.Image) else None
+    if (image.size if image is not None else (array.shape[1], array.shape[0])) == (w, h):
+        return np.asarray(array)
+    if image is None:
+        image = Image.fromarray(array)
+    return np.asarray(image.resize((w, h), RESIZE_FILTERS[resize_filter]))
 
 
 def resize_mask(mask: np.ndarray, w: int, h: int, resize_filter: str = "bicubic") -> np.ndarray:

@@ -20,6 +20,7 @@ from collections import Counter
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from PIL import Image
 
 SCHEMA_VERSION = 1
 COMPOSITE_MEMBERS = ("cls", "jpg", "json")
@@ -94,12 +95,41 @@ def sample_key(source_id: str, position: str, size: int, background: str) -> str
     return f"{source_id}_{position_token(position)}_{size}_{background}".replace(".", "-")
 
 
+def encode_jpeg_pil(canvas: np.ndarray, quality: int) -> bytes:
+    """Deterministic JPEG: fixed quality and 4:2:0 subsampling, no optimize pass, no EXIF."""
+    buffer = io.BytesIO()
+    Image.fromarray(canvas).save(buffer, format="JPEG", quality=quality, subsampling=2, optimize=False)
+    return buffer.getvalue()
+
+
+def encode_jpeg(canvas: np.ndarray, quality: int) -> bytes:
+    """The bytes of `encode_jpeg_pil`, 1.5-2x faster: both call libjpeg-turbo with the same settings
+    (baseline tables scaled by quality, 4:2:0, JFIF 1.01 with 1:1 density and no units);
+    tests/formats/test_jpeg_and_ustar_bytes.py checks that they agree."""
+    import cv2  # imported here: readers of composites need no OpenCV
+
+    if canvas.ndim != 3 or canvas.shape[2] != 3 or canvas.dtype != np.uint8 or not 1 <= quality <= 100:
+        # Only RGB canvases and the specs' quality range are checked equal; PIL takes grey images
+        # and reads quality -1 as its default, where OpenCV would not match.
+        return encode_jpeg_pil(canvas, quality)
+    params = (cv2.IMWRITE_JPEG_QUALITY, quality, cv2.IMWRITE_JPEG_SAMPLING_FACTOR,
+              cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420, cv2.IMWRITE_JPEG_OPTIMIZE, 0)
+    ok, encoded = cv2.imencode(".jpg", cv2.cvtColor(np.ascontiguousarray(canvas), cv2.COLOR_RGB2BGR), params)
+    if not ok:
+        raise ValueError(f"OpenCV could not encode a {canvas.shape} canvas as JPEG")
+    return encoded.tobytes()
+
+
+# json.dumps(meta, sort_keys=True) without building an encoder for every composite: same bytes.
+_META_JSON = json.JSONEncoder(sort_keys=True)
+
+
 def composite_members(jpg: bytes, label: int, meta: Mapping[str, Any]) -> dict[str, bytes]:
     """The members of one composite sample, as compose writes them."""
     return {
         "jpg": jpg,
         "cls": str(label).encode("ascii"),
-        "json": json.dumps(meta, sort_keys=True).encode("utf-8"),
+        "json": _META_JSON.encode(meta).encode("utf-8"),
     }
 
 

@@ -55,9 +55,17 @@ def decode_canvas(data: bytes) -> np.ndarray:
     return array
 
 
+def decode_png_image(data: bytes) -> Image.Image:
+    """A PNG member as a loaded L or RGB image (other modes converted to one of them)."""
+    image = Image.open(io.BytesIO(data))
+    image.load()
+    if image.mode in ("L", "RGB"):
+        return image  # converting to its own mode would only copy the pixels once more
+    return image.convert("L" if image.mode == "1" else "RGB")
+
+
 def decode_png(data: bytes) -> np.ndarray:
-    with Image.open(io.BytesIO(data)) as image:
-        return np.asarray(image.convert("L" if image.mode in ("L", "1") else "RGB"))
+    return np.asarray(decode_png_image(data))
 
 
 def encode_mask(mask: np.ndarray) -> bytes:
