@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, str] = {
     "compose": "builder.commands.compose",
     "demo": "builder.commands.demo",
     "validate": "validation.command",
+    "eval": "evaluation.command",
     "release": "cards.command",
     "publish": "hf_scripts.command",
     "verify": "hf_scripts.verify_command",

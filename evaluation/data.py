@@ -171,3 +171,24 @@ def read_dataset_manifest(shard_urls: list[str]) -> dict:
     opener = open(url, "rb") if "://" not in url else fsspec.open(url, "rb").open()
     with opener as handle:
         return json.loads(handle.read())
+
+
+def available_splits(source, config: str | None) -> list[str]:
+    """The splits a source's manifest lists (for a default --split), read as stream() reads it."""
+    import fsspec
+
+    base = str(source).rstrip("/")
+
+    def read(url):
+        try:
+            opener = open(url, "rb") if "://" not in url else fsspec.open(url, "rb").open()
+            with opener as handle:
+                return json.loads(handle.read())
+        except FileNotFoundError:
+            return None
+
+    release = read(f"{base}/_release.json")
+    if release is not None:
+        base = f"{base}/data/{config or release['default_config']}"
+    manifest = read(f"{base}/_info.json")
+    return sorted(manifest["splits"]) if manifest else []

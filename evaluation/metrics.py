@@ -101,7 +101,7 @@ def error_summary(predictions: pd.DataFrame) -> dict:
 
 
 def has_group_metadata(frame: pd.DataFrame) -> bool:
-    return bool(len(frame)) and "group" in frame and frame["group"].notna().all() and frame["size"].notna().all()
+    return bool(len(frame) and "group" in frame and frame["group"].notna().all() and frame["size"].notna().all())
 
 
 def background_gaps(frame: pd.DataFrame, settings: BootstrapSettings) -> list[dict]:

@@ -106,6 +106,7 @@ class PredictionRun:
     metadata: dict
     errors: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    classifier: Classifier | None = None  # kept for the clean photos and bare backgrounds
 
 
 def _class_or_none(value) -> int | None:
@@ -152,16 +153,34 @@ def prediction_rows(probs: np.ndarray, rows: list[dict], classifier: Classifier,
     return out
 
 
-def run_predictions(loaded: LoadedModel, source, config: str | None = None, split: str = "test", *,
-                    batch_size: int = 64, workers: int = 2, device: str = "auto", amp: bool = False,
-                    channels_last: bool = False, limit: int | None = None, label_space: str = "imagenet",
-                    progress: bool = True, announce: Callable[[str], None] = print) -> PredictionRun:
-    from tqdm import tqdm
+@dataclass
+class RunPlan:
+    """What is known before any work: the shards, the manifest, the config's labels, the label space."""
 
+    dataset: EvalBatches
+    manifest: dict
+    wnids: tuple[str, ...]
+    space: LabelSpace
+
+
+def plan_run(loaded: LoadedModel, source, config: str | None, split: str, *, batch_size: int = 64,
+             limit: int | None = None, label_space: str = "imagenet") -> RunPlan:
+    """Resolve the data and match the model's output size to a label space; refuses before any work."""
     dataset = EvalBatches(source, config, split, loaded.preprocessing, batch_size, limit)
     manifest = read_dataset_manifest(dataset.shards)
     wnids = config_wnids(manifest)
     space = resolve_label_space(count_outputs(loaded.module, loaded.preprocessing), loaded.classes, wnids, label_space)
+    return RunPlan(dataset, manifest, wnids, space)
+
+
+def run_predictions(loaded: LoadedModel, source, config: str | None = None, split: str = "test", *,
+                    batch_size: int = 64, workers: int = 2, device: str = "auto", amp: bool = False,
+                    channels_last: bool = False, limit: int | None = None, label_space: str = "imagenet",
+                    progress: bool = True, announce: Callable[[str], None] = print, plan: RunPlan | None = None) -> PredictionRun:
+    from tqdm import tqdm
+
+    plan = plan or plan_run(loaded, source, config, split, batch_size=batch_size, limit=limit, label_space=label_space)
+    dataset, manifest, wnids, space = plan.dataset, plan.manifest, plan.wnids, plan.space
     torch_device = resolve_device(device)
     classifier = Classifier(loaded, space, torch_device, amp, channels_last, announce)
     loader = make_loader(dataset, workers, pin_memory=torch_device.type == "cuda")
@@ -195,7 +214,7 @@ def run_predictions(loaded: LoadedModel, source, config: str | None = None, spli
         "toolkit": {"name": "hard-spurious-imagenet", "version": __version__},
         "notes": list(loaded.notes),
     }
-    return PredictionRun(rows, metadata, errors, seconds)
+    return PredictionRun(rows, metadata, errors, seconds, classifier)
 
 
 def preprocess_arrays(images, pre: Preprocessing):
