@@ -18,7 +18,6 @@ import hashlib
 import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -121,7 +120,7 @@ def parse_floats(text: str, count: int, flag: str) -> tuple[float, ...]:
     return values
 
 
-def _hub_hint(name: str) -> str:
+def _hub_hint() -> str:
     return (f"Download the weights on a machine with network access (they are published on the Hugging Face Hub, "
             f"https://huggingface.co/timm, and timm's release pages) and either pass the file with "
             f"--checkpoint FILE or point HF_HOME (or HF_HUB_CACHE) at a cache that holds them; "
@@ -165,7 +164,7 @@ def _timm_preprocessing(model) -> Preprocessing:
 def _load_timm(name: str, options: ModelOptions) -> LoadedModel:
     import timm
 
-    if name not in timm.list_models(pretrained=False) and name.split(".")[0] not in timm.list_models(pretrained=False):
+    if not timm.is_model(name.split(".", 1)[0]):
         raise ModelError(f"timm has no model {name!r} (see timm.list_models())")
     kwargs: dict = {}
     checkpoint = sha = None
@@ -182,9 +181,10 @@ def _load_timm(name: str, options: ModelOptions) -> LoadedModel:
         model = timm.create_model(name, pretrained=True, **kwargs)
     except (OSError, RuntimeError) as exc:  # LocalEntryNotFoundError and FileNotFoundError are OSErrors
         if options.checkpoint is not None:
-            raise ModelError(f"cannot load --checkpoint {checkpoint.name} into timm:{name}: {exc}") from None
+            raise ModelError(f"cannot load --checkpoint {checkpoint.name} into timm:{name}: {str(exc).splitlines()[0]} "
+                             "(pass --num-classes when its classifier is not 1000-way)") from None
         raise ModelError(f"the pretrained weights of timm:{name} are not available offline ({type(exc).__name__}). "
-                         f"{_hub_hint(name)}") from None
+                         f"{_hub_hint()}") from None
     model.eval()
     return LoadedModel(f"timm:{name}", model, _timm_preprocessing(model), options.classes,
                        checkpoint.name if checkpoint else None, sha)
@@ -321,7 +321,3 @@ def count_outputs(module, preprocessing: Preprocessing) -> int:
     if out.ndim != 2:
         raise ModelError(f"the model returns a tensor of shape {tuple(out.shape)}, not (batch, classes) logits")
     return int(out.shape[1])
-
-
-def declared_classes(options_classes: Sequence[str] | None) -> tuple[str, ...] | None:
-    return tuple(options_classes) if options_classes else None
