@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -136,8 +137,8 @@ class EvalBatches(IterableDataset):
                 try:
                     array, cls, meta = decode_member_sample(key, members, self.pre)
                 except Exception as exc:  # any decode failure of one sample is that sample's error row
-                    errors.append({"key": key, "shard": shard, "reason": "undecodable-sample",
-                                   "detail": f"{type(exc).__name__}: {exc}"})
+                    detail = re.sub(r"<[^>]* at 0x[0-9a-f]+>", "the jpg member", f"{type(exc).__name__}: {exc}")
+                    errors.append({"key": key, "shard": shard, "reason": "undecodable-sample", "detail": detail})
                 else:
                     arrays.append(array)
                     rows.append({"key": key, "shard": shard, "cls": cls, "meta": meta})

@@ -97,7 +97,12 @@ def prepare(predictions: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 def error_summary(predictions: pd.DataFrame) -> dict:
     bad = predictions[predictions["status"] != "ok"]
     return {"total": int(len(bad)), "by_reason": {str(k): int(v) for k, v in bad["status"].value_counts().sort_index().items()},
-            "rows": [{"key": r.key, "shard": r.shard, "reason": r.status, "detail": r.detail} for r in bad.itertuples()][:100]}
+            "rows": [{"key": _text(r.key), "shard": _text(r.shard), "reason": r.status, "detail": _text(r.detail)}
+                     for r in bad.itertuples()][:100]}
+
+
+def _text(value) -> str | None:
+    return None if value is None or (isinstance(value, float) and np.isnan(value)) else str(value)
 
 
 def has_group_metadata(frame: pd.DataFrame) -> bool:
