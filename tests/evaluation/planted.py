@@ -26,8 +26,17 @@ from parts_factory import FakeImage, distinct_color
 
 NO_MATCH_CLASS = 0
 WNIDS = ["n01443537", "n02437312", "n02134084"]  # goldfish, Arabian camel, ice bear
-# Bright, well-separated object colours (luminance > 190), one per source image.
-OBJECT_COLOURS = [(255, 255, 255), (255, 255, 150), (150, 255, 255), (255, 150, 255), (200, 255, 150), (255, 200, 150)]
+
+
+def _object_colours() -> list[tuple[int, int, int]]:
+    """Bright colours at least 50 apart in a channel (channels 155, 205 or 255), brightest first."""
+    levels = (255, 205, 155)
+    colours = [(r, g, b) for r in levels for g in levels for b in levels]
+    colours = [c for c in colours if 0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2] > 175]
+    return sorted(colours, key=lambda c: (-(0.299 * c[0] + 0.587 * c[1] + 0.114 * c[2]), c))
+
+
+OBJECT_COLOURS = _object_colours()
 
 
 def flat_images(wnids=WNIDS, per_class: int = 2) -> list[FakeImage]:
