@@ -24,7 +24,8 @@ from pathlib import Path
 from builder import __version__
 from builder.shards import MANIFEST_NAME, read_manifest, sha256_file, write_json_atomic
 
-from .render import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary, render_card
+from .render import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary, render_card, table
+from .results import check_results, copy_plots, load_results, render_results
 
 RELEASE_META = "_release.json"
 VALIDATION_JSON = "validation.json"
@@ -152,11 +153,13 @@ def build_release(
     changes: list[str] | tuple[str, ...] = (),
     default_config: str | None = None,
     previous_release: Path | None = None,
+    results_dirs: list[Path] | tuple[Path, ...] = (),
 ) -> Path:
     """Gather validated composed datasets into the release folder `release_dir` and return it.
 
     The folder's name is the dataset name users load (`load_dataset("hard-spurious-imagenet")` from
     its parent). `previous_release` (or the folder being overwritten) supplies the changelog so far.
+    `results_dirs`: `hsi eval` outputs whose reports become the card's Results section.
     """
     release_dir = Path(release_dir)
     if version is not None:
@@ -175,6 +178,9 @@ def build_release(
     default = default_config or (DEFAULT_CONFIG if DEFAULT_CONFIG in names else names[0])
     if default not in names:
         raise ReleaseError(f"default config {default!r} is not among the datasets' configs {names}")
+
+    results = load_results(list(results_dirs)) if results_dirs else []
+    check_results(results, {i.config: i.manifest.get("fingerprint") for i in inputs})
 
     previous = read_release_meta(previous_release) if previous_release else (
         read_release_meta(release_dir) if release_dir.exists() else None)
@@ -195,7 +201,8 @@ def build_release(
         summaries = [_stage_config(staging, i, default=(i.config == default)) for i in inputs]
         # The default config comes first in the card, the rest in the order given.
         summaries.sort(key=lambda s: not s.default)
-        (staging / "README.md").write_text(render_card(summaries, changelog, version), "utf-8")
+        section = render_results(results, copy_plots(results, staging), table) if results else None
+        (staging / "README.md").write_text(render_card(summaries, changelog, version, section), "utf-8")
         write_json_atomic(staging / RELEASE_META, {
             "name": DATASET_NAME,
             "version": version,
