@@ -18,6 +18,7 @@ from builder.parts import decode_canvas, iter_parts_samples
 from builder.sources import detect_layout, list_image_files
 
 BACKGROUND_ACCURACY_CSV = "background_accuracy.csv"
+CLEAN_ACCURACY_CSV = "clean_accuracy.csv"
 
 
 def _classify(classifier, items: Iterable[tuple[str, int, object]], pre, batch_size: int) -> Iterator[tuple[str, int, int]]:
@@ -89,8 +90,9 @@ def background_predictions(classifier, pre, parts_dir: Path, batch_size: int = 3
     return pd.DataFrame(rows, columns=["source_id", "label_class", "pred_class", "correct"]), errors
 
 
-def write_background_accuracy(frame: pd.DataFrame, path: Path) -> list[dict]:
-    """Per-class background accuracy, the CSV `hsi validate --scores --accuracy` reads."""
+def write_class_accuracy(frame: pd.DataFrame, path: Path) -> list[dict]:
+    """Per-class accuracy (backgrounds alone, or clean photos): the CSV `hsi validate --scores
+    --accuracy` and `--control-accuracy` read."""
     classes = imagenet_classes()
     rows = []
     for class_index, cell in frame.groupby("label_class", sort=True):

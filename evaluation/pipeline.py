@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Callable
 
 from .bootstrap import BootstrapSettings
-from .extra_sets import BACKGROUND_ACCURACY_CSV, background_predictions, clean_predictions, write_background_accuracy
+from .extra_sets import (BACKGROUND_ACCURACY_CSV, CLEAN_ACCURACY_CSV, background_predictions, clean_predictions,
+                         write_class_accuracy)
 from .leaderboard import already_evaluated, run_identity
 from .metrics import clean_drop, compute_metrics
 from .models import LoadedModel, model_slug
@@ -75,12 +76,14 @@ def _extra_sets(run, loaded: LoadedModel, settings: RunSettings, folder: Path, a
         composites = pd.DataFrame([{"status": "ok", "key": r["key"], "correct": r["correct"], "correct_top5": r["correct_top5"],
                                     "source_id": r["meta"].get("source_id"), "group": r["meta"].get("group"),
                                     "size": r["meta"].get("size")} for r in ok])
+        write_class_accuracy(clean, folder / CLEAN_ACCURACY_CSV)
         extras["clean"] = {**clean_drop(clean, composites, settings.bootstrap), "missing": missing, "errors": errors,
+                           "file": CLEAN_ACCURACY_CSV,
                            "preprocessing": "the whole photo through the same preprocessing as the composites"}
         announce(f"clean photos: {len(clean)} classified, {missing} not found under the clean root")
     if settings.parts_dir is not None:
         frame, errors = background_predictions(run.classifier, loaded.preprocessing, settings.parts_dir, settings.batch_size)
-        rows = write_background_accuracy(frame, folder / BACKGROUND_ACCURACY_CSV)
+        rows = write_class_accuracy(frame, folder / BACKGROUND_ACCURACY_CSV)
         extras["background_only"] = {"images": int(len(frame)), "top1": float(frame["correct"].mean()) if len(frame) else 0.0,
                                      "classes": len(rows), "file": BACKGROUND_ACCURACY_CSV, "errors": errors}
     return extras

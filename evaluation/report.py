@@ -126,11 +126,15 @@ def _extras_markdown(report: dict) -> str:
     out = []
     clean = report.get("clean")
     if clean:
-        out += ["## Clean photos", "", f"Top-1 on the {clean['images']} original photos of the same source images: {fmt(clean['top1'])}.", ""]
+        out += ["## Clean photos", "", f"Top-1 on the {clean['images']} original photos of the same source images: {fmt(clean['top1'])} "
+                f"({clean['preprocessing']}); per class in `{clean['file']}`.", ""]
         if clean["drop_by_group"]:
             out += [md_table(["group", "drop from clean"], [[r["group"], fmt(r["drop"])] for r in clean["drop_by_group"]]), ""]
         if clean.get("missing"):
             out += [f"{clean['missing']} source images were not found under the clean root and are left out.", ""]
+        if clean.get("errors"):
+            out += [f"{len(clean['errors'])} clean photos could not be decoded: "
+                    + ", ".join(f"{e['key']} ({e['detail']})" for e in clean["errors"][:10]), ""]
     background = report.get("background_only")
     if background:
         out += ["## Backgrounds alone (object erased): the spuriosity proxy", "",

@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     scores.add_argument("--scores", action="store_true", help="per-class centre and size scores from the parts' boxes, or from --boxes-csv")
     scores.add_argument("--boxes-csv", type=Path, help="a LOC_val_solution.csv to score instead of the parts' boxes")
     scores.add_argument("--sizes-from", type=Path, help="image sizes for --boxes-csv: an image folder or a parts folder")
-    scores.add_argument("--accuracy", type=Path, help="per-class accuracy (CSV with wnid or class_index and accuracy, or JSON {wnid: acc}) to rank-correlate with the scores")
+    scores.add_argument("--accuracy", type=Path, nargs="+", help="per-class accuracy (CSV with wnid or class_index and accuracy, or JSON {wnid: acc}) to rank-correlate with the scores; several files: one per model, reported per model and averaged")
+    scores.add_argument("--control-accuracy", type=Path, nargs="+", help="per-class clean accuracy (same formats) held fixed in a partial correlation: one file for all --accuracy files, or one for each")
     detection = parser.add_argument_group("box re-detection (Grounding DINO)")
     detection.add_argument("--boxes", action="store_true", help="re-detect the ground-truth boxes with Grounding DINO and report mIoU")
     detection.add_argument("--source", type=Path, help="ImageNet root holding the source images")
@@ -106,6 +107,26 @@ def _missing_loader(image_id: str):
     return load
 
 
+def _accuracies(args: argparse.Namespace, read_accuracy):
+    """(accuracy, controls) for compute_scores: one mapping, or several by file name."""
+    files, control_files = args.accuracy or [], args.control_accuracy or []
+    if control_files and not files:
+        raise ValueError("--control-accuracy needs --accuracy")
+    if control_files and len(control_files) not in (1, len(files)):
+        raise ValueError(f"--control-accuracy takes one file or one per --accuracy file ({len(files)}), got {len(control_files)}")
+    if not files:
+        return None, None
+    names = [path.stem if [p.stem for p in files].count(path.stem) == 1 else f"{path.parent.name}/{path.stem}" for path in files]
+    accuracy = {name: read_accuracy(path) for name, path in zip(names, files)}
+    controls = None
+    if control_files:
+        read = [read_accuracy(path) for path in control_files]
+        controls = {name: read[i if len(read) > 1 else 0] for i, name in enumerate(names)}
+    if len(files) == 1:
+        return accuracy[names[0]], ({"accuracy": controls[names[0]]} if controls else None)
+    return accuracy, controls
+
+
 def run(args: argparse.Namespace) -> int:
     from builder.config import ConfigError
 
@@ -119,20 +140,21 @@ def run(args: argparse.Namespace) -> int:
         return fail("validate", "without a dataset folder, pass --out for the report")
     if args.parts is not None and _stage_of(args.parts) != "extract":
         return fail("validate", f"--parts {args.parts} is not a finished parts folder (its _info.json must say stage extract)")
-    for name in ("accuracy", "boxes_csv", "sizes_from"):
+    for name in ("accuracy", "control_accuracy", "boxes_csv", "sizes_from"):
         value = getattr(args, name)
-        if value is not None and not value.exists():
-            return fail("validate", f"--{name.replace('_', '-')} {value} does not exist")
+        for path in value if isinstance(value, list) else [value]:
+            if path is not None and not path.exists():
+                return fail("validate", f"--{name.replace('_', '-')} {path} does not exist")
 
     scores = detection = None
     try:
         if args.scores:
             from .scores import compute_scores, read_accuracy
 
-            accuracy = read_accuracy(args.accuracy) if args.accuracy else None
-            scores = compute_scores(_score_inputs(args, stage), accuracy)
-        elif args.accuracy:
-            return fail("validate", "--accuracy is used with --scores")
+            accuracy, controls = _accuracies(args, read_accuracy)
+            scores = compute_scores(_score_inputs(args, stage), accuracy, controls)
+        elif args.accuracy or args.control_accuracy:
+            return fail("validate", "--accuracy and --control-accuracy are used with --scores")
         if args.boxes:
             detection = _run_detection(args, stage)
     except (ValueError, KeyError, ConfigError) as exc:

@@ -133,10 +133,18 @@ def render_markdown(payload: dict) -> str:
         ]
         correlations = scores.get("accuracy_correlations")
         if correlations:
-            lines += ["", f"Rank correlation with per-class accuracy ({correlations['classes']} classes):", "",
-                      "| score | Spearman | Kendall tau-b |", "|---|---|---|"]
+            partial = "partial_spearman" in correlations["centre"]
+            averaged = f", mean over {correlations['averaged_over']} models" if correlations.get("averaged_over") else ""
+            lines += ["", f"Rank correlation with per-class accuracy ({correlations['classes']} classes{averaged}):", "",
+                      "| score | Spearman | Kendall tau-b |" + (" partial Spearman (clean accuracy held fixed) |" if partial else ""),
+                      "|---|---|---|" + ("---|" if partial else "")]
             for name in ("centre", "size"):
-                lines.append(f"| {name} | {_fmt(correlations[name]['spearman'])} | {_fmt(correlations[name]['kendall_tau_b'])} |")
+                row = f"| {name} | {_fmt(correlations[name]['spearman'])} | {_fmt(correlations[name]['kendall_tau_b'])} |"
+                lines.append(row + (f" {_fmt(correlations[name]['partial_spearman'])} |" if partial else ""))
+            for model, result in (correlations.get("models") or {}).items():
+                lines.append(f"| {model}: centre / size | {_fmt(result['centre']['spearman'])} / {_fmt(result['size']['spearman'])} | "
+                             f"{_fmt(result['centre']['kendall_tau_b'])} / {_fmt(result['size']['kendall_tau_b'])} |"
+                             + (f" {_fmt(result['centre'].get('partial_spearman'))} / {_fmt(result['size'].get('partial_spearman'))} |" if partial else ""))
     detection = payload.get("detection")
     if detection:
         lines += [
