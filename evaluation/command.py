@@ -186,16 +186,31 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _model_only_sections(previous: Path) -> dict:
+    """The sections only the model could compute (clean photos, bare backgrounds), kept from the
+    run's own eval.json beside the predictions, so recomputing never drops them."""
+    import json
+
+    if not previous.is_file():
+        return {}
+    report = json.loads(previous.read_text("utf-8"))
+    kept = {key: report[key] for key in ("clean", "background_only") if report.get(key)}
+    if kept:
+        kept["carried_over"] = f"{', '.join(sorted(kept))}: from the model run's eval.json (their intervals keep its bootstrap settings)"
+    return kept
+
+
 def _run_from(args: argparse.Namespace, bootstrap) -> int:
     from .pipeline import analyse
-    from .report import EVAL_MD
+    from .report import EVAL_JSON, EVAL_MD
 
     path = args.from_predictions
     if not path.is_file():
         return fail("eval", f"--from {path}: no such file")
     folder = args.out if args.out != Path("eval-output") else path.parent
+    extras = _model_only_sections(path.parent / EVAL_JSON)
     try:
-        report = analyse(path, folder, bootstrap)
+        report = analyse(path, folder, bootstrap, extras)
     except (ValueError, KeyError) as exc:
         return fail("eval", str(exc))
     print(f"reports recomputed from {path.name}: {folder / EVAL_MD} and eval.json ({report['metrics']['samples']} samples)")

@@ -140,6 +140,8 @@ def _extras_markdown(report: dict) -> str:
         out += ["## Backgrounds alone (object erased): the spuriosity proxy", "",
                 f"Top-1 on {background['images']} inpainted backgrounds: {background['top1']:.3f}; per-class accuracy in "
                 f"`{background['file']}` (feed it to `hsi validate --scores --accuracy`).", ""]
+    if report.get("carried_over"):
+        out += [f"Carried over: {report['carried_over']}.", ""]
     plots = report.get("plots") or []
     if plots:
         out += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]

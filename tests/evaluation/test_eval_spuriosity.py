@@ -63,6 +63,11 @@ def test_clean_photos_and_backgrounds_alone(paper_set, flat_parts, planted_corne
             "n02134084": ("2", "1.0"), "n02437312": ("2", "1.0")}
     md = (folder / "eval.md").read_text()
     assert "## Clean photos" in md and "1 source images were not found" in md and "## Backgrounds alone" in md
+    # recomputing from the predictions (in place) keeps what only the model could compute
+    assert main(["eval", "--from", str(folder / "predictions.parquet"), "--bootstrap", "100"]) == 0
+    again = json.loads((folder / "eval.json").read_text())
+    assert again["clean"] == report["clean"] and again["background_only"] == report["background_only"]
+    assert again["metrics"] == report["metrics"] and "from the model run's eval.json" in again["carried_over"]
 
 
 def partial_by_residuals(x, y, z) -> float:
