@@ -9,7 +9,8 @@ The model is loaded through the production loader (a random-init timm checkpoint
 passed as --checkpoint), so the eval path is exactly `hsi eval`'s. Target: eval >= 0.9 of the
 forward-only throughput on CPU with 2 loader workers (the data path must not be the bottleneck).
 The full `hsi eval` time (predictions + parquet + metrics + reports + plots) is printed too.
-The best of --repeat rounds is kept; the two measurements take turns within a round.
+The data path alone (workers reading and decoding, no model) is printed too, to show its headroom.
+The best of --repeat rounds is kept; the measurements take turns within a round.
 """
 
 from __future__ import annotations
@@ -92,22 +93,31 @@ def main() -> int:
             assert len(run.rows) == images, (len(run.rows), images)
             return time.perf_counter() - started
 
+        def data_only() -> float:
+            started = time.perf_counter()
+            fresh = plan_run(loaded, dataset, None, args.split, batch_size=args.batch_size).dataset
+            count = sum(len(b.rows) for b in make_loader(fresh, args.workers, False))
+            assert count == images
+            return time.perf_counter() - started
+
         forward_only()  # warm-up: allocator, kernels, page cache
-        forward_times, eval_times = [], []
+        forward_times, eval_times, data_times = [], [], []
         for _ in range(args.repeat):
             forward_times.append(forward_only())
             eval_times.append(eval_path())
+            data_times.append(data_only())
         settings = RunSettings(split=args.split, batch_size=args.batch_size, workers=args.workers, device=args.device,
                                progress=False, bootstrap=BootstrapSettings(1000), overwrite=True)
         started = time.perf_counter()
         evaluate_model(loaded, dataset, tmp / "eval", settings, announce=lambda text: None)
         full = time.perf_counter() - started
 
-    forward, evaluated = min(forward_times), min(eval_times)
+    forward, evaluated, data = min(forward_times), min(eval_times), min(data_times)
     print(f"model {args.model} (random init) on {device}, torch threads {torch.get_num_threads()}, "
           f"{args.workers} loader workers, batch {args.batch_size}, {images} images")
     print(f"forward passes alone (batches in memory): {images / forward:8.1f} images/s  ({forward:.2f} s)")
     print(f"eval path (read, decode, forward, rows):  {images / evaluated:8.1f} images/s  ({evaluated:.2f} s)")
+    print(f"data path alone (read, decode, resize, batch; no model): {images / data:8.1f} images/s  ({data:.2f} s)")
     print(f"full hsi eval (+ parquet, metrics, reports, plots): {full:.2f} s")
     print(f"ratio eval / forward-only throughput: {forward / evaluated:.3f} (target >= 0.9)")
     return 0
