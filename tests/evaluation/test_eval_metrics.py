@@ -145,3 +145,22 @@ def test_crop_pct_loses_the_planted_corner_object_the_default_keeps(flat_parts, 
     assert all(r["pred_class"] == r["meta"]["background_class_index"] for r in cropped.rows)
     assert cropped.metadata["preprocessing"]["cropped"] and "centre crop 224x224 (crop_pct 0.875)" in cropped.metadata["preprocessing"]["description"]
     assert default.metadata["preprocessing"]["description"].startswith("canvas as is")
+
+
+def test_more_than_two_placements_get_a_position_by_size_heat_map(flat_parts, planted_corner, tmp_path):
+    from PIL import Image
+
+    dataset = compose_dataset(flat_parts[0], "hard-spurious-imagenet", tmp_path / "three", progress=False,
+                              overrides={"sizes": "56,84", "positions": "center,top-right,bottom-left", "backgrounds": "original"}).dataset_dir
+    out = tmp_path / "out"
+    assert main(["eval", str(dataset), "--model", f"ts:{planted_corner}", *RAW, "--out", str(out), "--workers", "0",
+                 "--no-progress", "--bootstrap", "50"]) == 0
+    folder = out / "ts_planted_corner.pt"
+    metrics = json.loads((folder / "eval.json").read_text())["metrics"]
+    assert sorted({r["position"] for r in metrics["by_position_size"]}) == ["bottom-left", "center", "top-right"]
+    assert {r["group"] for r in metrics["by_group"]} == {"CeO", "CoO", "bottom-left/original"}
+    assert metrics["background_class"] is None  # no foreign backgrounds: no background-class analysis
+    heat_map = folder / "plots" / "position_size_heatmap.png"
+    with Image.open(heat_map) as image:
+        assert image.size[0] > 100 and image.size[1] > 100
+    assert "position_size_heatmap.png" in (folder / "eval.md").read_text()
