@@ -28,7 +28,8 @@ from builder.core.manifest import Manifest
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
 from builder.core.shards import MANIFEST_NAME, read_manifest, sha256_file, write_json_atomic
 
-from cards.render import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary, render_card
+from cards.render import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary, render_card, table
+from cards.results import check_results, copy_plots, load_results, render_results
 
 RELEASE_META = "_release.json"
 VALIDATION_JSON = "validation.json"
@@ -208,11 +209,13 @@ def build_release(
     changes: list[str] | tuple[str, ...] = (),
     default_config: str | None = None,
     previous_release: Path | None = None,
+    results_dirs: list[Path] | tuple[Path, ...] = (),
 ) -> Path:
     """Gather validated composed datasets into the release folder `release_dir` and return it.
 
     The folder's name is the dataset name users load (`load_dataset("hard-spurious-imagenet")` from
     its parent). `previous_release` (or the folder being overwritten) supplies the changelog so far.
+    `results_dirs`: `hsi eval` outputs whose reports become the card's Results section.
     """
     release_dir = Path(release_dir)
     if version is not None:
@@ -233,6 +236,9 @@ def build_release(
     if default not in names:
         raise ReleaseError(f"default config {default!r} is not among the datasets' configs {names}")
 
+    results = load_results(list(results_dirs)) if results_dirs else []
+    check_results(results, {i.config: i.manifest.get("fingerprint") for i in inputs})
+
     previous = read_release_meta(previous_release) if previous_release else (
         read_release_meta(release_dir) if release_dir.exists() else None)
     configs_meta = {
@@ -252,7 +258,8 @@ def build_release(
         summaries = [_stage_config(staging, i, default=(i.config == default)) for i in inputs]
         # The default config comes first in the card, the rest in the order given.
         summaries.sort(key=lambda s: not s.default)
-        (staging / "README.md").write_text(render_card(summaries, changelog, version), "utf-8")
+        section = render_results(results, copy_plots(results, staging), table) if results else None
+        (staging / "README.md").write_text(render_card(summaries, changelog, version, section), "utf-8")
         write_json_atomic(staging / RELEASE_META, {
             "name": DATASET_NAME,
             "version": version,

@@ -334,7 +334,8 @@ LIMITATIONS = """- The objects are cut out by ImageNet's ground-truth boxes and 
   research and education)."""
 
 
-def render_body(configs: list[ConfigSummary], changelog: list[ChangelogEntry], version: str | None) -> str:
+def render_body(configs: list[ConfigSummary], changelog: list[ChangelogEntry], version: str | None,
+                results: str | None = None) -> str:
     default = next(c.name for c in configs if c.default)
     sections = [
         f"# {PRETTY_NAME}" + (f" ({version})" if version else ""),
@@ -358,6 +359,8 @@ def render_body(configs: list[ConfigSummary], changelog: list[ChangelogEntry], v
             sections.append("### Previews\n\n" + "\n\n".join(f"![{p.rsplit('/', 1)[-1]}]({p})" for p in c.previews))
         sections.append("### How it was built\n\n" + provenance(c))
         sections.append("### Validation\n\n" + validation_summary(c))
+    if results:
+        sections.append("## Results\n\n" + results)
     sections += [
         "## Usage\n\n" + usage(default, configs),
         "## Known limitations\n\n" + LIMITATIONS,
@@ -372,11 +375,13 @@ def render_body(configs: list[ConfigSummary], changelog: list[ChangelogEntry], v
     return "\n\n".join(sections) + "\n"
 
 
-def render_card(configs: list[ConfigSummary], changelog: list[ChangelogEntry] = (), version: str | None = None) -> str:
-    """The full README.md text, checked with datasets' parsers; raises CardError if it would not load."""
+def render_card(configs: list[ConfigSummary], changelog: list[ChangelogEntry] = (), version: str | None = None,
+                results: str | None = None) -> str:
+    """The full README.md text, checked with datasets' parsers; raises CardError if it would not load.
+    `results`: the rendered Results section (cards.results), if any."""
     from huggingface_hub import DatasetCard
 
-    text = f"---\n{dump_metadata(card_metadata(configs))}---\n\n{render_body(configs, list(changelog), version)}"
+    text = f"---\n{dump_metadata(card_metadata(configs))}---\n\n{render_body(configs, list(changelog), version, results)}"
     check_card(text, configs)
     DatasetCard(text)  # huggingface_hub's own parse of the header, as the Hub does on upload
     return text

@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, str] = {
     "compose": "hsi.commands.compose",
     "demo": "hsi.commands.demo",
     "validate": "hsi.commands.validate",
+    "eval": "hsi.commands.eval",
     "release": "hsi.commands.release",
     "publish": "hsi.commands.publish",
     "verify": "hsi.commands.verify",

@@ -136,10 +136,28 @@ def _scores_section(scores: dict) -> list[str]:
     ]
     correlations = scores.get("accuracy_correlations")
     if correlations:
-        lines += ["", f"Rank correlation with per-class accuracy ({correlations['classes']} classes):", "",
-                  "| score | Spearman | Kendall tau-b |", "|---|---|---|"]
-        for name in ("centre", "size"):
-            lines.append(f"| {name} | {_fmt(correlations[name]['spearman'])} | {_fmt(correlations[name]['kendall_tau_b'])} |")
+        lines += _correlation_table(correlations)
+    return lines
+
+
+def _correlation_table(correlations: dict) -> list[str]:
+    """Spearman and Kendall of the scores with per-class accuracy; per model when several were given,
+    and the partial Spearman with clean accuracy held fixed when it was asked for."""
+    partial = "partial_spearman" in correlations["centre"]
+    averaged = f", mean over {correlations['averaged_over']} models" if correlations.get("averaged_over") else ""
+    header = "| score | Spearman | Kendall tau-b |" + (" partial Spearman (clean accuracy held fixed) |" if partial else "")
+    lines = ["", f"Rank correlation with per-class accuracy ({correlations['classes']} classes{averaged}):", "",
+             header, "|---|---|---|" + ("---|" if partial else "")]
+    for name in ("centre", "size"):
+        row = f"| {name} | {_fmt(correlations[name]['spearman'])} | {_fmt(correlations[name]['kendall_tau_b'])} |"
+        lines.append(row + (f" {_fmt(correlations[name]['partial_spearman'])} |" if partial else ""))
+    for model, result in (correlations.get("models") or {}).items():
+        centre, size = result["centre"], result["size"]
+        row = (f"| {model}: centre / size | {_fmt(centre['spearman'])} / {_fmt(size['spearman'])} | "
+               f"{_fmt(centre['kendall_tau_b'])} / {_fmt(size['kendall_tau_b'])} |")
+        if partial:
+            row += f" {_fmt(centre.get('partial_spearman'))} / {_fmt(size.get('partial_spearman'))} |"
+        lines.append(row)
     return lines
 
 

@@ -22,7 +22,8 @@ class ScoresRequest:
 
     boxes_csv: Path | None = None
     sizes_from: Path | None = None
-    accuracy: Path | None = None
+    accuracy: tuple[Path, ...] = ()  # per-class accuracy files, one per model
+    control_accuracy: tuple[Path, ...] = ()  # clean accuracy held fixed: one file, or one per accuracy file
 
 
 @dataclass(frozen=True)
@@ -66,10 +67,17 @@ class ValidationRequest:
         if self.parts is not None and stage_of(self.parts) != "extract":
             raise UsageError(f"--parts {self.parts} is not a finished parts folder (its _info.json must say stage extract)")
         if self.scores is not None:
-            for flag, value in (("--accuracy", self.scores.accuracy), ("--boxes-csv", self.scores.boxes_csv),
-                                ("--sizes-from", self.scores.sizes_from)):
-                if value is not None and not value.exists():
-                    raise UsageError(f"{flag} {value} does not exist")
+            for flag, values in (("--accuracy", self.scores.accuracy), ("--control-accuracy", self.scores.control_accuracy),
+                                 ("--boxes-csv", (self.scores.boxes_csv,)), ("--sizes-from", (self.scores.sizes_from,))):
+                for value in values:
+                    if value is not None and not value.exists():
+                        raise UsageError(f"{flag} {value} does not exist")
+            files, controls = self.scores.accuracy, self.scores.control_accuracy
+            if controls and not files:
+                raise UsageError("--control-accuracy needs --accuracy")
+            if controls and len(controls) not in (1, len(files)):
+                raise UsageError(f"--control-accuracy takes one file or one per --accuracy file ({len(files)}), "
+                                 f"got {len(controls)}")
             if self.scores.boxes_csv and not self.scores.sizes_from:
                 raise UsageError("--boxes-csv needs --sizes-from (an image folder or a parts folder) for the image sizes")
             if not self.scores.boxes_csv and self.dataset_stage != "extract" and self.parts is None:
@@ -108,8 +116,25 @@ def compute_requested_scores(request: ValidationRequest, warn: Callable[[str], N
     from validation.scores import compute_scores, read_accuracy
 
     assert request.scores is not None
-    accuracy = read_accuracy(request.scores.accuracy) if request.scores.accuracy else None
-    return compute_scores(score_inputs(request, warn), accuracy)
+    accuracy, controls = read_accuracies(request.scores, read_accuracy)
+    return compute_scores(score_inputs(request, warn), accuracy, controls)
+
+
+def read_accuracies(scores: ScoresRequest, read_accuracy):
+    """(accuracy, controls) for `compute_scores`: one mapping, or several keyed by the files' names."""
+    files, control_files = scores.accuracy, scores.control_accuracy
+    if not files:
+        return None, None
+    stems = [path.stem for path in files]
+    names = [path.stem if stems.count(path.stem) == 1 else f"{path.parent.name}/{path.stem}" for path in files]
+    accuracy = {name: read_accuracy(path) for name, path in zip(names, files)}
+    controls = None
+    if control_files:
+        read = [read_accuracy(path) for path in control_files]
+        controls = {name: read[i if len(read) > 1 else 0] for i, name in enumerate(names)}
+    if len(files) == 1:
+        return accuracy[names[0]], ({"accuracy": controls[names[0]]} if controls else None)
+    return accuracy, controls
 
 
 def score_inputs(request: ValidationRequest, warn: Callable[[str], None]):

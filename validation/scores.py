@@ -238,11 +238,24 @@ def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
     return concordant_minus_discordant / denominator if denominator else float("nan")
 
 
-def correlate_with_accuracy(classes: Sequence[ClassScore], accuracy: dict[str, float]) -> dict:
-    """Spearman and Kendall correlations of per-class accuracy with each score, over shared classes."""
+def partial_correlation(r_xy: float, r_xz: float, r_yz: float) -> float:
+    """The correlation of x and y with z held fixed, from the three pairwise correlations
+    (r_xy - r_xz r_yz) / sqrt((1 - r_xz^2)(1 - r_yz^2)); with rank correlations, partial Spearman."""
+    denominator = math.sqrt((1 - r_xz**2) * (1 - r_yz**2))
+    return (r_xy - r_xz * r_yz) / denominator if denominator and all(map(math.isfinite, (r_xy, r_xz, r_yz))) else float("nan")
+
+
+def correlate_with_accuracy(classes: Sequence[ClassScore], accuracy: dict[str, float],
+                            control: dict[str, float] | None = None) -> dict:
+    """Spearman and Kendall correlations of per-class accuracy with each score, over shared classes.
+
+    With `control` (e.g. per-class accuracy on clean photos: hard classes may simply be hard), each
+    score also gets its partial Spearman correlation with the accuracy, the control held fixed,
+    over the classes that have all three."""
     shared = [c for c in classes if c.wnid in accuracy]
     acc = [accuracy[c.wnid] for c in shared]
     result: dict = {"classes": len(shared), "classes_without_accuracy": len(classes) - len(shared)}
+    controlled = [c for c in shared if control is not None and c.wnid in control]
     for score in ("centre", "size"):
         values = [getattr(c, score) for c in shared]
         enough = len(shared) >= 3
@@ -250,6 +263,33 @@ def correlate_with_accuracy(classes: Sequence[ClassScore], accuracy: dict[str, f
             "spearman": spearman(values, acc) if enough else None,
             "kendall_tau_b": kendall_tau_b(values, acc) if enough else None,
         }
+        if control is not None:
+            x = [getattr(c, score) for c in controlled]
+            y = [accuracy[c.wnid] for c in controlled]
+            z = [control[c.wnid] for c in controlled]
+            result[score]["partial_spearman"] = (partial_correlation(spearman(x, y), spearman(x, z), spearman(y, z))
+                                                 if len(controlled) >= 4 else None)
+    if control is not None:
+        result["classes_with_control"] = len(controlled)
+    return result
+
+
+def correlate_models(classes: Sequence[ClassScore], accuracies: dict[str, dict[str, float]],
+                     controls: dict[str, dict[str, float]] | None = None) -> dict:
+    """Correlations per model (several --accuracy files) and their mean over models. One model:
+    exactly correlate_with_accuracy's result."""
+    per_model = {name: correlate_with_accuracy(classes, acc, (controls or {}).get(name)) for name, acc in accuracies.items()}
+    if len(per_model) == 1:
+        return next(iter(per_model.values()))
+    result: dict = {"models": per_model, "averaged_over": len(per_model),
+                    "classes": min(r["classes"] for r in per_model.values())}
+    for score in ("centre", "size"):
+        result[score] = {}
+        for statistic in ("spearman", "kendall_tau_b", "partial_spearman"):
+            values = [r[score].get(statistic) for r in per_model.values()]
+            if any(statistic in r[score] for r in per_model.values()):
+                finite = [v for v in values if v is not None and math.isfinite(v)]
+                result[score][statistic] = float(np.mean(finite)) if len(finite) == len(values) else None
     return result
 
 
@@ -300,8 +340,14 @@ class ScoreReport:
         return payload
 
 
-def compute_scores(items: Sequence[ImageBoxes], accuracy: dict[str, float] | None = None) -> ScoreReport:
+def compute_scores(items: Sequence[ImageBoxes], accuracy: dict[str, float] | dict[str, dict[str, float]] | None = None,
+                   controls: dict[str, dict[str, float]] | None = None) -> ScoreReport:
+    """`accuracy`: one per-class accuracy {wnid: acc}, or several by model name {name: {wnid: acc}}
+    (with `controls` by the same names, for partial correlations)."""
     images = [score_image(item) for item in items if item.boxes]
     classes = score_classes(images)
-    correlations = correlate_with_accuracy(classes, accuracy) if accuracy is not None else None
+    correlations = None
+    if accuracy is not None:
+        several = bool(accuracy) and all(isinstance(v, dict) for v in accuracy.values())
+        correlations = correlate_models(classes, accuracy if several else {"accuracy": accuracy}, controls)
     return ScoreReport(images, classes, summarise(classes, images), correlations)

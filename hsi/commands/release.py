@@ -16,6 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--default-config", default=None, help="config loaded when none is named (default: hard-spurious-imagenet if given, else the first)")
     parser.add_argument("--previous", type=Path, default=None, help="the previous release folder, for the changelog and the version check")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing release folder")
+    parser.add_argument("--results", nargs="+", type=Path, default=[], metavar="DIR", help="hsi eval output folders (or model folders): their eval.json reports become the card's Results section")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     release = build_release(
         args.out, args.datasets, overwrite=args.overwrite, version=args.release_version,
         changes=args.change, default_config=args.default_config, previous_release=args.previous,
+        results_dirs=args.results,
     )
     print(f"release written to {release} (load it with load_dataset({release.name!r}) from {release.parent})")
     return 0

@@ -27,7 +27,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     scores.add_argument("--scores", action="store_true", help="per-class centre and size scores from the parts' boxes, or from --boxes-csv")
     scores.add_argument("--boxes-csv", type=Path, help="a LOC_val_solution.csv to score instead of the parts' boxes")
     scores.add_argument("--sizes-from", type=Path, help="image sizes for --boxes-csv: an image folder or a parts folder")
-    scores.add_argument("--accuracy", type=Path, help="per-class accuracy (CSV with wnid or class_index and accuracy, or JSON {wnid: acc}) to rank-correlate with the scores")
+    scores.add_argument("--accuracy", type=Path, nargs="+",
+                        help="per-class accuracy (CSV with wnid or class_index and accuracy, or JSON {wnid: acc}) to "
+                             "rank-correlate with the scores; several files: one per model, reported per model and averaged")
+    scores.add_argument("--control-accuracy", type=Path, nargs="+",
+                        help="per-class clean accuracy (same formats) held fixed in a partial correlation: one file for "
+                             "all --accuracy files, or one for each")
     detection = parser.add_argument_group("box re-detection (Grounding DINO)")
     detection.add_argument("--boxes", action="store_true", help="re-detect the ground-truth boxes with Grounding DINO and report mIoU")
     detection.add_argument("--source", type=Path, help="ImageNet root holding the source images")
@@ -46,9 +51,11 @@ def build_request(args: argparse.Namespace):
     from builder.core.errors import UsageError
     from validation.request import DetectionRequest, ScoresRequest, ValidationRequest
 
-    if args.accuracy and not args.scores:
-        raise UsageError("--accuracy is used with --scores")
-    scores = ScoresRequest(args.boxes_csv, args.sizes_from, args.accuracy) if args.scores else None
+    if (args.accuracy or args.control_accuracy) and not args.scores:
+        raise UsageError("--accuracy and --control-accuracy are used with --scores")
+    scores = None
+    if args.scores:
+        scores = ScoresRequest(args.boxes_csv, args.sizes_from, tuple(args.accuracy or ()), tuple(args.control_accuracy or ()))
     detection = None
     if args.boxes:
         detection = DetectionRequest(args.source, args.split, args.boxes_path, args.detector, args.box_threshold,

@@ -1,0 +1,4 @@
+"""Evaluation: model specs -> predictions.parquet -> metrics with bootstrap intervals over source
+images -> eval.json, eval.md, plots, leaderboards (and the card's results section).
+
+Every analysis reads predictions only, so it can be recomputed without the model."""

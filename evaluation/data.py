@@ -1,0 +1,195 @@
+"""Evaluation data: the samples of any source `stream()` accepts, preprocessed and batched in the
+DataLoader's workers.
+
+`stream()` resolves the source (release folder, composed dataset folder, hf:// address) to its
+manifest's shards and splits them across nodes and workers. The samples are decoded here rather
+than by `stream()`'s own decoder, because evaluation must survive bad input: a sample that does not
+decode and a shard that breaks off are error rows, counted and reported, and the run goes on.
+Images travel to the main process as uint8 tensors (a quarter of float32's bytes); normalisation
+happens on the device, batched.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from builder.formats.stream import iter_tar_samples, stream
+
+from .models import Preprocessing
+
+try:
+    from torch.utils.data import IterableDataset
+except ImportError:  # pragma: no cover - the evaluation needs the models extra
+    IterableDataset = object
+
+
+def _pil_filter(name: str):
+    from PIL import Image
+
+    return {"nearest": Image.NEAREST, "bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC,
+            "lanczos": Image.LANCZOS, "box": Image.BOX, "hamming": Image.HAMMING}[name]
+
+
+def prepare_image(image, pre: Preprocessing) -> np.ndarray:
+    """A PIL RGB image -> the model's H x W x 3 uint8 input, per `pre`.
+
+    Default: the image as it is, resized only when its size differs from the input size. With
+    crop_pct (timm's eval protocol): shorter side to int(H / crop_pct), then a centre crop."""
+    h, w = pre.input_size
+    flt = _pil_filter(pre.interpolation)
+    if pre.crop_pct is not None:
+        scale = int(h / pre.crop_pct)
+        iw, ih = image.size
+        if iw <= ih:
+            size = (scale, max(scale, round(ih * scale / iw)))
+        else:
+            size = (max(scale, round(iw * scale / ih)), scale)
+        image = image.resize(size, flt)
+        left, top = (size[0] - w) // 2, (size[1] - h) // 2
+        image = image.crop((left, top, left + w, top + h))
+    elif image.size != (w, h):
+        image = image.resize((w, h), flt)
+    return np.asarray(image, dtype=np.uint8)
+
+
+@dataclass
+class Batch:
+    images: object  # torch uint8 tensor B x 3 x H x W (None when every sample failed)
+    rows: list[dict]  # per image: key, shard, cls, meta (the sample's json)
+    errors: list[dict]  # error rows: key (or None), shard, reason, detail
+
+    def pin_memory(self) -> "Batch":  # called by the DataLoader's pinning thread
+        return Batch(self.images.pin_memory() if self.images is not None else None, self.rows, self.errors)
+
+
+def _shard_name(url: str) -> str:
+    return url.rsplit("/", 1)[-1]
+
+
+def decode_member_sample(key: str, members: dict[str, bytes], pre: Preprocessing) -> tuple[np.ndarray, int, dict]:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(members["jpg"])) as image:
+        array = prepare_image(image.convert("RGB"), pre)
+    meta = json.loads(members["json"]) if "json" in members else {}
+    return array, int(members["cls"]), meta
+
+
+class EvalBatches(IterableDataset):
+    """Batches of (preprocessed uint8 images, sample rows, error rows) from `stream()`'s shards.
+
+    With `limit`, every reader walks the shards in manifest order and keeps the first `limit`
+    samples that fall to it, so the same samples are read whatever the worker count."""
+
+    def __init__(self, source, config: str | None, split: str, pre: Preprocessing, batch_size: int,
+                 limit: int | None = None, rank: int | None = None, world_size: int | None = None):
+        self.shard_stream = stream(source, config, split, rank=rank, world_size=world_size)
+        self.pre = pre
+        self.batch_size = batch_size
+        self.limit = limit
+
+    @property
+    def shards(self) -> list[str]:
+        return self.shard_stream.shards
+
+    @property
+    def num_samples(self) -> int | None:
+        return self.shard_stream.num_samples
+
+    def _samples(self) -> Iterator[tuple[str, str, dict[str, bytes] | None, dict | None]]:
+        """(shard, key, members, error) in reading order, for this reader."""
+        if self.limit is None:
+            shards, stride, offset = self.shard_stream._assignment()
+        else:
+            index, count = self.shard_stream._reader()
+            shards, stride, offset = self.shards, count, index
+        position = 0
+        for url in shards:
+            name = _shard_name(url)
+            read = 0
+            try:
+                for key, members in iter_tar_samples(url):
+                    read += 1
+                    if self.limit is not None and position >= self.limit:
+                        return
+                    if position % stride == offset:
+                        yield name, key, members, None
+                    position += 1
+            except Exception as exc:  # a truncated or corrupt tar: report it, go on with the next shard
+                if stride == 1 or offset == 0:  # shared shards: one reader reports
+                    yield name, None, None, {"key": None, "shard": name, "reason": "unreadable-shard",
+                                             "detail": f"{type(exc).__name__}: {exc} (after {read} samples)"}
+
+    def __iter__(self) -> Iterator[Batch]:
+        import torch
+
+        arrays, rows, errors = [], [], []
+        for shard, key, members, error in self._samples():
+            if error is not None:
+                errors.append(error)
+            else:
+                try:
+                    array, cls, meta = decode_member_sample(key, members, self.pre)
+                except Exception as exc:  # any decode failure of one sample is that sample's error row
+                    detail = re.sub(r"<[^>]* at 0x[0-9a-f]+>", "the jpg member", f"{type(exc).__name__}: {exc}")
+                    errors.append({"key": key, "shard": shard, "reason": "undecodable-sample", "detail": detail})
+                else:
+                    arrays.append(array)
+                    rows.append({"key": key, "shard": shard, "cls": cls, "meta": meta})
+            if len(arrays) >= self.batch_size:
+                yield Batch(torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2), rows, errors)
+                arrays, rows, errors = [], [], []
+        if arrays or errors:
+            images = torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2) if arrays else None
+            yield Batch(images, rows, errors)
+
+
+def collate_batch(item: Batch) -> Batch:
+    """The DataLoader's collate for already-batched items (batch_size=None)."""
+    return item
+
+
+def make_loader(dataset: EvalBatches, workers: int, pin_memory: bool):
+    from torch.utils.data import DataLoader
+
+    kwargs = {"prefetch_factor": 4, "persistent_workers": False} if workers > 0 else {}
+    return DataLoader(dataset, batch_size=None, num_workers=workers, pin_memory=pin_memory,
+                      collate_fn=collate_batch, **kwargs)
+
+
+def read_dataset_manifest(shard_urls: list[str]) -> dict:
+    """The `_info.json` next to the shards (the same folder, local or remote)."""
+    import fsspec
+
+    base = shard_urls[0].rsplit("/", 1)[0]
+    url = f"{base}/_info.json"
+    opener = open(url, "rb") if "://" not in url else fsspec.open(url, "rb").open()
+    with opener as handle:
+        return json.loads(handle.read())
+
+
+def available_splits(source, config: str | None) -> list[str]:
+    """The splits a source's manifest lists (for a default --split), read as stream() reads it."""
+    import fsspec
+
+    base = str(source).rstrip("/")
+
+    def read(url):
+        try:
+            opener = open(url, "rb") if "://" not in url else fsspec.open(url, "rb").open()
+            with opener as handle:
+                return json.loads(handle.read())
+        except FileNotFoundError:
+            return None
+
+    release = read(f"{base}/_release.json")
+    if release is not None:
+        base = f"{base}/data/{config or release['default_config']}"
+    manifest = read(f"{base}/_info.json")
+    return sorted(manifest["splits"]) if manifest else []

@@ -1,0 +1,325 @@
+"""The model registry: a model spec -> a `torch.nn.Module` in eval mode, its preprocessing and the
+ImageNet classes its outputs stand for.
+
+Specs:
+    timm:NAME or NAME   timm.create_model(NAME, pretrained=True); with --checkpoint FILE the weights
+                        come from the file through timm's own pretrained_cfg_overlay=dict(file=...)
+    tv:NAME             a torchvision model with its published DEFAULT weights enum (or --checkpoint)
+    ts:FILE             a TorchScript classifier (preprocessing from --mean/--std/--input-size/...)
+    FILE                a state_dict (or a checkpoint dict holding one) for the architecture --arch
+
+Weights are never substituted: a requested pretrained model that cannot be loaded is an error that
+names the flag to pass, the variable that points at the cache and where the weights are published.
+"""
+
+from __future__ import annotations
+
+from builder.core.errors import UsageError
+
+import hashlib
+import os
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
+
+
+class ModelError(UsageError, ValueError):
+    """A model spec that cannot be turned into a module: the message says what to pass."""
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """How a canvas becomes the model's input. `crop_pct` None: the canvas as it is (resized only
+    when the model's input size differs); a value reproduces timm's resize-then-centre-crop."""
+
+    input_size: tuple[int, int] = (224, 224)  # height, width
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+    interpolation: str = "bicubic"
+    crop_pct: float | None = None
+    source: str = "default"  # where mean/std/size came from: timm data config, torchvision weights, flags
+
+    def describe(self) -> str:
+        h, w = self.input_size
+        if self.crop_pct is None:
+            geometry = f"canvas as is, resized to {w}x{h} only if it differs (no centre crop)"
+        else:
+            geometry = f"resize to {int(h / self.crop_pct)} then centre crop {w}x{h} (crop_pct {self.crop_pct})"
+        return f"{geometry}, {self.interpolation}, mean {list(self.mean)}, std {list(self.std)} ({self.source})"
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["input_size"] = list(self.input_size)
+        data["mean"], data["std"] = list(self.mean), list(self.std)
+        data["cropped"] = self.crop_pct is not None
+        data["description"] = self.describe()
+        return data
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """Everything besides the spec that decides which weights and preprocessing are used."""
+
+    checkpoint: Path | None = None
+    arch: str | None = None
+    num_classes: int | None = None  # the checkpoint's class count when it is not 1000
+    classes: tuple[str, ...] | None = None  # wnids of the outputs, in output order (a subset model)
+    mean: tuple[float, float, float] | None = None
+    std: tuple[float, float, float] | None = None
+    input_size: tuple[int, int] | None = None
+    interpolation: str | None = None
+    crop_pct: float | None = None
+
+
+@dataclass
+class LoadedModel:
+    spec: str
+    module: object  # torch.nn.Module (or a ScriptModule)
+    preprocessing: Preprocessing
+    classes: tuple[str, ...] | None = None  # wnids per output; None: outputs are the output space's own
+    checkpoint_name: str | None = None
+    checkpoint_sha256: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> dict:
+        return {
+            "spec": self.spec,
+            "checkpoint": self.checkpoint_name,
+            "checkpoint_sha256": self.checkpoint_sha256,
+            "declared_classes": list(self.classes) if self.classes else None,
+        }
+
+
+def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_classes_file(path: Path) -> tuple[str, ...]:
+    """wnids in output order, one a line (blank lines and '#' comments ignored)."""
+    lines = [line.split("#", 1)[0].strip() for line in Path(path).read_text("utf-8").splitlines()]
+    wnids = tuple(line for line in lines if line)
+    if not wnids:
+        raise ModelError(f"--classes {Path(path).name} lists no wnids")
+    return wnids
+
+
+def parse_floats(text: str, count: int, flag: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise ModelError(f"{flag} takes {count} comma-separated numbers, got {text!r}") from None
+    if len(values) == 1:
+        values = values * count
+    if len(values) != count:
+        raise ModelError(f"{flag} takes {count} comma-separated numbers, got {text!r}")
+    return values
+
+
+def _hub_hint() -> str:
+    return (f"Download the weights on a machine with network access (they are published on the Hugging Face Hub, "
+            f"https://huggingface.co/timm, and timm's release pages) and either pass the file with "
+            f"--checkpoint FILE or point HF_HOME (or HF_HUB_CACHE) at a cache that holds them; "
+            f"HF_HUB_OFFLINE=1 forbids downloads")
+
+
+def _checkpoint_file(path: Path) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"--checkpoint {path.name}: no such file")
+    return path
+
+
+def _apply_overrides(pre: Preprocessing, options: ModelOptions) -> Preprocessing:
+    changes = {}
+    for name in ("mean", "std", "input_size", "interpolation"):
+        value = getattr(options, name)
+        if value is not None:
+            changes[name] = tuple(value) if isinstance(value, (list, tuple)) else value
+    if changes:
+        changes["source"] = f"{pre.source}, overridden by flags ({', '.join(sorted(changes))})"
+    if options.crop_pct is not None:
+        if not 0 < options.crop_pct <= 1:
+            raise ModelError(f"--crop-pct must be in (0, 1], got {options.crop_pct}")
+        changes["crop_pct"] = options.crop_pct
+    if changes.get("interpolation") and changes["interpolation"] not in INTERPOLATIONS:
+        raise ModelError(f"--interpolation must be one of {', '.join(INTERPOLATIONS)}")
+    return replace(pre, **changes)
+
+
+def _timm_preprocessing(model) -> Preprocessing:
+    from timm.data import resolve_data_config
+
+    config = resolve_data_config(model=model)
+    _, h, w = config["input_size"]
+    # The data config's crop_pct is deliberately not used: the canvas is evaluated as it is.
+    return Preprocessing((h, w), tuple(config["mean"]), tuple(config["std"]), config["interpolation"], None,
+                         "timm data config")
+
+
+def _load_timm(name: str, options: ModelOptions) -> LoadedModel:
+    import timm
+
+    if not timm.is_model(name.split(".", 1)[0]):
+        raise ModelError(f"timm has no model {name!r} (see timm.list_models())")
+    kwargs: dict = {}
+    checkpoint = sha = None
+    if options.checkpoint is not None:
+        checkpoint = _checkpoint_file(options.checkpoint)
+        overlay: dict = {"file": str(checkpoint)}
+        if options.num_classes is not None:
+            # Without num_classes in the overlay, timm drops a classifier of another size silently.
+            overlay["num_classes"] = options.num_classes
+            kwargs["num_classes"] = options.num_classes
+        kwargs["pretrained_cfg_overlay"] = overlay
+        sha = sha256_of(checkpoint)
+    try:
+        model = timm.create_model(name, pretrained=True, **kwargs)
+    except (OSError, RuntimeError) as exc:  # LocalEntryNotFoundError and FileNotFoundError are OSErrors
+        if options.checkpoint is not None:
+            raise ModelError(f"cannot load --checkpoint {checkpoint.name} into timm:{name}: {str(exc).splitlines()[0]} "
+                             "(pass --num-classes when its classifier is not 1000-way)") from None
+        raise ModelError(f"the pretrained weights of timm:{name} are not available offline ({type(exc).__name__}). "
+                         f"{_hub_hint()}") from None
+    model.eval()
+    return LoadedModel(f"timm:{name}", model, _timm_preprocessing(model), options.classes,
+                       checkpoint.name if checkpoint else None, sha)
+
+
+def _tv_weights(name: str):
+    import torchvision
+
+    try:
+        return torchvision.models.get_model_weights(name).DEFAULT
+    except (ValueError, KeyError):
+        raise ModelError(f"torchvision has no model {name!r} (see torchvision.models.list_models())") from None
+
+
+def _tv_preprocessing(weights) -> Preprocessing:
+    transforms = weights.transforms()
+    size = transforms.crop_size[0]
+    return Preprocessing((size, size), tuple(transforms.mean), tuple(transforms.std),
+                         transforms.interpolation.value, None, f"torchvision {weights}")
+
+
+def _read_state_dict(path: Path) -> dict:
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # pickle, zip and tensor errors all mean "not a state_dict file"
+        raise ModelError(f"{path.name} is not a readable state_dict file: {exc}") from None
+    for key in ("state_dict", "model", "state_dict_ema"):
+        if isinstance(state, dict) and isinstance(state.get(key), dict):
+            state = state[key]
+            break
+    if not isinstance(state, dict):
+        raise ModelError(f"{path.name} holds a {type(state).__name__}, not a state_dict")
+    return {k.removeprefix("module."): v for k, v in state.items()}
+
+
+def _load_tv(name: str, options: ModelOptions) -> LoadedModel:
+    import torchvision
+
+    weights = _tv_weights(name)
+    if options.checkpoint is not None:
+        checkpoint = _checkpoint_file(options.checkpoint)
+        model = torchvision.models.get_model(name, weights=None, num_classes=options.num_classes or 1000)
+        _strict_load(model, _read_state_dict(checkpoint), checkpoint.name)
+        loaded = LoadedModel(f"tv:{name}", model, _tv_preprocessing(weights), options.classes, checkpoint.name, sha256_of(checkpoint))
+    else:
+        try:
+            model = torchvision.models.get_model(name, weights=weights)
+        except OSError as exc:  # URLError when offline
+            raise ModelError(
+                f"the weights {weights} of tv:{name} are not available offline ({exc}). They are published at "
+                f"{weights.url}; download the file on a machine with network access and pass it with "
+                f"--checkpoint FILE, or put it under $TORCH_HOME/hub/checkpoints/") from None
+        loaded = LoadedModel(f"tv:{name}", model, _tv_preprocessing(weights), options.classes, weights.url.rsplit("/", 1)[-1], None)
+    model.eval()
+    return loaded
+
+
+def _strict_load(model, state: dict, name: str) -> None:
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise ModelError(f"{name} does not fit the architecture: {str(exc).splitlines()[0]} "
+                         "(pass --num-classes when the checkpoint's classifier is not 1000-way)") from None
+
+
+def _load_torchscript(path: Path, options: ModelOptions, spec: str) -> LoadedModel:
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"{spec}: no such TorchScript file")
+    try:
+        module = torch.jit.load(str(path), map_location="cpu")
+    except Exception as exc:  # torch raises RuntimeError/ValueError variants for non-TorchScript files
+        raise ModelError(f"{path.name} is not a TorchScript file: {exc}") from None
+    module.eval()
+    pre = Preprocessing(source="defaults for TorchScript (ImageNet mean/std, 224, bicubic)")
+    return LoadedModel(f"ts:{path.name}", module, pre, options.classes, path.name, sha256_of(path))
+
+
+def _load_state_dict_file(path: Path, options: ModelOptions) -> LoadedModel:
+    import timm
+
+    if not options.arch:
+        raise ModelError(f"{path.name} is a weights file: pass its architecture with --arch NAME (a timm name or tv:NAME)")
+    if options.arch.startswith("tv:"):
+        return _load_tv(options.arch[3:], replace(options, checkpoint=path))
+    arch = options.arch.removeprefix("timm:")
+    try:
+        model = timm.create_model(arch, pretrained=False, num_classes=options.num_classes or 1000)
+    except RuntimeError as exc:
+        raise ModelError(f"--arch {arch}: {exc}") from None
+    _strict_load(model, _read_state_dict(path), path.name)
+    model.eval()
+    return LoadedModel(f"{path.name} (timm:{arch})", model, _timm_preprocessing(model), options.classes, path.name, sha256_of(path))
+
+
+def load_model(spec: str, options: ModelOptions = ModelOptions()) -> LoadedModel:
+    """Turn `spec` into a LoadedModel; raises ModelError with what to pass when it cannot."""
+    if spec.startswith("ts:"):
+        loaded = _load_torchscript(Path(spec[3:]), options, spec)
+    elif spec.startswith("tv:"):
+        loaded = _load_tv(spec[3:], options)
+    elif spec.startswith("timm:"):
+        loaded = _load_timm(spec[5:], options)
+    elif os.path.sep in spec or Path(spec).suffix in (".pt", ".pth", ".bin", ".ckpt"):
+        path = Path(spec)
+        if not path.is_file():
+            raise ModelError(f"model file {path.name} does not exist")
+        loaded = _load_state_dict_file(path, options)
+    else:
+        loaded = _load_timm(spec, options)
+    loaded.preprocessing = _apply_overrides(loaded.preprocessing, options)
+    return loaded
+
+
+def model_slug(spec: str) -> str:
+    """A file-system-safe folder name for a model spec."""
+    keep = "".join(c if c.isalnum() or c in "-_." else "_" for c in spec.replace(":", "_"))
+    return keep.strip("._") or "model"
+
+
+def count_outputs(module, preprocessing: Preprocessing) -> int:
+    """The model's output size, from one forward pass on a blank input (before any real work)."""
+    import torch
+
+    h, w = preprocessing.input_size
+    with torch.no_grad():
+        out = module(torch.zeros(1, 3, h, w))
+    if isinstance(out, (tuple, list)):
+        out = out[0]
+    if out.ndim != 2:
+        raise ModelError(f"the model returns a tensor of shape {tuple(out.shape)}, not (batch, classes) logits")
+    return int(out.shape[1])

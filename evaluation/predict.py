@@ -1,0 +1,226 @@
+"""Run a model over a split and return one prediction row per sample (the pivot every analysis reads).
+
+Before any work: the source's manifest is read, the model's output size is measured on a blank
+input and matched to a label space (or refused). Then batches come from the DataLoader's workers,
+are normalised on the device and classified; a CUDA out-of-memory error halves the batch, says so,
+and retries the same images.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from builder import __version__
+
+from .data import EvalBatches, make_loader, read_dataset_manifest
+from .labels import LabelSpace, config_wnids, resolve_label_space
+from .models import LoadedModel, Preprocessing, count_outputs
+
+TOP_K = 5
+
+
+def resolve_device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: no CUDA device is available here (use --device cpu or auto)")
+    return device
+
+
+def source_display_name(source) -> str:
+    """What outputs record of a source: an address as given, a local folder by its name only."""
+    text = str(source)
+    return text if "://" in text else Path(text).name
+
+
+class Classifier:
+    """A model on its device with its normalisation and label space: uint8 batches -> scored probs."""
+
+    def __init__(self, loaded: LoadedModel, space: LabelSpace, device, amp: bool = False,
+                 channels_last: bool = False, announce: Callable[[str], None] = print):
+        import torch
+
+        self.torch = torch
+        self.device = device
+        self.amp = amp and device.type == "cuda"
+        self.channels_last = channels_last
+        self.module = loaded.module.to(device)
+        if channels_last:
+            self.module = self.module.to(memory_format=torch.channels_last)
+        pre = loaded.preprocessing
+        self.mean = torch.tensor(pre.mean, device=device).view(1, 3, 1, 1) * 255
+        self.std = torch.tensor(pre.std, device=device).view(1, 3, 1, 1) * 255
+        self.space = space
+        self.outputs = torch.as_tensor(space.outputs, device=device)
+        self.class_index = np.asarray(space.class_index)
+        self.column_of = np.full(1000, -1, np.int64)  # ImageNet class index -> scored column
+        self.column_of[self.class_index] = np.arange(len(self.class_index))
+        self.max_batch: int | None = None
+        self.announce = announce
+
+    def _forward(self, images):
+        torch = self.torch
+        x = images.to(self.device, non_blocking=True).float().sub_(self.mean).div_(self.std)
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(self.device.type, enabled=self.amp):
+            out = self.module(x)
+        if isinstance(out, (tuple, list)):
+            out = out[0]
+        return out.float().index_select(1, self.outputs).softmax(1)
+
+    def probabilities(self, images):
+        """Softmax over the scored outputs, B x K on the CPU; halves the batch on CUDA OOM."""
+        torch = self.torch
+        step = self.max_batch or len(images)
+        parts, start = [], 0
+        with torch.inference_mode():
+            while start < len(images):
+                chunk = images[start : start + step]
+                try:
+                    parts.append(self._forward(chunk).cpu())
+                    start += len(chunk)
+                except torch.cuda.OutOfMemoryError:
+                    if step == 1:
+                        raise
+                    step = max(1, step // 2)
+                    self.max_batch = step
+                    if self.device.type == "cuda":
+                        torch.cuda.empty_cache()
+                    self.announce(f"hsi eval: out of memory on {self.device}; batch halved to {step}")
+        return torch.cat(parts).numpy()
+
+
+@dataclass
+class PredictionRun:
+    rows: list[dict]
+    metadata: dict
+    errors: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+    classifier: Classifier | None = None  # kept for the clean photos and bare backgrounds
+
+
+def _class_or_none(value) -> int | None:
+    return None if value is None else int(value)
+
+
+def prediction_rows(probs: np.ndarray, rows: list[dict], classifier: Classifier, wnids: tuple[str, ...]) -> list[dict]:
+    """One output row per sample: its metadata, top-5 classes and the probabilities that matter."""
+    from builder.core.classes import class_of
+
+    k = min(TOP_K, probs.shape[1])
+    top = np.argsort(-probs, axis=1, kind="stable")[:, :k]
+    out = []
+    for i, row in enumerate(rows):
+        meta = row["meta"]
+        label_class = meta.get("class_index")
+        if label_class is None:
+            label_class = class_of(wnids[row["cls"]]).index
+        paired = meta.get("paired_wnid")
+        paired_class = class_of(paired).index if paired else None
+        background_class = _class_or_none(meta.get("background_class_index"))
+
+        def prob_of(class_index):
+            if class_index is None:
+                return None
+            column = classifier.column_of[class_index]
+            return None if column < 0 else float(probs[i, column])
+
+        top_classes = [int(c) for c in classifier.class_index[top[i]]]
+        out.append({
+            "key": row["key"], "shard": row["shard"], "status": "ok", "detail": None, "cls": row["cls"],
+            "label_class": int(label_class),
+            "pred_class": top_classes[0],
+            "top5_class": top_classes,
+            "top5_prob": [float(p) for p in probs[i, top[i]]],
+            "correct": top_classes[0] == label_class,
+            "correct_top5": label_class in top_classes,
+            "prob_label": prob_of(label_class),
+            "prob_background_class": prob_of(background_class),
+            "paired_class_index": paired_class,
+            "prob_paired_class": prob_of(paired_class),
+            "meta": meta,
+        })
+    return out
+
+
+@dataclass
+class RunPlan:
+    """What is known before any work: the shards, the manifest, the config's labels, the label space."""
+
+    dataset: EvalBatches
+    manifest: dict
+    wnids: tuple[str, ...]
+    space: LabelSpace
+
+
+def plan_run(loaded: LoadedModel, source, config: str | None, split: str, *, batch_size: int = 64,
+             limit: int | None = None, label_space: str = "imagenet") -> RunPlan:
+    """Resolve the data and match the model's output size to a label space; refuses before any work."""
+    dataset = EvalBatches(source, config, split, loaded.preprocessing, batch_size, limit)
+    manifest = read_dataset_manifest(dataset.shards)
+    wnids = config_wnids(manifest)
+    space = resolve_label_space(count_outputs(loaded.module, loaded.preprocessing), loaded.classes, wnids, label_space)
+    return RunPlan(dataset, manifest, wnids, space)
+
+
+def run_predictions(loaded: LoadedModel, source, config: str | None = None, split: str = "test", *,
+                    batch_size: int = 64, workers: int = 2, device: str = "auto", amp: bool = False,
+                    channels_last: bool = False, limit: int | None = None, label_space: str = "imagenet",
+                    progress: bool = True, announce: Callable[[str], None] = print, plan: RunPlan | None = None) -> PredictionRun:
+    from tqdm import tqdm
+
+    plan = plan or plan_run(loaded, source, config, split, batch_size=batch_size, limit=limit, label_space=label_space)
+    dataset, manifest, wnids, space = plan.dataset, plan.manifest, plan.wnids, plan.space
+    torch_device = resolve_device(device)
+    classifier = Classifier(loaded, space, torch_device, amp, channels_last, announce)
+    loader = make_loader(dataset, workers, pin_memory=torch_device.type == "cuda")
+    expected = dataset.num_samples if limit is None else min(limit, dataset.num_samples or limit)
+    rows, errors = [], []
+    started = time.perf_counter()
+    with tqdm(total=expected, unit="img", desc=f"eval {loaded.spec}", disable=not progress, file=sys.stderr) as bar:
+        for batch in loader:
+            errors.extend(batch.errors)
+            if batch.images is not None:
+                rows.extend(prediction_rows(classifier.probabilities(batch.images), batch.rows, classifier, wnids))
+            bar.update(len(batch.rows) + sum(1 for e in batch.errors if e["key"] is not None))
+    seconds = time.perf_counter() - started
+    rows.sort(key=lambda r: r["key"])
+    errors.sort(key=lambda e: (e["shard"], e["key"] or ""))
+    metadata = {
+        "model": loaded.describe(),
+        "preprocessing": loaded.preprocessing.to_json(),
+        "label_space": space.to_json(),
+        "data": {
+            "source": source_display_name(source),
+            "config": manifest.get("config"),
+            "split": split,
+            "fingerprint": manifest.get("fingerprint"),
+            "num_samples": dataset.num_samples,
+            "limit": limit,
+        },
+        "run": {"device": torch_device.type, "amp": classifier.amp, "channels_last": channels_last,
+                "batch_size": batch_size, "batch_halved_to": classifier.max_batch, "workers": workers,
+                "seconds": round(seconds, 3), "images_per_second": round(len(rows) / seconds, 2) if seconds else None},
+        "toolkit": {"name": "hard-spurious-imagenet", "version": __version__},
+        "notes": list(loaded.notes),
+    }
+    return PredictionRun(rows, metadata, errors, seconds, classifier)
+
+
+def preprocess_arrays(images, pre: Preprocessing):
+    """PIL images -> a uint8 B x 3 x H x W tensor (for the clean photos and the bare backgrounds)."""
+    import torch
+
+    from .data import prepare_image
+
+    return torch.from_numpy(np.stack([prepare_image(im, pre) for im in images])).permute(0, 3, 1, 2)

@@ -1,0 +1,210 @@
+"""`hsi eval`: measure one or several models on a config's groups, sizes, positions and tiers.
+
+Writes OUT/<model>/predictions.parquet, eval.json, eval.md and plots/, and OUT/leaderboard.csv/.md.
+Exit status: 0 on success, 2 for usage errors (a model that cannot be loaded, outputs that fit no
+label space, a missing source), printed as `hsi eval: error: ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from builder.core.errors import InputError, UsageError
+from hsi.commands.common import positive_int
+
+HELP = "evaluate models on a composed config: predictions, per-group metrics with intervals, reports, leaderboard"
+EXIT_OK, EXIT_USAGE = 0, 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", nargs="?", help="a release folder, a composed dataset folder (OUT/<config>) or hf://datasets/ORG/NAME@REVISION")
+    parser.add_argument("--config", help="config of a release (default: its default config)")
+    parser.add_argument("--split", help="split to evaluate (default: test if present, else the only or first split)")
+    parser.add_argument("--out", type=Path, default=Path("eval-output"), help="output folder (default eval-output): one subfolder per model, plus the leaderboard")
+    models = parser.add_argument_group("models")
+    models.add_argument("--model", help="timm:NAME (or a bare timm name), tv:NAME, ts:FILE, or a state_dict FILE with --arch")
+    models.add_argument("--models", help="several models: comma-separated specs, or a YAML file listing specs or mappings {model, checkpoint, arch, ...}")
+    models.add_argument("--checkpoint", type=Path, help="local weights for a timm or tv model (through timm's pretrained_cfg_overlay=dict(file=...))")
+    models.add_argument("--arch", help="architecture of a state_dict file (a timm name or tv:NAME)")
+    models.add_argument("--num-classes", type=positive_int, help="class count of a checkpoint that is not 1000-way")
+    models.add_argument("--classes", type=Path, help="wnids of the model's outputs in order, one a line (a model trained on a subset)")
+    models.add_argument("--label-space", choices=("imagenet", "subset"), default="imagenet", help="how a 1000-way model is scored on a subset config: argmax over all 1000 classes (default) or over the config's classes")
+    pre = parser.add_argument_group("preprocessing (default: the model's data config, on the canvas as it is)")
+    pre.add_argument("--crop-pct", type=float, help="reproduce a resize-then-centre-crop protocol, e.g. 0.875 (default: no crop)")
+    pre.add_argument("--mean", help="normalisation mean, 3 comma-separated values (default: the model's)")
+    pre.add_argument("--std", help="normalisation std, 3 comma-separated values (default: the model's)")
+    pre.add_argument("--input-size", help="model input size: S, or H,W (default: the model's)")
+    pre.add_argument("--interpolation", choices=("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming"), help="resize filter (default: the model's)")
+    run = parser.add_argument_group("running")
+    run.add_argument("--batch-size", type=positive_int, default=64, help="images per forward pass (default 64; halved on CUDA out-of-memory)")
+    run.add_argument("--workers", type=int, default=2, help="DataLoader worker processes decoding shards (default 2; 0 decodes in the main process)")
+    run.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+    run.add_argument("--amp", action="store_true", help="mixed precision on CUDA")
+    run.add_argument("--channels-last", action="store_true", help="channels_last memory format")
+    run.add_argument("--limit", type=positive_int, help="evaluate only the first N samples (a quick look)")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument("--overwrite", action="store_true", help="re-evaluate a model already evaluated on the same data revision")
+    analysis = parser.add_argument_group("analysis")
+    analysis.add_argument("--from", dest="from_predictions", type=Path, help="recompute every report from a predictions.parquet, without the model")
+    analysis.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples for the intervals (default 1000)")
+    analysis.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    analysis.add_argument("--clean", type=Path, help="ImageNet root: also classify the original photos of the same source images")
+    analysis.add_argument("--clean-split", default="val", help="split of the --clean root (default val)")
+    analysis.add_argument("--parts", type=Path, help="parts folder: also classify the inpainted backgrounds alone (per-class background accuracy)")
+
+
+def _size(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    values = [int(v) for v in text.split(",")]
+    if len(values) == 3:
+        values = values[1:]
+    if len(values) == 1:
+        values = values * 2
+    if len(values) != 2 or min(values) < 1:
+        raise UsageError(f"--input-size takes S, H,W or 3,H,W, got {text!r}")
+    return values[0], values[1]
+
+
+def model_entries(args: argparse.Namespace) -> list[dict]:
+    """Each model to evaluate as a mapping of its spec and per-model options."""
+    import yaml
+
+    if bool(args.model) == bool(args.models):
+        raise UsageError("pass exactly one of --model SPEC or --models LIST")
+    if args.model:
+        return [{"model": args.model}]
+    path = Path(args.models)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise UsageError(f"--models {path.name}: no such file")
+        listed = yaml.safe_load(path.read_text("utf-8"))
+        if not isinstance(listed, list) or not listed:
+            raise UsageError(f"--models {path.name} must hold a non-empty YAML list")
+        entries = []
+        for item in listed:
+            entry = {"model": item} if isinstance(item, str) else dict(item)
+            if "model" not in entry:
+                raise UsageError(f"--models {path.name}: every mapping needs a 'model' key, got {sorted(entry)}")
+            for key in ("checkpoint", "classes"):
+                if entry.get(key):
+                    entry[key] = str(path.parent / entry[key])
+            if str(entry["model"]).startswith("ts:") and not Path(entry["model"][3:]).is_absolute():
+                entry["model"] = "ts:" + str(path.parent / entry["model"][3:])
+            entries.append(entry)
+        return entries
+    specs = [spec.strip() for spec in args.models.split(",") if spec.strip()]
+    if len(specs) > 1 and (args.checkpoint or args.arch or args.classes):
+        raise UsageError("--checkpoint, --arch and --classes apply to one model; give several models their own in a --models YAML file")
+    return [{"model": spec} for spec in specs]
+
+
+def model_options(entry: dict, args: argparse.Namespace):
+    from evaluation.models import ModelOptions, parse_floats, read_classes_file
+
+    def pick(name):
+        return entry.get(name, getattr(args, name, None))
+
+    mean, std = pick("mean"), pick("std")
+    classes = pick("classes")
+    size = entry.get("input_size", args.input_size)
+    return ModelOptions(
+        checkpoint=Path(pick("checkpoint")) if pick("checkpoint") else None,
+        arch=pick("arch"),
+        num_classes=pick("num_classes"),
+        classes=read_classes_file(Path(classes)) if classes else None,
+        mean=parse_floats(str(mean), 3, "--mean") if mean is not None else None,
+        std=parse_floats(str(std), 3, "--std") if std is not None else None,
+        input_size=_size(str(size)) if size is not None else None,
+        interpolation=pick("interpolation"),
+        crop_pct=pick("crop_pct"),
+    )
+
+
+def _announce(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def _default_split(source: str, config: str | None) -> str:
+    from evaluation.data import available_splits
+
+    splits = available_splits(source, config)
+    if not splits:
+        raise InputError(f"{source}: neither a release folder (_release.json) nor a dataset folder (_info.json)")
+    return "test" if "test" in splits else splits[0]
+
+
+def run(args: argparse.Namespace) -> int:
+    from evaluation.bootstrap import BootstrapSettings
+
+    bootstrap = BootstrapSettings(resamples=args.bootstrap, seed=args.seed)
+    if args.from_predictions is not None:
+        return _run_from(args, bootstrap)
+    if not args.source:
+        raise UsageError("pass a SOURCE (release folder, dataset folder or hf:// address), or --from predictions.parquet")
+    if "://" not in args.source and not Path(args.source).is_dir():
+        raise UsageError(f"{args.source} is not a folder; pass a release folder, a composed dataset folder or hf://datasets/ORG/NAME@REVISION")
+    for flag, value in (("--clean", args.clean), ("--parts", args.parts)):
+        if value is not None and not value.is_dir():
+            raise UsageError(f"{flag} {value} is not a folder")
+    if args.workers < 0:
+        raise UsageError("--workers must be 0 or more")
+
+    from evaluation.leaderboard import write_leaderboard
+    from evaluation.models import load_model
+    from evaluation.pipeline import RunSettings, evaluate_model
+    from evaluation.report import EVAL_MD
+
+    entries = model_entries(args)
+    split = args.split or _default_split(args.source, args.config)
+    settings = RunSettings(config=args.config, split=split, batch_size=args.batch_size, workers=args.workers,
+                           device=args.device, amp=args.amp, channels_last=args.channels_last, limit=args.limit,
+                           label_space=args.label_space, progress=not args.no_progress, bootstrap=bootstrap,
+                           clean_root=args.clean, clean_split=args.clean_split, parts_dir=args.parts, overwrite=args.overwrite)
+    loaded_models = [load_model(entry["model"], model_options(entry, args)) for entry in entries]
+    results = []
+    for loaded in loaded_models:
+        result = evaluate_model(loaded, args.source, args.out, settings, announce=_announce)
+        results.append(result)
+        metrics = result.report["metrics"]
+        summary = f"top-1 {metrics['overall']['top1']['value']:.3f}" if metrics.get("overall") else "no samples"
+        if metrics.get("has_groups"):
+            worst = metrics["groups_summary"]["worst_group"]
+            summary += f", worst group {worst['group']} {worst['value']:.3f}"
+        print(f"{loaded.spec}: {summary} ({metrics['samples']} samples, {metrics['errors']['total']} error rows)")
+        print(f"  reports: {result.folder / EVAL_MD} and eval.json, predictions.parquet, plots/")
+    data = results[0].report["data"]
+    identity = {k: data.get(k) for k in ("source", "config", "split", "fingerprint", "limit")}
+    _, md_path, rows = write_leaderboard(args.out, identity)
+    print(f"leaderboard ({len(rows)} models): {md_path} and leaderboard.csv")
+    return EXIT_OK
+
+
+def _model_only_sections(previous: Path) -> dict:
+    """The sections only the model could compute (clean photos, bare backgrounds), kept from the
+    run's own eval.json beside the predictions, so recomputing never drops them."""
+    import json
+
+    if not previous.is_file():
+        return {}
+    report = json.loads(previous.read_text("utf-8"))
+    kept = {key: report[key] for key in ("clean", "background_only") if report.get(key)}
+    if kept:
+        kept["carried_over"] = f"{', '.join(sorted(kept))}: from the model run's eval.json (their intervals keep its bootstrap settings)"
+    return kept
+
+
+def _run_from(args: argparse.Namespace, bootstrap) -> int:
+    from evaluation.pipeline import analyse
+    from evaluation.report import EVAL_JSON, EVAL_MD
+
+    path = args.from_predictions
+    if not path.is_file():
+        raise UsageError(f"--from {path}: no such file")
+    folder = args.out if args.out != Path("eval-output") else path.parent
+    extras = _model_only_sections(path.parent / EVAL_JSON)
+    report = analyse(path, folder, bootstrap, extras)
+    print(f"reports recomputed from {path.name}: {folder / EVAL_MD} and eval.json ({report['metrics']['samples']} samples)")
+    return EXIT_OK

@@ -1,0 +1,56 @@
+"""`hsi release --results DIR`: the card's Results section rendered from eval.json, with the plot,
+each model's spec, checkpoint sha256 and preprocessing; reports of other data are refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from hsi.cli import main
+from validation.report import validate_dataset
+
+
+@pytest.fixture(scope="module")
+def validated(paper_set, flat_parts, tmp_path_factory):
+    dataset = tmp_path_factory.mktemp("validated") / "hard-spurious-imagenet"
+    shutil.copytree(paper_set, dataset)
+    assert validate_dataset(dataset, parts_dir=flat_parts[0], previews=False).ok
+    return dataset
+
+
+def test_release_card_gets_a_results_section_from_eval_reports(validated, planted_corner, planted_finder, tmp_path, capsys):
+    evals = tmp_path / "evals"
+    assert main(["eval", str(validated), "--models", f"ts:{planted_corner},ts:{planted_finder}", "--mean", "0", "--std", "1",
+                 "--out", str(evals), "--workers", "0", "--no-progress", "--bootstrap", "100"]) == 0
+    release = tmp_path / "release" / "hard-spurious-imagenet"
+    assert main(["release", str(validated), "--out", str(release), "--results", str(evals)]) == 0, capsys.readouterr().err
+    card = (release / "README.md").read_text()
+    section = card[card.index("## Results"): card.index("## Usage")]
+    report = json.loads((evals / "ts_planted_corner.pt" / "eval.json").read_text())
+    sha = report["model"]["checkpoint_sha256"]
+    assert f"`{sha}`" in section and "`ts:planted_corner.pt`" in section and "canvas as is (no crop)" in section
+    assert "| model | split | top-1 | CeO | CoO | CeR | CoR | mean over groups | worst group |" in section
+    assert "| `ts:planted_corner.pt` | val | 0.750 [0.750, 0.750] | 1.000 [1.000, 1.000] | 1.000 [1.000, 1.000] | " \
+           "1.000 [1.000, 1.000] | 0.000 [0.000, 0.000] | 0.750 [0.750, 0.750] | CoR 0.000 [0.000, 0.000] |" in section
+    assert section.index("planted_finder") < section.index("planted_corner")  # best worst group first
+    plot = "results/hard-spurious-imagenet_ts_planted_corner.pt_accuracy_vs_size.png"
+    assert f"]({plot})" in section and (release / plot).is_file()
+
+
+def test_results_of_other_data_are_refused(validated, planted_corner, tmp_path, capsys):
+    evals = tmp_path / "evals"
+    assert main(["eval", str(validated), "--model", f"ts:{planted_corner}", "--mean", "0", "--std", "1", "--out", str(evals),
+                 "--workers", "0", "--no-progress", "--bootstrap", "50", "--limit", "10"]) == 0
+    capsys.readouterr()
+    assert main(["release", str(validated), "--out", str(tmp_path / "r1"), "--results", str(evals)]) == 2
+    assert "cover only the first 10 samples" in capsys.readouterr().err
+    path = evals / "ts_planted_corner.pt" / "eval.json"
+    report = json.loads(path.read_text())
+    report["data"].update(limit=None, fingerprint="0123456789abcdef")
+    path.write_text(json.dumps(report))
+    assert main(["release", str(validated), "--out", str(tmp_path / "r2"), "--results", str(evals)]) == 2
+    assert "measured on another build of hard-spurious-imagenet" in capsys.readouterr().err
+    assert main(["release", str(validated), "--out", str(tmp_path / "r3"), "--results", str(tmp_path)]) == 2
+    assert not (tmp_path / "r1").exists() and not (tmp_path / "r2").exists()
