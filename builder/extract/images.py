@@ -35,10 +35,9 @@ KNOWN_PNG_IDS = frozenset({"n02105855_2933"})
 # almost all-white image), so they are scaled to 8 bits by their range first (`_to_8_bits`).
 _WIDE_GRAY_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
 
-_MODE_REASONS = {"I;16B": "grayscale-converted", "I;16L": "grayscale-converted", "I;16N": "grayscale-converted",
-                 "F": "grayscale-converted", "CMYK": "cmyk-converted", "L": "grayscale-converted", "LA": "grayscale-converted",
-                 "I": "grayscale-converted", "I;16": "grayscale-converted", "1": "grayscale-converted",
-                 "P": "palette-converted", "RGBA": "alpha-dropped"}
+_MODE_REASONS = {"CMYK": "cmyk-converted", "L": "grayscale-converted", "LA": "grayscale-converted",
+                 "1": "grayscale-converted", "P": "palette-converted", "RGBA": "alpha-dropped",
+                 **dict.fromkeys(_WIDE_GRAY_MODES, "grayscale-converted")}
 
 
 class ImageDecodeError(Exception):

@@ -11,7 +11,7 @@ import math
 import re
 import sys
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -204,7 +204,8 @@ def extract_batch(decoded: list[_Decoded], masker: Masker, inpainter: Inpainter,
     del unions
     backgrounds = inpainter.inpaint_batch([d.image for d in decoded], erase_masks)
     raw = []
-    for item, index, object_mask, erase, background in zip(decoded, indexes, object_masks, erase_masks, backgrounds):
+    for item, index, object_mask, erase, background in zip(decoded, indexes, object_masks, erase_masks, backgrounds,
+                                                            strict=True):
         box = item.boxes[index]
         window = (slice(box.y0, box.y1 + 1), slice(box.x0, box.x1 + 1))
         meta = parts_metadata_of(item.record, item.image, item.boxes, index, item.conversions, config, backends)
@@ -213,7 +214,8 @@ def extract_batch(decoded: list[_Decoded], masker: Masker, inpainter: Inpainter,
     return raw
 
 
-def union_masks(decoded: list[_Decoded], indexes: list[int], masker: Masker) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def union_masks(decoded: list[_Decoded], indexes: list[int],
+                masker: Masker) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Per image, the union of its box masks and the object box's mask cut to its box, built as the
     masks arrive: images with few boxes share one masker call (as before), an image with more than
     `MASK_BOXES_PER_CALL` boxes gets one call per chunk, so no call returns more masks than that."""
@@ -229,7 +231,8 @@ def union_masks(decoded: list[_Decoded], indexes: list[int], masker: Masker) -> 
 
     few = [i for i, d in enumerate(decoded) if len(d.boxes) <= MASK_BOXES_PER_CALL]
     if few:
-        for i, masks in zip(few, masker.masks_batch([decoded[i].image for i in few], [decoded[i].boxes for i in few])):
+        batch = masker.masks_batch([decoded[i].image for i in few], [decoded[i].boxes for i in few])
+        for i, masks in zip(few, batch, strict=True):
             take(i, 0, masks)
     for i, item in enumerate(decoded):
         if len(item.boxes) <= MASK_BOXES_PER_CALL:
@@ -353,6 +356,10 @@ class ExtractShardBuilder:
                     raw, failure = extract_images(decoded, masker, inpainter, self.config, backends, issues)
                     attempted, first_failure = attempted + len(decoded), first_failure or failure
                     encoded.extend(pool.submit(encode_parts, r) for r in raw)  # PNG encoding overlaps the next batch
+                    del raw
+                    # each waiting encode holds full-size arrays: let at most two batches wait
+                    while sum(not f.done() for f in encoded) > 2 * self.config.batch_size:
+                        wait([f for f in encoded if not f.done()], return_when=FIRST_COMPLETED)
                 report_progress(len(batch))
             samples = [future.result() for future in encoded]
         if attempted and not samples and first_failure is not None:

@@ -124,7 +124,10 @@ class ExtractStage(Stage):
         saved = (load_settings(self.out_dir) or {}).get(self.split) if self.out_dir.is_dir() else None
         if not saved or saved.get("sources") == self._settings["sources"]:
             return
-        if {k: v for k, v in saved.items() if k != "sources"} == {k: v for k, v in self._settings.items() if k != "sources"}:
+        def others(settings: dict) -> dict:
+            return {k: v for k, v in settings.items() if k != "sources"}
+
+        if others(saved) == others(self._settings):
             raise SettingsMismatch(
                 f"the sources of split {self.split!r} changed since {self.out_dir} was extracted: an image file was "
                 "added, removed or replaced (e.g. a repaired download, which changes its size), or a box changed. "
