@@ -115,16 +115,17 @@ def _holds_xmls(candidate: Path, root: Path, split: str) -> bool:
 def find_annotations(root: Path, split: str, announce=print) -> Path:
     """The box annotations under `root`: XMLs when there are any, else the LOC csv (announced)."""
     candidates = annotation_candidates(root, split)
-    csvs = [c for c in candidates if c.is_file()]
-    xmls = [c for c in candidates if c not in csvs and _holds_xmls(c, Path(root), split)]
-    if xmls:
-        also = (f"; also found {csvs[0]}, not used: the XMLs hold the boxes as annotated, clipped to each image"
-                if csvs else "")
-        announce(f"boxes: using the XMLs in {xmls[0]} (found under --source{also}; pass --boxes to choose)")
-        return xmls[0]
-    if csvs:
-        announce(f"boxes: using {csvs[0]} (found under --source; pass --boxes to choose)")
-        return csvs[0]
+    csv_file = next((c for c in candidates if c.is_file()), None)
+    # the first folder only: searching train/ itself for XMLs walks every image
+    xml_folder = next((c for c in candidates if _holds_xmls(c, Path(root), split)), None)
+    if xml_folder is not None:
+        also = (f"; also found {csv_file}, not used: the XMLs hold the boxes as annotated, clipped to each image"
+                if csv_file else "")
+        announce(f"boxes: using the XMLs in {xml_folder} (found under --source{also}; pass --boxes to choose)")
+        return xml_folder
+    if csv_file is not None:
+        announce(f"boxes: using {csv_file} (found under --source; pass --boxes to choose)")
+        return csv_file
     looked = "\n  ".join(str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in candidates)
     raise SourceError(
         f"no box annotations for {split} found under {root}; looked for:\n  {looked}\n"
