@@ -408,3 +408,26 @@ def test_hostile_image_names_become_rows_never_crashes(tmp_path_factory, name):
         assert issue.reason == "missing-annotation" and issue.image_id == stem
     else:
         assert issue.reason == "unsafe-image-id"
+
+
+def test_box_chunks_and_pixel_batches_change_no_byte_with_sam_and_lama(tmp_path, monkeypatch):
+    """The chunked erase mask and the pixel-bounded batches give SAM and LaMa parts byte-identical
+    to one call per batch (tiny models through the production loaders)."""
+    pytest.importorskip("segment_anything")
+    import yaml
+    from tiny_models import write_tiny_lama, write_tiny_sam
+
+    import builder.extract.shard_builder as shard_builder
+
+    sam, lama = write_tiny_sam(tmp_path), write_tiny_lama(tmp_path)
+    config = tmp_path / "extract.yaml"
+    config.write_text(yaml.safe_dump({"sam_model": "auto"}))
+    write_tree(tmp_path / "imagenet", count=6)  # every third image has two boxes
+    flags = ["--config", config, "--masker", "sam", "--inpainter", "lama", "--sam-checkpoint", sam,
+             "--lama-checkpoint", lama, "--device", "cpu", "--batch-size", 3]
+    assert extract(tmp_path / "imagenet", tmp_path / "whole", *flags) == 0
+    monkeypatch.setattr(shard_builder, "MASK_BOXES_PER_CALL", 1)
+    assert extract(tmp_path / "imagenet", tmp_path / "chunked", *flags, "--batch-pixels", 3000) == 0
+    whole = {p.name: p.read_bytes() for p in (tmp_path / "whole" / "parts").glob("*.tar")}
+    chunked = {p.name: p.read_bytes() for p in (tmp_path / "chunked" / "parts").glob("*.tar")}
+    assert whole and whole == chunked
