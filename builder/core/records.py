@@ -34,6 +34,7 @@ REASONS: dict[str, str] = {
     "unsafe-image-id": "skipped",
     "not-a-regular-file": "skipped",
     "folder-loop": "skipped",
+    "unreadable-folder": "skipped",
     "annotation-encoding": "reported",
     # compose: a parts sample that cannot be read, or a background kind with no possible donor
     "unreadable-parts": "skipped",

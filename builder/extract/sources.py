@@ -162,7 +162,12 @@ def walk_entries(top: Path, suffixes: set[str]) -> _Found:
     top = Path(top)
     found = _Found([], [])
     seen = {_identity(top)}
-    for folder, dirs, files in os.walk(top, followlinks=True):
+
+    def unreadable(error: OSError) -> None:  # os.walk would skip such a folder silently
+        where = printable_name(str(Path(error.filename).relative_to(top))) if error.filename else str(top)
+        found.issues.append(Issue(where, "unreadable-folder", f"folder {where} cannot be listed ({error.strerror})"))
+
+    for folder, dirs, files in os.walk(top, followlinks=True, onerror=unreadable):
         folder_path = Path(folder)
         parts = folder_path.relative_to(top).parts
         label = parts[0] if parts else None

@@ -431,3 +431,19 @@ def test_box_chunks_and_pixel_batches_change_no_byte_with_sam_and_lama(tmp_path,
     whole = {p.name: p.read_bytes() for p in (tmp_path / "whole" / "parts").glob("*.tar")}
     chunked = {p.name: p.read_bytes() for p in (tmp_path / "chunked" / "parts").glob("*.tar")}
     assert whole and whole == chunked
+
+
+def test_an_unreadable_class_folder_is_a_row(tmp_path, monkeypatch):
+    write_tree(tmp_path / "imagenet", split="train", count=4)
+    locked = tmp_path / "imagenet" / "train" / WNIDS[1]
+    real_scandir = os.scandir
+
+    def scandir(path="."):  # a folder without read permission (chmod does not stop root)
+        if Path(os.fsdecode(path)) == locked:
+            raise PermissionError(13, "Permission denied", str(locked))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    listing = load_sources(tmp_path / "imagenet", "train", announce=lambda _: None)
+    assert [(i.reason, i.image_id) for i in listing.issues if i.reason == "unreadable-folder"] == [
+        ("unreadable-folder", WNIDS[1])]
