@@ -162,7 +162,7 @@ def _add_bad_inputs(split, add, image_path, xml_dir, tree):
     case(7, {"malformed-annotation"}, True, xml="<annotation><object><name>n01440764</name><bndbox><xmin>3</xmin>")
     case(8, {"box-outside-image"}, False, boxes=[(w, -5, 4, 60, 20)])
     case(9, {"box-empty"}, False, boxes=[(w, 10, 10, 5, 20), (w, 2, 2, 20, 20)])  # inverted box dropped, other kept
-    case(10, {"box-empty", "no-valid-box"}, True, boxes=[(w, 10, 10, 10, 20)])  # zero width, nothing left
+    case(10, {"box-empty", "no-valid-box"}, True, boxes=[(w, 10, 10, 9, 20)])  # inverted, nothing left
     case(11, {"too-many-pixels"}, True, size=(2000, 1500), data=_jpeg_bytes(np.full((1500, 2000, 3), 90, np.uint8)))
     case(12, {"box-label-mismatch"}, False, boxes=[(w, 2, 2, 20, 20), (WNIDS[1], 22, 2, 38, 30)])
     case(13, {"box-unknown-wnid"}, False, boxes=[(w, 2, 2, 20, 20), ("n99999999", 22, 2, 38, 30)])

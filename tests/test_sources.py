@@ -1,5 +1,6 @@
 """Readers: every layout gives the same ids, labels and boxes; bad inputs become issues."""
 
+import shutil
 
 import pytest
 
@@ -26,13 +27,17 @@ def test_readers_find_ids_labels_and_boxes(tmp_path, layout, split, val_sorted):
     assert _found(listing) == _expected(tree)
     assert [r.image_id for r in listing.records] == sorted(_expected(tree))
     assert listing.layout.kind == layout
-    if layout == "kaggle":
-        assert listing.annotations.name == f"LOC_{split}_solution.csv"
+    if layout == "kaggle":  # Kaggle ships both: the XMLs are preferred (issue 10, point 2)
+        assert listing.annotations.parts[-3:] == ("Annotations", "CLS-LOC", split)
     assert listing.issues == []
 
 
 def test_kaggle_root_may_be_the_ilsvrc_folder(tmp_path):
     tree = write_tree(tmp_path, layout="kaggle", split="val", count=3)
+    listing = load_sources(tmp_path / "ILSVRC", "val", announce=lambda _: None)
+    assert _found(listing) == _expected(tree)
+    assert listing.annotations.parts[-3:] == ("Annotations", "CLS-LOC", "val")
+    shutil.rmtree(tmp_path / "ILSVRC" / "Annotations")  # the csv beside ILSVRC/ when there are no XMLs
     listing = load_sources(tmp_path / "ILSVRC", "val", announce=lambda _: None)
     assert _found(listing) == _expected(tree)
     assert listing.annotations.name == "LOC_val_solution.csv"
@@ -95,6 +100,6 @@ def test_malformed_prediction_string_is_an_issue(tmp_path):
     lines = csv_path.read_text().splitlines()
     lines[1] = lines[1].split(",")[0] + ",n01440764 1 2 3"
     csv_path.write_text("\n".join(lines) + "\n")
-    listing = load_sources(tmp_path, "val", announce=lambda _: None)
+    listing = load_sources(tmp_path, "val", csv_path, announce=lambda _: None)
     assert [(i.reason, i.image_id) for i in listing.issues] == [("malformed-annotation", lines[1].split(",")[0])]
     assert len(listing.records) == 1

@@ -30,6 +30,12 @@ REASONS: dict[str, str] = {
     "box-label-mismatch": "reported",
     "annotation-without-image": "reported",
     "backend-failed": "skipped",
+    # listing: names and files that cannot be read safely
+    "unsafe-image-id": "skipped",
+    "not-a-regular-file": "skipped",
+    "folder-loop": "skipped",
+    "unreadable-folder": "skipped",
+    "annotation-encoding": "reported",
     # compose: a parts sample that cannot be read, or a background kind with no possible donor
     "unreadable-parts": "skipped",
     "no-foreign-background": "composites-dropped",
@@ -49,11 +55,14 @@ class Box:
 
     @property
     def area(self) -> int:
+        """(x1 - x0) * (y1 - y0), the paper's formula (its scores and the 'largest' box rule use it);
+        a one-pixel-wide box has area 0 here but is not empty."""
         return max(0, self.x1 - self.x0) * max(0, self.y1 - self.y0)
 
     @property
     def is_empty(self) -> bool:
-        return self.x1 <= self.x0 or self.y1 <= self.y0
+        """Inverted corners only: with inclusive corners, x0 == x1 is a box one pixel wide."""
+        return self.x1 < self.x0 or self.y1 < self.y0
 
     def clipped(self, width: int, height: int) -> Box:
         return Box(

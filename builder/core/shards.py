@@ -35,9 +35,25 @@ def shard_filename(split: str, index: int) -> str:
     return f"{split}-{index:05d}.tar"
 
 
+KEY_RULE = "non-empty, without '.', '/', '\\', whitespace or control characters, and not starting with '_'"
+
+
+def key_problem(key: str) -> str | None:
+    """What makes `key` unusable as a sample key, or None. The one rule that writers (`check_key`)
+    and readers (`split_member_name`) share, so a key that is written can always be read back:
+    a dot would end the key early, '/' and '\\' make paths, '_' starts WebDataset's own names."""
+    if not key:
+        return "is empty"
+    if key.startswith("_"):
+        return "starts with '_'"
+    bad = sorted({c for c in key if c in "./\\" or c.isspace() or not c.isprintable()})
+    return f"contains {''.join(bad)!r}" if bad else None
+
+
 def check_key(key: str) -> None:
-    if not key or "." in key or "/" in key or key.startswith("_"):
-        raise ShardFormatError(f"sample key {key!r} must be non-empty, without '.', '/' or a leading '_'")
+    problem = key_problem(key)
+    if problem:
+        raise ShardFormatError(f"sample key {key!r} {problem}: keys must be {KEY_RULE}")
 
 
 def _tar_info(name: str, size: int) -> tarfile.TarInfo:
@@ -146,6 +162,9 @@ def split_member_name(name: str) -> tuple[str, str]:
     key, dot, ext = base.partition(".")
     if not dot or not key or not ext:
         raise ShardFormatError(f"tar member {name!r} is not of the form key.ext")
+    problem = key_problem(key)
+    if problem:
+        raise ShardFormatError(f"tar member {name!r}: its key {key!r} {problem} (keys must be {KEY_RULE})")
     return key, ext
 
 

@@ -31,9 +31,13 @@ KNOWN_CMYK_IDS = frozenset({
 })
 KNOWN_PNG_IDS = frozenset({"n02105855_2933"})
 
+# Modes whose samples are wider than 8 bits; Pillow's own convert("RGB") clips them at 255 (an
+# almost all-white image), so they are scaled to 8 bits by their range first (`_to_8_bits`).
+_WIDE_GRAY_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
+
 _MODE_REASONS = {"CMYK": "cmyk-converted", "L": "grayscale-converted", "LA": "grayscale-converted",
-                 "I": "grayscale-converted", "I;16": "grayscale-converted", "1": "grayscale-converted",
-                 "P": "palette-converted", "RGBA": "alpha-dropped"}
+                 "1": "grayscale-converted", "P": "palette-converted", "RGBA": "alpha-dropped",
+                 **dict.fromkeys(_WIDE_GRAY_MODES, "grayscale-converted")}
 
 
 class ImageDecodeError(Exception):
@@ -57,9 +61,27 @@ def _known_note(image_id: str) -> str:
     return ""
 
 
+def _to_8_bits(image: Image.Image) -> tuple[Image.Image, str]:
+    """A 16-bit (or 32-bit) grayscale image as 8-bit L: 16-bit samples map 0..65535 to 0..255
+    (rounded), so brightness is kept; other ranges (32-bit, float) are stretched from their min to max."""
+    values = np.asarray(image)
+    if image.mode.startswith("I;16") or (values.size and values.min() >= 0 and values.max() <= 65535
+                                          and image.mode == "I"):
+        scaled, how = (values.astype(np.uint32) * 255 + 32767) // 65535, "scaled from 16 to 8 bits"
+    else:
+        low, high = (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
+        span = high - low or 1.0
+        scaled = np.rint((values.astype(np.float64) - low) * (255.0 / span))
+        how = f"stretched from its range {low:g}..{high:g} to 8 bits"
+    return Image.fromarray(np.clip(scaled, 0, 255).astype(np.uint8), "L"), how
+
+
 def decode_image(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> DecodedImage:
     notes: list[tuple[str, str]] = []
     known = _known_note(path.stem)
+    # Pillow refuses images above its own limit (89,478,485 pixels by default) before our check could
+    # admit them: --max-pixels is the one limit. Set here, so every worker process and thread has it.
+    Image.MAX_IMAGE_PIXELS = max_pixels
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -76,17 +98,22 @@ def decode_image(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> DecodedIma
                 image.load()
                 mode = image.mode
                 if mode != "RGB":
+                    how = ""
                     if mode in ("P", "PA") and "transparency" in image.info:
                         image = image.convert("RGBA")
+                    elif mode in _WIDE_GRAY_MODES:
+                        image, how = _to_8_bits(image)
+                        how = f", {how}"
                     rgb_image = image.convert("RGB")
-                    notes.append((_MODE_REASONS.get(mode, "palette-converted"), f"{mode} image converted to RGB{known}"))
+                    notes.append((_MODE_REASONS.get(mode, "palette-converted"),
+                                  f"{mode} image converted to RGB{how}{known}"))
                 else:
                     rgb_image = image
                 rgb = np.asarray(rgb_image, dtype=np.uint8).copy()
     except ImageDecodeError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise ImageDecodeError("too-many-pixels", str(exc)) from None
+        raise ImageDecodeError("too-many-pixels", f"{exc} (the limit is --max-pixels {max_pixels})") from None
     except UnidentifiedImageError:
         raise ImageDecodeError("unreadable-image", "not an image file Pillow can identify") from None
     except OSError as exc:

@@ -7,10 +7,11 @@ parts sample per usable image (see `builder.parts`). Bad images become issue row
 
 from __future__ import annotations
 
-import json
+import math
+import re
 import sys
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -32,6 +33,15 @@ from builder.core.runner import ShardPlan, ShardResult, report_progress
 from builder.core.shards import write_shard
 
 OBJECT_BOX_RULES = ("largest", "first", "last")
+# A split names files and folders (`parts/<split>-NNNNN.tar`): one safe path component.
+SPLIT_NAME = re.compile(r"[A-Za-z0-9_-]+")
+# Pixels of the images one masker/inpainter call gets together: 16 images of 49 Mpx in one batch
+# took 6.1 GB; 50 Mpx keeps a batch near 150 MB of RGB whatever the images, and any ImageNet batch of
+# 8 typical photos (about 0.2 Mpx each) far below it. A larger image still runs, alone.
+DEFAULT_BATCH_PIXELS = 50_000_000
+# Boxes per masker call: the masker returns one full-image mask per box, so an image with 10,000
+# boxes held 10,000 masks at once; in chunks, memory stays at this many masks plus the union.
+MASK_BOXES_PER_CALL = 32
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,8 @@ class ExtractConfig:
     object_box: str = "largest"
     shard_size: int = 256
     batch_size: int = 8
+    batch_pixels: int = DEFAULT_BATCH_PIXELS  # bounds a batch by its pixels too (not in the output)
+    max_skip_fraction: float = 0.5  # stop when more of the listed images are skipped (not in the output)
     io_threads: int = 4  # threads decoding JPEGs ahead and encoding PNGs behind the models (not in the output)
     max_pixels: int = DEFAULT_MAX_PIXELS
     # backend knobs, flat as the flags and YAML give them; each backend reads its own into its config
@@ -60,9 +72,15 @@ class ExtractConfig:
             raise ConfigError(f"--object-box must be one of {', '.join(OBJECT_BOX_RULES)}, got {self.object_box!r}")
         if self.dilation < 0:
             raise ConfigError(f"--dilation must be 0 (off) or a positive kernel side, got {self.dilation}")
-        for name in ("shard_size", "batch_size", "max_pixels", "io_threads"):
+        for name in ("shard_size", "batch_size", "batch_pixels", "max_pixels", "io_threads"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+        if not isinstance(self.split, str) or not SPLIT_NAME.fullmatch(self.split):
+            raise ConfigError(f"--split must be one name of letters, digits, '_' or '-' (train, val), "
+                              f"got {self.split!r}: it names the shards inside parts/")
+        if not (isinstance(self.max_skip_fraction, (int, float)) and math.isfinite(self.max_skip_fraction)
+                and 0 <= self.max_skip_fraction <= 1):
+            raise ConfigError(f"--max-skip-fraction must be a number from 0 to 1, got {self.max_skip_fraction!r}")
 
     def masker_config(self):
         """The chosen masker's own config (e.g. SamConfig), read from these settings."""
@@ -109,7 +127,9 @@ def clip_boxes(record: SourceImage, width: int, height: int) -> tuple[list[Box],
     kept, issues = [], []
     for box in record.boxes:
         clipped = box.clipped(width, height)
-        if clipped.is_empty:
+        # a box wholly outside would clip to a one-pixel sliver on the border (inclusive corners)
+        outside = box.x0 >= width or box.y0 >= height or box.x1 < 0 or box.y1 < 0
+        if clipped.is_empty or outside:
             issues.append(Issue(record.image_id, "box-empty", f"{box.as_list()} is empty inside the {width}x{height} image", "extract"))
             continue
         if clipped != box:
@@ -178,23 +198,49 @@ class RawParts:
 def extract_batch(decoded: list[_Decoded], masker: Masker, inpainter: Inpainter, config: ExtractConfig,
                   backends: dict) -> list[RawParts]:
     """Masks, erase masks and inpainted backgrounds for a batch of decoded images."""
-    masks = masker.masks_batch([d.image for d in decoded], [d.boxes for d in decoded])
-    erase_masks = []
-    for item, box_masks in zip(decoded, masks):
-        union = np.zeros(item.image.shape[:2], dtype=bool)
-        for mask in box_masks:
-            union |= mask
-        erase_masks.append(dilate(union, config.dilation))
+    indexes = [choose_object_box(d.boxes, d.record.wnid, config.object_box) for d in decoded]
+    unions, object_masks = union_masks(decoded, indexes, masker)
+    erase_masks = [dilate(union, config.dilation) for union in unions]
+    del unions
     backgrounds = inpainter.inpaint_batch([d.image for d in decoded], erase_masks)
     raw = []
-    for item, box_masks, erase, background in zip(decoded, masks, erase_masks, backgrounds):
-        index = choose_object_box(item.boxes, item.record.wnid, config.object_box)
+    for item, index, object_mask, erase, background in zip(decoded, indexes, object_masks, erase_masks, backgrounds,
+                                                            strict=True):
         box = item.boxes[index]
         window = (slice(box.y0, box.y1 + 1), slice(box.x0, box.x1 + 1))
         meta = parts_metadata_of(item.record, item.image, item.boxes, index, item.conversions, config, backends)
         raw.append(RawParts(item.record.image_id, np.ascontiguousarray(item.image[window]),
-                             box_masks[index][window], background, erase, meta))
+                             object_mask, background, erase, meta))
     return raw
+
+
+def union_masks(decoded: list[_Decoded], indexes: list[int],
+                masker: Masker) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per image, the union of its box masks and the object box's mask cut to its box, built as the
+    masks arrive: images with few boxes share one masker call (as before), an image with more than
+    `MASK_BOXES_PER_CALL` boxes gets one call per chunk, so no call returns more masks than that."""
+    unions = [np.zeros(d.image.shape[:2], dtype=bool) for d in decoded]
+    object_masks: list[np.ndarray | None] = [None] * len(decoded)
+
+    def take(i: int, first: int, masks: list[np.ndarray]) -> None:
+        for offset, mask in enumerate(masks):
+            unions[i] |= mask
+            if first + offset == indexes[i]:
+                box = decoded[i].boxes[indexes[i]]
+                object_masks[i] = mask[box.y0 : box.y1 + 1, box.x0 : box.x1 + 1].copy()
+
+    few = [i for i, d in enumerate(decoded) if len(d.boxes) <= MASK_BOXES_PER_CALL]
+    if few:
+        batch = masker.masks_batch([decoded[i].image for i in few], [decoded[i].boxes for i in few])
+        for i, masks in zip(few, batch, strict=True):
+            take(i, 0, masks)
+    for i, item in enumerate(decoded):
+        if len(item.boxes) <= MASK_BOXES_PER_CALL:
+            continue
+        for first in range(0, len(item.boxes), MASK_BOXES_PER_CALL):
+            chunk = list(item.boxes[first : first + MASK_BOXES_PER_CALL])
+            take(i, first, masker.masks_batch([item.image], [chunk])[0])
+    return unions, object_masks  # type: ignore[return-value]
 
 
 class BackendFailure(RunFailed):
@@ -265,19 +311,35 @@ class ExtractShardBuilder:
 
     def decoded_batches(self, pool: ThreadPoolExecutor, records: Sequence[SourceImage]) -> Iterator[list]:
         """Batches of (decoded, issues) in record order, decoded in I/O threads up to two batches
-        ahead, so the models (on a GPU) do not wait for JPEG decoding. Pillow releases the GIL."""
-        size = self.config.batch_size
-        ahead: deque = deque(pool.submit(self.decode, r) for r in records[: 2 * size])
-        upcoming = iter(records[2 * size :])
-        batch = []
-        while ahead:
-            batch.append(ahead.popleft().result())
-            following = next(upcoming, None)
-            if following is not None:
+        ahead, so the models (on a GPU) do not wait for JPEG decoding. Pillow releases the GIL.
+        A batch holds at most `batch_size` images and `batch_pixels` pixels (one larger image runs
+        alone); decoding ahead stops while the decoded images waiting hold `batch_pixels` pixels."""
+        size, budget = self.config.batch_size, self.config.batch_pixels
+        upcoming = iter(records)
+        ahead: deque = deque()
+
+        def top_up() -> None:
+            while len(ahead) < 2 * size:
+                if ahead and sum(_pixels(f.result()) for f in ahead if f.done()) >= budget:
+                    return
+                following = next(upcoming, None)
+                if following is None:
+                    return
                 ahead.append(pool.submit(self.decode, following))
+
+        batch, pixels = [], 0
+        top_up()
+        while ahead:
+            item = ahead.popleft().result()
+            if batch and pixels + _pixels(item) > budget:
+                yield batch
+                batch, pixels = [], 0
+            batch.append(item)
+            pixels += _pixels(item)
+            top_up()
             if len(batch) == size or not ahead:
                 yield batch
-                batch = []
+                batch, pixels = [], 0
 
     def __call__(self, plan: ShardPlan) -> ShardResult:
         masker, inpainter = load_backends(self.config)
@@ -294,6 +356,10 @@ class ExtractShardBuilder:
                     raw, failure = extract_images(decoded, masker, inpainter, self.config, backends, issues)
                     attempted, first_failure = attempted + len(decoded), first_failure or failure
                     encoded.extend(pool.submit(encode_parts, r) for r in raw)  # PNG encoding overlaps the next batch
+                    del raw
+                    # each waiting encode holds full-size arrays: let at most two batches wait
+                    while sum(not f.done() for f in encoded) > 2 * self.config.batch_size:
+                        wait([f for f in encoded if not f.done()], return_when=FIRST_COMPLETED)
                 report_progress(len(batch))
             samples = [future.result() for future in encoded]
         if attempted and not samples and first_failure is not None:
@@ -318,6 +384,22 @@ def with_overrides(config: ExtractConfig, overrides: dict) -> ExtractConfig:
     return replace(config, **{k: v for k, v in overrides.items() if v is not None})
 
 
+def _pixels(item: tuple[_Decoded | None, list[Issue]]) -> int:
+    decoded = item[0]
+    return 0 if decoded is None else decoded.image.shape[0] * decoded.image.shape[1]
+
+
 def listing_digest(records: Sequence[SourceImage]) -> str:
-    """A fingerprint of what is extracted: ids, labels and boxes (not paths, so layouts agree)."""
-    return fingerprint({"records": [[r.image_id, r.wnid, [asdict(b) for b in r.boxes]] for r in records]})
+    """A fingerprint of what is extracted: ids, labels, boxes and each file's size (not paths, so
+    layouts agree; not mtimes, so copies agree and builds stay byte-identical). The size is what
+    changes when a truncated or broken download is replaced, so a repaired input is not mistaken
+    for a finished one: the run is refused with a message to rebuild the split with --overwrite."""
+    return fingerprint({"records": [[r.image_id, r.wnid, [asdict(b) for b in r.boxes], _file_size(r.path)]
+                                    for r in records]})
+
+
+def _file_size(path: str) -> int | None:
+    try:
+        return Path(path).stat().st_size
+    except OSError:  # gone since listing: decoding will report it
+        return None

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from builder.core.config import canonical_json, drop_settings, fingerprint
-from builder.core.manifest import ErrorCounts, Manifest, SplitEntry
+from builder.core.config import SettingsMismatch, canonical_json, drop_settings, fingerprint, load_settings
+from builder.core.errors import RunFailed
+from builder.core.manifest import ERRORS_NAME, ErrorCounts, Manifest, SplitEntry
 from builder.core.records import Issue, count_by_reason
 from builder.core.runner import STATE_DIR, ShardPlan, ShardResult, check_writable_folder, plan_shards
 from builder.core.stage import RunOptions, Stage, StageRun, run_stage, write_errors
@@ -111,9 +112,27 @@ class ExtractStage(Stage):
 
     def claim(self, overwrite: bool) -> None:
         check_writable_folder(self.out_dir)  # never write into (or delete from) a folder of someone else's
+        if not overwrite:
+            self.check_sources_unchanged()
         if overwrite and self.out_dir.is_dir():
             self.drop_split()
         self.out_dir.mkdir(parents=True, exist_ok=True)
+
+    def check_sources_unchanged(self) -> None:
+        """A split extracted from other sources (an image added, removed or repaired, a box changed)
+        cannot be resumed: say so in words rather than as a changed hash."""
+        saved = (load_settings(self.out_dir) or {}).get(self.split) if self.out_dir.is_dir() else None
+        if not saved or saved.get("sources") == self._settings["sources"]:
+            return
+        def others(settings: dict) -> dict:
+            return {k: v for k, v in settings.items() if k != "sources"}
+
+        if others(saved) == others(self._settings):
+            raise SettingsMismatch(
+                f"the sources of split {self.split!r} changed since {self.out_dir} was extracted: an image file was "
+                "added, removed or replaced (e.g. a repaired download, which changes its size), or a box changed. "
+                "Run the same command with --overwrite to rebuild the split from the current files."
+            )
 
     def drop_split(self) -> None:
         """--overwrite: forget this split (its shards, state, settings, manifest entry, error rows)."""
@@ -137,6 +156,7 @@ class ExtractStage(Stage):
 
     def manifest(self, plans: Sequence[ShardPlan], results: Sequence[ShardResult], issues: Sequence[Issue],
                  previous: Manifest | None) -> Manifest:
+        self.check_skipped(sum(r.stats.num_samples for r in results), issues)
         entry = SplitEntry(
             self.split, [r.stats for r in results],
             fingerprint=fingerprint(self._settings),
@@ -159,6 +179,29 @@ class ExtractStage(Stage):
             fingerprint=fingerprint({s: e.fingerprint for s, e in sorted(splits.items())}),
             errors=ErrorCounts.of(totals),
         )
+
+
+    def check_skipped(self, samples: int, issues: Sequence[Issue]) -> None:
+        """Refuse to finish a split that lost more than --max-skip-fraction of its listed images (a
+        wrong annotation file, another split's boxes): the shards and errors.jsonl are written, so the
+        run can be inspected, but no manifest, so nothing downstream takes the split as finished."""
+        listed = self.listing.images_found
+        skipped = listed - samples
+        if not listed or skipped <= self.config.max_skip_fraction * listed:
+            return
+        reasons = count_by_reason(issue for issue in issues if issue.action == "skipped")
+        top = ", ".join(f"{reason} {count}" for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1])[:3])
+        raise TooManySkipped(
+            f"{skipped} of the {listed} images listed for split {self.split!r} were skipped "
+            f"({skipped / listed:.0%}, more than --max-skip-fraction {self.config.max_skip_fraction:g}); "
+            f"top reasons: {top or 'none recorded'}. Check --boxes and --split (see {self.out_dir / ERRORS_NAME}). "
+            "The shards and errors.jsonl are kept, the manifest is not written: fix the inputs and rerun with "
+            "--overwrite, or rerun with a higher --max-skip-fraction to accept (finished shards are reused)."
+        )
+
+
+class TooManySkipped(RunFailed):
+    """More of the listed images were skipped than --max-skip-fraction allows."""
 
 
 def json_ready(settings: dict) -> dict:

@@ -22,7 +22,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--object-box", choices=["largest", "first", "last"], help="which box is the object to paste later (default largest; the paper pasted the last)")
     parser.add_argument("--batch-size", type=positive_int, help="images per masker/inpainter call (default 8)")
     parser.add_argument("--io-threads", type=positive_int, help="threads per process that decode JPEGs ahead of the models and encode parts behind them (default 4)")
-    parser.add_argument("--max-pixels", type=positive_int, help="refuse images with more pixels than this (decompression bombs)")
+    parser.add_argument("--max-pixels", type=positive_int, help="refuse images with more pixels than this "
+                        "(decompression bombs; also Pillow's own limit, default 120,000,000)")
+    parser.add_argument("--batch-pixels", type=positive_int, help="most pixels of the images in one masker/inpainter "
+                        "batch (default 50,000,000; a larger image runs alone); bounds memory, not the output")
+    parser.add_argument("--max-skip-fraction", type=float, help="stop (exit 1, no manifest) when more than this share "
+                        "of the listed images is skipped (default 0.5; 1 accepts any)")
     parser.add_argument("--telea-radius", type=positive_int, help="neighbourhood radius of the telea inpainter (default 3)")
     parser.add_argument("--sam-model", choices=["vit_h", "vit_l", "vit_b", "auto"], help="SAM architecture (default vit_h; auto: read it from the checkpoint's tensor shapes)")
     parser.add_argument("--sam-checkpoint", help="SAM checkpoint file (or set HSI_SAM_CHECKPOINT)")
@@ -39,7 +44,8 @@ def build_config(args: argparse.Namespace):
 
     base = config_from_mapping(load_yaml_mapping(args.config)) if args.config else ExtractConfig()
     overrides = {name: getattr(args, name) for name in (
-        "split", "masker", "inpainter", "dilation", "object_box", "batch_size", "io_threads", "max_pixels", "telea_radius",
+        "split", "masker", "inpainter", "dilation", "object_box", "batch_size", "batch_pixels", "max_skip_fraction",
+        "io_threads", "max_pixels", "telea_radius",
         "sam_model", "sam_checkpoint", "lama_checkpoint", "device", "shard_size")}
     return with_overrides(base, overrides)
 
