@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 from dataclasses import dataclass
 from typing import Iterator
@@ -155,10 +156,21 @@ def collate_batch(item: Batch) -> Batch:
     return item
 
 
-def make_loader(dataset: EvalBatches, workers: int, pin_memory: bool):
+def _lower_priority(worker_id: int) -> None:
+    """On a CPU run the workers only fill the gaps the forward pass leaves: at a lower scheduling
+    priority they never preempt its threads (one late thread stalls a whole parallel op)."""
+    try:
+        os.nice(10)
+    except OSError:  # not permitted here: run at normal priority
+        pass
+
+
+def make_loader(dataset: EvalBatches, workers: int, pin_memory: bool, yield_to_model: bool = False):
     from torch.utils.data import DataLoader
 
     kwargs = {"prefetch_factor": 4, "persistent_workers": False} if workers > 0 else {}
+    if workers > 0 and yield_to_model:
+        kwargs["worker_init_fn"] = _lower_priority
     return DataLoader(dataset, batch_size=None, num_workers=workers, pin_memory=pin_memory,
                       collate_fn=collate_batch, **kwargs)
 

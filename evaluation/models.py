@@ -122,11 +122,26 @@ def parse_floats(text: str, count: int, flag: str) -> tuple[float, ...]:
     return values
 
 
-def _hub_hint() -> str:
-    return (f"Download the weights on a machine with network access (they are published on the Hugging Face Hub, "
-            f"https://huggingface.co/timm, and timm's release pages) and either pass the file with "
-            f"--checkpoint FILE or point HF_HOME (or HF_HUB_CACHE) at a cache that holds them; "
-            f"HF_HUB_OFFLINE=1 forbids downloads")
+def _published_at(name: str) -> str:
+    """Where timm's default weights for `name` are published (its pretrained config says)."""
+    import timm
+
+    try:
+        cfg = timm.models.get_pretrained_cfg(name)
+    except (RuntimeError, ValueError, KeyError):
+        cfg = None
+    places = []
+    if cfg is not None and cfg.hf_hub_id:
+        places.append(f"https://huggingface.co/{cfg.hf_hub_id}")
+    if cfg is not None and cfg.url:
+        places.append(cfg.url)
+    return " and ".join(places) or "the Hugging Face Hub (https://huggingface.co/timm)"
+
+
+def _hub_hint(name: str) -> str:
+    return (f"The weights are published at {_published_at(name)}: download them on a machine with network access "
+            "and pass the file with --checkpoint FILE, or point HF_HOME (or HF_HUB_CACHE) at a cache that holds "
+            "them; HF_HUB_OFFLINE=1 forbids downloads")
 
 
 def _checkpoint_file(path: Path) -> Path:
@@ -186,7 +201,7 @@ def _load_timm(name: str, options: ModelOptions) -> LoadedModel:
             raise ModelError(f"cannot load --checkpoint {checkpoint.name} into timm:{name}: {str(exc).splitlines()[0]} "
                              "(pass --num-classes when its classifier is not 1000-way)") from None
         raise ModelError(f"the pretrained weights of timm:{name} are not available offline ({type(exc).__name__}). "
-                         f"{_hub_hint()}") from None
+                         f"{_hub_hint(name)}") from None
     model.eval()
     return LoadedModel(f"timm:{name}", model, _timm_preprocessing(model), options.classes,
                        checkpoint.name if checkpoint else None, sha)

@@ -183,7 +183,7 @@ def run_predictions(loaded: LoadedModel, source, config: str | None = None, spli
     dataset, manifest, wnids, space = plan.dataset, plan.manifest, plan.wnids, plan.space
     torch_device = resolve_device(device)
     classifier = Classifier(loaded, space, torch_device, amp, channels_last, announce)
-    loader = make_loader(dataset, workers, pin_memory=torch_device.type == "cuda")
+    loader = make_loader(dataset, workers, pin_memory=torch_device.type == "cuda", yield_to_model=torch_device.type == "cpu")
     expected = dataset.num_samples if limit is None else min(limit, dataset.num_samples or limit)
     rows, errors = [], []
     started = time.perf_counter()

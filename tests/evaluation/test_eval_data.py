@@ -7,7 +7,6 @@ import json
 import shutil
 
 import numpy as np
-import pytest
 import torch
 from PIL import Image
 

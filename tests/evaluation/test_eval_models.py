@@ -100,7 +100,7 @@ def test_offline_pretrained_timm_weights_error_names_flag_variable_and_hub(tmp_p
     assert result.returncode == 2, result.stderr
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("hsi eval: error: the pretrained weights of timm:test_resnet are not available offline")
-    assert "--checkpoint FILE" in error and "HF_HOME" in error and "HF_HUB_OFFLINE" in error and "https://huggingface.co/timm" in error
+    assert "--checkpoint FILE" in error and "HF_HOME" in error and "HF_HUB_OFFLINE" in error and "https://huggingface.co/timm/test_resnet.r160_in1k" in error
     assert not (tmp_path / "out").exists()  # nothing written, no model substituted
 
 
