@@ -1,22 +1,29 @@
-"""Hostile inputs for `hsi validate`: tar bombs. Each test builds its hostile input and failed before
-its fix (issue 11, point 16)."""
+"""Hostile inputs for `hsi validate`: tar bombs, decompression bombs, malformed manifests, a crash or a
+full disk mid-run, read-only datasets and non-finite tolerances. Each test builds its hostile input
+and failed before its fix (issue 11, points 10, 15, 16, 19 and 20)."""
 
 from __future__ import annotations
 
+import errno
 import io
+import json
 import resource
 import shutil
+import struct
 import tarfile
 from pathlib import Path
 
 import pytest
 from parts_factory import fake_images, write_parts
+from PIL import Image
 
 from builder.compose.stage import compose_dataset
-from builder.core.shards import collect_read_errors, iter_shard, read_manifest, write_json_atomic
+from builder.core.manifest import ManifestError
+from builder.core.shards import collect_read_errors, iter_shard, read_manifest, write_json_atomic, write_shard
 from builder.core.stage import RunOptions
 from builder.formats.parts_index import index_parts_shard
 from hsi.cli import main
+from validation import report as report_module
 from validation.integrity import check_dataset
 
 SPARSE_CLAIM = 3 << 30  # the 3 GiB a 10 KB shard's sparse member claims
@@ -72,6 +79,23 @@ def refresh_manifest(dataset: Path, shard: str) -> None:
     write_json_atomic(dataset / "_info.json", manifest)
 
 
+def replace_member(dataset: Path, shard: str, key: str, ext: str, data: bytes) -> None:
+    samples = [(k, {**m, ext: data} if k == key else m) for k, m in iter_shard(dataset / shard)]
+    write_shard(dataset / shard, samples)
+    refresh_manifest(dataset, shard)
+
+
+def bomb_jpeg(width: int = 60000, height: int = 60000) -> bytes:
+    """A valid 16 x 16 JPEG whose frame header claims width x height (3.6 Gpx: Pillow's
+    DecompressionBombError, not an OSError)."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (16, 16), (200, 10, 10)).save(buffer, format="JPEG")
+    data = bytearray(buffer.getvalue())
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5 : sof + 9] = struct.pack(">HH", height, width)
+    return bytes(data)
+
+
 # --- 16: tar bombs -----------------------------------------------------------------------------
 
 
@@ -117,3 +141,155 @@ def test_the_parts_index_applies_the_same_member_rule(tmp_path):
     refs, issues = index_parts_shard(path, "val")
     assert [ref.key for ref in refs] == ["ILSVRC2012_val_00000001"]
     assert any(i.key == "ILSVRC2012_val_00000009" and "sparse" in i.detail for i in issues)
+
+
+# --- 10: a crashed validate never leaves a PASS; decode errors are failures; shards recorded -----
+
+
+def test_a_decompression_bomb_jpeg_is_a_failure_not_a_crash(dataset, capsys):
+    folder, _ = dataset
+    assert main(["validate", str(folder), "--no-previews"]) == 0  # an earlier PASS
+    key = next(iter_shard(folder / "val-00001.tar"))[0]
+    replace_member(folder, "val-00001.tar", key, "jpg", bomb_jpeg())
+    assert main(["validate", str(folder)]) == 1
+    report = json.loads((folder / "validation.json").read_text())
+    assert report["ok"] is False
+    bombs = [f for f in report["integrity"]["failures"] if f["check"] == "jpg-decode"]
+    assert [(f["shard"], f["key"]) for f in bombs] == [("val-00001.tar", key)]
+    assert "DecompressionBombError" in bombs[0]["detail"]
+    assert f"val-00001.tar/{key}: jpg-decode" in capsys.readouterr().err
+
+
+def test_a_crash_mid_validate_leaves_no_earlier_pass(dataset, monkeypatch):
+    folder, _ = dataset
+    assert main(["validate", str(folder), "--no-previews"]) == 0
+    assert json.loads((folder / "validation.json").read_text())["ok"] is True
+
+    def crash(*args, **kwargs):
+        raise MemoryError("killed mid-run")
+
+    monkeypatch.setattr(report_module, "check_dataset", crash)
+    with pytest.raises(MemoryError):
+        main(["validate", str(folder), "--no-previews"])
+    assert not (folder / "validation.json").exists() and not (folder / "validation.md").exists()
+
+
+def test_a_full_disk_leaves_neither_a_report_nor_a_temporary(dataset, monkeypatch, capsys):
+    folder, _ = dataset
+    assert main(["validate", str(folder), "--no-previews"]) == 0
+    real_write = report_module.write_json_atomic
+
+    def full_disk(path, payload):
+        real_write(path, payload)  # the temporary is written, then the disk fills at the rename
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(report_module, "write_json_atomic", full_disk)
+    assert main(["validate", str(folder), "--no-previews"]) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert not (folder / "validation.json").exists()
+    assert not [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_the_report_records_the_sha256_of_every_shard_it_read(dataset):
+    folder, _ = dataset
+    assert main(["validate", str(folder), "--no-previews"]) == 0
+    manifest = read_manifest(folder)
+    listed = {s["filename"]: s["sha256"] for s in manifest["splits"]["val"]["shards"]}
+    assert json.loads((folder / "validation.json").read_text())["shards"] == listed
+
+
+def test_write_json_atomic_removes_its_temporary_when_the_write_fails(tmp_path, monkeypatch):
+    from builder.core import manifest as manifest_module
+
+    def full_disk(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(manifest_module.os, "replace", full_disk)
+    with pytest.raises(OSError):
+        write_json_atomic(tmp_path / "validation.json", {"ok": True})
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- 15: malformed manifests are refused with one line; member problems are rows ---------------
+
+
+@pytest.mark.parametrize("field,value,named", [
+    ("splits", ["val"], "splits must be an object, got list"),
+    ("shards", "val-00000.tar", "splits.val.shards must be a list, got str"),
+    ("num_samples", "48", "splits.val.num_samples must be an integer, got str"),
+    ("counts", {"group": {"CeO": "12"}}, "splits.val.counts.group.CeO must be a non-negative integer, got str"),
+])
+def test_a_malformed_manifest_is_refused_in_one_line(dataset, capsys, field, value, named):
+    folder, _ = dataset
+    manifest = read_manifest(folder)
+    if field == "splits":
+        manifest["splits"] = value
+    else:
+        manifest["splits"]["val"][field] = value
+    write_json_atomic(folder / "_info.json", manifest)
+    with pytest.raises(ManifestError, match=named):
+        check_dataset(folder)
+    assert main(["validate", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert named in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not (folder / "validation.json").exists() and not (folder / "previews").exists()
+
+
+def test_unsafe_and_repeated_shard_names_are_failure_rows(dataset, tmp_path):
+    folder, _ = dataset
+    outside = tmp_path / "victim.tar"
+    shutil.copy(folder / "val-00000.tar", outside)
+    manifest = read_manifest(folder)
+    shards = manifest["splits"]["val"]["shards"]
+    shards.append({**shards[0], "filename": "../victim.tar"})
+    shards.append(dict(shards[1]))
+    entry = manifest["splits"]["val"]
+    entry["filenames"] = [s["filename"] for s in shards]
+    entry["shard_lengths"] = [s["num_samples"] for s in shards]
+    entry["num_samples"] = sum(entry["shard_lengths"])
+    write_json_atomic(folder / "_info.json", manifest)
+    checks = {(f.check, f.shard) for f in check_dataset(folder).failures}
+    assert ("unsafe-shard-name", "../victim.tar") in checks
+    assert ("duplicate-shard", shards[1]["filename"]) in checks
+
+
+# --- 19: read-only datasets: --out is honoured --------------------------------------------------
+
+
+def test_out_is_honoured_for_a_dataset_folder(dataset, tmp_path):
+    folder, parts = dataset
+    before = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+    out = tmp_path / "reports"
+    assert main(["validate", str(folder), "--parts", str(parts), "--out", str(out)]) == 0
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")) == before
+    assert json.loads((out / "validation.json").read_text())["ok"] is True
+    assert (out / "previews" / "contact_sheet.png").is_file()
+
+
+# --- 20: non-finite tolerances; types named ------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_a_tolerance_that_is_not_finite_and_non_negative_is_refused(dataset, capsys, value):
+    folder, parts = dataset
+    assert main(["validate", str(folder), "--parts", str(parts), "--tolerance", value]) == 2
+    assert "--tolerance" in capsys.readouterr().err
+    assert not (folder / "validation.json").exists()
+
+
+def test_the_tolerance_is_recorded_in_the_report(dataset):
+    folder, parts = dataset
+    assert main(["validate", str(folder), "--parts", str(parts), "--tolerance", "7.5", "--no-previews"]) == 0
+    report = json.loads((folder / "validation.json").read_text())
+    assert report["integrity"]["tolerance"] == 7.5
+    assert "tolerance 7.5" in (folder / "validation.md").read_text()
+
+
+def test_a_string_sample_count_is_named_with_its_type(dataset, capsys):
+    folder, _ = dataset
+    manifest = read_manifest(folder)
+    manifest["splits"]["val"]["shards"][0]["num_samples"] = str(manifest["splits"]["val"]["shards"][0]["num_samples"])
+    write_json_atomic(folder / "_info.json", manifest)
+    assert main(["validate", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "splits.val.shards[0].num_samples must be a non-negative integer, got str '12'" in err
