@@ -1,0 +1,139 @@
+"""`hsi validate` checks what samples mean, not only their bytes, writes only where it validated, and
+scopes its scores and previews to the dataset (issue 10, points 6-11, 14, 22 and the scores-only
+header). Each test failed before its fix."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from parts_factory import fake_images, write_parts
+from PIL import Image, ImageDraw, ImageFont
+
+from builder.compose.stage import compose_dataset
+from builder.core.shards import iter_shard, read_manifest, write_json_atomic, write_shard
+from builder.core.stage import RunOptions
+from builder.formats.composites import count_composites
+from hsi.cli import main
+from validation.integrity import check_dataset
+
+WNIDS = ["n01443537", "n02437312", "n01440764", "n01484850"]  # goldfish, camel, tench, great white shark
+TEN = ["n01443537", "n02437312", "n02134084", "n02391049", "n02690373", "n04273569", "n01614925", "n04146614",
+       "n04310018", "n04465501"]  # the -10 subset's classes
+EXTRA = ["n01440764", "n01484850"]  # in the parts, not in the -10 subset
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The paper's set from 4 classes x 2 flat-colour images (96 composites, 4 shards) and its parts."""
+    root = tmp_path_factory.mktemp("meaning")
+    write_parts(root / "extract" / "parts", {"val": fake_images(WNIDS, per_class=2)}, shard_size=4)
+    summary = compose_dataset(root / "extract" / "parts", "hard-spurious-imagenet", root / "composed",
+                              overrides={"shard_size": 24}, options=RunOptions(progress=False))
+    return summary.dataset_dir, root / "extract" / "parts"
+
+
+@pytest.fixture
+def copy(built, tmp_path):
+    dataset, parts = built
+    target = tmp_path / "composed" / dataset.name
+    shutil.copytree(dataset, target, ignore=shutil.ignore_patterns("validation.*", "previews", "scores_*"))
+    return target, parts
+
+
+def tree_digest(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def rewrite(dataset: Path, change) -> None:
+    """Apply `change(samples) -> samples` to every shard, then fix the manifest's counts, lengths and
+    hashes, as an attacker who knows the format would."""
+    manifest = read_manifest(dataset)
+    entry = manifest["splits"]["val"]
+    metas = []
+    for shard in entry["shards"]:
+        samples = change(list(iter_shard(dataset / shard["filename"])))
+        stats = write_shard(dataset / shard["filename"], samples)
+        shard.update(num_samples=stats.num_samples, bytes=stats.bytes, sha256=stats.sha256)
+        metas += [json.loads(members["json"]) for _, members in samples]
+    entry["shard_lengths"] = [s["num_samples"] for s in entry["shards"]]
+    entry["num_samples"] = sum(entry["shard_lengths"])
+    entry["counts"] = count_composites(metas)
+    write_json_atomic(dataset / "_info.json", manifest)
+
+
+def relabel_as_own_background(meta: dict) -> dict:
+    return {**meta, "group": "CeO", "tier": "Easy", "background": "original",
+            "background_source_id": meta["source_id"], "background_wnid": meta["wnid"],
+            "background_class_index": meta["class_index"]}
+
+
+def found(dataset: Path, parts: Path | None = None) -> set[tuple[str, str | None]]:
+    return {(f.check, f.key) for f in check_dataset(dataset, parts).failures}
+
+
+# --- 6: group, tier, key and background follow from what the sample is --------------------------
+
+
+def test_a_sample_relabelled_as_its_own_background_is_caught(copy):
+    dataset, parts = copy
+    victim = next(k for k, _ in iter_shard(dataset / "val-00000.tar") if k.endswith("_center_112_random"))
+
+    def relabel(samples):
+        return [(k, {**m, "json": json.dumps(relabel_as_own_background(json.loads(m["json"])), sort_keys=True).encode()})
+                if k == victim else (k, m) for k, m in samples]
+
+    rewrite(dataset, relabel)
+    assert ("key", victim) in found(dataset)  # the key still says random: no parts needed
+    assert {("key", victim), ("background-pixels", victim)} <= found(dataset, parts)
+
+
+def test_a_relabel_that_also_renames_the_key_is_caught_by_the_background_pixels(copy):
+    dataset, parts = copy
+    victim = next(k for k, _ in iter_shard(dataset / "val-00000.tar") if k.endswith("_center_112_random"))
+    renamed = victim.replace("_random", "_original")
+
+    def swap(samples):
+        out = []
+        for key, members in samples:
+            if key == renamed:
+                continue  # the real own-background sample makes way for the relabelled one
+            if key == victim:
+                meta = relabel_as_own_background(json.loads(members["json"]))
+                key, members = renamed, {**members, "json": json.dumps(meta, sort_keys=True).encode()}
+            out.append((key, members))
+        return out
+
+    rewrite(dataset, swap)
+    assert found(dataset) == set()  # every label is consistent: only the pixels can tell
+    assert found(dataset, parts) == {("background-pixels", renamed)}
+    assert main(["validate", str(dataset), "--parts", str(parts), "--no-previews"]) == 1
+
+
+def test_a_tier_or_group_that_does_not_follow_from_the_sample_is_named(copy):
+    dataset, _ = copy
+    samples = list(iter_shard(dataset / "val-00001.tar"))
+    tiered = next(k for k, m in samples if json.loads(m["json"])["group"] == "CoO" and k.endswith("_56_original"))
+    grouped = next(k for k, m in samples if json.loads(m["json"])["group"] == "CeR")
+
+    def change(shard_samples):
+        out = []
+        for key, members in shard_samples:
+            meta = json.loads(members["json"])
+            if key == tiered:
+                meta["tier"] = "Easy"
+            if key == grouped:
+                meta["group"], meta["tier"] = "CoR", "Hard"
+            out.append((key, {**members, "json": json.dumps(meta, sort_keys=True).encode()}))
+        return out
+
+    rewrite(dataset, change)
+    failures = {(f.check, f.key): f.detail for f in check_dataset(dataset).failures}
+    assert set(failures) == {("taxonomy", tiered), ("taxonomy", grouped)}
+    assert "expected 'Medium'" in failures[("taxonomy", tiered)]
+    assert "expected CeR" in failures[("taxonomy", grouped)]
