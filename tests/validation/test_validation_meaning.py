@@ -137,3 +137,35 @@ def test_a_tier_or_group_that_does_not_follow_from_the_sample_is_named(copy):
     assert set(failures) == {("taxonomy", tiered), ("taxonomy", grouped)}
     assert "expected 'Medium'" in failures[("taxonomy", tiered)]
     assert "expected CeR" in failures[("taxonomy", grouped)]
+
+
+# --- 7: only datasets are validated, and only where the report may go ----------------------------
+
+
+def test_a_folder_that_is_not_a_dataset_is_described_and_left_untouched(copy, capsys):
+    dataset, _ = copy
+    root = dataset.parent  # the compose --out root
+    before = tree_digest(root)
+    assert main(["validate", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "not a dataset" in err and f"holds 1 dataset(s): {dataset.name}" in err
+    assert tree_digest(root) == before
+
+
+def test_a_release_folder_and_its_configs_are_never_written_into(copy, tmp_path, capsys):
+    dataset, parts = copy
+    release = tmp_path / "release"
+    config = release / "data" / dataset.name
+    shutil.copytree(dataset, config)
+    (config / "validation.json").write_text('{"ok": true, "shipped": true}\n')
+    (release / "_release.json").write_text('{"name": "hsi", "version": "1.0.0"}\n')
+    before = tree_digest(release)
+    assert main(["validate", str(release)]) == 2
+    err = capsys.readouterr().err
+    assert "is a release folder" in err and f"data/{dataset.name}" in err
+    assert main(["validate", str(config)]) == 2
+    assert "pass --out DIR" in capsys.readouterr().err
+    out = tmp_path / "report"
+    assert main(["validate", str(config), "--parts", str(parts), "--out", str(out)]) == 0
+    assert tree_digest(release) == before
+    assert json.loads((out / "validation.json").read_text())["ok"] is True
