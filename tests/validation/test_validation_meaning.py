@@ -169,3 +169,18 @@ def test_a_release_folder_and_its_configs_are_never_written_into(copy, tmp_path,
     assert main(["validate", str(config), "--parts", str(parts), "--out", str(out)]) == 0
     assert tree_digest(release) == before
     assert json.loads((out / "validation.json").read_text())["ok"] is True
+
+
+# --- 8: parts from another build are refused before anything is written ---------------------------
+
+
+def test_parts_of_another_build_are_refused_and_the_earlier_report_kept(copy, tmp_path, capsys):
+    dataset, parts = copy
+    assert main(["validate", str(dataset), "--parts", str(parts), "--no-previews"]) == 0
+    report = tree_digest(dataset)
+    other = tmp_path / "other-parts"
+    write_parts(other, {"val": fake_images(WNIDS, per_class=2, prefix="ILSVRC2012_other")})
+    assert main(["validate", str(dataset), "--parts", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert "fingerprint" in err and "pass the parts folder it was composed from" in err
+    assert tree_digest(dataset) == report
