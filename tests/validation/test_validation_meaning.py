@@ -184,3 +184,35 @@ def test_parts_of_another_build_are_refused_and_the_earlier_report_kept(copy, tm
     err = capsys.readouterr().err
     assert "fingerprint" in err and "pass the parts folder it was composed from" in err
     assert tree_digest(dataset) == report
+
+
+# --- 9: scores and previews are the dataset's own ------------------------------------------------
+
+
+def test_scores_and_the_parts_grid_cover_only_the_datasets_own_sources(tmp_path):
+    parts = tmp_path / "parts"
+    write_parts(parts, {"val": fake_images(TEN, per_class=4) + fake_images(EXTRA, per_class=4, prefix="extra")},
+                shard_size=8)
+    summary = compose_dataset(parts, "hard-spurious-imagenet-10", tmp_path / "out", options=RunOptions(progress=False))
+    dataset = summary.dataset_dir
+    assert main(["validate", str(dataset), "--parts", str(parts)]) == 0
+    report = json.loads((dataset / "validation.json").read_text())
+    assert report["scores"]["summary"]["classes"] == 10 and report["scores"]["summary"]["images"] == 40
+    rows = list(csv.DictReader(open(dataset / "scores_per_class.csv")))
+    assert sorted(r["wnid"] for r in rows) == sorted(TEN)
+    # scores asked for explicitly are scoped the same way
+    assert main(["validate", str(dataset), "--parts", str(parts), "--scores", "--out", str(tmp_path / "r2")]) == 0
+    again = json.loads((tmp_path / "r2" / "validation.json").read_text())
+    assert again["scores"]["summary"]["classes"] == 10
+
+
+def test_the_parts_grid_skips_sources_the_dataset_does_not_use(tmp_path):
+    from validation.previews import parts_grid
+
+    parts = tmp_path / "parts"
+    images = fake_images(WNIDS, per_class=2)
+    write_parts(parts, {"val": images})
+    own = {images[-1].source_id}
+    only = parts_grid(parts, tmp_path / "own.png", only=own)
+    every = parts_grid(parts, tmp_path / "all.png")
+    assert Image.open(only).height < Image.open(every).height  # one row, not six
