@@ -216,3 +216,63 @@ def test_the_parts_grid_skips_sources_the_dataset_does_not_use(tmp_path):
     only = parts_grid(parts, tmp_path / "own.png", only=own)
     every = parts_grid(parts, tmp_path / "all.png")
     assert Image.open(only).height < Image.open(every).height  # one row, not six
+
+
+# --- 10: boxes from a CSV are clipped to their images, scores stay in [0, 1], correlations tested -
+
+
+def write_loc(path: Path, rows) -> Path:
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["ImageId", "PredictionString"])
+        for image_id, boxes in rows:
+            writer.writerow([image_id, " ".join(f"{w} {x0} {y0} {x1} {y1}" for w, x0, y0, x1, y1 in boxes)])
+    return path
+
+
+def test_boxes_past_their_image_are_clipped_and_reported(tmp_path):
+    images = tmp_path / "sizes"
+    images.mkdir()
+    rows = []
+    for n, wnid in enumerate(WNIDS * 2):
+        image_id = f"ILSVRC2012_val_{n + 1:08d}"
+        Image.new("RGB", (100, 80), (90, 90, 90)).save(images / f"{image_id}.JPEG")
+        # boxes drawn for images of 500 x 375: past the 100 x 80 files, the last one wholly outside
+        rows.append((image_id, [(wnid, 40, 30, 400, 300), (wnid, 200, 150, 300, 250)]))
+    csv_path = write_loc(tmp_path / "LOC_val_solution.csv", rows)
+    out = tmp_path / "report"
+    assert main(["validate", "--scores", "--boxes-csv", str(csv_path), "--sizes-from", str(images),
+                 "--out", str(out), "--no-previews"]) == 0
+    report = json.loads((out / "validation.json").read_text())["scores"]
+    assert report["box_issues"]["by_reason"] == {"box-empty": 8, "box-outside-image": 8}
+    assert report["summary"]["boxes_clipped"] == 8 and report["summary"]["boxes_dropped"] == 8
+    for row in csv.DictReader(open(out / "scores_per_class.csv")):
+        assert 0.0 <= float(row["centre"]) <= 1.0 and 0.0 <= float(row["size"]) <= 1.0
+    assert "box-outside-image: 8" in (out / "validation.md").read_text()
+
+
+def test_scores_outside_zero_one_are_refused():
+    from builder.core.errors import InputError
+    from builder.core.records import Box
+    from validation.scores import ImageBoxes, compute_scores
+
+    with pytest.raises(InputError, match=r"outside \[0, 1\].*--sizes-from"):
+        compute_scores([ImageBoxes("a", WNIDS[0], 100, 80, (Box(40, 30, 400, 300, WNIDS[0]),))])
+
+
+def test_correlations_carry_p_values_and_bootstrap_intervals(tmp_path):
+    from scipy.stats import kendalltau, spearmanr
+
+    from validation.scores import ClassScore, correlate_with_accuracy
+
+    classes = [ClassScore(w, "", 3, centre, size) for w, centre, size in
+               zip(["a", "b", "c", "d", "e", "f"], [0.9, 0.8, 0.5, 0.6, 0.3, 0.2], [0.5, 0.4, 0.45, 0.2, 0.1, 0.15])]
+    accuracy = dict(zip("abcdef", [0.95, 0.9, 0.7, 0.6, 0.4, 0.5]))
+    result = correlate_with_accuracy(classes, accuracy)
+    centres, acc = [c.centre for c in classes], list(accuracy.values())
+    assert result["centre"]["spearman"] == pytest.approx(spearmanr(centres, acc).statistic)
+    assert result["centre"]["spearman_p"] == pytest.approx(spearmanr(centres, acc).pvalue)
+    assert result["centre"]["kendall_tau_b_p"] == pytest.approx(kendalltau(centres, acc).pvalue)
+    low, high = result["centre"]["spearman_ci"]
+    assert -1 <= low <= result["centre"]["spearman"] <= high <= 1
+    assert correlate_with_accuracy(classes, accuracy) == result  # the bootstrap is seeded
