@@ -276,3 +276,25 @@ def test_correlations_carry_p_values_and_bootstrap_intervals(tmp_path):
     low, high = result["centre"]["spearman_ci"]
     assert -1 <= low <= result["centre"]["spearman"] <= high <= 1
     assert correlate_with_accuracy(classes, accuracy) == result  # the bootstrap is seeded
+
+
+# --- 11: --workers gives the same report ---------------------------------------------------------
+
+
+def test_any_worker_count_gives_the_same_report(built, tmp_path):
+    dataset, parts = built
+    reports = {}
+    for workers in (1, 3):
+        out = tmp_path / f"workers-{workers}"
+        assert main(["validate", str(dataset), "--parts", str(parts), "--workers", str(workers), "--out", str(out)]) == 0
+        reports[workers] = tree_digest(out)
+    assert reports[1] == reports[3]
+    assert json.loads((tmp_path / "workers-3" / "validation.json").read_text())["integrity"]["samples_checked"] == 96
+
+
+def test_failures_are_the_same_for_any_worker_count(copy):
+    dataset, parts = copy
+    (dataset / "val-00002.tar").unlink()
+    serial = check_dataset(dataset, parts, workers=1)
+    parallel = check_dataset(dataset, parts, workers=4)
+    assert serial.to_json() == parallel.to_json() and not serial.ok
