@@ -298,3 +298,37 @@ def test_failures_are_the_same_for_any_worker_count(copy):
     serial = check_dataset(dataset, parts, workers=1)
     parallel = check_dataset(dataset, parts, workers=4)
     assert serial.to_json() == parallel.to_json() and not serial.ok
+
+
+# --- 14: contact sheets that can be read; histograms with n and the paper's values ---------------
+
+
+def test_row_labels_fit_and_thumbnails_span_classes(tmp_path):
+    from validation.previews import collect_cells, row_label_width
+
+    font = ImageFont.load_default()
+    groups = ["CeO", "bottom-left/gray", "random-corner/original"]
+    probe = Image.new("RGB", (1, 1))
+    widest = max(ImageDraw.Draw(probe).textlength(g, font=font) for g in groups)
+    assert row_label_width(groups, font) > widest
+
+    parts = tmp_path / "parts"
+    write_parts(parts, {"val": fake_images(WNIDS, per_class=3)})
+    dataset = compose_dataset(parts, "hard-spurious-imagenet", tmp_path / "out",
+                              options=RunOptions(progress=False)).dataset_dir
+    cells = collect_cells(dataset, "val", per_cell=3, seed=0)
+    assert all(len({p.wnid for p in picks}) == len(picks) == 3 for picks in cells.values())
+    assert all(p.class_name and p.tier for picks in cells.values() for p in picks)
+    sources = {p.key.split("_center")[0].split("_top-right")[0] for picks in cells.values() for p in picks}
+    assert len(sources) > 3  # not always the first three source ids
+    assert collect_cells(dataset, "val", per_cell=3, seed=0) == cells
+    assert collect_cells(dataset, "val", per_cell=3, seed=1) != cells
+
+
+def test_score_histograms_state_n_and_the_papers_values():
+    from validation.scores import ClassScore, distribution_labels
+
+    classes = [ClassScore("a", "", 2, 0.5, 0.2), ClassScore("b", "", 3, 0.7, 0.4)]
+    centre, size = distribution_labels(classes, "centre"), distribution_labels(classes, "size")
+    assert "n = 2 classes, 5 images" in centre["title"]
+    assert "0.747" in centre["reference"] and "0.418" in size["reference"]
