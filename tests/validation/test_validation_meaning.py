@@ -332,3 +332,14 @@ def test_score_histograms_state_n_and_the_papers_values():
     centre, size = distribution_labels(classes, "centre"), distribution_labels(classes, "size")
     assert "n = 2 classes, 5 images" in centre["title"]
     assert "0.747" in centre["reference"] and "0.418" in size["reference"]
+
+
+# --- 22: --parts takes the extract --out folder --------------------------------------------------
+
+
+def test_parts_may_be_given_as_the_extract_out_folder(built, tmp_path):
+    dataset, parts = built
+    out = tmp_path / "report"
+    assert main(["validate", str(dataset), "--parts", str(parts.parent), "--out", str(out), "--no-previews"]) == 0
+    report = json.loads((out / "validation.json").read_text())
+    assert report["parts_checked"] and report["integrity"]["placements_compared"] == 96
