@@ -343,3 +343,18 @@ def test_parts_may_be_given_as_the_extract_out_folder(built, tmp_path):
     assert main(["validate", str(dataset), "--parts", str(parts.parent), "--out", str(out), "--no-previews"]) == 0
     report = json.loads((out / "validation.json").read_text())
     assert report["parts_checked"] and report["integrity"]["placements_compared"] == 96
+
+
+# --- small: the scores-only report says what it scored -------------------------------------------
+
+
+def test_a_scores_only_report_names_what_was_scored(tmp_path):
+    images = tmp_path / "sizes"
+    images.mkdir()
+    Image.new("RGB", (100, 80)).save(images / "ILSVRC2012_val_00000001.JPEG")
+    csv_path = write_loc(tmp_path / "LOC_val_solution.csv", [("ILSVRC2012_val_00000001", [(WNIDS[0], 10, 10, 50, 40)])])
+    out = tmp_path / "report"
+    assert main(["validate", "--scores", "--boxes-csv", str(csv_path), "--sizes-from", str(images), "--out", str(out)]) == 0
+    text = (out / "validation.md").read_text()
+    assert "None" not in text.split("## ")[0]
+    assert "Scored: boxes of `LOC_val_solution.csv`" in text
