@@ -200,6 +200,7 @@ class PartsLookup:
     reader: MemberReader
     refs: dict[str, PartsRef]
     _cache: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    _canvases: dict[tuple[str, int, str], np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def build(cls, parts_dir: Path) -> "PartsLookup":
@@ -230,7 +231,14 @@ class PartsLookup:
         """The canvas-sized background of `source_id` exactly as compose reads it; None when the
         parts lack it."""
         ref = self.refs.get(source_id)
-        return None if ref is None else read_canvas_background(self.reader, ref, canvas, resize_filter)
+        if ref is None:
+            return None
+        wanted = (source_id, canvas, resize_filter)
+        if wanted not in self._canvases:
+            if len(self._canvases) > 256:  # a composite's own image and donor recur within a shard
+                self._canvases.clear()
+            self._canvases[wanted] = read_canvas_background(self.reader, ref, canvas, resize_filter)
+        return self._canvases[wanted]
 
     def close(self) -> None:
         self.reader.close()
