@@ -172,12 +172,17 @@ def run_validation(request: ValidationRequest, warn: Callable[[str], None] | Non
 
 
 def scored_description(request: ValidationRequest) -> str | None:
-    """What a scores-only report scored, for its header."""
-    if request.dataset is not None or request.scores is None:
+    """What a report without a dataset folder scored or re-detected, for its header."""
+    if request.dataset is not None:
         return None
-    if request.scores.boxes_csv is not None:
-        return f"boxes of `{request.scores.boxes_csv.name}` with image sizes from `{request.scores.sizes_from}`"
-    return f"boxes of the parts folder `{request.parts}`"
+    what = []
+    if request.scores is not None and request.scores.boxes_csv is not None:
+        what.append(f"boxes of `{request.scores.boxes_csv.name}` with image sizes from `{request.scores.sizes_from}`")
+    elif request.scores is not None:
+        what.append(f"boxes of the parts folder `{request.parts}`")
+    if request.detection is not None:
+        what.append(f"Grounding DINO re-detection on `{request.detection.source}` (split {request.detection.split})")
+    return "; ".join(what) or None
 
 
 def compute_requested_scores(request: ValidationRequest, warn: Callable[[str], None], source_ids=None):
