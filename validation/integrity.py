@@ -37,7 +37,7 @@ from PIL import Image
 from builder.compose.background_cache import read_canvas_background
 from builder.compose.backgrounds import gray_background
 from builder.compose.geometry import CORNERS, GeometryError, object_size, place, resize_mask, resize_rgb
-from builder.core.errors import InputError
+from builder.core.errors import HsiError, InputError
 from builder.core.manifest import Manifest
 from builder.core.runner import _init_worker, stop_pool
 from builder.core.shards import MANIFEST_NAME, ShardReadError, iter_shard, read_manifest, sha256_file
@@ -559,23 +559,36 @@ def _add_counts(total: dict, counts: dict) -> None:
             into[name] = into.get(name, 0) + value
 
 
+class ValidationInterrupted(HsiError):
+    """Ctrl-C during the checks: the workers are stopped and no report is written."""
+
+    exit_status = 130
+
+
 def _map_shards(tasks: list[ShardTask], workers: int) -> list[ShardCheck]:
     """`check_shard` over the tasks, in worker processes when asked, results in task order."""
-    if workers <= 1 or len(tasks) <= 1:
-        try:
-            return [check_shard(task) for task in tasks]
-        finally:
-            close_lookups()
-    context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context, initializer=_init_worker,
-                               initargs=(context.Value("q", 0),))
+    done: list[ShardCheck] = []
     try:
-        results = list(pool.map(check_shard, tasks))
-    except BaseException:
-        stop_pool(pool)
-        raise
-    pool.shutdown(wait=True)
-    return results
+        if workers <= 1 or len(tasks) <= 1:
+            try:
+                for task in tasks:
+                    done.append(check_shard(task))
+                return done
+            finally:
+                close_lookups()
+        context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context, initializer=_init_worker,
+                                   initargs=(context.Value("q", 0),))
+        try:
+            done.extend(pool.map(check_shard, tasks))
+        except BaseException:
+            stop_pool(pool)
+            raise
+        pool.shutdown(wait=True)
+        return done
+    except KeyboardInterrupt:
+        raise ValidationInterrupted(f"interrupted after {len(done)} of {len(tasks)} shards; no report was written "
+                                    "(an earlier one was removed): run the same command again") from None
 
 
 def load_manifest(dataset_dir: Path) -> tuple[Manifest, dict]:

@@ -300,6 +300,24 @@ def test_failures_are_the_same_for_any_worker_count(copy):
     assert serial.to_json() == parallel.to_json() and not serial.ok
 
 
+def test_ctrl_c_during_a_parallel_validate_stops_with_one_line_and_status_130(built, tmp_path, monkeypatch, capsys):
+    import validation.integrity as integrity
+
+    dataset, parts = built
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "validation.json").write_text('{"ok": true}\n')  # an earlier PASS
+
+    def interrupted(task):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(integrity, "check_shard", interrupted)
+    assert main(["validate", str(dataset), "--parts", str(parts), "--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "interrupted after 0 of 4 shards" in err and "run the same command again" in err
+    assert not (out / "validation.json").exists()
+
+
 # --- 14: contact sheets that can be read; histograms with n and the paper's values ---------------
 
 
