@@ -199,21 +199,30 @@ def render_markdown(payload: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _write_or_refuse(out_dir: Path, write):
+    """`write()`, with a full or read-only disk turned into one clear error (and no report left)."""
+    try:
+        return write()
+    except OSError as exc:
+        (out_dir / f".{MD_NAME}.tmp").unlink(missing_ok=True)
+        invalidate_report(out_dir)
+        raise InputError(f"cannot write the report to {out_dir}: {exc.strerror or exc}; free space or pass "
+                         "--out DIR on writable storage") from None
+
+
 def write_report(out_dir: Path, payload: dict) -> tuple[Path, Path]:
     """`validation.md`, then `validation.json` (what release trusts) last, each atomically; a
     failed write (a full or read-only disk) leaves neither a partial file nor the old report."""
     json_path, md_path = out_dir / JSON_NAME, out_dir / MD_NAME
-    try:
+
+    def write() -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        md_tmp = md_path.with_name(f".{MD_NAME}.tmp")
+        md_tmp = out_dir / f".{MD_NAME}.tmp"
         md_tmp.write_text(render_markdown(payload), "utf-8")
         md_tmp.replace(md_path)
         write_json_atomic(json_path, payload)
-    except OSError as exc:
-        md_path.with_name(f".{MD_NAME}.tmp").unlink(missing_ok=True)
-        invalidate_report(out_dir)
-        raise InputError(f"cannot write the report to {out_dir}: {exc.strerror or exc}; free space or pass "
-                         "--out DIR on writable storage") from None
+
+    _write_or_refuse(out_dir, write)
     return json_path, md_path
 
 
@@ -260,11 +269,14 @@ def validate_dataset(dataset_dir: Path, *, parts_dir: Path | None = None, previe
                                                   own_sources)
     if scores is False:
         scores = None
+    written_scores = None
+    if scores is not None:
+        written_scores = _write_or_refuse(out_dir, lambda: write_scores_outputs(scores, out_dir))
     payload: dict = {
         "tool": tool_info(),
         "target": target,
         "integrity": integrity.to_json() if integrity else None,
-        "scores": write_scores_outputs(scores, out_dir) if scores is not None else None,
+        "scores": written_scores,
         "detection": detection,
         "scores_error": scores_error,
         "parts_checked": parts_dir is not None,

@@ -266,6 +266,19 @@ def test_out_is_honoured_for_a_dataset_folder(dataset, tmp_path):
     assert (out / "previews" / "contact_sheet.png").is_file()
 
 
+def test_a_full_disk_while_writing_the_score_outputs_is_one_clear_error(dataset, monkeypatch, capsys):
+    folder, parts = dataset
+
+    def full_disk(scores, out_dir):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(report_module, "write_scores_outputs", full_disk)
+    assert main(["validate", str(folder), "--parts", str(parts), "--no-previews"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write the report" in err and "No space left on device" in err and "Traceback" not in err
+    assert not (folder / "validation.json").exists()
+
+
 # --- 20: non-finite tolerances; types named ------------------------------------------------------
 
 
