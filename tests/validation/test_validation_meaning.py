@@ -85,8 +85,11 @@ def test_a_sample_relabelled_as_its_own_background_is_caught(copy):
     victim = next(k for k, _ in iter_shard(dataset / "val-00000.tar") if k.endswith("_center_112_random"))
 
     def relabel(samples):
-        return [(k, {**m, "json": json.dumps(relabel_as_own_background(json.loads(m["json"])), sort_keys=True).encode()})
-                if k == victim else (k, m) for k, m in samples]
+        def relabelled(members):
+            meta = relabel_as_own_background(json.loads(members["json"]))
+            return {**members, "json": json.dumps(meta, sort_keys=True).encode()}
+
+        return [(k, relabelled(m) if k == victim else m) for k, m in samples]
 
     rewrite(dataset, relabel)
     assert ("key", victim) in found(dataset)  # the key still says random: no parts needed
@@ -266,8 +269,8 @@ def test_correlations_carry_p_values_and_bootstrap_intervals(tmp_path):
     from validation.scores import ClassScore, correlate_with_accuracy
 
     classes = [ClassScore(w, "", 3, centre, size) for w, centre, size in
-               zip(["a", "b", "c", "d", "e", "f"], [0.9, 0.8, 0.5, 0.6, 0.3, 0.2], [0.5, 0.4, 0.45, 0.2, 0.1, 0.15])]
-    accuracy = dict(zip("abcdef", [0.95, 0.9, 0.7, 0.6, 0.4, 0.5]))
+               zip("abcdef", [0.9, 0.8, 0.5, 0.6, 0.3, 0.2], [0.5, 0.4, 0.45, 0.2, 0.1, 0.15], strict=True)]
+    accuracy = dict(zip("abcdef", [0.95, 0.9, 0.7, 0.6, 0.4, 0.5], strict=True))
     result = correlate_with_accuracy(classes, accuracy)
     centres, acc = [c.centre for c in classes], list(accuracy.values())
     assert result["centre"]["spearman"] == pytest.approx(spearmanr(centres, acc).statistic)
@@ -286,7 +289,8 @@ def test_any_worker_count_gives_the_same_report(built, tmp_path):
     reports = {}
     for workers in (1, 3):
         out = tmp_path / f"workers-{workers}"
-        assert main(["validate", str(dataset), "--parts", str(parts), "--workers", str(workers), "--out", str(out)]) == 0
+        args = ["validate", str(dataset), "--parts", str(parts), "--workers", str(workers), "--out", str(out)]
+        assert main(args) == 0
         reports[workers] = tree_digest(out)
     assert reports[1] == reports[3]
     assert json.loads((tmp_path / "workers-3" / "validation.json").read_text())["integrity"]["samples_checked"] == 96
@@ -372,7 +376,8 @@ def test_a_scores_only_report_names_what_was_scored(tmp_path):
     Image.new("RGB", (100, 80)).save(images / "ILSVRC2012_val_00000001.JPEG")
     csv_path = write_loc(tmp_path / "LOC_val_solution.csv", [("ILSVRC2012_val_00000001", [(WNIDS[0], 10, 10, 50, 40)])])
     out = tmp_path / "report"
-    assert main(["validate", "--scores", "--boxes-csv", str(csv_path), "--sizes-from", str(images), "--out", str(out)]) == 0
+    assert main(["validate", "--scores", "--boxes-csv", str(csv_path), "--sizes-from", str(images),
+                 "--out", str(out)]) == 0
     text = (out / "validation.md").read_text()
     assert "None" not in text.split("## ")[0]
     assert "Scored: boxes of `LOC_val_solution.csv`" in text
