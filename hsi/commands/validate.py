@@ -1,8 +1,11 @@
 """`hsi validate`: integrity of a composed dataset or parts folder, the paper's centre and size
-scores, Grounding DINO box re-detection, previews, and the report written next to the dataset.
+scores, Grounding DINO box re-detection, previews, and the report written next to the dataset (or
+in --out).
 
 Exit status: 0 when every check passes, 1 when an integrity check fails (each failure is printed with
-its shard and key), 2 for usage errors (missing inputs, a detector that cannot be loaded).
+its shard and key), 2 for usage errors (missing inputs, a detector that cannot be loaded, a folder
+that is not a dataset, a malformed manifest, parts of another build; nothing is written), 130 on
+Ctrl-C.
 """
 
 from __future__ import annotations
