@@ -118,6 +118,7 @@ def test_changed_counts_are_named(copy):
     manifest["splits"]["val"]["counts"]["group"]["CeO"] += 1
     manifest["splits"]["val"]["shards"][0]["num_samples"] -= 1
     manifest["splits"]["val"]["shard_lengths"][0] -= 1
+    manifest["splits"]["val"]["num_samples"] -= 1  # a manifest at odds with itself is refused before any check
     write_json_atomic(dataset / "_info.json", manifest)
     result = check_dataset(dataset)
     lines = sorted(f.line() for f in result.failures)
@@ -157,9 +158,13 @@ def test_moved_pasted_box_is_named(copy):
             meta["box_x"] = 224 - meta["box_w"] + 10  # off the canvas
         changed.append((key, {**members, "json": json.dumps(meta, sort_keys=True).encode()}))
     rewrite_shard(dataset, shard, changed)
-    assert failures(dataset, parts) == sorted([("placement", shard, victim), ("placement-bounds", shard, outside)])
-    # without the parts the moved-but-inside box cannot be seen; the one off the canvas still is
-    assert failures(dataset) == [("placement-bounds", shard, outside)]
+    # the pixels show the object is not where the box says, and the box is not where the position puts it
+    assert failures(dataset, parts) == sorted([
+        ("background-pixels", shard, victim), ("placement", shard, victim), ("placement-position", shard, victim),
+        ("placement-bounds", shard, outside), ("placement-position", shard, outside)])
+    # without the parts, the position still tells where a box must be; the one off the canvas is named too
+    assert failures(dataset) == sorted([("placement-position", shard, victim), ("placement-bounds", shard, outside),
+                                        ("placement-position", shard, outside)])
 
 
 def test_unsafe_member_names_and_repeated_keys_are_rejected(copy):
@@ -235,7 +240,8 @@ def test_parts_folder_validates_and_usage_errors_exit_2(built, tmp_path, capsys)
     assert report["previews"] == ["previews/parts_grid.png", "previews/score_distributions.png"]
     assert main(["validate", str(tmp_path / "missing")]) == 2
     assert main(["validate"]) == 2
-    assert main(["validate", str(copy), "--parts", str(tmp_path)]) == 2
+    (tmp_path / "not-parts").mkdir()
+    assert main(["validate", str(copy), "--parts", str(tmp_path / "not-parts")]) == 2
     assert "is not a finished parts folder" in capsys.readouterr().err
 
 

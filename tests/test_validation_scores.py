@@ -95,7 +95,7 @@ def test_loc_solution_scores_match_a_by_hand_computation(loc_fixture):
     assert boxes["ILSVRC2012_val_00000002"][1] == Box(0, 0, 50, 60, TENCH)
     sizes = image_sizes_from_folder(images, set(boxes))
     assert sizes["ILSVRC2012_val_00000002"] == (333, 500)
-    items, unsized = boxes_from_loc_csv(csv_path, sizes)
+    items, unsized, _ = boxes_from_loc_csv(csv_path, sizes)
     assert unsized == ["ILSVRC2012_val_00000005"]
     report = compute_scores(items)
     expected = by_hand(LOC_ROWS[:-1])
@@ -175,7 +175,7 @@ def test_bad_inputs_are_usage_errors(tmp_path, capsys):
 def test_official_val_boxes_give_the_papers_figures():
     """Over ImageNet's official val boxes the paper reports class-averaged 0.747 (centre), 0.418 (size)."""
     csv_path, images = Path(os.environ["HSI_LOC_VAL_SOLUTION"]), Path(os.environ["HSI_IMAGENET_VAL"])
-    items, unsized = boxes_from_loc_csv(csv_path, image_sizes_from_folder(images, read_loc_solution(csv_path).ids()))
+    items, unsized, _ = boxes_from_loc_csv(csv_path, image_sizes_from_folder(images, read_loc_solution(csv_path).ids()))
     assert not unsized and len(items) == 50_000
     summary = compute_scores(items).summary
     assert summary["classes"] == 1000

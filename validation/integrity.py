@@ -7,23 +7,41 @@ Checks, each failure naming the shard and the sample key:
   - no key repeats anywhere in the dataset;
   - totals per split, group, size, tier and group/size match the manifest's counts;
   - `random` backgrounds never come from the object's own class;
+  - what a sample says it is follows from what it is: group and tier from position, background, size
+    and the spec (`builder.core.taxonomy`), the key from source, position, size and background, the
+    pasted box from the position (`builder.compose.geometry`), the background source from the kind;
   - the declared pasted box lies in the canvas and fits the declared size, and, when the parts are at
     hand, the composite's pixels in that box match the object's crop resized the same way (within a
-    JPEG tolerance).
+    JPEG tolerance), and the pixels around it match the declared background source's canvas.
+
+Shards are checked independently (in `workers` processes when asked) and merged in manifest order,
+so the result is the same for any worker count.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import multiprocessing
+import os
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+import cv2
 import numpy as np
+from PIL import Image
 
-from builder.compose.geometry import resize_mask, resize_rgb
+from builder.compose.background_cache import read_canvas_background
+from builder.compose.backgrounds import gray_background
+from builder.compose.geometry import CORNERS, GeometryError, object_size, place, resize_mask, resize_rgb
+from builder.core.errors import HsiError, InputError
+from builder.core.manifest import Manifest
+from builder.core.runner import _init_worker, stop_pool
 from builder.core.shards import MANIFEST_NAME, ShardReadError, iter_shard, read_manifest, sha256_file
+from builder.core.taxonomy import group_name, tier_of
 from builder.formats.composites import (
     COMPOSITE_MEMBERS,
     check_composite_json,
@@ -31,6 +49,7 @@ from builder.formats.composites import (
     decode_composite_json,
     decode_composite_pixels,
     decode_label,
+    sample_key,
 )
 from builder.formats.parts import PARTS_MEMBERS, decode_canvas, decode_parts
 from builder.formats.parts_index import MemberReader, PartsRef, index_parts, read_object
@@ -38,6 +57,28 @@ from builder.formats.parts_index import MemberReader, PartsRef, index_parts, rea
 # Mean absolute difference (0-255) allowed between the composite's pasted region and the resized
 # crop. JPEG at the qualities compose uses stays well below this; a box moved off the object does not.
 DEFAULT_PLACEMENT_TOLERANCE = 12.0
+# What a member that does not decode raises: Pillow's decompression-bomb refusal is none of the others.
+DECODE_ERRORS = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
+
+
+def check_tolerance(tolerance: float) -> float:
+    """The placement tolerance as a finite, non-negative float: NaN would make every comparison pass."""
+    try:
+        value = float(tolerance)
+    except (TypeError, ValueError):
+        raise InputError(f"--tolerance {tolerance!r} is not a number; pass a mean pixel difference 0-255 (default "
+                         f"{DEFAULT_PLACEMENT_TOLERANCE})") from None
+    if not math.isfinite(value) or value < 0:
+        raise InputError(f"--tolerance {tolerance!r} must be a finite number >= 0 (a mean pixel difference 0-255, "
+                         f"default {DEFAULT_PLACEMENT_TOLERANCE}); NaN or infinity would disable the placement check")
+    return value
+
+
+def describe_value(value) -> str:
+    """A value with its type when it is not a plain int, so `'96'` never reads like 96."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return f"{value!r} ({type(value).__name__})"
 
 
 @dataclass(frozen=True)
@@ -62,8 +103,12 @@ class IntegrityResult:
     samples_checked: int = 0
     shards_checked: int = 0
     placements_compared: int = 0
+    backgrounds_compared: int = 0
     failures: list[Failure] = field(default_factory=list)
     counts: dict = field(default_factory=dict)
+    tolerance: float = DEFAULT_PLACEMENT_TOLERANCE
+    shard_sha256: dict[str, str] = field(default_factory=dict)  # every shard read: its sha256 on disk
+    source_ids: list[str] = field(default_factory=list)  # composites: the source images they were cut from
 
     @property
     def ok(self) -> bool:
@@ -76,6 +121,8 @@ class IntegrityResult:
             "samples_checked": self.samples_checked,
             "shards_checked": self.shards_checked,
             "placements_compared": self.placements_compared,
+            "backgrounds_compared": self.backgrounds_compared,
+            "tolerance": self.tolerance,
             "failures_by_check": dict(sorted(Counter(f.check for f in self.failures).items())),
             "failures": [f.to_json() for f in self.failures],
             "counts": self.counts,
@@ -90,20 +137,31 @@ def read_shard_members(path: Path, shard: str, split: str, failures: list[Failur
     return iter_shard(path, handler=record)
 
 
-def check_shard_file(dataset_dir: Path, split: str, entry: dict, failures: list[Failure]) -> bool:
-    """Existence, byte size and sha256 of one listed shard; False when it is missing."""
+def safe_shard_name(name) -> bool:
+    """A listed shard must be one plain file name inside the dataset folder."""
+    return (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
+            and not name.startswith("."))
+
+
+def check_shard_file(dataset_dir: Path, split: str, entry: dict, failures: list[Failure]) -> str | None:
+    """Existence, byte size and sha256 of one listed shard: its sha256 on disk, None when missing."""
     name = entry.get("filename", "?")
+    if not safe_shard_name(name):
+        failures.append(Failure("unsafe-shard-name", f"{name!r} is not a plain file name inside the dataset folder",
+                                split, str(name)))
+        return None
     path = dataset_dir / name
-    if not path.is_file():
-        failures.append(Failure("missing-shard", f"listed in {MANIFEST_NAME} but not on disk", split, name))
-        return False
+    if not path.is_file() or path.is_symlink():
+        failures.append(Failure("missing-shard", f"listed in {MANIFEST_NAME} but not a file on disk", split, name))
+        return None
     size = path.stat().st_size
     if "bytes" in entry and size != entry["bytes"]:
-        failures.append(Failure("shard-size", f"{size} bytes on disk, manifest says {entry['bytes']}", split, name))
+        failures.append(Failure("shard-size", f"{size} bytes on disk, manifest says {describe_value(entry['bytes'])}",
+                                split, name))
     digest = sha256_file(path)
     if "sha256" in entry and digest != entry["sha256"]:
         failures.append(Failure("shard-sha256", f"sha256 {digest[:16]}... differs from the manifest's {str(entry['sha256'])[:16]}...", split, name))
-    return True
+    return digest
 
 
 def _tally(counts: dict, meta: dict) -> None:
@@ -143,6 +201,7 @@ class PartsLookup:
     reader: MemberReader
     refs: dict[str, PartsRef]
     _cache: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    _canvases: dict[tuple[str, int, str], np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def build(cls, parts_dir: Path) -> "PartsLookup":
@@ -168,6 +227,19 @@ class PartsLookup:
             self._cache.clear()
         self._cache[source_id] = (crop, mask)
         return crop, mask
+
+    def canvas(self, source_id: str, canvas: int, resize_filter: str) -> np.ndarray | None:
+        """The canvas-sized background of `source_id` exactly as compose reads it; None when the
+        parts lack it."""
+        ref = self.refs.get(source_id)
+        if ref is None:
+            return None
+        wanted = (source_id, canvas, resize_filter)
+        if wanted not in self._canvases:
+            if len(self._canvases) > 256:  # a composite's own image and donor recur within a shard
+                self._canvases.clear()
+            self._canvases[wanted] = read_canvas_background(self.reader, ref, canvas, resize_filter)
+        return self._canvases[wanted]
 
     def close(self) -> None:
         self.reader.close()
@@ -210,6 +282,71 @@ def check_geometry(meta: dict, image: np.ndarray) -> list[str]:
     return problems
 
 
+def expected_groups(meta: dict, spec: dict) -> dict[str, str]:
+    """{requested position: group} of every placement of the spec that lands where `meta` says:
+    the position itself, and `random-corner` for a corner when the spec asks for it."""
+    positions = spec.get("positions") or [meta["position"]]
+    margin = spec.get("margin") or 0
+    landed = meta["position"]
+    requested = [p for p in positions if p == landed or (p == "random-corner" and landed in CORNERS)]
+    return {p: group_name(p, meta["background"], margin) for p in requested}
+
+
+def check_meaning(key: str, meta: dict, spec: dict) -> list[tuple[str, str]]:
+    """(check, detail) for each label of the sample that does not follow from what it is."""
+    problems = []
+    groups = expected_groups(meta, spec)
+    if not groups:
+        problems.append(("taxonomy", f"position {meta['position']!r} is not one the spec places "
+                                     f"({', '.join(spec.get('positions') or [])})"))
+    elif meta["group"] not in groups.values():
+        expected = " or ".join(sorted(set(groups.values())))
+        problems.append(("taxonomy", f"group {meta['group']!r} does not follow from position {meta['position']!r} and "
+                                     f"background {meta['background']!r}: expected {expected}"))
+    else:
+        tier = tier_of(meta["group"], meta["size"], meta["canvas"])
+        if meta["tier"] != tier:
+            problems.append(("taxonomy", f"tier {meta['tier']!r} does not follow from group {meta['group']} and size "
+                                         f"{meta['size']} on a {meta['canvas']} px canvas: expected {tier!r}"))
+        keys = {sample_key(meta["source_id"], p, meta["size"], meta["background"]) for p, g in groups.items()
+                if g == meta["group"]}
+        if key not in keys:
+            problems.append(("key", f"key does not match source, position, size and background "
+                                    f"(expected {' or '.join(sorted(keys))})"))
+    kind, donor = meta["background"], meta["background_source_id"]
+    if kind == "original" and (donor != meta["source_id"] or meta["background_wnid"] != meta["wnid"]):
+        problems.append(("background-source", f"original background from {donor!r} ({meta['background_wnid']}), "
+                                              f"not the object's own image {meta['source_id']!r}"))
+    elif kind in ("random", "paired") and donor == meta["source_id"]:
+        problems.append(("background-source", f"{kind} background is the object's own image {donor!r}"))
+    elif kind == "paired" and meta["background_wnid"] != meta["paired_wnid"]:
+        problems.append(("background-source", f"paired background of class {meta['background_wnid']}, "
+                                              f"the pair is {meta['paired_wnid']}"))
+    elif kind in ("gray", "noise") and donor is not None:
+        problems.append(("background-source", f"{kind} background names a source image {donor!r}"))
+    try:
+        placed = place(meta["position"], meta["box_w"], meta["box_h"], meta["canvas"], spec.get("margin") or 0)
+    except (GeometryError, ValueError):
+        placed = None  # an unknown position or an object too large: the bounds check names it
+    if placed is not None and (placed.x, placed.y) != (meta["box_x"], meta["box_y"]):
+        size = f"{meta['box_w']}x{meta['box_h']}"
+        problems.append(("placement-position", f"position {meta['position']!r} puts a {size} box at ({placed.x},"
+                                               f"{placed.y}), the sample says ({meta['box_x']},{meta['box_y']})"))
+    return problems
+
+
+def background_error(composite: np.ndarray, meta: dict, background: np.ndarray) -> float | None:
+    """Mean absolute difference between the composite and the declared background outside the
+    pasted box; None when too little background shows."""
+    height, width = composite.shape[:2]
+    outside = height * width - meta["box_w"] * meta["box_h"]  # the box lies in the canvas (checked first)
+    if outside < 64 or background.shape != composite.shape:
+        return None
+    difference = cv2.absdiff(composite, background)  # sums, not masked means: 4x faster on a 224 canvas
+    inside = difference[meta["box_y"] : meta["box_y"] + meta["box_h"], meta["box_x"] : meta["box_x"] + meta["box_w"]]
+    return (int(difference.sum(dtype=np.int64)) - int(inside.sum(dtype=np.int64))) / (3 * outside)
+
+
 @dataclass
 class _SampleChecker:
     split: str
@@ -218,6 +355,7 @@ class _SampleChecker:
     tolerance: float
     result: IntegrityResult
     resize_filter: str = "bicubic"
+    spec: dict = field(default_factory=dict)
 
     def failure_recorder(self, shard: str, key: str):
         """`fail(check, detail)` for one sample: records a Failure naming its split, shard and key."""
@@ -241,6 +379,7 @@ class _SampleChecker:
             fail("schema", "; ".join(problems))
             return
         _tally(counts, meta)
+        self.result.source_ids.append(meta["source_id"])
         try:
             label = decode_label(members)
         except ValueError:
@@ -256,31 +395,57 @@ class _SampleChecker:
             meta["background_wnid"] == meta["wnid"] or meta["background_class_index"] == meta["class_index"]
         ):
             fail("own-class-background", f"random background {meta['background_source_id']} is of the object's own class {meta['wnid']}")
+        for check, detail in check_meaning(key, meta, self.spec):
+            fail(check, detail)
         try:
             image = decode_composite_pixels(members.get("jpg", b""))
-        except (OSError, ValueError, SyntaxError) as exc:
-            fail("jpg-decode", f"jpg member does not decode: {exc}")
+        except DECODE_ERRORS as exc:
+            fail("jpg-decode", f"jpg member does not decode: {type(exc).__name__}: {exc}")
             return
         geometry = check_geometry(meta, image)
         for problem in geometry:
             fail("placement-bounds", problem)
         if geometry or self.parts is None:
             return
-        try:
-            parts = self.parts.crop_and_mask(meta["source_id"])
-        except (OSError, ValueError, KeyError) as exc:
-            fail("placement-parts", f"the parts of source {meta['source_id']} do not read: {exc}")
-            return
+        self.compare_background(image, meta, fail)
+        parts = _from_parts(fail, "placement-parts", meta["source_id"], self.parts.crop_and_mask)
         if parts is None:
-            fail("placement-parts", f"source {meta['source_id']} is not in the parts folder")
             return
-        error = placement_error(image, meta, *parts, self.resize_filter)
+        crop, mask = parts
+        expected_wh = object_size(crop.shape[1], crop.shape[0], meta["size"], meta["canvas"], meta["mode"],
+                                  self.spec.get("margin") or 0)
+        if expected_wh != (meta["box_w"], meta["box_h"]):
+            fail("placement", f"a {crop.shape[1]}x{crop.shape[0]} crop at size {meta['size']} ({meta['mode']}) pastes "
+                 f"{expected_wh[0]}x{expected_wh[1]}, the sample declares {meta['box_w']}x{meta['box_h']}")
+            return
+        error = placement_error(image, meta, crop, mask, self.resize_filter)
         if error is None:
             return
         self.result.placements_compared += 1
         if error > self.tolerance:
             fail("placement", f"pixels in the declared box ({meta['box_x']},{meta['box_y']},{meta['box_w']}x{meta['box_h']}) "
                  f"differ from the object's crop by {error:.1f} on average (tolerance {self.tolerance})")
+
+    def compare_background(self, image: np.ndarray, meta: dict, fail) -> None:
+        """The pixels around the pasted box against the declared background (noise is not kept)."""
+        assert self.parts is not None
+        kind, donor = meta["background"], meta["background_source_id"]
+        if kind == "noise":
+            return
+        if kind == "gray":
+            background = gray_background(meta["canvas"])
+        else:
+            background = _from_parts(fail, "background-parts", donor,
+                                     lambda source: self.parts.canvas(source, meta["canvas"], self.resize_filter))
+            if background is None:
+                return
+        error = background_error(image, meta, background)
+        if error is None:
+            return
+        self.result.backgrounds_compared += 1
+        if error > self.tolerance:
+            fail("background-pixels", f"pixels around the pasted box differ from the {kind} background of "
+                 f"{donor or kind} by {error:.1f} on average (tolerance {self.tolerance})")
 
     def parts_sample(self, shard: str, key: str, members: dict[str, bytes], counts: dict) -> None:
         fail = self.failure_recorder(shard, key)
@@ -291,78 +456,210 @@ class _SampleChecker:
         try:
             parts = decode_parts(key, members)
             decode_canvas(members["canvas.npy"])  # checks dtype and the 224 x 224 x 3 shape
-        except (OSError, ValueError, SyntaxError) as exc:
-            fail("decode", f"a member does not decode: {exc}")
+            meta = parts.meta
+            x0, y0, x1, y1 = meta["object_box"]
+            width, height, wnid = meta["width"], meta["height"], meta["wnid"]
+        except (*DECODE_ERRORS, KeyError, TypeError) as exc:
+            fail("decode", f"a member does not decode: {type(exc).__name__}: {exc}")
             return
-        meta = parts.meta
-        x0, y0, x1, y1 = meta["object_box"]
         if parts.crop.shape[:2] != (y1 - y0 + 1, x1 - x0 + 1):
             fail("crop-size", f"crop is {parts.crop.shape[1]}x{parts.crop.shape[0]}, object box {meta['object_box']}")
-        if parts.background.shape[:2] != (meta["height"], meta["width"]):
-            fail("background-size", f"background does not have the declared {meta['width']}x{meta['height']}")
+        if parts.background.shape[:2] != (height, width):
+            fail("background-size", f"background does not have the declared {width}x{height}")
         counts.setdefault("class", {})
-        counts["class"][meta["wnid"]] = counts["class"].get(meta["wnid"], 0) + 1
+        counts["class"][str(wnid)] = counts["class"].get(str(wnid), 0) + 1
+        self.result.source_ids.append(key)
+
+
+def _from_parts(fail, check: str, source_id: str, read):
+    """`read(source_id)` from the parts, or None with a `check` failure saying why it is not there."""
+    try:
+        value = read(source_id)
+    except (*DECODE_ERRORS, KeyError) as exc:
+        fail(check, f"the parts of source {source_id} do not read: {exc}")
+        return None
+    if value is None:
+        fail(check, f"source {source_id} is not in the parts folder")
+    return value
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One listed shard to check; picklable, so worker processes can run it."""
+
+    dataset_dir: str
+    split: str
+    entry: dict
+    stage: str
+    class_names: list | None
+    spec: dict
+    parts_dir: str | None
+    tolerance: float
+
+
+@dataclass
+class ShardCheck:
+    """What checking one shard found; merged in manifest order by `check_dataset`."""
+
+    result: IntegrityResult
+    counts: dict
+    keys: list[str]
+    read: bool
+
+
+_LOOKUPS: dict[str, PartsLookup] = {}  # per process: the parts index is built once, not per shard
+
+
+def _parts_lookup(parts_dir: str | None) -> PartsLookup | None:
+    if parts_dir is None:
+        return None
+    if parts_dir not in _LOOKUPS:
+        _LOOKUPS[parts_dir] = PartsLookup.build(Path(parts_dir))
+    return _LOOKUPS[parts_dir]
+
+
+def close_lookups() -> None:
+    while _LOOKUPS:
+        _LOOKUPS.popitem()[1].close()
+
+
+def check_shard(task: ShardTask) -> ShardCheck:
+    """Every check of one shard and its samples (cross-shard checks are left to the merge)."""
+    result = IntegrityResult(task.stage, tolerance=task.tolerance)
+    name = task.entry.get("filename", "?")
+    digest = check_shard_file(Path(task.dataset_dir), task.split, task.entry, result.failures)
+    if digest is None:
+        return ShardCheck(result, {}, [], False)
+    result.shard_sha256[name] = digest
+    result.shards_checked = 1
+    checker = _SampleChecker(task.split, task.class_names, _parts_lookup(task.parts_dir), task.tolerance, result,
+                             task.spec.get("resize_filter", "bicubic"), task.spec)
+    check_sample = checker.composite if task.stage == "compose" else checker.parts_sample
+    counts: dict = {}
+    keys: list[str] = []
+    in_shard: dict[str, int] = {}
+    for key, members in read_shard_members(Path(task.dataset_dir) / name, name, task.split, result.failures):
+        if key in in_shard:
+            result.failures.append(Failure("duplicate-key", f"key also in {name}", task.split, name, key))
+        in_shard[key] = 1
+        keys.append(key)
+        check_sample(name, key, members, counts)
+    result.samples_checked = len(keys)
+    if len(keys) != task.entry.get("num_samples"):
+        declared = describe_value(task.entry.get("num_samples"))
+        result.failures.append(Failure("shard-count", f"holds {len(keys)} samples, manifest says {declared}",
+                                       task.split, name))
+    return ShardCheck(result, counts, keys, True)
+
+
+def _add_counts(total: dict, counts: dict) -> None:
+    for kind, bucket in counts.items():
+        into = total.setdefault(kind, {})
+        for name, value in bucket.items():
+            into[name] = into.get(name, 0) + value
+
+
+class ValidationInterrupted(HsiError):
+    """Ctrl-C during the checks: the workers are stopped and no report is written."""
+
+    exit_status = 130
+
+
+def _map_shards(tasks: list[ShardTask], workers: int) -> list[ShardCheck]:
+    """`check_shard` over the tasks, in worker processes when asked, results in task order."""
+    done: list[ShardCheck] = []
+    try:
+        if workers <= 1 or len(tasks) <= 1:
+            try:
+                for task in tasks:
+                    done.append(check_shard(task))
+                return done
+            finally:
+                close_lookups()
+        context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context, initializer=_init_worker,
+                                   initargs=(context.Value("q", 0),))
+        try:
+            done.extend(pool.map(check_shard, tasks))
+        except BaseException:
+            stop_pool(pool)
+            raise
+        pool.shutdown(wait=True)
+        return done
+    except KeyboardInterrupt:
+        raise ValidationInterrupted(f"interrupted after {len(done)} of {len(tasks)} shards; no report was written "
+                                    "(an earlier one was removed): run the same command again") from None
+
+
+def load_manifest(dataset_dir: Path) -> tuple[Manifest, dict]:
+    """The typed manifest (a malformed one is refused with the field at fault) and its raw JSON,
+    whose derived fields (`filenames`, `shard_lengths`) are compared with the shards."""
+    manifest = Manifest.read(dataset_dir)
+    if manifest.stage not in ("compose", "extract"):
+        raise InputError(f"{dataset_dir / MANIFEST_NAME}: stage {manifest.stage!r} is neither compose nor extract; "
+                         "validate a composed config folder or a parts folder")
+    return manifest, json.loads((Path(dataset_dir) / MANIFEST_NAME).read_text("utf-8"))
 
 
 def check_dataset(dataset_dir: Path, parts_dir: Path | None = None,
-                  tolerance: float = DEFAULT_PLACEMENT_TOLERANCE) -> IntegrityResult:
-    """Every integrity check of a composed dataset or a parts folder (by its manifest's stage)."""
+                  tolerance: float = DEFAULT_PLACEMENT_TOLERANCE, workers: int = 1) -> IntegrityResult:
+    """Every integrity check of a composed dataset or a parts folder (by its manifest's stage).
+
+    A malformed manifest is refused (`ManifestError`); every problem below it is a failure row."""
     dataset_dir = Path(dataset_dir)
-    manifest_path = dataset_dir / MANIFEST_NAME
-    try:
-        manifest = json.loads(manifest_path.read_text("utf-8"))
-    except FileNotFoundError:
-        return IntegrityResult("unknown", failures=[Failure("manifest", f"{MANIFEST_NAME} does not exist (the dataset is unfinished)")])
-    except ValueError as exc:
-        return IntegrityResult("unknown", failures=[Failure("manifest", f"{MANIFEST_NAME} is not valid JSON: {exc}")])
-    stage = manifest.get("stage", "unknown")
-    result = IntegrityResult(stage)
-    if stage not in ("compose", "extract"):
-        result.failures.append(Failure("manifest", f"stage {stage!r} is neither compose nor extract"))
-        return result
-    parts = PartsLookup.build(parts_dir) if parts_dir is not None and stage == "compose" else None
+    tolerance = check_tolerance(tolerance)
+    manifest, raw = load_manifest(dataset_dir)
+    stage = manifest.stage
+    result = IntegrityResult(stage, tolerance=tolerance)
+    parts = str(parts_dir) if parts_dir is not None and stage == "compose" else None
+    tasks, listed = [], Counter()
+    for split in sorted(manifest.splits):
+        for shard in raw["splits"][split]["shards"]:
+            listed[shard["filename"]] += 1
+            if listed[shard["filename"]] == 1:
+                tasks.append(ShardTask(str(dataset_dir), split, shard, stage, manifest.class_names,
+                                       manifest.spec or {}, parts, tolerance))
+    for name, times in sorted(listed.items()):
+        if times > 1:
+            result.failures.append(Failure("duplicate-shard", f"listed {times} times in {MANIFEST_NAME}", None, name))
+    checks = _map_shards(tasks, workers)
     seen: dict[str, str] = {}
-    try:
-        for split, entry in sorted(manifest.get("splits", {}).items()):
-            resize_filter = (manifest.get("spec") or {}).get("resize_filter", "bicubic")
-            checker = _SampleChecker(split, manifest.get("class_names"), parts, tolerance, result, resize_filter)
-            _check_split(dataset_dir, split, entry, stage, checker, seen)
-    finally:
-        if parts is not None:
-            parts.close()
+    for split in sorted(manifest.splits):
+        _merge_split(split, raw["splits"][split], stage, [(t, c) for t, c in zip(tasks, checks) if t.split == split],
+                     result, seen)
     return result
 
 
-def _check_split(dataset_dir: Path, split: str, entry: dict, stage: str, checker: _SampleChecker,
-                 seen: dict[str, str]) -> None:
-    """The shards, samples and counts of one split; `seen` maps every key met so far to its shard."""
-    result = checker.result
-    check_sample = checker.composite if stage == "compose" else checker.parts_sample
-    counts: dict = {}
+def _merge_split(split: str, entry: dict, stage: str, checked: list[tuple[ShardTask, ShardCheck]],
+                 result: IntegrityResult, seen: dict[str, str]) -> None:
+    """The shard results of one split, in manifest order, with the split's own checks: derived
+    fields, keys across shards, totals and counts. `seen` maps every key met so far to its shard."""
     shards = entry.get("shards", [])
     if [s.get("filename") for s in shards] != entry.get("filenames", []):
         result.failures.append(Failure("manifest", "filenames and shards list different files", split))
     if [s.get("num_samples") for s in shards] != entry.get("shard_lengths", []):
         result.failures.append(Failure("manifest", "shard_lengths disagree with the shards' num_samples", split))
+    counts: dict = {}
     total = 0
-    for shard_entry in shards:
-        name = shard_entry.get("filename", "?")
-        if not check_shard_file(dataset_dir, split, shard_entry, result.failures):
-            continue
-        result.shards_checked += 1
-        in_shard = 0
-        for key, members in read_shard_members(dataset_dir / name, name, split, result.failures):
-            in_shard += 1
-            if key in seen:
+    for task, check in checked:
+        name = task.entry["filename"]
+        part = check.result
+        result.failures.extend(part.failures)
+        for key in check.keys:
+            if key in seen and seen[key] != name:
                 result.failures.append(Failure("duplicate-key", f"key also in {seen[key]}", split, name, key))
             seen.setdefault(key, name)
-            check_sample(name, key, members, counts)
-        result.samples_checked += in_shard
-        total += in_shard
-        if in_shard != shard_entry.get("num_samples"):
-            result.failures.append(Failure("shard-count", f"holds {in_shard} samples, manifest says {shard_entry.get('num_samples')}", split, name))
+        result.shards_checked += part.shards_checked
+        result.samples_checked += part.samples_checked
+        result.placements_compared += part.placements_compared
+        result.backgrounds_compared += part.backgrounds_compared
+        result.shard_sha256.update(part.shard_sha256)
+        result.source_ids.extend(part.source_ids)
+        _add_counts(counts, check.counts)
+        total += part.samples_checked
     if total != entry.get("num_samples"):
-        result.failures.append(Failure("split-count", f"shards hold {total} samples, manifest says {entry.get('num_samples')}", split))
+        result.failures.append(Failure("split-count", f"shards hold {total} samples, manifest says "
+                                                      f"{describe_value(entry.get('num_samples'))}", split))
     if stage == "compose":
         compare_counts(split, entry.get("counts", {}), counts, result.failures)
-    result.counts[split] = {"num_samples": total, **counts}
+    result.counts[split] = {"num_samples": total, **{k: dict(sorted(v.items())) for k, v in sorted(counts.items())}}

@@ -4,17 +4,21 @@
 - Parts grid: for a handful of source images, the object crop, its mask, the erase mask and the
   inpainted background (with the object box drawn), side by side.
 
-Samples are the first keys (sorted) of each cell, so the same dataset gives the same sheet.
+Contact-sheet samples are drawn per cell across classes by a rank seeded with the spec's seed, so
+the same dataset gives the same sheet; the parts grid shows the first source images by key (of the
+dataset's own sources when it previews a composed dataset).
 """
 
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from builder.compose.backgrounds import stable_rank
 from builder.core.taxonomy import sorted_groups
 from builder.formats.composites import decode_composite_image, decode_composite_json
 from builder.formats.parts import decode_parts, iter_parts_samples
@@ -39,46 +43,102 @@ def _save_png(image: Image.Image, path: Path) -> Path:
     return path
 
 
-def collect_cells(dataset_dir: Path, split: str, per_cell: int) -> dict[tuple[str, int], list[tuple[str, bytes]]]:
-    """(group, size) -> up to `per_cell` (key, jpg bytes), the smallest keys of each cell."""
+@dataclass(frozen=True)
+class Pick:
+    """One thumbnail of a contact sheet: the sample, its class and its tier."""
+
+    rank: str
+    key: str
+    wnid: str
+    class_name: str
+    tier: str | None
+    jpg: bytes
+
+
+def _offer(cell: dict[str, Pick], pick: Pick, per_cell: int) -> None:
+    """Keep, per cell, the best-ranked sample of each of the `per_cell` classes whose best rank is
+    lowest: one pass, at most `per_cell` images held per cell."""
+    held = cell.get(pick.wnid)
+    if held is not None:
+        if pick.rank < held.rank:
+            cell[pick.wnid] = pick
+        return
+    if len(cell) < per_cell:
+        cell[pick.wnid] = pick
+        return
+    worst = max(cell.values(), key=lambda p: p.rank)
+    if pick.rank < worst.rank:
+        del cell[worst.wnid]
+        cell[pick.wnid] = pick
+
+
+def collect_cells(dataset_dir: Path, split: str, per_cell: int, seed: int = 0) -> dict[tuple[str, int], list[Pick]]:
+    """(group, size) -> up to `per_cell` samples of distinct classes, drawn by a seeded rank of the
+    key (so the same dataset and seed give the same sheet, and not always the first source ids)."""
     manifest = read_manifest(dataset_dir)
-    cells: dict[tuple[str, int], list[tuple[str, bytes]]] = {}
+    cells: dict[tuple[str, int], dict[str, Pick]] = {}
     for path in manifest_shard_paths(dataset_dir, manifest, split):
         for key, members in iter_shard(path):
             meta = decode_composite_json(members)
-            cell = cells.setdefault((meta["group"], int(meta["size"])), [])
-            cell.append((key, members["jpg"]))
-            cell.sort()
-            del cell[per_cell:]
-    return cells
+            pick = Pick(stable_rank(seed, "contact-sheet", key), key, meta["wnid"],
+                        meta.get("class_name") or meta["wnid"], meta.get("tier"), members["jpg"])
+            _offer(cells.setdefault((meta["group"], int(meta["size"])), {}), pick, per_cell)
+    return {cell: sorted(picks.values(), key=lambda p: p.rank) for cell, picks in cells.items()}
+
+
+def fit_text(draw: ImageDraw.ImageDraw, text: str, width: float, font) -> str:
+    """`text`, shortened with an ellipsis only when it is wider than `width` pixels."""
+    if draw.textlength(text, font=font) <= width:
+        return text
+    while text and draw.textlength(text + "...", font=font) > width:
+        text = text[:-1]
+    return text + "..."
+
+
+def row_label_width(groups, font) -> int:
+    """Wide enough for the longest group name, whole."""
+    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    return int(max([probe.textlength(g, font=font) for g in groups] + [40])) + 3 * MARGIN
 
 
 def contact_sheet(dataset_dir: Path, out_path: Path, split: str | None = None, per_cell: int = 3,
-                  thumb: int = 112) -> Path:
-    """Rows = groups, columns = sizes, `per_cell` thumbnails per cell, with row and column labels."""
+                  thumb: int = 112, seed: int | None = None) -> Path:
+    """Rows = groups, columns = sizes, `per_cell` thumbnails of distinct classes per cell (seeded by
+    the spec's seed), each with its class name under it and the cell's tier above."""
     manifest = read_manifest(dataset_dir)
     split = split or sorted(manifest["splits"])[0]
-    cells = collect_cells(dataset_dir, split, per_cell)
+    seed = (manifest.get("spec") or {}).get("seed", 0) if seed is None else seed
+    cells = collect_cells(dataset_dir, split, per_cell, seed)
     groups = sorted_groups(g for g, _ in cells)
     sizes = sorted({s for _, s in cells})
-    row_label_width = 60
+    font = _font()
+    label_width = row_label_width(groups, font)
     cell_width = per_cell * (thumb + MARGIN) + MARGIN
-    width = row_label_width + len(sizes) * cell_width
-    height = LABEL_HEIGHT * 2 + len(groups) * (thumb + 2 * MARGIN)
+    row_height = LABEL_HEIGHT + thumb + LABEL_HEIGHT + MARGIN  # tier, thumbnails, class names
+    width = label_width + len(sizes) * cell_width
+    height = LABEL_HEIGHT * 2 + len(groups) * row_height
     sheet = Image.new("RGB", (max(width, 1), max(height, 1)), BACKGROUND_COLOUR)
     draw = ImageDraw.Draw(sheet)
-    font = _font()
-    draw.text((MARGIN, 2), f"{manifest.get('config', dataset_dir.name)} / {split}", fill=TEXT_COLOUR, font=font)
+    title = (f"{manifest.get('config', dataset_dir.name)} / {split}: {per_cell} samples of distinct classes per "
+             f"cell (seed {seed})")
+    draw.text((MARGIN, 2), fit_text(draw, title, width - 2 * MARGIN, font), fill=TEXT_COLOUR, font=font)
     for column, size in enumerate(sizes):
-        draw.text((row_label_width + column * cell_width + MARGIN, LABEL_HEIGHT + 2), f"size {size}px", fill=TEXT_COLOUR, font=font)
+        draw.text((label_width + column * cell_width + MARGIN, LABEL_HEIGHT + 2), f"size {size} px", fill=TEXT_COLOUR,
+                  font=font)
     for row, group in enumerate(groups):
-        top = LABEL_HEIGHT * 2 + row * (thumb + 2 * MARGIN) + MARGIN
-        draw.text((MARGIN, top + thumb // 2 - 6), group, fill=TEXT_COLOUR, font=font)
+        top = LABEL_HEIGHT * 2 + row * row_height
+        draw.text((MARGIN, top + LABEL_HEIGHT + thumb // 2 - 6), group, fill=TEXT_COLOUR, font=font)
         for column, size in enumerate(sizes):
-            for n, (_, jpg) in enumerate(cells.get((group, size), [])):
-                small = decode_composite_image(jpg).resize((thumb, thumb), Image.BICUBIC)
-                left = row_label_width + column * cell_width + MARGIN + n * (thumb + MARGIN)
-                sheet.paste(small, (left, top))
+            left = label_width + column * cell_width + MARGIN
+            picks = cells.get((group, size), [])
+            if picks:
+                draw.text((left, top + 3), f"tier {picks[0].tier or 'none'}", fill=TEXT_COLOUR, font=font)
+            for n, pick in enumerate(picks):
+                small = decode_composite_image(pick.jpg).resize((thumb, thumb), Image.BICUBIC)
+                x = left + n * (thumb + MARGIN)
+                sheet.paste(small, (x, top + LABEL_HEIGHT))
+                draw.text((x, top + LABEL_HEIGHT + thumb + 2), fit_text(draw, pick.class_name, thumb, font),
+                          fill=TEXT_COLOUR, font=font)
     return _save_png(sheet, out_path)
 
 
@@ -96,10 +156,13 @@ def _fit(array: np.ndarray, side: int) -> Image.Image:
 PARTS_COLUMNS = ("object crop", "object mask", "erase mask", "inpainted background")
 
 
-def parts_grid(parts_dir: Path, out_path: Path, count: int = 6, tile: int = 160) -> Path:
-    """A row per source image (the first `count` by key): crop, mask, erase mask, background."""
+def parts_grid(parts_dir: Path, out_path: Path, count: int = 6, tile: int = 160, only: set[str] | None = None) -> Path:
+    """A row per source image (the first `count` by key, of those in `only` when given: a
+    dataset's own sources): crop, mask, erase mask, background."""
     rows = []
     for key, members in iter_parts_samples(parts_dir):
+        if only is not None and key not in only:
+            continue
         rows.append(decode_parts(key, members))
         if len(rows) >= count:
             break
@@ -113,8 +176,10 @@ def parts_grid(parts_dir: Path, out_path: Path, count: int = 6, tile: int = 160)
         draw.text((label_width + column * (tile + MARGIN) + MARGIN, 3), name, fill=TEXT_COLOUR, font=font)
     for row, parts in enumerate(rows):
         top = LABEL_HEIGHT + row * (tile + MARGIN)
-        draw.text((MARGIN, top + tile // 2 - 12), parts.key[-26:], fill=TEXT_COLOUR, font=font)
-        draw.text((MARGIN, top + tile // 2 + 2), parts.meta.get("class_name", "")[:26], fill=TEXT_COLOUR, font=font)
+        room = label_width - 2 * MARGIN
+        draw.text((MARGIN, top + tile // 2 - 12), fit_text(draw, parts.key, room, font), fill=TEXT_COLOUR, font=font)
+        draw.text((MARGIN, top + tile // 2 + 2), fit_text(draw, parts.meta.get("class_name", ""), room, font),
+                  fill=TEXT_COLOUR, font=font)
         background = Image.fromarray(parts.background).convert("RGB")
         x0, y0, x1, y1 = parts.meta["object_box"]
         ImageDraw.Draw(background).rectangle((x0, y0, x1, y1), outline=(255, 0, 0), width=max(1, background.width // 120))

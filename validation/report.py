@@ -7,15 +7,17 @@ The report holds no timestamps or machine paths, so the same dataset gives the s
 from __future__ import annotations
 
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import __version__
+from builder.core.errors import InputError
 from builder.core.manifest import Manifest
 from builder.core.shards import MANIFEST_NAME, read_manifest, write_json_atomic
 from builder.core.taxonomy import sorted_groups
 
-from validation.integrity import IntegrityResult, check_dataset
+from validation.integrity import DECODE_ERRORS, IntegrityResult, check_dataset
 from validation.scores import ScoreReport
 
 JSON_NAME = "validation.json"
@@ -89,11 +91,15 @@ def _heading(title: str) -> list[str]:
 
 def _header_section(payload: dict) -> list[str]:
     target = payload["target"]
+    if target.get("stage") is None and payload.get("scored"):
+        what = f"- Scored: {payload['scored']}"
+    else:
+        what = (f"- Folder: `{target.get('folder')}` (stage: {target.get('stage')}, config: {target.get('config')}, "
+                f"fingerprint: `{target.get('fingerprint')}`)")
     return [
         "# Validation report",
         "",
-        f"- Folder: `{target.get('folder')}` (stage: {target.get('stage')}, config: {target.get('config')}, "
-        f"fingerprint: `{target.get('fingerprint')}`)",
+        what,
         f"- Tool: {payload['tool']['name']} {payload['tool']['version']}",
         f"- Result: **{'PASS' if payload['ok'] else 'FAIL'}**",
     ]
@@ -103,7 +109,9 @@ def _integrity_section(integrity: dict) -> list[str]:
     """What was checked, the failures (the first MAX_LISTED) and the samples per split."""
     lines = _heading("Integrity") + [
         f"{integrity['shards_checked']} shards and {integrity['samples_checked']} samples checked "
-        f"against `{MANIFEST_NAME}`; {integrity['placements_compared']} pasted regions compared with their parts.",
+        f"against `{MANIFEST_NAME}`; {integrity['placements_compared']} pasted regions and "
+        f"{integrity.get('backgrounds_compared', 0)} backgrounds compared with their parts "
+        f"(tolerance {integrity.get('tolerance')} mean grey levels).",
         "",
     ]
     if integrity["failures"]:
@@ -134,6 +142,11 @@ def _scores_section(scores: dict) -> list[str]:
         "ImageNet's official val boxes). Per class: "
         f"`{scores['per_class_csv']}`; distributions: `{scores['plot']}`.",
     ]
+    issues = scores.get("box_issues")
+    if issues:
+        counts = ", ".join(f"{reason}: {n}" for reason, n in issues["by_reason"].items())
+        lines += ["", f"Boxes that did not fit their image, clipped or dropped as extract does ({counts}); "
+                      f"every one is listed in `{JSON_NAME}`."]
     correlations = scores.get("accuracy_correlations")
     if correlations:
         lines += _correlation_table(correlations)
@@ -141,23 +154,35 @@ def _scores_section(scores: dict) -> list[str]:
 
 
 def _correlation_table(correlations: dict) -> list[str]:
-    """Spearman and Kendall of the scores with per-class accuracy; per model when several were given,
-    and the partial Spearman with clean accuracy held fixed when it was asked for."""
+    """Spearman and Kendall of the scores with per-class accuracy, with p-values and bootstrap
+    intervals; per model when several were given, and the partial Spearman with clean accuracy held
+    fixed when it was asked for."""
     partial = "partial_spearman" in correlations["centre"]
     averaged = f", mean over {correlations['averaged_over']} models" if correlations.get("averaged_over") else ""
-    header = "| score | Spearman | Kendall tau-b |" + (" partial Spearman (clean accuracy held fixed) |" if partial else "")
-    lines = ["", f"Rank correlation with per-class accuracy ({correlations['classes']} classes{averaged}):", "",
-             header, "|---|---|---|" + ("---|" if partial else "")]
+    level = round(100 * correlations.get("confidence", 0.95))
+    header = "| score | Spearman | p | interval | Kendall tau-b | p | interval |"
+    rule = "|---|---|---|---|---|---|---|"
+    if partial:
+        header, rule = header + " partial Spearman (clean accuracy held fixed) |", rule + "---|"
+    lines = ["", f"Rank correlation with per-class accuracy ({correlations['classes']} classes{averaged}; "
+                 f"p two-sided, {level}% bootstrap interval over classes):", "", header, rule]
     for name in ("centre", "size"):
-        row = f"| {name} | {_fmt(correlations[name]['spearman'])} | {_fmt(correlations[name]['kendall_tau_b'])} |"
-        lines.append(row + (f" {_fmt(correlations[name]['partial_spearman'])} |" if partial else ""))
+        row = correlations[name]
+        cells = []
+        for stat in ("spearman", "kendall_tau_b"):
+            interval = row.get(f"{stat}_ci")
+            cells += [_fmt(row[stat]), _fmt(row.get(f"{stat}_p")),
+                      f"[{_fmt(interval[0])}, {_fmt(interval[1])}]" if interval else "n/a"]
+        if partial:
+            cells.append(_fmt(row.get("partial_spearman")))
+        lines.append(f"| {name} | {' | '.join(cells)} |")
     for model, result in (correlations.get("models") or {}).items():
         centre, size = result["centre"], result["size"]
-        row = (f"| {model}: centre / size | {_fmt(centre['spearman'])} / {_fmt(size['spearman'])} | "
-               f"{_fmt(centre['kendall_tau_b'])} / {_fmt(size['kendall_tau_b'])} |")
+        cells = [f"{_fmt(centre['spearman'])} / {_fmt(size['spearman'])}", "", "",
+                 f"{_fmt(centre['kendall_tau_b'])} / {_fmt(size['kendall_tau_b'])}", "", ""]
         if partial:
-            row += f" {_fmt(centre.get('partial_spearman'))} / {_fmt(size.get('partial_spearman'))} |"
-        lines.append(row)
+            cells.append(f"{_fmt(centre.get('partial_spearman'))} / {_fmt(size.get('partial_spearman'))}")
+        lines.append(f"| {model}: centre / size | {' | '.join(cells)} |")
     return lines
 
 
@@ -197,50 +222,98 @@ def render_markdown(payload: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _write_or_refuse(out_dir: Path, write):
+    """`write()`, with a full or read-only disk turned into one clear error (and no report left)."""
+    try:
+        return write()
+    except OSError as exc:
+        (out_dir / f".{MD_NAME}.tmp").unlink(missing_ok=True)
+        invalidate_report(out_dir)
+        raise InputError(f"cannot write the report to {out_dir}: {exc.strerror or exc}; free space or pass "
+                         "--out DIR on writable storage") from None
+
+
 def write_report(out_dir: Path, payload: dict) -> tuple[Path, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """`validation.md`, then `validation.json` (what release trusts) last, each atomically; a
+    failed write (a full or read-only disk) leaves neither a partial file nor the old report."""
     json_path, md_path = out_dir / JSON_NAME, out_dir / MD_NAME
-    write_json_atomic(json_path, payload)
-    md_path.write_text(render_markdown(payload), "utf-8")
+
+    def write() -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        md_tmp = out_dir / f".{MD_NAME}.tmp"
+        md_tmp.write_text(render_markdown(payload), "utf-8")
+        md_tmp.replace(md_path)
+        write_json_atomic(json_path, payload)
+
+    _write_or_refuse(out_dir, write)
     return json_path, md_path
 
 
+def invalidate_report(out_dir: Path) -> None:
+    """Remove an earlier report before validating, so a run that crashes or is killed never leaves
+    a PASS that vouches for what it did not check."""
+    for name in (JSON_NAME, MD_NAME):
+        try:
+            (out_dir / name).unlink(missing_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot remove the earlier {name} in {out_dir}: {exc.strerror or exc}; "
+                             "pass --out DIR on writable storage") from None
+
+
 def validate_dataset(dataset_dir: Path, *, parts_dir: Path | None = None, previews: bool = True,
-                     scores: ScoreReport | None | bool = None, detection: dict | None = None,
+                     scores: ScoreReport | None | bool | Callable[[set[str] | None], ScoreReport] = None,
+                     detection: dict | None = None,
                      tolerance: float | None = None, check_integrity: bool = True,
-                     report_dir: Path | None = None) -> ValidationReport:
-    """Validate a composed dataset (or a parts folder) and write the reports next to it.
+                     report_dir: Path | None = None, workers: int = 1, scored: str | None = None) -> ValidationReport:
+    """Validate a composed dataset (or a parts folder) and write the reports (next to it, or in
+    `report_dir`). An earlier report there is removed first.
 
     `detection` is computed by the caller (it needs a detector and source images) and folded in.
-    `scores`: a computed ScoreReport, or None to compute them from the parts' boxes when parts are
-    at hand (a parts folder, or `parts_dir`), or False to leave them out.
+    `scores`: a computed ScoreReport; a function of the dataset's source ids (None for a folder of
+    parts) giving one; None to compute them from the parts' boxes when parts are at hand (a parts
+    folder, or `parts_dir`, restricted to the dataset's own source images); or False to leave them out.
     """
     from validation.integrity import DEFAULT_PLACEMENT_TOLERANCE
 
     dataset_dir = Path(dataset_dir)
     out_dir = Path(report_dir) if report_dir is not None else dataset_dir
+    invalidate_report(out_dir)
     integrity = None
     if check_integrity:
-        integrity = check_dataset(dataset_dir, parts_dir, tolerance if tolerance is not None else DEFAULT_PLACEMENT_TOLERANCE)
-    target = describe_target(dataset_dir)
+        tolerance = DEFAULT_PLACEMENT_TOLERANCE if tolerance is None else tolerance
+        integrity = check_dataset(dataset_dir, parts_dir, tolerance, workers)
+    target = describe_target(dataset_dir) if check_integrity else {"folder": out_dir.name, "stage": None}
+    own_sources = set(integrity.source_ids) if integrity is not None and target.get("stage") == "compose" else None
     scores_error = None
+    if callable(scores):
+        scores = scores(own_sources)
     if scores is None:
-        scores, scores_error = _scores_from_parts(dataset_dir if target.get("stage") == "extract" else parts_dir)
+        scores, scores_error = _scores_from_parts(dataset_dir if target.get("stage") == "extract" else parts_dir,
+                                                  own_sources)
     if scores is False:
         scores = None
+    written_scores = None
+    if scores is not None:
+        written_scores = _write_or_refuse(out_dir, lambda: write_scores_outputs(scores, out_dir))
     payload: dict = {
         "tool": tool_info(),
         "target": target,
         "integrity": integrity.to_json() if integrity else None,
-        "scores": write_scores_outputs(scores, out_dir) if scores is not None else None,
+        "scores": written_scores,
         "detection": detection,
         "scores_error": scores_error,
         "parts_checked": parts_dir is not None,
     }
+    if scored:
+        payload["scored"] = scored
+    if integrity is not None:
+        # the sha256 of every shard as read, for release to compare with the manifest it ships
+        payload["shards"] = dict(sorted(integrity.shard_sha256.items()))
     preview_paths: list[Path] = []
     preview_errors: list[str] = []
     if previews and integrity is not None and target.get("stage") in ("compose", "extract"):
-        preview_paths, preview_errors = make_previews(dataset_dir, target["stage"], out_dir / PREVIEWS_DIR, parts_dir)
+        preview_paths, preview_errors = make_previews(dataset_dir, target["stage"], out_dir / PREVIEWS_DIR, parts_dir,
+                                                      own_sources)
     if scores is not None:
         preview_paths.append(out_dir / PREVIEWS_DIR / SCORES_PLOT)
     payload["previews"] = [p.relative_to(out_dir).as_posix() for p in preview_paths]
@@ -254,20 +327,22 @@ def validate_dataset(dataset_dir: Path, *, parts_dir: Path | None = None, previe
     return ValidationReport(ok, json_path, md_path, preview_paths, payload, integrity)
 
 
-def _scores_from_parts(parts_dir: Path | None) -> tuple[ScoreReport | None, str | None]:
-    """Scores from the parts' boxes, or why they could not be read (reported, never fatal here)."""
+def _scores_from_parts(parts_dir: Path | None, only: set[str] | None) -> tuple[ScoreReport | None, str | None]:
+    """Scores from the parts' boxes (of the source images in `only`, when given), or why they could
+    not be read (reported, never fatal here)."""
     from validation.scores import boxes_from_parts, compute_scores
 
     if parts_dir is None:
         return None, None
     try:
-        return compute_scores(boxes_from_parts(parts_dir)), None
+        items = boxes_from_parts(parts_dir)
+        return compute_scores([i for i in items if only is None or i.image_id in only]), None
     except (OSError, ValueError, KeyError, tarfile.TarError) as exc:
         return None, f"{type(exc).__name__}: {exc}"
 
 
-def make_previews(dataset_dir: Path, stage: str, previews_dir: Path,
-                  parts_dir: Path | None) -> tuple[list[Path], list[str]]:
+def make_previews(dataset_dir: Path, stage: str, previews_dir: Path, parts_dir: Path | None,
+                  own_sources: set[str] | None = None) -> tuple[list[Path], list[str]]:
     """The contact sheet (composed datasets) and the parts grid (when parts are at hand), and why
     a sheet could not be drawn (a dataset too broken to read; integrity names the cause)."""
     from validation.previews import contact_sheet, parts_grid
@@ -278,10 +353,10 @@ def make_previews(dataset_dir: Path, stage: str, previews_dir: Path,
         jobs.append(("contact sheet", lambda: contact_sheet(dataset_dir, previews_dir / "contact_sheet.png")))
     parts = dataset_dir if stage == "extract" else parts_dir
     if parts is not None:
-        jobs.append(("parts grid", lambda: parts_grid(parts, previews_dir / "parts_grid.png")))
+        jobs.append(("parts grid", lambda: parts_grid(parts, previews_dir / "parts_grid.png", only=own_sources)))
     for name, draw in jobs:
         try:
             made.append(draw())
-        except (OSError, ValueError, KeyError, tarfile.TarError) as exc:
+        except (*DECODE_ERRORS, KeyError, tarfile.TarError) as exc:
             errors.append(f"{name}: {type(exc).__name__}: {exc}")
     return made, errors

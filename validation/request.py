@@ -11,9 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.core.errors import UsageError
-from builder.core.manifest import Manifest, ManifestError
-from validation.report import ValidationReport, validate_dataset
+from builder.core.errors import InputError, UsageError
+from builder.core.manifest import MANIFEST_NAME, Manifest, ManifestError
+from builder.formats.parts_index import resolve_parts_dir
+from validation.integrity import check_tolerance
+from validation.report import JSON_NAME, ValidationReport, validate_dataset
+
+RELEASE_META = "_release.json"  # the file that marks a release folder (cards.release writes it)
 
 
 @dataclass(frozen=True)
@@ -51,21 +55,40 @@ class ValidationRequest:
     tolerance: float | None = None
     scores: ScoresRequest | None = None
     detection: DetectionRequest | None = None
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.parts is not None:  # the extract --out folder or its parts/, as compose takes it
+            object.__setattr__(self, "parts", resolve_parts_dir(Path(self.parts)))
 
     @property
     def dataset_stage(self) -> str | None:
         return stage_of(self.dataset) if self.dataset is not None else None
 
+    @property
+    def report_dir(self) -> Path:
+        """Where the report goes: --out when given, else next to the dataset."""
+        return self.out if self.out is not None else self.dataset  # type: ignore[return-value]
+
     def check(self) -> None:
-        """Refuse a request that cannot run, with the flag to change, before any work."""
+        """Refuse a request that cannot run, with the flag to change, before any work (and before
+        anything is written)."""
         if self.dataset is not None and not self.dataset.is_dir():
             raise UsageError(f"{self.dataset} is not a folder; pass a composed config folder (OUT/<config>) or a parts folder")
         if self.dataset is None and self.scores is None and self.detection is None:
             raise UsageError("nothing to do: pass a dataset folder, --scores or --boxes")
         if self.dataset is None and self.out is None:
             raise UsageError("without a dataset folder, pass --out for the report")
+        if self.tolerance is not None:
+            check_tolerance(self.tolerance)
+        if self.workers < 1:
+            raise UsageError(f"--workers {self.workers} must be at least 1")
+        if self.dataset is not None:
+            self.check_dataset_folder()
         if self.parts is not None and stage_of(self.parts) != "extract":
             raise UsageError(f"--parts {self.parts} is not a finished parts folder (its _info.json must say stage extract)")
+        if self.parts is not None and self.dataset is not None:
+            check_parts_match(self.dataset, self.parts)
         if self.scores is not None:
             for flag, values in (("--accuracy", self.scores.accuracy), ("--control-accuracy", self.scores.control_accuracy),
                                  ("--boxes-csv", (self.scores.boxes_csv,)), ("--sizes-from", (self.scores.sizes_from,))):
@@ -86,6 +109,44 @@ class ValidationRequest:
             raise UsageError("--boxes needs --source (the ImageNet root holding the source images)")
 
 
+    def check_dataset_folder(self) -> None:
+        """The dataset folder holds a manifest this toolkit wrote (malformed ones are refused with
+        the field at fault), and its report may be written where it would go."""
+        assert self.dataset is not None
+        if not (self.dataset / MANIFEST_NAME).is_file():
+            raise InputError(describe_non_dataset(self.dataset))
+        Manifest.read(self.dataset)  # raises ManifestError naming the field
+        release = self.dataset.resolve().parent.parent
+        if self.out is None and (release / RELEASE_META).is_file():
+            raise UsageError(f"{self.dataset} is a dataset inside the release {release}; its {JSON_NAME} is the "
+                             "report the release shipped and is not overwritten: pass --out DIR for the new report")
+
+
+def describe_non_dataset(folder: Path) -> str:
+    """What a folder without a manifest is, and the datasets it holds, as a refusal to validate it."""
+    held = sorted(p.parent for p in (*folder.glob(f"*/{MANIFEST_NAME}"), *folder.glob(f"data/*/{MANIFEST_NAME}")))
+    kind = "a release folder" if (folder / RELEASE_META).is_file() else "not a dataset"
+    text = f"{folder} is {kind}: it has no {MANIFEST_NAME}"
+    if not held:
+        return text + "; an unfinished dataset gets its manifest last: re-run the command that builds it"
+    names = ", ".join(p.relative_to(folder).as_posix() for p in held)
+    return (text + f"; it holds {len(held)} dataset(s): {names}. Validate one of them, "
+            f"e.g. `hsi validate {held[0]}`" + (" --out DIR" if kind == "a release folder" else ""))
+
+
+def check_parts_match(dataset: Path, parts: Path) -> None:
+    """A composed dataset records the fingerprint of the parts it was composed from; other parts
+    would fail every placement and are refused."""
+    manifest = Manifest.read(dataset)
+    recorded = (manifest.parts or {}).get("fingerprint") if manifest.stage == "compose" else None
+    if recorded is None:
+        return
+    given = Manifest.read(parts).fingerprint
+    if given != recorded:
+        raise UsageError(f"--parts {parts} has fingerprint {given[:16]}..., but {dataset.name} was composed from parts "
+                         f"with fingerprint {str(recorded)[:16]}...; pass the parts folder it was composed from")
+
+
 def stage_of(folder: Path) -> str | None:
     """The stage that wrote `folder`, or None when it holds no readable manifest."""
     try:
@@ -98,8 +159,12 @@ def stage_of(folder: Path) -> str | None:
 def run_validation(request: ValidationRequest, warn: Callable[[str], None] | None = None) -> ValidationReport:
     warn = warn or (lambda text: print(text, file=sys.stderr))
     request.check()
-    scores = compute_requested_scores(request, warn) if request.scores is not None else None
     detection = run_detection(request, warn) if request.detection is not None else None
+    scores = None
+    if request.scores is not None:
+        def scores(source_ids):
+            return compute_requested_scores(request, warn, source_ids)
+
     return validate_dataset(
         request.dataset if request.dataset is not None else request.out,  # type: ignore[arg-type]
         parts_dir=request.parts,
@@ -108,16 +173,36 @@ def run_validation(request: ValidationRequest, warn: Callable[[str], None] | Non
         detection=detection,
         tolerance=request.tolerance,
         check_integrity=request.dataset is not None,
-        report_dir=None if request.dataset is not None else request.out,
+        report_dir=request.report_dir,
+        workers=request.workers,
+        scored=scored_description(request),
     )
 
 
-def compute_requested_scores(request: ValidationRequest, warn: Callable[[str], None]):
+def scored_description(request: ValidationRequest) -> str | None:
+    """What a report without a dataset folder scored or re-detected, for its header."""
+    if request.dataset is not None:
+        return None
+    what = []
+    if request.scores is not None and request.scores.boxes_csv is not None:
+        what.append(f"boxes of `{request.scores.boxes_csv.name}` with image sizes from `{request.scores.sizes_from}`")
+    elif request.scores is not None:
+        what.append(f"boxes of the parts folder `{request.parts}`")
+    if request.detection is not None:
+        what.append(f"Grounding DINO re-detection on `{request.detection.source}` (split {request.detection.split})")
+    return "; ".join(what) or None
+
+
+def compute_requested_scores(request: ValidationRequest, warn: Callable[[str], None], source_ids=None):
+    """The requested scores; `source_ids` (the dataset's own source images) restricts parts' boxes."""
     from validation.scores import compute_scores, read_accuracy
 
     assert request.scores is not None
     accuracy, controls = read_accuracies(request.scores, read_accuracy)
-    return compute_scores(score_inputs(request, warn), accuracy, controls)
+    items, box_issues = score_inputs(request, warn)
+    if source_ids is not None and not request.scores.boxes_csv:
+        items = [item for item in items if item.image_id in source_ids]
+    return compute_scores(items, accuracy, controls, box_issues)
 
 
 def read_accuracies(scores: ScoresRequest, read_accuracy):
@@ -138,7 +223,8 @@ def read_accuracies(scores: ScoresRequest, read_accuracy):
 
 
 def score_inputs(request: ValidationRequest, warn: Callable[[str], None]):
-    """The boxes to score: a LOC csv joined with sizes, the dataset when it is a parts folder, or --parts."""
+    """The boxes to score (a LOC csv joined with sizes, the dataset when it is a parts folder, or
+    --parts) and the boxes that had to be clipped or dropped to fit their images."""
     from builder.formats.loc_csv import read_loc_solution
     from validation.scores import boxes_from_loc_csv, boxes_from_parts, image_sizes_from_folder, image_sizes_from_parts
 
@@ -149,14 +235,18 @@ def score_inputs(request: ValidationRequest, warn: Callable[[str], None]):
             sizes = image_sizes_from_parts(scores.sizes_from)
         else:
             sizes = image_sizes_from_folder(scores.sizes_from, read_loc_solution(scores.boxes_csv).ids())
-        items, unsized = boxes_from_loc_csv(scores.boxes_csv, sizes)
+        items, unsized, box_issues = boxes_from_loc_csv(scores.boxes_csv, sizes)
         if unsized:
             warn(f"hsi validate: {len(unsized)} images of {scores.boxes_csv.name} have no size under --sizes-from "
                  f"and are not scored (first: {', '.join(unsized[:5])})")
-        return items
+        if box_issues:
+            warn(f"hsi validate: {len(box_issues)} boxes of {scores.boxes_csv.name} do not fit their image and were "
+                 f"clipped or dropped as extract does (first: {box_issues[0].image_id}: {box_issues[0].detail}); "
+                 "all are listed in the report")
+        return items, box_issues
     parts = request.dataset if request.dataset_stage == "extract" else request.parts
     assert parts is not None  # check() refused the request otherwise
-    return boxes_from_parts(parts)
+    return boxes_from_parts(parts), []
 
 
 def detection_items(request: ValidationRequest, warn: Callable[[str], None]):

@@ -17,14 +17,15 @@ from builder.core.errors import InputError
 import csv
 import json
 import math
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 
 from builder.core.classes import class_of, is_known_wnid
-from builder.core.records import Box
+from builder.core.records import Box, Issue, SourceImage
 from builder.formats.loc_csv import read_loc_boxes
 
 # The paper's class-averaged figures over the official ImageNet val boxes.
@@ -161,19 +162,26 @@ def boxes_from_parts(parts_dir: Path, split: str | None = None) -> list[ImageBox
     return sorted(items, key=lambda item: item.image_id)
 
 
-def boxes_from_loc_csv(csv_path: Path, sizes: dict[str, tuple[int, int]]) -> tuple[list[ImageBoxes], list[str]]:
+def boxes_from_loc_csv(csv_path: Path, sizes: dict[str, tuple[int, int]]
+                       ) -> tuple[list[ImageBoxes], list[str], list[Issue]]:
     """Join the CSV's boxes with image sizes; images without a known size are returned by id.
 
-    The image's class is its first box's wnid (ImageNet val images carry boxes of their label only).
+    Boxes are clipped to their image as extract clips them (`box-outside-image`; a box empty
+    inside the image is dropped, `box-empty`), and each repair is returned as an `Issue`. The
+    image's class is its first box's wnid (ImageNet val images carry boxes of their label only).
     """
-    items, unsized = [], []
+    from builder.extract.shard_builder import clip_boxes
+
+    items, unsized, issues = [], [], []
     for image_id, boxes in sorted(read_loc_boxes(csv_path).items()):
         if image_id not in sizes:
             unsized.append(image_id)
             continue
         width, height = sizes[image_id]
-        items.append(ImageBoxes(image_id, boxes[0].wnid, width, height, tuple(boxes)))
-    return items, unsized
+        kept, clipped = clip_boxes(SourceImage(image_id, boxes[0].wnid, "", tuple(boxes)), width, height)
+        issues.extend(replace(issue, stage="validate") for issue in clipped)
+        items.append(ImageBoxes(image_id, boxes[0].wnid, width, height, tuple(kept)))
+    return items, unsized, issues
 
 
 def read_accuracy(path: Path) -> dict[str, float]:
@@ -200,75 +208,100 @@ def read_accuracy(path: Path) -> dict[str, float]:
     return accuracy
 
 
-# --- rank correlations (numpy; scipy is not a dependency) -----------------------------------
+# --- rank correlations (scipy.stats), with p-values and bootstrap intervals ------------------
+
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_CONFIDENCE = 0.95
+BOOTSTRAP_SEED = 0  # the interval of the same classes is the same in every run
 
 
 def average_ranks(values: Sequence[float]) -> np.ndarray:
-    """1-based ranks with ties given their average rank (as scipy.stats.rankdata 'average')."""
-    data = np.asarray(values, dtype=float)
-    order = np.argsort(data, kind="mergesort")
-    ranks = np.empty(len(data), dtype=float)
-    sorted_values = data[order]
-    start = 0
-    while start < len(data):
-        end = start
-        while end + 1 < len(data) and sorted_values[end + 1] == sorted_values[start]:
-            end += 1
-        ranks[order[start : end + 1]] = (start + end) / 2 + 1
-        start = end + 1
-    return ranks
+    """1-based ranks with ties given their average rank."""
+    from scipy.stats import rankdata
+
+    return rankdata(np.asarray(values, dtype=float), method="average")
+
+
+def _constant(values: Sequence[float]) -> bool:
+    return len(set(values)) < 2
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """Spearman's rho: Pearson's correlation of the average ranks (nan when a side is constant)."""
-    rx, ry = average_ranks(x), average_ranks(y)
-    rx, ry = rx - rx.mean(), ry - ry.mean()
-    denominator = math.sqrt(float((rx**2).sum() * (ry**2).sum()))
-    return float((rx * ry).sum() / denominator) if denominator else float("nan")
+    """Spearman's rho (nan when a side is constant)."""
+    from scipy.stats import spearmanr
+
+    return float("nan") if _constant(x) or _constant(y) else float(spearmanr(x, y).statistic)
 
 
 def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
-    """Kendall's tau-b, which corrects for ties (scipy.stats.kendalltau's default)."""
-    a, b = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    upper = np.triu_indices(len(a), k=1)
-    dx = np.sign(a[:, None] - a[None, :])[upper]
-    dy = np.sign(b[:, None] - b[None, :])[upper]
-    concordant_minus_discordant = float((dx * dy).sum())
-    denominator = math.sqrt(float(np.count_nonzero(dx)) * float(np.count_nonzero(dy)))
-    return concordant_minus_discordant / denominator if denominator else float("nan")
+    """Kendall's tau-b, which corrects for ties (nan when a side is constant)."""
+    from scipy.stats import kendalltau
+
+    return float("nan") if _constant(x) or _constant(y) else float(kendalltau(x, y, variant="b").statistic)
+
+
+def correlation_with_interval(x: Sequence[float], y: Sequence[float], method: str) -> dict:
+    """The correlation, its two-sided p-value and a paired percentile bootstrap interval over
+    classes (BOOTSTRAP_RESAMPLES resamples, seeded)."""
+    from scipy.stats import bootstrap, kendalltau, spearmanr
+
+    if _constant(x) or _constant(y):
+        return {"value": float("nan"), "p_value": None, "ci": None}
+    if method == "spearman":
+        def test(a, b):
+            return spearmanr(a, b)
+    else:
+        def test(a, b):
+            return kendalltau(a, b, variant="b")
+    result = test(x, y)
+
+    def statistic(a, b):
+        if _constant(a) or _constant(b):  # a resample with a constant side carries no order
+            return 0.0
+        return test(a, b).statistic
+
+    interval = bootstrap((np.asarray(x, float), np.asarray(y, float)), statistic, paired=True, vectorized=False,
+                         n_resamples=BOOTSTRAP_RESAMPLES, confidence_level=BOOTSTRAP_CONFIDENCE, method="percentile",
+                         rng=np.random.default_rng(BOOTSTRAP_SEED)).confidence_interval
+    return {"value": float(result.statistic), "p_value": float(result.pvalue),
+            "ci": [float(interval.low), float(interval.high)]}
 
 
 def partial_correlation(r_xy: float, r_xz: float, r_yz: float) -> float:
     """The correlation of x and y with z held fixed, from the three pairwise correlations
     (r_xy - r_xz r_yz) / sqrt((1 - r_xz^2)(1 - r_yz^2)); with rank correlations, partial Spearman."""
     denominator = math.sqrt((1 - r_xz**2) * (1 - r_yz**2))
-    return (r_xy - r_xz * r_yz) / denominator if denominator and all(map(math.isfinite, (r_xy, r_xz, r_yz))) else float("nan")
+    finite = all(map(math.isfinite, (r_xy, r_xz, r_yz)))
+    return (r_xy - r_xz * r_yz) / denominator if denominator and finite else float("nan")
 
 
 def correlate_with_accuracy(classes: Sequence[ClassScore], accuracy: dict[str, float],
                             control: dict[str, float] | None = None) -> dict:
-    """Spearman and Kendall correlations of per-class accuracy with each score, over shared classes.
+    """Spearman and Kendall correlations of per-class accuracy with each score, over shared classes,
+    each with its p-value and a bootstrap interval.
 
     With `control` (e.g. per-class accuracy on clean photos: hard classes may simply be hard), each
     score also gets its partial Spearman correlation with the accuracy, the control held fixed,
     over the classes that have all three."""
     shared = [c for c in classes if c.wnid in accuracy]
     acc = [accuracy[c.wnid] for c in shared]
-    result: dict = {"classes": len(shared), "classes_without_accuracy": len(classes) - len(shared)}
+    result: dict = {"classes": len(shared), "classes_without_accuracy": len(classes) - len(shared),
+                    "confidence": BOOTSTRAP_CONFIDENCE, "bootstrap_resamples": BOOTSTRAP_RESAMPLES}
     controlled = [c for c in shared if control is not None and c.wnid in control]
     for score in ("centre", "size"):
         values = [getattr(c, score) for c in shared]
-        enough = len(shared) >= 3
-        result[score] = {
-            "spearman": spearman(values, acc) if enough else None,
-            "kendall_tau_b": kendall_tau_b(values, acc) if enough else None,
-        }
+        entry: dict = {"spearman": None, "kendall_tau_b": None}
+        if len(shared) >= 3:
+            for name, method in (("spearman", "spearman"), ("kendall_tau_b", "kendall")):
+                stats = correlation_with_interval(values, acc, method)
+                entry[name], entry[f"{name}_p"], entry[f"{name}_ci"] = stats["value"], stats["p_value"], stats["ci"]
         if control is not None:
             x = [getattr(c, score) for c in controlled]
             y = [accuracy[c.wnid] for c in controlled]
             z = [control[c.wnid] for c in controlled]
-            result[score]["partial_spearman"] = (partial_correlation(spearman(x, y), spearman(x, z), spearman(y, z))
-                                                 if len(controlled) >= 4 else None)
+            entry["partial_spearman"] = (partial_correlation(spearman(x, y), spearman(x, z), spearman(y, z))
+                                         if len(controlled) >= 4 else None)
+        result[score] = entry
     if control is not None:
         result["classes_with_control"] = len(controlled)
     return result
@@ -304,6 +337,22 @@ def write_class_csv(classes: Sequence[ClassScore], path: Path) -> None:
             writer.writerow([c.wnid, c.name, c.images, f"{c.centre:.6f}", f"{c.size:.6f}"])
 
 
+PAPER_REFERENCE = {"centre": PAPER_CENTRE_MEAN, "size": PAPER_SIZE_MEAN}
+
+
+def distribution_labels(classes: Sequence[ClassScore], score: str) -> dict[str, str]:
+    """The title and legend entries of one histogram: how many classes and images, our mean and
+    the paper's reference value on ImageNet val."""
+    values = [getattr(c, score) for c in classes]
+    mean = float(np.mean(values)) if values else float("nan")
+    images = sum(c.images for c in classes)
+    return {
+        "title": f"per-class {score} score (n = {len(classes)} classes, {images} images)",
+        "mean": f"mean {mean:.3f}",
+        "reference": f"paper, ImageNet val: {PAPER_REFERENCE[score]:.3f}",
+    }
+
+
 def plot_distributions(classes: Sequence[ClassScore], path: Path) -> None:
     """Histograms of the per-class centre and size scores, side by side, with their means."""
     import matplotlib
@@ -314,12 +363,15 @@ def plot_distributions(classes: Sequence[ClassScore], path: Path) -> None:
     figure, axes = plt.subplots(1, 2, figsize=(9, 3.4), dpi=100)
     for axis, score, colour in zip(axes, ("centre", "size"), ("tab:blue", "tab:orange")):
         values = [getattr(c, score) for c in classes]
+        labels = distribution_labels(classes, score)
         axis.hist(values, bins=min(30, max(5, len(values) // 3)), range=(0.0, 1.0), color=colour)
-        mean = float(np.mean(values)) if values else float("nan")
-        axis.axvline(mean, color="black", linestyle="--", linewidth=1)
-        axis.set_title(f"per-class {score} score (mean {mean:.3f})")
+        axis.axvline(float(np.mean(values)) if values else float("nan"), color="black", linestyle="--", linewidth=1,
+                     label=labels["mean"])
+        axis.axvline(PAPER_REFERENCE[score], color="tab:red", linestyle=":", linewidth=1.5, label=labels["reference"])
+        axis.set_title(labels["title"], fontsize=10)
         axis.set_xlabel(f"{score} score")
         axis.set_ylabel("classes")
+        axis.legend(fontsize=8, loc="best", framealpha=0.9)
     figure.tight_layout()
     # no timestamps or software tags in the file, so re-runs give the same bytes
     figure.savefig(path, format="png", metadata={"Software": None})
@@ -332,22 +384,43 @@ class ScoreReport:
     classes: list[ClassScore]
     summary: dict
     correlations: dict | None = None
+    box_issues: list[Issue] = field(default_factory=list)  # boxes clipped or dropped to fit their image
 
     def to_json(self) -> dict:
-        payload = {"summary": self.summary}
+        payload: dict = {"summary": self.summary}
         if self.correlations is not None:
             payload["accuracy_correlations"] = self.correlations
+        if self.box_issues:
+            payload["box_issues"] = {
+                "by_reason": dict(sorted(Counter(i.reason for i in self.box_issues).items())),
+                "rows": [i.to_json() for i in self.box_issues],
+            }
         return payload
 
 
+def check_score_range(scores: Sequence[ImageScore]) -> None:
+    """Both scores lie in [0, 1] by construction for boxes inside their image; a score outside says
+    the boxes and sizes do not belong together, and is refused rather than averaged in."""
+    bad = [s for s in scores if not (0.0 <= s.centre <= 1.0 and 0.0 <= s.size <= 1.0)]
+    if bad:
+        first = bad[0]
+        raise InputError(f"{len(bad)} images score outside [0, 1] (first: {first.image_id}, centre {first.centre:.3f}, "
+                         f"size {first.size:.3f}): their boxes do not fit the image sizes; check --sizes-from")
+
+
 def compute_scores(items: Sequence[ImageBoxes], accuracy: dict[str, float] | dict[str, dict[str, float]] | None = None,
-                   controls: dict[str, dict[str, float]] | None = None) -> ScoreReport:
+                   controls: dict[str, dict[str, float]] | None = None, box_issues: Sequence[Issue] = ()) -> ScoreReport:
     """`accuracy`: one per-class accuracy {wnid: acc}, or several by model name {name: {wnid: acc}}
     (with `controls` by the same names, for partial correlations)."""
     images = [score_image(item) for item in items if item.boxes]
+    check_score_range(images)
     classes = score_classes(images)
     correlations = None
     if accuracy is not None:
         several = bool(accuracy) and all(isinstance(v, dict) for v in accuracy.values())
-        correlations = correlate_models(classes, accuracy if several else {"accuracy": accuracy}, controls)
-    return ScoreReport(images, classes, summarise(classes, images), correlations)
+        correlations = correlate_models(classes, accuracy if several else {"accuracy": accuracy}, controls)  # type: ignore[dict-item]
+    summary = summarise(classes, images)
+    if box_issues:
+        summary["boxes_clipped"] = sum(1 for i in box_issues if i.reason == "box-outside-image")
+        summary["boxes_dropped"] = sum(1 for i in box_issues if i.reason != "box-outside-image")
+    return ScoreReport(images, classes, summary, correlations, list(box_issues))

@@ -102,9 +102,9 @@ class SplitEntry:
     @classmethod
     def from_json(cls, name: str, data: Any) -> SplitEntry:
         where = f"splits.{name}"
-        _expect(isinstance(data, Mapping), where, "must be an object")
+        _expect(isinstance(data, Mapping), where, f"must be an object, got {type(data).__name__}")
         raw_shards = data.get("shards")
-        _expect(isinstance(raw_shards, list), f"{where}.shards", "must be a list")
+        _expect(isinstance(raw_shards, list), f"{where}.shards", f"must be a list, got {type(raw_shards).__name__}")
         shards = [_shard_stats(s, f"{where}.shards[{i}]") for i, s in enumerate(raw_shards)]
         entry = cls(
             name=name,
@@ -112,12 +112,18 @@ class SplitEntry:
             fingerprint=_optional(data, "fingerprint", str, where),
             images_listed=_optional(data, "images_listed", int, where),
             errors=_error_counts(data["errors"], f"{where}.errors") if "errors" in data else None,
-            counts=_optional(data, "counts", dict, where),
+            counts=_counts(data["counts"], f"{where}.counts") if data.get("counts") is not None else None,
             source_images=_optional(data, "source_images", int, where),
         )
         if "num_samples" in data:
+            _expect(_is_int(data["num_samples"]), f"{where}.num_samples",
+                    f"must be an integer, got {type(data['num_samples']).__name__} {data['num_samples']!r}")
             _expect(data["num_samples"] == entry.num_samples, f"{where}.num_samples",
                     f"says {data['num_samples']!r} but its shards hold {entry.num_samples}")
+        for key, kind in (("filenames", str), ("shard_lengths", int)):
+            values = data.get(key, [])
+            _expect(isinstance(values, list) and all(isinstance(v, kind) and not isinstance(v, bool) for v in values),
+                    f"{where}.{key}", f"must be a list of {'file names' if kind is str else 'integers'}")
         return entry
 
 
@@ -180,7 +186,8 @@ class Manifest:
         _expect(isinstance(data, Mapping), "manifest", "must be a JSON object")
         for key, kind in (("stage", str), ("splits", Mapping), ("errors", Mapping)):
             _expect(key in data, key, "is missing")
-            _expect(isinstance(data[key], kind), key, f"must be {'an object' if kind is Mapping else 'a string'}")
+            _expect(isinstance(data[key], kind), key,
+                    f"must be {'an object' if kind is Mapping else 'a string'}, got {type(data[key]).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         _expect(not unknown, "manifest", f"has unknown fields {unknown}")
@@ -210,7 +217,8 @@ class Manifest:
         try:
             return cls.from_json(data)
         except ManifestError as exc:
-            raise ManifestError(f"{path}: {exc}") from None
+            raise ManifestError(f"{path}: {exc}; this is not a manifest the toolkit wrote: rebuild the folder "
+                                "with the command that made it") from None
 
     @classmethod
     def read_if_present(cls, folder: Path) -> Manifest | None:
@@ -223,9 +231,14 @@ class Manifest:
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:
+    """Write `path` whole or not at all: a failed write (a full disk) leaves no temporary behind."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False) + "\n", "utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False) + "\n", "utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_jsonl_atomic(path: Path, rows: Iterable[dict]) -> None:
@@ -256,6 +269,21 @@ def _optional(data: Mapping, key: str, kind: type, where: str) -> Any:
     return value
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _counts(data: Any, where: str) -> dict[str, dict[str, int]]:
+    """Compose's counts: {kind: {bucket: non-negative integer}}."""
+    _expect(isinstance(data, Mapping), where, f"must be an object, got {type(data).__name__}")
+    for kind, bucket in data.items():
+        _expect(isinstance(bucket, Mapping), f"{where}.{kind}", f"must be an object, got {type(bucket).__name__}")
+        for name, value in bucket.items():
+            _expect(_is_int(value) and value >= 0, f"{where}.{kind}.{name}",
+                    f"must be a non-negative integer, got {type(value).__name__} {value!r}")
+    return {str(kind): dict(bucket) for kind, bucket in data.items()}
+
+
 def _error_counts(data: Any, where: str) -> ErrorCounts:
     _expect(isinstance(data, Mapping), where, "must be an object")
     by_reason = data.get("by_reason", {})
@@ -270,9 +298,10 @@ def _shard_stats(data: Any, where: str) -> ShardStats:
     _expect(isinstance(data, Mapping), where, "must be an object")
     filename, count = data.get("filename"), data.get("num_samples")
     _expect(isinstance(filename, str) and filename != "", f"{where}.filename", "must be a file name")
-    _expect(isinstance(count, int) and not isinstance(count, bool) and count >= 0, f"{where}.num_samples",
-            "must be a non-negative integer")
+    _expect(_is_int(count) and count >= 0, f"{where}.num_samples",
+            f"must be a non-negative integer, got {type(count).__name__} {count!r}")
     size, digest = data.get("bytes"), data.get("sha256")
-    _expect(isinstance(size, int) and not isinstance(size, bool) and size >= 0, f"{where}.bytes", "must be a non-negative integer")
+    _expect(_is_int(size) and size >= 0, f"{where}.bytes",
+            f"must be a non-negative integer, got {type(size).__name__} {size!r}")
     _expect(isinstance(digest, str) and len(digest) == 64, f"{where}.sha256", "must be a sha256 hex digest")
     return ShardStats(filename, count, size, digest)

@@ -18,6 +18,7 @@ from builder.core.manifest import (  # noqa: F401 - re-exported for the readers 
 )
 
 import hashlib
+import io
 import json
 import os
 import tarfile
@@ -168,9 +169,35 @@ def split_member_name(name: str) -> tuple[str, str]:
     return key, ext
 
 
+# A member larger than this is refused wherever a tar is read (a composite JPEG is ~20 KB, a parts
+# background PNG of ImageNet's largest image well under 1 GiB): a tar bomb must not fill memory.
+MAX_MEMBER_BYTES = 1 << 30
+
+
+def member_problem(info: tarfile.TarInfo, shard_bytes: int | None, max_bytes: int = MAX_MEMBER_BYTES) -> str | None:
+    """Why a tar member must not be read into memory, or None: a sparse member (its header claims
+    more bytes than the tar stores: a tar bomb), or one larger than the shard holding it or than
+    `max_bytes`. Every reader of shards (`iter_shard`, the parts index) applies this one rule."""
+    if info.issparse():
+        return f"member {info.name!r} is a sparse file (claims {info.size} bytes); shards hold no sparse members"
+    if shard_bytes is not None and info.size > shard_bytes:
+        return f"member {info.name!r} claims {info.size} bytes, more than the whole shard ({shard_bytes} bytes)"
+    if info.size > max_bytes:
+        return f"member {info.name!r} claims {info.size} bytes, over the {max_bytes}-byte limit per member"
+    return None
+
+
+def _source_bytes(source: Path | BinaryIO) -> int | None:
+    """The shard's size in bytes when it is a file (a path or a seekable file object), else None."""
+    try:
+        return os.fstat(source.fileno()).st_size if hasattr(source, "read") else os.stat(source).st_size
+    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+        return None
+
+
 class ShardReadError(ShardFormatError):
     """One problem met while reading a shard: `reason` (unreadable-shard, unsafe-member,
-    duplicate-member), the shard's file name, the key or member name where known, and a `detail`
+    oversized-member, duplicate-member), the shard's file name, the key or member name where known, and a `detail`
     that does not repeat the shard (the message does)."""
 
     def __init__(self, reason: str, detail: str, shard: str, key: str | None = None, *, fatal: bool = False) -> None:
@@ -203,8 +230,10 @@ def iter_shard(source: Path | BinaryIO, handler: ReadErrorHandler = raise_read_e
     pass, grouping consecutive members by key.
 
     Problems go to `handler` (as webdataset's `handler=`): the default raises a `ShardReadError`;
-    a handler that returns skips the bad member, or ends the shard when the tar itself is broken."""
+    a handler that returns skips the bad member, or ends the shard when the tar itself is broken.
+    Sparse members and members larger than the shard (or `MAX_MEMBER_BYTES`) are refused unread."""
     label = shard_label(source)
+    shard_bytes = _source_bytes(source)
     current_key: str | None = None
     members: dict[str, bytes] = {}
     handle = None
@@ -225,6 +254,10 @@ def iter_shard(source: Path | BinaryIO, handler: ReadErrorHandler = raise_read_e
                 continue
             if not info.isfile():
                 handler(ShardReadError("unsafe-member", f"member {info.name!r} is not a regular file", label, key))
+                continue
+            too_big = member_problem(info, shard_bytes)
+            if too_big:
+                handler(ShardReadError("oversized-member", too_big, label, key))
                 continue
             if key != current_key:
                 if current_key is not None:

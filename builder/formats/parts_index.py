@@ -18,7 +18,7 @@ import numpy as np
 from builder.core.classes import class_of
 from builder.core.config import ConfigError
 from builder.core.records import Issue
-from builder.core.shards import MANIFEST_NAME, read_manifest
+from builder.core.shards import MANIFEST_NAME, member_problem, read_manifest
 from builder.formats.parts import decode_mask, decode_png
 
 NEEDED_MEMBERS = ("crop.png", "mask.png", "background.png")
@@ -66,15 +66,21 @@ def index_parts_shard(path: Path, split: str) -> tuple[list[PartsRef], list[Issu
     """Read only the `json` members of one parts shard; note where the image members are."""
     found: dict[str, dict[str, tuple[int, int]]] = {}
     metas: dict[str, bytes] = {}
+    issues = []
     with tarfile.open(path, mode="r") as tar:
         for info in tar:
             key, _, ext = info.name.partition(".")
+            problem = member_problem(info, path.stat().st_size)  # the rule iter_shard applies
+            if problem:
+                issues.append(Issue(key or info.name, "unreadable-parts", f"{path.name}: {problem}", "compose",
+                                    split=split, shard=path.name, key=key or None))
+                continue
             if ext == "json":
                 handle = tar.extractfile(info)
                 metas[key] = handle.read() if handle else b""
             elif ext in NEEDED_MEMBERS or ext in OPTIONAL_MEMBERS:
                 found.setdefault(key, {})[ext] = (info.offset_data, info.size)
-    refs, issues = [], []
+    refs = []
     for key in sorted(set(found) | set(metas)):
         members = found.get(key, {})
         missing = [m for m in NEEDED_MEMBERS if m not in members] + ([] if key in metas else ["json"])

@@ -1,8 +1,11 @@
 """`hsi validate`: integrity of a composed dataset or parts folder, the paper's centre and size
-scores, Grounding DINO box re-detection, previews, and the report written next to the dataset.
+scores, Grounding DINO box re-detection, previews, and the report written next to the dataset (or
+in --out).
 
 Exit status: 0 when every check passes, 1 when an integrity check fails (each failure is printed with
-its shard and key), 2 for usage errors (missing inputs, a detector that cannot be loaded).
+its shard and key), 2 for usage errors (missing inputs, a detector that cannot be loaded, a folder
+that is not a dataset, a malformed manifest, parts of another build; nothing is written), 130 on
+Ctrl-C.
 """
 
 from __future__ import annotations
@@ -19,10 +22,16 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dataset", type=Path, nargs="?", help="a composed config folder (OUT/<config>) or a parts folder (OUT/parts)")
-    parser.add_argument("--parts", type=Path, help="the parts folder the dataset was composed from: enables the pixel placement check and the parts preview")
-    parser.add_argument("--tolerance", type=float, help="mean absolute pixel difference (0-255) allowed in the placement check (default 12)")
+    parser.add_argument("--parts", type=Path, help="the parts folder the dataset was composed from (or the extract "
+                        "--out folder holding it): enables the pixel checks of objects and backgrounds and the "
+                        "parts preview")
+    parser.add_argument("--tolerance", type=float, help="mean absolute pixel difference (0-255, finite) allowed in the "
+                        "placement and background checks (default 12)")
     parser.add_argument("--no-previews", action="store_true", help="skip the preview sheets")
-    parser.add_argument("--out", type=Path, help="where to write the report when no dataset folder is given")
+    parser.add_argument("--out", type=Path, help="where to write the report (default: the dataset folder; required "
+                        "without one, and for a dataset inside a release)")
+    parser.add_argument("--workers", type=positive_int, default=1, help="shards checked in parallel processes "
+                        "(default 1; the report is the same for any count)")
     scores = parser.add_argument_group("centre and size scores")
     scores.add_argument("--scores", action="store_true", help="per-class centre and size scores from the parts' boxes, or from --boxes-csv")
     scores.add_argument("--boxes-csv", type=Path, help="a LOC_val_solution.csv to score instead of the parts' boxes")
@@ -60,7 +69,8 @@ def build_request(args: argparse.Namespace):
     if args.boxes:
         detection = DetectionRequest(args.source, args.split, args.boxes_path, args.detector, args.box_threshold,
                                      args.text_threshold, args.iou_threshold, args.batch_size, args.device, args.limit)
-    return ValidationRequest(args.dataset, args.parts, args.out, not args.no_previews, args.tolerance, scores, detection)
+    return ValidationRequest(args.dataset, args.parts, args.out, not args.no_previews, args.tolerance, scores,
+                             detection, args.workers)
 
 
 def run(args: argparse.Namespace) -> int:
