@@ -20,6 +20,8 @@ so the result is the same for any worker count.
 
 from __future__ import annotations
 
+from builder.core.manifest import COMPOSITES, PARTS, format_of
+
 import json
 import math
 import multiprocessing
@@ -534,7 +536,7 @@ def check_shard(task: ShardTask) -> ShardCheck:
     result.shards_checked = 1
     checker = _SampleChecker(task.split, task.class_names, _parts_lookup(task.parts_dir), task.tolerance, result,
                              task.spec.get("resize_filter", "bicubic"), task.spec)
-    check_sample = checker.composite if task.stage == "compose" else checker.parts_sample
+    check_sample = checker.composite if format_of(task.stage) == COMPOSITES else checker.parts_sample
     counts: dict = {}
     keys: list[str] = []
     in_shard: dict[str, int] = {}
@@ -595,7 +597,7 @@ def load_manifest(dataset_dir: Path) -> tuple[Manifest, dict]:
     """The typed manifest (a malformed one is refused with the field at fault) and its raw JSON,
     whose derived fields (`filenames`, `shard_lengths`) are compared with the shards."""
     manifest = Manifest.read(dataset_dir)
-    if manifest.stage not in ("compose", "extract"):
+    if manifest.holds is None:
         raise InputError(f"{dataset_dir / MANIFEST_NAME}: stage {manifest.stage!r} is neither compose nor extract; "
                          "validate a composed config folder or a parts folder")
     return manifest, json.loads((Path(dataset_dir) / MANIFEST_NAME).read_text("utf-8"))
@@ -611,7 +613,7 @@ def check_dataset(dataset_dir: Path, parts_dir: Path | None = None,
     manifest, raw = load_manifest(dataset_dir)
     stage = manifest.stage
     result = IntegrityResult(stage, tolerance=tolerance)
-    parts = str(parts_dir) if parts_dir is not None and stage == "compose" else None
+    parts = str(parts_dir) if parts_dir is not None and format_of(stage) == COMPOSITES else None
     tasks, listed = [], Counter()
     for split in sorted(manifest.splits):
         for shard in raw["splits"][split]["shards"]:
@@ -660,6 +662,6 @@ def _merge_split(split: str, entry: dict, stage: str, checked: list[tuple[ShardT
     if total != entry.get("num_samples"):
         result.failures.append(Failure("split-count", f"shards hold {total} samples, manifest says "
                                                       f"{describe_value(entry.get('num_samples'))}", split))
-    if stage == "compose":
+    if format_of(stage) == COMPOSITES:
         compare_counts(split, entry.get("counts", {}), counts, result.failures)
     result.counts[split] = {"num_samples": total, **{k: dict(sorted(v.items())) for k, v in sorted(counts.items())}}

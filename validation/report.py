@@ -6,6 +6,8 @@ The report holds no timestamps or machine paths, so the same dataset gives the s
 
 from __future__ import annotations
 
+from builder.core.manifest import COMPOSITES, PARTS, format_of
+
 import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -283,12 +285,12 @@ def validate_dataset(dataset_dir: Path, *, parts_dir: Path | None = None, previe
         tolerance = DEFAULT_PLACEMENT_TOLERANCE if tolerance is None else tolerance
         integrity = check_dataset(dataset_dir, parts_dir, tolerance, workers)
     target = describe_target(dataset_dir) if check_integrity else {"folder": out_dir.name, "stage": None}
-    own_sources = set(integrity.source_ids) if integrity is not None and target.get("stage") == "compose" else None
+    own_sources = set(integrity.source_ids) if integrity is not None and format_of(target.get("stage")) == COMPOSITES else None
     scores_error = None
     if callable(scores):
         scores = scores(own_sources)
     if scores is None:
-        scores, scores_error = _scores_from_parts(dataset_dir if target.get("stage") == "extract" else parts_dir,
+        scores, scores_error = _scores_from_parts(dataset_dir if format_of(target.get("stage")) == PARTS else parts_dir,
                                                   own_sources)
     if scores is False:
         scores = None
@@ -311,7 +313,7 @@ def validate_dataset(dataset_dir: Path, *, parts_dir: Path | None = None, previe
         payload["shards"] = dict(sorted(integrity.shard_sha256.items()))
     preview_paths: list[Path] = []
     preview_errors: list[str] = []
-    if previews and integrity is not None and target.get("stage") in ("compose", "extract"):
+    if previews and integrity is not None and format_of(target.get("stage")) is not None:
         preview_paths, preview_errors = make_previews(dataset_dir, target["stage"], out_dir / PREVIEWS_DIR, parts_dir,
                                                       own_sources)
     if scores is not None:
@@ -319,7 +321,7 @@ def validate_dataset(dataset_dir: Path, *, parts_dir: Path | None = None, previe
     payload["previews"] = [p.relative_to(out_dir).as_posix() for p in preview_paths]
     payload["preview_errors"] = preview_errors
     ok = integrity.ok if integrity is not None else True
-    if integrity is not None and integrity.ok and target.get("stage") == "compose":
+    if integrity is not None and integrity.ok and format_of(target.get("stage")) == COMPOSITES:
         # integrity compared every shard's sha256 with the manifest; release compares this record again
         payload["shards"] = Manifest.read(dataset_dir).shard_sha256()
     payload["ok"] = ok
@@ -349,9 +351,9 @@ def make_previews(dataset_dir: Path, stage: str, previews_dir: Path, parts_dir: 
 
     made, errors = [], []
     jobs = []
-    if stage == "compose":
+    if format_of(stage) == COMPOSITES:
         jobs.append(("contact sheet", lambda: contact_sheet(dataset_dir, previews_dir / "contact_sheet.png")))
-    parts = dataset_dir if stage == "extract" else parts_dir
+    parts = dataset_dir if format_of(stage) == PARTS else parts_dir
     if parts is not None:
         jobs.append(("parts grid", lambda: parts_grid(parts, previews_dir / "parts_grid.png", only=own_sources)))
     for name, draw in jobs:

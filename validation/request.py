@@ -6,6 +6,8 @@ folder, checked as a whole before anything runs, and `run_validation` that carri
 
 from __future__ import annotations
 
+from builder.core.manifest import COMPOSITES, PARTS, format_of
+
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,7 +87,7 @@ class ValidationRequest:
             raise UsageError(f"--workers {self.workers} must be at least 1")
         if self.dataset is not None:
             self.check_dataset_folder()
-        if self.parts is not None and stage_of(self.parts) != "extract":
+        if self.parts is not None and format_of(stage_of(self.parts)) != PARTS:
             raise UsageError(f"--parts {self.parts} is not a finished parts folder (its _info.json must say stage extract)")
         if self.parts is not None and self.dataset is not None:
             check_parts_match(self.dataset, self.parts)
@@ -103,7 +105,7 @@ class ValidationRequest:
                                  f"got {len(controls)}")
             if self.scores.boxes_csv and not self.scores.sizes_from:
                 raise UsageError("--boxes-csv needs --sizes-from (an image folder or a parts folder) for the image sizes")
-            if not self.scores.boxes_csv and self.dataset_stage != "extract" and self.parts is None:
+            if not self.scores.boxes_csv and format_of(self.dataset_stage) != PARTS and self.parts is None:
                 raise UsageError("--scores needs boxes: a parts folder as DATASET, --parts, or --boxes-csv with --sizes-from")
         if self.detection is not None and not self.detection.source:
             raise UsageError("--boxes needs --source (the ImageNet root holding the source images)")
@@ -138,7 +140,7 @@ def check_parts_match(dataset: Path, parts: Path) -> None:
     """A composed dataset records the fingerprint of the parts it was composed from; other parts
     would fail every placement and are refused."""
     manifest = Manifest.read(dataset)
-    recorded = (manifest.parts or {}).get("fingerprint") if manifest.stage == "compose" else None
+    recorded = (manifest.parts or {}).get("fingerprint") if manifest.holds == COMPOSITES else None
     if recorded is None:
         return
     given = Manifest.read(parts).fingerprint
@@ -231,7 +233,7 @@ def score_inputs(request: ValidationRequest, warn: Callable[[str], None]):
     scores = request.scores
     assert scores is not None
     if scores.boxes_csv and scores.sizes_from:
-        if stage_of(scores.sizes_from) == "extract":
+        if format_of(stage_of(scores.sizes_from)) == PARTS:
             sizes = image_sizes_from_parts(scores.sizes_from)
         else:
             sizes = image_sizes_from_folder(scores.sizes_from, read_loc_solution(scores.boxes_csv).ids())
@@ -244,7 +246,7 @@ def score_inputs(request: ValidationRequest, warn: Callable[[str], None]):
                  f"clipped or dropped as extract does (first: {box_issues[0].image_id}: {box_issues[0].detail}); "
                  "all are listed in the report")
         return items, box_issues
-    parts = request.dataset if request.dataset_stage == "extract" else request.parts
+    parts = request.dataset if format_of(request.dataset_stage) == PARTS else request.parts
     assert parts is not None  # check() refused the request otherwise
     return boxes_from_parts(parts), []
 
@@ -259,7 +261,7 @@ def detection_items(request: ValidationRequest, warn: Callable[[str], None]):
 
     detection = request.detection
     assert detection is not None
-    parts_dir = request.dataset if request.dataset_stage == "extract" else request.parts
+    parts_dir = request.dataset if format_of(request.dataset_stage) == PARTS else request.parts
     if parts_dir is None:
         listing = load_sources(detection.source, detection.split, detection.boxes_path, announce=warn)
         return items_from_sources(listing.records, detection.limit)

@@ -65,7 +65,7 @@ from builder.formats.composites import (
     merge_counts,
     sample_key,
 )
-from builder.core.manifest import ErrorCounts, Manifest, SplitEntry
+from builder.core.manifest import COMPOSITES, ErrorCounts, Manifest, SplitEntry
 from builder.core.shards import write_shard
 from builder.core.stage import RunOptions, Stage, run_stage
 from builder.variants import VariantSpec, load_variant
@@ -287,6 +287,7 @@ class ComposeStage(Stage):
     """Parts + a variant spec -> one composed dataset folder, `OUT/<config>/`."""
 
     name: ClassVar[str] = "compose"
+    holds: ClassVar[str] = COMPOSITES
 
     def __init__(self, parts_dir: Path, variant: str, out_root: Path, overrides: Mapping | None = None) -> None:
         self.spec = load_variant(variant, dict(overrides or {}))

@@ -27,6 +27,23 @@ ERRORS_NAME = "errors.jsonl"
 TOOL_NAME = "hard-spurious-imagenet"
 
 
+# What each stage's folder holds. Validation, cards and publishing dispatch on this, never on a
+# stage's name, so a new stage whose output is, say, composites is checked and released like
+# compose's; a stage registers itself here (`builder.core.stage.Stage` does it for its subclasses).
+PARTS, COMPOSITES = "parts", "composites"
+STAGE_OUTPUTS: dict[str, str] = {"extract": PARTS, "compose": COMPOSITES}
+
+
+def register_stage_output(stage: str, holds: str) -> None:
+    if STAGE_OUTPUTS.setdefault(stage, holds) != holds:
+        raise ValueError(f"stage {stage!r} is registered as holding {STAGE_OUTPUTS[stage]}, not {holds}")
+
+
+def format_of(stage: str | None) -> str | None:
+    """What a folder written by `stage` holds (PARTS, COMPOSITES), or None for an unknown stage."""
+    return STAGE_OUTPUTS.get(stage) if stage else None
+
+
 class ManifestError(InputError):
     """A manifest that is missing, unreadable or not of the form this toolkit writes."""
 
@@ -152,6 +169,11 @@ class Manifest:
     @property
     def num_samples(self) -> int:
         return sum(entry.num_samples for entry in self.splits.values())
+
+    @property
+    def holds(self) -> str | None:
+        """PARTS or COMPOSITES: what this folder holds, by the stage that wrote it."""
+        return format_of(self.stage)
 
     def split(self, name: str) -> SplitEntry:
         if name not in self.splits:

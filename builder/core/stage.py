@@ -27,7 +27,7 @@ from typing import ClassVar
 from builder.core.config import check_settings, save_settings
 from builder.core.errors import HsiError, UsageError
 from builder.core.locks import exclusive_folder
-from builder.core.manifest import ERRORS_NAME, Manifest, write_jsonl_atomic
+from builder.core.manifest import ERRORS_NAME, Manifest, register_stage_output, write_jsonl_atomic
 from builder.core.records import Issue
 from builder.core.runner import ShardPlan, ShardResult, Stopwatch, remove_stale_temporaries, run_shards
 
@@ -72,6 +72,7 @@ class Stage(ABC):
     """One stage's part of a run; see the module docstring for the order `run_stage` calls these."""
 
     name: ClassVar[str]
+    holds: ClassVar[str]  # PARTS or COMPOSITES (builder.core.manifest): what its folder holds
     out_dir: Path
     # None: the folder's settings file belongs to this stage alone; a key: the stage owns one entry
     # of it (extract keeps one entry per split, so val and train can share a parts folder).
@@ -124,6 +125,11 @@ class Stage(ABC):
         """Clean-up of `before_run`, also after a failure."""
 
     progress_unit: ClassVar[str] = "img"
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__ and "holds" in cls.__dict__:
+            register_stage_output(cls.name, cls.holds)
 
     def progress_label(self) -> str:
         return self.name

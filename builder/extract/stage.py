@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from builder.core.config import SettingsMismatch, canonical_json, drop_settings, fingerprint, load_settings
 from builder.core.errors import RunFailed
-from builder.core.manifest import ERRORS_NAME, ErrorCounts, Manifest, SplitEntry
+from builder.core.manifest import ERRORS_NAME, PARTS, ErrorCounts, Manifest, SplitEntry
 from builder.core.records import Issue, count_by_reason
 from builder.core.runner import STATE_DIR, ShardPlan, ShardResult, check_writable_folder, plan_shards
 from builder.core.stage import RunOptions, Stage, StageRun, run_stage, write_errors
@@ -62,6 +62,7 @@ class ExtractSummary:
 
 class ExtractStage(Stage):
     name: ClassVar[str] = "extract"
+    holds: ClassVar[str] = PARTS
     errors_per_split: ClassVar[bool] = True
 
     def __init__(self, listing: SourceListing, out: Path, config: ExtractConfig) -> None:
