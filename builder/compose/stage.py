@@ -38,14 +38,8 @@ from builder.compose.background_cache import (
     read_cached_background,
     read_canvas_background,
 )
-from builder.formats.parts_index import (
-    MemberReader,
-    PartsRef,
-    index_parts,
-    read_object,
-    read_parts_manifest,
-    resolve_parts_dir,
-)
+from builder.compose.parts_input import index_checked_parts, read_parts_manifest_checked, verify_parts_shards
+from builder.formats.parts_index import MemberReader, PartsRef, read_object, resolve_parts_dir
 from builder.core.records import Issue, count_by_reason
 from builder.core.runner import (
     ShardPlan,
@@ -291,10 +285,12 @@ class ComposeStage(Stage):
     def __init__(self, parts_dir: Path, variant: str, out_root: Path, overrides: Mapping | None = None) -> None:
         self.spec = load_variant(variant, dict(overrides or {}))
         self.parts_dir = resolve_parts_dir(Path(parts_dir))
-        self.parts_manifest = read_parts_manifest(self.parts_dir)
+        typed_parts = read_parts_manifest_checked(self.parts_dir, self.spec.splits)
+        verify_parts_shards(self.parts_dir, typed_parts, self.spec.splits)
+        self.parts_manifest = typed_parts.to_json()
         self.out_dir = Path(out_root) / self.spec.name
         self._settings = json.loads(canonical_json(output_settings(self.spec, self.parts_manifest)))
-        self.index, self.index_issues = index_parts(self.parts_dir, self.parts_manifest, self.spec.splits)
+        self.index, self.index_issues = index_checked_parts(self.parts_dir, typed_parts, self.spec.splits)
         self.jobs = plan_jobs(self.spec, self.index)
         check_has_work(self.spec, self.jobs)  # refused here, before the folder is touched
         self._plans: list[ShardPlan] = []

@@ -56,8 +56,13 @@ def decode_canvas(data: bytes) -> np.ndarray:
 
 
 def decode_png(data: bytes) -> np.ndarray:
-    with Image.open(io.BytesIO(data)) as image:
-        return np.asarray(image.convert("L" if image.mode in ("L", "1") else "RGB"))
+    """The pixels of a PNG member; ValueError for anything that does not decode, a decompression bomb
+    included (Pillow raises its own error type for those, which callers that skip bad members miss)."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return np.asarray(image.convert("L" if image.mode in ("L", "1") else "RGB"))
+    except Image.DecompressionBombError as exc:
+        raise ValueError(f"refused as a decompression bomb: {exc}") from None
 
 
 def encode_mask(mask: np.ndarray) -> bytes:
