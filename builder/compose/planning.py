@@ -60,6 +60,15 @@ def plan_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[st
     return plan_standard_jobs(spec, index)
 
 
+def coverage_report(spec: VariantSpec, jobs: Mapping[str, list[ImageJob]]) -> tuple[str, list[str]]:
+    """A variant's own table of what the parts give (images per class and split) and the list of
+    what it promises but cannot give; empty for variants without such promises."""
+    planning = variant_planning(spec)
+    if planning is None or not hasattr(planning, "coverage_problems"):
+        return "", []
+    return planning.coverage_table(spec, jobs), planning.coverage_problems(spec, jobs)
+
+
 def check_has_work(spec: VariantSpec, jobs: Mapping[str, list[ImageJob]]) -> None:
     """An empty dataset is never what a user meant: say which images were looked for."""
     if any(jobs.get(split) for split in spec.output_splits):

@@ -29,7 +29,8 @@ from builder import __version__
 from builder.compose.backgrounds import DONOR_KINDS, gray_background, noise_background, sample_rng
 from builder.core.classes import class_of, imagenet_classes
 from builder.core.taxonomy import group_name, sorted_groups, tier_of
-from builder.compose.planning import ImageJob, check_has_work, images_per_shard, plan_jobs
+from builder.compose.planning import ImageJob, check_has_work, coverage_report, images_per_shard, plan_jobs
+from builder.compose.tables import format_table
 from builder.core.config import canonical_json, fingerprint
 from builder.compose.geometry import object_size, paste, place, resize_mask, resize_rgb
 from builder.compose.background_cache import (
@@ -40,6 +41,7 @@ from builder.compose.background_cache import (
 )
 from builder.compose.parts_input import index_checked_parts, read_parts_manifest_checked, verify_parts_shards
 from builder.formats.parts_index import MemberReader, PartsRef, read_object, resolve_parts_dir
+from builder.core.errors import InputError
 from builder.core.records import Issue, count_by_reason
 from builder.core.runner import (
     ShardPlan,
@@ -239,9 +241,7 @@ def summary_table(manifest: dict) -> str:
         header = [f"{manifest['config']} / {split}", *sizes, "total"]
         rows = [[g, *[str(by_pair.get(f"{g}/{s}", 0)) for s in sizes], str(entry["counts"]["group"][g])] for g in groups]
         rows.append(["total", *[str(entry["counts"]["size"].get(s, 0)) for s in sizes], str(entry["num_samples"])])
-        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-        fmt = lambda row: "  ".join(cell.ljust(widths[0]) if i == 0 else cell.rjust(widths[i]) for i, cell in enumerate(row))
-        lines += [fmt(header), "  ".join("-" * w for w in widths), *[fmt(r) for r in rows], ""]
+        lines += [*format_table(header, rows), ""]
     errors = manifest["errors"]
     lines.append(f"errors: {errors['total']}" + (f" ({', '.join(f'{k}: {v}' for k, v in errors['by_reason'].items())})" if errors["total"] else ""))
     return "\n".join(lines)
@@ -284,7 +284,8 @@ class ComposeStage(Stage):
 
     name: ClassVar[str] = "compose"
 
-    def __init__(self, parts_dir: Path, variant: str, out_root: Path, overrides: Mapping | None = None) -> None:
+    def __init__(self, parts_dir: Path, variant: str, out_root: Path, overrides: Mapping | None = None,
+                 allow_missing: bool = False) -> None:
         self.spec = load_variant(variant, dict(overrides or {}))
         self.parts_dir = resolve_parts_dir(Path(parts_dir))
         typed_parts = read_parts_manifest_checked(self.parts_dir, self.spec.splits)
@@ -295,6 +296,11 @@ class ComposeStage(Stage):
         self.index, self.index_issues = index_checked_parts(self.parts_dir, typed_parts, self.spec.splits)
         self.jobs = plan_jobs(self.spec, self.index)
         check_has_work(self.spec, self.jobs)  # refused here, before the folder is touched
+        self.coverage, self.missing = coverage_report(self.spec, self.jobs)
+        if self.missing and not allow_missing:
+            raise InputError(f"the parts cannot give what {self.spec.name} promises: " + "; ".join(self.missing)
+                             + f".\n{self.coverage}Extract the missing classes (e.g. add --splits train,val), or pass "
+                             "--allow-missing to build it anyway (the manifest then lists what is missing).")
         self._plans: list[ShardPlan] = []
         for split in self.spec.output_splits:
             split_jobs = self.jobs.get(split, [])
@@ -363,15 +369,19 @@ class ComposeStage(Stage):
             splits=splits,
             errors=ErrorCounts(len(issues), count_by_reason(issues)),
             class_names=class_names(spec),
+            allowed_missing=list(self.missing) or None,
         )
 
 
 def compose_dataset(parts_dir: Path, variant: str, out_root: Path, *, options: RunOptions = RunOptions(),
-                    overrides: Mapping | None = None) -> ComposeSummary:
+                    overrides: Mapping | None = None, allow_missing: bool = False) -> ComposeSummary:
     """Compose `variant` (a name or a YAML spec path, with `overrides`) from the parts in
-    `parts_dir` into `out_root/<config>`; finished shards of an earlier run are reused."""
+    `parts_dir` into `out_root/<config>`; finished shards of an earlier run are reused. A variant
+    that promises classes or groups the parts lack is refused unless `allow_missing`."""
     options.check()
-    stage = ComposeStage(parts_dir, variant, out_root, overrides)
+    stage = ComposeStage(parts_dir, variant, out_root, overrides, allow_missing)
     run = run_stage(stage, options)
     manifest = run.manifest.to_json()
-    return ComposeSummary(stage.out_dir, manifest, summary_table(manifest), run.shards_reused)
+    missing = "".join(f"missing (--allow-missing): {line}\n" for line in stage.missing)
+    return ComposeSummary(stage.out_dir, manifest, stage.coverage + missing + summary_table(manifest),
+                          run.shards_reused)

@@ -140,8 +140,10 @@ class Manifest:
     spec_fingerprint: str | None = None
     parts: dict | None = None
     class_names: list[str] | None = None
+    # compose, built with --allow-missing: what the variant promises and this build lacks (cards say it)
+    allowed_missing: list[str] | None = None
 
-    OPTIONAL = ("backends", "settings", "config", "spec", "spec_fingerprint", "parts", "class_names")
+    OPTIONAL = ("backends", "settings", "config", "spec", "spec_fingerprint", "parts", "class_names", "allowed_missing")
 
     @property
     def num_samples(self) -> int:
@@ -180,6 +182,8 @@ class Manifest:
         unknown = sorted(set(data) - known)
         _expect(not unknown, "manifest", f"has unknown fields {unknown}")
         optional = {name: data[name] for name in cls.OPTIONAL if name in data}
+        missing = _optional(data, "allowed_missing", list, "manifest")
+        _expect(all(isinstance(line, str) for line in missing or []), "manifest.allowed_missing", "must list strings")
         return cls(
             stage=data["stage"],
             splits={str(name): SplitEntry.from_json(str(name), entry) for name, entry in data["splits"].items()},

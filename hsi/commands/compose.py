@@ -28,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jpeg-quality", type=int, help="JPEG quality of the composites (default 95)")
     parser.add_argument("--seed", type=int, help="seed of random backgrounds, corners, noise and the -10 splits")
     parser.add_argument("--splits", help="parts splits to compose, e.g. val or train,val")
+    parser.add_argument("--allow-missing", action="store_true",
+                        help="build a variant even when the parts lack classes or groups it promises (-10); "
+                             "the manifest lists what is missing")
     add_run_flags(parser, default_shard_size=1200)
     parser.set_defaults(shard_size=None)
 
@@ -40,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     from builder.compose.stage import compose_dataset
 
     overrides = {name: getattr(args, name) for name in SPEC_FLAGS if getattr(args, name) is not None}
-    summary = compose_dataset(args.parts, args.variant, args.out, options=run_options(args), overrides=overrides)
+    summary = compose_dataset(args.parts, args.variant, args.out, options=run_options(args), overrides=overrides,
+                              allow_missing=args.allow_missing)
     print(f"dataset: {summary.dataset_dir}" + (f" ({summary.reused_shards} finished shards reused)" if summary.reused_shards else ""))
     print(summary.table)
     return 0

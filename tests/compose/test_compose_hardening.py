@@ -96,3 +96,41 @@ def test_ar_variant_keeps_the_aspect_ratio_of_extreme_boxes(tmp_path, box):
         (y0, x0), (y1, x1) = bright.min(axis=0), bright.max(axis=0)
         assert abs((x1 - x0 + 1) - w) <= 1 and abs((y1 - y0 + 1) - h) <= 1  # the pixels say the same
     assert shrunk > 0
+
+
+# --- point 3: the -10 subset refuses missing classes and groups unless --allow-missing -------------------
+
+
+def ten_command(parts: Path, out: Path, *extra: str) -> list[str]:
+    return ["compose", "--parts", str(parts), "--out", str(out), "--variant", "hard-spurious-imagenet-10",
+            "--no-progress", *extra]
+
+
+def test_ten_with_missing_classes_is_refused_and_says_which(tmp_path, capsys):
+    # goldfish and ice bear only: eight classes absent, and their paired classes too (no paired group)
+    write_parts(tmp_path / "parts", {"val": fake_images(["n01443537", "n02134084"], per_class=4)})
+    assert main(ten_command(tmp_path / "parts", tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert "n02437312 (Arabian camel) has no image in train" in err and "--allow-missing" in err
+    assert "split test has no composite on a paired background (groups center/paired, top-right/paired)" in err
+    assert "images per class and split" in err and not (tmp_path / "out").exists()
+
+    assert main(ten_command(tmp_path / "parts", tmp_path / "out", "--allow-missing")) == 0
+    out = capsys.readouterr().out
+    assert "images per class and split" in out and "missing (--allow-missing)" in out
+    manifest = json.loads((tmp_path / "out" / "hard-spurious-imagenet-10" / "_info.json").read_text())
+    assert len(manifest["allowed_missing"]) == 8 * 2 + 1
+    assert any("paired background" in line for line in manifest["allowed_missing"])
+
+
+def test_ten_with_every_class_prints_images_per_class_and_records_nothing_missing(tmp_path, capsys):
+    from builder.variants import load_variant
+
+    wnids = sorted(dict(load_variant("hard-spurious-imagenet-10").subset.pairs))
+    write_parts(tmp_path / "parts", {"val": fake_images(wnids, per_class=4)})
+    assert main(ten_command(tmp_path / "parts", tmp_path / "out")) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("n0")]
+    assert len(rows) == 10 and all(line.split()[-2:] == ["2", "2"] for line in rows)
+    manifest = json.loads((tmp_path / "out" / "hard-spurious-imagenet-10" / "_info.json").read_text())
+    assert "allowed_missing" not in manifest
