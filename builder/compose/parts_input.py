@@ -78,13 +78,17 @@ def verify_parts_shards(parts_dir: Path, manifest: Manifest, splits: Sequence[st
                                  "extract wrote it; restore it or rebuild the parts with hsi extract --overwrite")
 
 
-def unsafe_members(path: Path) -> dict[str, list[str]]:
-    """key -> what is wrong with its members: links and other non-files, absolute names, `..`,
-    folders, sparse members. The key is the member's base name up to its first dot."""
+def scan_members(path: Path) -> tuple[dict[str, list[str]], dict[str, tuple[int, int]]]:
+    """(key -> what is wrong with its members, key -> (offset, size) of its `json` member).
+    Wrong: links and other non-files, absolute names, `..`, folders, sparse members; the key is the
+    member's base name up to its first dot. The json's place lets compose read a sample's boxes."""
     found: dict[str, list[str]] = {}
+    json_members: dict[str, tuple[int, int]] = {}
     with tarfile.open(path, mode="r:") as tar:
         for info in tar:
             name = info.name
+            if info.isfile() and name.endswith(".json") and name.count(".") == 1 and is_plain_key(name[:-5]):
+                json_members[name[:-5]] = (info.offset_data, info.size)
             parts = name.replace("\\", "/").split("/")
             problem = None
             if name.startswith(("/", "\\")):
@@ -100,7 +104,7 @@ def unsafe_members(path: Path) -> dict[str, list[str]]:
             if problem:
                 key = parts[-1].partition(".")[0] or name
                 found.setdefault(key, []).append(f"member {name!r} {problem}")
-    return found
+    return found, json_members
 
 
 def is_plain_key(key: str | None) -> bool:
@@ -117,7 +121,7 @@ def index_checked_parts(parts_dir: Path, manifest: Manifest,
         for filename in manifest.splits[split].filenames:
             path = Path(parts_dir) / filename
             try:
-                unsafe = unsafe_members(path)
+                unsafe, json_members = scan_members(path)
                 shard_refs, shard_issues = index_parts_shard(path, split)
             except (tarfile.TarError, OSError, EOFError) as exc:
                 issues.append(Issue(filename, "unreadable-parts", f"{filename}: not a readable tar ({exc}); "
@@ -132,7 +136,8 @@ def index_checked_parts(parts_dir: Path, manifest: Manifest,
                     issues.append(Issue(ref.key, "unreadable-parts", f"{filename}: sample {ref.key} is also in an "
                                         "earlier shard of this split; the first is kept", "compose",
                                         split=split, shard=filename, key=ref.key))
-            refs += [ref for ref in shard_refs if ref.key not in unsafe and ref.key not in known]
+            refs += [replace(ref, members=tuple(sorted((*ref.members, ("json", *json_members[ref.key])))))
+                     for ref in shard_refs if ref.key not in unsafe and ref.key not in known]
             # a key index_parts_shard derived from an unsafe name (`/tmp/x`, ``) is reported above
             issues += [issue for issue in shard_issues if issue.key not in unsafe and is_plain_key(issue.key)]
         index[split] = [replace(ref, row=row) for row, ref in enumerate(sorted(refs, key=lambda ref: ref.key))]

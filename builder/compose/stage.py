@@ -32,7 +32,7 @@ from builder.core.taxonomy import group_name, sorted_groups, tier_of
 from builder.compose.planning import ImageJob, check_has_work, coverage_report, images_per_shard, plan_jobs
 from builder.compose.tables import format_table
 from builder.core.config import canonical_json, fingerprint
-from builder.compose.geometry import object_size, paste, place, resize_mask, resize_rgb
+from builder.compose.geometry import crop_window, object_size, paste, place, resize_mask, resize_rgb
 from builder.compose.background_cache import (
     CACHE_DIR,
     fill_background_cache,
@@ -159,10 +159,24 @@ class ComposeShardBuilder:
     def load_cutout(self, reader: MemberReader, job: ImageJob, issues: list[Issue]) -> Cutout | None:
         try:
             crop, mask = read_object(reader, job.ref, self.spec.paste == "mask")
+            if self.spec.crop != "inclusive" or self.spec.box_rounding != "none":
+                crop, mask = self.paper_window(reader, job, crop, mask, issues)
         except (OSError, ValueError, KeyError) as exc:
             issues.append(Issue(job.ref.key, "unreadable-parts", f"object: {exc}", "compose"))
             return None
         return Cutout(crop, mask, self.spec.resize_filter)
+
+    def paper_window(self, reader: MemberReader, job: ImageJob, crop: np.ndarray, mask: np.ndarray | None,
+                     issues: list[Issue]) -> tuple[np.ndarray, np.ndarray | None]:
+        """The part of the inclusive crop the paper's crop takes (see geometry.crop_window)."""
+        meta = json.loads(reader.read(job.ref, "json"))
+        box = tuple(int(v) for v in meta["object_box"])
+        (x0, y0, x1, y1), clipped = crop_window(box, int(meta["width"]), int(meta["height"]), self.spec.crop,
+                                                self.spec.box_rounding)
+        if clipped:
+            issues.append(Issue(job.ref.key, "paper-crop-clipped", f"the paper's box for {list(box)} reaches past "
+                                "the stored crop; its object pixels are clipped to the box", "compose"))
+        return crop[y0:y1, x0:x1], (mask[y0:y1, x0:x1] if mask is not None else None)
 
     def load_background(self, reader: MemberReader, job: ImageJob, kind: str, donor: PartsRef | None,
                         issues: list[Issue]):
@@ -189,8 +203,10 @@ class ComposeShardBuilder:
         w, h = object_size(cutout.width, cutout.height, size, spec.canvas, spec.mode, spec.margin)
         obj, obj_mask = cutout.at(w, h)
         key = sample_key(job.ref.key, position, size, kind)
-        # The corner is drawn per (image, size), so O and R composites share it.
-        rng = sample_rng(spec.seed, f"corner:{job.ref.key}:{size}") if position == "random-corner" else None
+        # The corner is drawn per (image, size), so O and R composites share it; the paper drew it
+        # per composite (corner_draw: per-composite), so its own- and random-background versions differ.
+        draw = f"corner:{job.ref.key}:{size}" + (f":{kind}" if spec.corner_draw == "per-composite" else "")
+        rng = sample_rng(spec.seed, draw) if position == "random-corner" else None
         placed = place(position, w, h, spec.canvas, spec.margin, rng)
         canvas = (noise_background(spec.canvas, sample_rng(spec.seed, f"noise:{key}"))
                   if kind == "noise" else background.copy())

@@ -134,3 +134,105 @@ def test_ten_with_every_class_prints_images_per_class_and_records_nothing_missin
     assert len(rows) == 10 and all(line.split()[-2:] == ["2", "2"] for line in rows)
     manifest = json.loads((tmp_path / "out" / "hard-spurious-imagenet-10" / "_info.json").read_text())
     assert "allowed_missing" not in manifest
+
+
+# --- point 19: the paper's crop, box rounding and donor scheme ---------------------------------------
+
+
+def paper_crop(image: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
+    """What create_dataset.py does with a box: normalised, read back as a float32 tensor, scaled by
+    float32 (w, h, w, h), truncated, and cropped with exclusive ends."""
+    import torch
+
+    h, w = image.shape[:2]
+    normalised = [[box[0] / w, box[1] / h, box[2] / w, box[3] / h]]
+    xyxy = (torch.Tensor(normalised) * torch.Tensor([w, h, w, h]))[-1, :].numpy()
+    return image[int(xyxy[1]):int(xyxy[3]), int(xyxy[0]):int(xyxy[2]), :]
+
+
+def moved_values(size: int) -> list[int]:
+    """Coordinates that the paper's float32 round trip moves down by one pixel."""
+    import torch
+
+    return [v for v in range(1, size) if int((torch.Tensor([v / size]) * torch.Tensor([size]))[0]) != v]
+
+
+def test_paper_exact_crop_reproduces_the_papers_object_pixels_on_planted_boxes():
+    from builder.compose.geometry import crop_window
+
+    width, height = 500, 375
+    image = np.random.default_rng(0).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    mx, my = moved_values(width), moved_values(height)
+    assert mx and my  # the round trip really moves some corners at these sizes
+    boxes = [(10, 20, 300, 200), (0, 0, width - 1, height - 1), (17, 33, mx[-1], my[-1]), (5, 6, 7, 8)]
+    for box in boxes:
+        x0, y0, x1, y1 = box
+        inclusive = image[y0:y1 + 1, x0:x1 + 1]  # what extract stores as crop.png
+        (a, b, c, d), clipped = crop_window(box, width, height, "exclusive", "float32-normalised")
+        assert not clipped and np.array_equal(inclusive[b:d, a:c], paper_crop(image, box)), box
+        # our default keeps the whole inclusive box
+        assert crop_window(box, width, height, "inclusive", "none") == ((0, 0, x1 - x0 + 1, y1 - y0 + 1), False)
+    # a moved top-left corner needs a pixel outside the stored crop: clipped, and said so
+    box = (mx[0], my[0], width - 1, height - 1)
+    (a, b, c, d), clipped = crop_window(box, width, height, "exclusive", "float32-normalised")
+    assert clipped and (a, b) == (0, 0) and paper_crop(image, box).shape[:2] == (d - b + 1, c - a + 1)
+
+
+def test_paper_exact_flag_sets_the_papers_crop_donors_and_corner_draw(tmp_path, capsys):
+    write_parts(tmp_path / "parts", {"val": fake_images(WNIDS, per_class=6)})
+    assert main(["compose", "--parts", str(tmp_path / "parts"), "--out", str(tmp_path / "out"), "--paper-exact",
+                 "--name", "paper", "--positions", "center,random-corner", "--no-progress"]) == 0
+    manifest = json.loads((tmp_path / "out" / "paper" / "_info.json").read_text())
+    spec = manifest["spec"]
+    assert (spec["crop"], spec["box_rounding"], spec["donors"], spec["corner_draw"]) == (
+        "exclusive", "float32-normalised", "per-class", "per-composite")
+    samples = samples_of(tmp_path / "out" / "paper")
+    donor_classes: dict[str, set] = {}
+    corners: dict[tuple, set] = {}
+    for _, meta, _ in samples:
+        if meta["background"] == "random":
+            donor_classes.setdefault(meta["wnid"], set()).add(meta["background_wnid"])
+        if meta["requested_position"] == "random-corner":
+            corners.setdefault((meta["source_id"], meta["size"]), set()).add(meta["position"])
+        if meta["requested_position"] == "center":
+            assert meta["box_w"] == meta["size"]  # the exclusive crop is still resized to s x s
+    # one donor class per class, never the class itself
+    assert all(len(classes) == 1 and wnid not in classes for wnid, classes in donor_classes.items())
+    assert len(donor_classes) == 3
+    # own- and random-background versions draw their corners independently
+    assert any(len(found) == 2 for found in corners.values())
+
+
+# --- small: balanced random backgrounds for new variants --------------------------------------------------
+
+
+def test_new_variants_use_every_background_about_equally_and_never_their_own_class(tmp_path):
+    from builder.compose.backgrounds import assign_foreign_donors
+
+    items = [(c, f"img{c}_{i:03d}") for c in range(10) for i in range(50)]
+    balanced = assign_foreign_donors(items, seed=0, scheme="balanced")
+    uses = Counter(donor for donor in balanced.values())
+    assert all(donor[0] != int(key[3]) for key, donor in balanced.items())
+    assert set(uses.values()) == {1} and len(uses) == len(items)  # every background exactly once
+    drawn = assign_foreign_donors(items, seed=0, scheme="per-image")
+    assert len(set(drawn.values())) < 0.75 * len(items)  # with replacement: many never used
+    # a class holding most images: every image still gets a foreign background, reuse spread evenly
+    lopsided = [(0, f"a{i:03d}") for i in range(30)] + [(1, f"b{i}") for i in range(5)]
+    donors = assign_foreign_donors(lopsided, seed=1, scheme="balanced")
+    assert all(donors[key] is not None and donors[key][0] != cls for cls, key in lopsided)
+    assert max(Counter(donors[f"a{i:03d}"] for i in range(30)).values()) <= 8  # 5 backgrounds for 30 images
+
+
+def test_balanced_is_the_default_for_a_new_spec_and_the_named_variants_keep_per_image(tmp_path):
+    from builder.variants import load_variant
+
+    spec_file = tmp_path / "mine.yaml"
+    spec_file.write_text("name: mine\nsizes: [56]\npositions: [center]\n")
+    assert load_variant(str(spec_file)).donors == "balanced"
+    for name in ("hard-spurious-imagenet", "hard-spurious-imagenet-ar", "hard-spurious-imagenet-10"):
+        assert load_variant(name).donors == "per-image"
+    write_parts(tmp_path / "parts", {"val": fake_images(WNIDS, per_class=4)})
+    composed = compose_dataset(tmp_path / "parts", str(spec_file), tmp_path / "out", options=QUIET)
+    used = Counter(meta["background_source_id"] for _, meta, _ in samples_of(composed.dataset_dir)
+                   if meta["background"] == "random")
+    assert len(used) == 12 and set(used.values()) == {1}  # 12 images, one size: each background once

@@ -6,18 +6,18 @@ updates these pins in the same commit and says why."""
 from pinned_builds import build_everything
 
 PINNED = {
-    "demo/datasets/hard-spurious-imagenet/_info.json": "7f059874aafcee77d31bcfe165d2fcb9a632d7a8294abc14acf9f9651fb60eb1",
+    "demo/datasets/hard-spurious-imagenet/_info.json": "1605047a7425ec1baa8d2245e63fc137a5de7fbec9e32af482621f0dfb37238f",
     "demo/datasets/hard-spurious-imagenet/val-00000.tar": "b2f2fba6d0dce68d0bad6a2de1651c245590cec1ef18474645a2f4daa0dbdb09",
-    "demo/hard-spurious-imagenet/data/hard-spurious-imagenet/_info.json": "7f059874aafcee77d31bcfe165d2fcb9a632d7a8294abc14acf9f9651fb60eb1",
+    "demo/hard-spurious-imagenet/data/hard-spurious-imagenet/_info.json": "1605047a7425ec1baa8d2245e63fc137a5de7fbec9e32af482621f0dfb37238f",
     "demo/hard-spurious-imagenet/data/hard-spurious-imagenet/val-00000.tar": "b2f2fba6d0dce68d0bad6a2de1651c245590cec1ef18474645a2f4daa0dbdb09",
     "demo/parts/_info.json": "b7cd20e3d8fafd45544e29a580fbbb67d1fd08084cfdf4122900369c307d3040",
     "demo/parts/val-00000.tar": "91da1a67c7944279b4ee1c1814de8fa70e13372acd0d67b9a899209c263f74cf",
     "demo/parts/val-00001.tar": "5b91c8590f9e88d7c72d50bce0152394756264ccf965c6cdf759b55afa4ee232",
-    "fake/datasets/custom/_info.json": "7dcb79ec1bd215c0a1ca8935a3493583cefee70c7414ad3afb8c7691255abe50",
+    "fake/datasets/custom/_info.json": "1e0d31e65cb993654655578961ac96a5c7bce253e77a6e5c66a6b09d4ca97d0a",
     "fake/datasets/custom/val-00000.tar": "88a06c8bc2619295d30495a532142a2c07131d928e427bb1da64b6a4f61cd943",
-    "fake/datasets/hard-spurious-imagenet-ar/_info.json": "0a1b61ecb46e2812922f48019ae85184d2e6ef4911b05af21231d99c0d85410d",
+    "fake/datasets/hard-spurious-imagenet-ar/_info.json": "de01329d31bdde6b395e4e58eb5c575ae362f5ade899f5cd3bda360194b60031",
     "fake/datasets/hard-spurious-imagenet-ar/val-00000.tar": "4a35492a00611164c3801884660e43a3ca12dd97d5bd30ac4f25a92fd85e5026",
-    "fake/datasets/hard-spurious-imagenet/_info.json": "6e7de9d5ff709f5bfc9bec9b4dc6263f7efc0f7f411a34a7d8f3103c5a22eb1a",
+    "fake/datasets/hard-spurious-imagenet/_info.json": "997dccd16eb247304c35ae5f286fd9da0b9b26211f9c1cd5acda12a252ad66df",
     "fake/datasets/hard-spurious-imagenet/val-00000.tar": "b21ed4d8fb1de950e9948bb490618362e4582fd985adca3faf3de9ac0b938e76",
     "fake/datasets/hard-spurious-imagenet/val-00001.tar": "daf69e2a616253e8378c142d2eedc3b71e9b66d17fd200780d58f12ebfaaa3e8",
     "fake/datasets/hard-spurious-imagenet/val-00002.tar": "df5ef4e3d099f4b5ff4d8b1c474f5c246b4bef4eef3b94538d1494b8933d11e0",
@@ -31,7 +31,7 @@ PINNED = {
     "fake/parts/val-00002.tar": "aefa99869bacacc0ffdfa15e03aabd6787daf11cb698cde72ad8f4778c7413a8",
     "fake/parts/val-00003.tar": "68aba627066c992a0eb08edeeb8f0d08d7a529da72a8aa8c956639ee73970b99",
     "fake/parts/val-00004.tar": "e753958bd40f89a44fd0fbdd2ef8e43a8177107a0e77b7232de5f9dab3a73ee4",
-    "ten/datasets/hard-spurious-imagenet-10/_info.json": "2418fdaa3c5be96ca70a5501eb4fa7f97242884a9afa115b32731539951880fc",
+    "ten/datasets/hard-spurious-imagenet-10/_info.json": "3ce8340ab8a81b7a9f35e53e2390844eea2b0c8d3fb8d0d4555e971d14a061ad",
     "ten/datasets/hard-spurious-imagenet-10/test-00000.tar": "4333c3b31e1a3cf37618b7cb71042d053f8a8d8d06b3e493187713c0711a23f4",
     "ten/datasets/hard-spurious-imagenet-10/train-00000.tar": "63adc136820938aa895c1d9c4bc8819b514c05f47ea7edb2c5353d6986d153ac",
     # the parts test factory now writes its manifest through the typed Manifest, which adds the
