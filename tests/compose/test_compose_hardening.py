@@ -236,3 +236,53 @@ def test_balanced_is_the_default_for_a_new_spec_and_the_named_variants_keep_per_
     used = Counter(meta["background_source_id"] for _, meta, _ in samples_of(composed.dataset_dir)
                    if meta["background"] == "random")
     assert len(used) == 12 and set(used.values()) == {1}  # 12 images, one size: each background once
+
+
+# --- point 21: image folders in the paper's layout -----------------------------------------------------
+
+
+def test_export_writes_the_papers_image_folders_byte_identical(tmp_path, capsys):
+    import hashlib
+
+    write_parts(tmp_path / "parts", {"val": fake_images(WNIDS, per_class=2)})
+    composed = compose_dataset(tmp_path / "parts", "hard-spurious-imagenet", tmp_path / "out", options=QUIET)
+    folder = tmp_path / "folders"
+    assert main(["export", str(composed.dataset_dir), "--imagefolder", str(folder)]) == 0
+    samples = samples_of(composed.dataset_dir)
+    numbers = {"CeO": 1, "CoO": 2, "CeR": 3, "CoR": 4}
+    for key, meta, members in samples:
+        n = numbers[meta["group"]]
+        name = f"{meta['source_id']}_{n}_{meta['size']}.JPEG"
+        path = folder / "val" / str(meta["size"]) / f"Group_{n}" / meta["wnid"] / name
+        assert path.read_bytes() == members["jpg"]
+    written = json.loads((folder / "_export.json").read_text())
+    assert len(written["files"]) == len(samples) == 6 * 12 and written["group_numbers"] == numbers
+    assert all(hashlib.sha256((folder / row["path"]).read_bytes()).hexdigest() == row["sha256"]
+               for row in written["files"])
+    from torchvision.datasets import ImageFolder
+
+    group_3 = ImageFolder(str(folder / "val" / "56" / "Group_3"))
+    assert group_3.classes == sorted(WNIDS) and len(group_3) == 6
+    # again: refused without --overwrite, replaced with it
+    assert main(["export", str(composed.dataset_dir), "--imagefolder", str(folder)]) == 2
+    assert main(["export", str(composed.dataset_dir), "--imagefolder", str(folder), "--overwrite"]) == 0
+
+
+def test_export_refuses_a_foreign_folder_and_groups_the_paper_has_no_number_for(tmp_path, capsys):
+    write_parts(tmp_path / "parts", {"val": fake_images(WNIDS, per_class=1)})
+    overrides = {"name": "sides", "positions": ["left", "center"], "backgrounds": ["original", "gray"]}
+    composed = compose_dataset(tmp_path / "parts", "hard-spurious-imagenet", tmp_path / "out", options=QUIET,
+                               overrides=overrides)
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    for flags in ([], ["--overwrite"]):
+        assert main(["export", str(composed.dataset_dir), "--imagefolder", str(foreign), "--layout", "groups",
+                     *flags]) == 2
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"] and "not an export" in capsys.readouterr().err
+    assert main(["export", str(composed.dataset_dir), "--imagefolder", str(tmp_path / "paper")]) == 2
+    assert "--layout groups" in capsys.readouterr().err and not (tmp_path / "paper").exists()
+    ours = ["export", str(composed.dataset_dir), "--imagefolder", str(tmp_path / "ours"), "--layout", "groups"]
+    assert main(ours) == 0
+    names = {p.relative_to(tmp_path / "ours").parts[2] for p in (tmp_path / "ours").rglob("*.JPEG")}
+    assert names == {"left_original", "left_gray", "CeO", "center_gray"}
