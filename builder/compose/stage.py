@@ -287,6 +287,16 @@ def output_settings(spec: VariantSpec, parts_manifest: dict) -> dict:
     }
 
 
+def build_notes(spec: VariantSpec, parts_manifest: dict) -> list[str]:
+    """What a reader of this build should know that the spec alone does not say."""
+    notes = []
+    masker = ((parts_manifest.get("backends") or {}).get("masker") or {}).get("name")
+    if spec.paste == "mask" and masker == "box":
+        notes.append("--paste mask on parts from the box masker: every mask is the whole box, so these composites "
+                     "are identical to --paste box; extract with a segmenting masker (sam) for object-shaped pastes")
+    return notes
+
+
 def write_spec(dataset_dir: Path, spec: VariantSpec) -> None:
     """The resolved spec as YAML, reusable as `--variant` to rebuild the same dataset."""
     import yaml
@@ -312,6 +322,7 @@ class ComposeStage(Stage):
         self.index, self.index_issues = index_checked_parts(self.parts_dir, typed_parts, self.spec.splits)
         self.jobs = plan_jobs(self.spec, self.index)
         check_has_work(self.spec, self.jobs)  # refused here, before the folder is touched
+        self.notes = build_notes(self.spec, self.parts_manifest)
         self.coverage, self.missing = coverage_report(self.spec, self.jobs)
         if self.missing and not allow_missing:
             raise InputError(f"the parts cannot give what {self.spec.name} promises: " + "; ".join(self.missing)
@@ -386,6 +397,7 @@ class ComposeStage(Stage):
             errors=ErrorCounts(len(issues), count_by_reason(issues)),
             class_names=class_names(spec),
             allowed_missing=list(self.missing) or None,
+            notes=list(self.notes) or None,
         )
 
 
@@ -399,5 +411,6 @@ def compose_dataset(parts_dir: Path, variant: str, out_root: Path, *, options: R
     run = run_stage(stage, options)
     manifest = run.manifest.to_json()
     missing = "".join(f"missing (--allow-missing): {line}\n" for line in stage.missing)
-    return ComposeSummary(stage.out_dir, manifest, stage.coverage + missing + summary_table(manifest),
+    notes = "".join(f"note: {line}\n" for line in stage.notes)
+    return ComposeSummary(stage.out_dir, manifest, stage.coverage + missing + notes + summary_table(manifest),
                           run.shards_reused)

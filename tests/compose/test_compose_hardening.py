@@ -286,3 +286,22 @@ def test_export_refuses_a_foreign_folder_and_groups_the_paper_has_no_number_for(
     assert main(ours) == 0
     names = {p.relative_to(tmp_path / "ours").parts[2] for p in (tmp_path / "ours").rglob("*.JPEG")}
     assert names == {"left_original", "left_gray", "CeO", "center_gray"}
+
+
+# --- small: --paste mask on box-masker parts says it is --paste box ----------------------------------------
+
+
+def test_paste_mask_on_box_masker_parts_is_noted_and_recorded(tmp_path, capsys):
+    write_parts(tmp_path / "parts", {"val": fake_images(WNIDS, per_class=1)})  # the factory's masker is "box"
+    base = ["compose", "--parts", str(tmp_path / "parts"), "--out", str(tmp_path / "out"), "--sizes", "56",
+            "--no-progress"]
+    assert main([*base, "--paste", "mask", "--name", "masked"]) == 0
+    assert "identical to --paste box" in capsys.readouterr().out
+    masked = json.loads((tmp_path / "out" / "masked" / "_info.json").read_text())
+    assert any("identical to --paste box" in note for note in masked["notes"])
+    assert main([*base, "--paste", "box", "--name", "boxed"]) == 0
+    assert "note:" not in capsys.readouterr().out
+    assert "notes" not in json.loads((tmp_path / "out" / "boxed" / "_info.json").read_text())
+    # and the claim is true: the composites are the same bytes
+    jpgs = [sorted(m["jpg"] for _, _, m in samples_of(tmp_path / "out" / name)) for name in ("masked", "boxed")]
+    assert jpgs[0] == jpgs[1]

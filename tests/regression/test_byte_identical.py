@@ -13,7 +13,7 @@ PINNED = {
     "demo/parts/_info.json": "b7cd20e3d8fafd45544e29a580fbbb67d1fd08084cfdf4122900369c307d3040",
     "demo/parts/val-00000.tar": "91da1a67c7944279b4ee1c1814de8fa70e13372acd0d67b9a899209c263f74cf",
     "demo/parts/val-00001.tar": "5b91c8590f9e88d7c72d50bce0152394756264ccf965c6cdf759b55afa4ee232",
-    "fake/datasets/custom/_info.json": "1e0d31e65cb993654655578961ac96a5c7bce253e77a6e5c66a6b09d4ca97d0a",
+    "fake/datasets/custom/_info.json": "47588f4a32d0b6b3a04a1398286f04ca11b2e744fbe16d293c9d0d4eab6b7f7d",
     "fake/datasets/custom/val-00000.tar": "88a06c8bc2619295d30495a532142a2c07131d928e427bb1da64b6a4f61cd943",
     "fake/datasets/hard-spurious-imagenet-ar/_info.json": "de01329d31bdde6b395e4e58eb5c575ae362f5ade899f5cd3bda360194b60031",
     "fake/datasets/hard-spurious-imagenet-ar/val-00000.tar": "4a35492a00611164c3801884660e43a3ca12dd97d5bd30ac4f25a92fd85e5026",
