@@ -130,7 +130,7 @@ def balanced_donors(pool: DonorPool, seed: int) -> dict[str, tuple[int, str] | N
     assigned: dict[str, tuple[int, str] | None] = {}
     unfixed: dict[int, list[str]] = {}
     uses: dict[tuple[int, str], int] = {}
-    for (class_index, key), donor in zip(receivers, donors):
+    for (class_index, key), donor in zip(receivers, donors, strict=True):
         if donor[0] != class_index:
             assigned[key] = donor
             uses[donor] = uses.get(donor, 0) + 1

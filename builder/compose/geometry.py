@@ -155,7 +155,7 @@ def float32_normalised_box(box: tuple[int, int, int, int], width: int, height: i
     size and stored, read back as a float32 tensor, multiplied by float32 (w, h, w, h), truncated
     by int(). A corner can move down by one pixel."""
     scale = (width, height, width, height)
-    return tuple(int(np.float32(np.float32(v / s) * np.float32(s))) for v, s in zip(box, scale))  # type: ignore
+    return tuple(int(np.float32(np.float32(v / s) * np.float32(s))) for v, s in zip(box, scale, strict=True))  # type: ignore
 
 
 def crop_window(box: tuple[int, int, int, int], width: int, height: int, crop: str,

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import re
 import tarfile
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
 
 from builder.core.errors import InputError
 from builder.core.manifest import Manifest

@@ -53,7 +53,6 @@ SPEC_FLAGS = ("name", "sizes", "positions", "backgrounds", "mode", "paste", "mar
 
 def run(args: argparse.Namespace) -> int:
     from builder.compose.stage import compose_dataset
-
     from builder.variants.spec import PAPER_EXACT
 
     explicit = {name: getattr(args, name) for name in SPEC_FLAGS if getattr(args, name) is not None}

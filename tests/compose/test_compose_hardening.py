@@ -250,7 +250,7 @@ def test_export_writes_the_papers_image_folders_byte_identical(tmp_path, capsys)
     assert main(["export", str(composed.dataset_dir), "--imagefolder", str(folder)]) == 0
     samples = samples_of(composed.dataset_dir)
     numbers = {"CeO": 1, "CoO": 2, "CeR": 3, "CoR": 4}
-    for key, meta, members in samples:
+    for _, meta, members in samples:
         n = numbers[meta["group"]]
         name = f"{meta['source_id']}_{n}_{meta['size']}.JPEG"
         path = folder / "val" / str(meta["size"]) / f"Group_{n}" / meta["wnid"] / name
