@@ -15,6 +15,7 @@ from builder.core.errors import HsiError
 SUBCOMMANDS: dict[str, str] = {
     "extract": "hsi.commands.extract",
     "compose": "hsi.commands.compose",
+    "export": "hsi.commands.export",
     "demo": "hsi.commands.demo",
     "validate": "hsi.commands.validate",
     "eval": "hsi.commands.eval",

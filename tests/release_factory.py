@@ -25,7 +25,8 @@ def composite_json(config: str, split: str, index: int, label: int, class_index:
     meta = {
         "wnid": cls.wnid, "class_index": cls.index, "class_name": cls.name, "label": label,
         "source_id": f"{cls.wnid}_{index}", "variant": config, "split": split, "canvas": 224,
-        "size": size, "mode": "square", "paste": "box", "position": "top-right" if corner else "center",
+        "size": size, "effective_size": size, "mode": "square", "paste": "box",
+        "requested_position": "top-right" if corner else "center", "position": "top-right" if corner else "center",
         "box_x": 224 - size if corner else 112 - size // 2, "box_y": 0 if corner else 112 - size // 2,
         "box_w": size, "box_h": size, "background": "random" if group.endswith("R") else "original",
         "background_source_id": f"bg_{index}", "background_wnid": cls.wnid,

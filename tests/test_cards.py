@@ -89,18 +89,18 @@ def test_card_without_features_or_with_wrong_ones_is_refused(summaries):
 
 
 def test_card_tables_for_new_positions_and_backgrounds(tmp_path):
-    """Groups such as bottom-left/gray hold a slash, and composites outside the paper's groups have
+    """Groups such as top/gray hold a slash, and composites outside the paper's groups have
     no tier: both must come out as readable table rows."""
     from builder.compose.stage import compose_dataset
     from parts_factory import fake_images, write_parts
 
     parts = tmp_path / "parts"
     write_parts(parts, {"val": fake_images(["n01440764", "n01443537"], per_class=1)})
-    overrides = {"positions": ["bottom-left", "left"], "backgrounds": ["original", "gray"], "sizes": [56, 84]}
+    overrides = {"positions": ["top", "left"], "backgrounds": ["original", "gray"], "sizes": [56, 84]}
     composed = compose_dataset(parts, "hard-spurious-imagenet", tmp_path / "out", overrides=overrides, options=RunOptions(progress=False))
     summary = ConfigSummary(composed.dataset_dir.name, composed.manifest, {"ok": True}, (), True)
     text = render_card([summary], version="v0.1.0")
     assert "| group | 56 px | 84 px | total |" in text
-    for group in ("bottom-left/gray", "bottom-left/original", "left/gray", "left/original"):
+    for group in ("top/gray", "top/original", "left/gray", "left/original"):
         assert f"| {group} | 2 | 2 | 4 |" in text
     assert "| none | 16 |" in text

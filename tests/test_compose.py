@@ -26,7 +26,7 @@ from builder.core.config import SettingsMismatch
 from builder.core.taxonomy import TIERS
 from builder.formats.composites import check_composite_json
 from builder.core.shards import ERRORS_NAME, MANIFEST_NAME, iter_shard, sha256_file
-from parts_factory import FakeImage, distinct_color, fake_images, write_parts
+from parts_factory import FakeImage, distinct_color, fake_images, rehash_parts, write_parts
 
 WNIDS = ["n01443537", "n02437312", "n02134084"]  # goldfish, Arabian camel, ice bear
 
@@ -242,6 +242,7 @@ def test_bad_parts_and_missing_donors_become_counted_error_rows(tmp_path):
     raw = bytearray(shard.read_bytes())
     raw[info.offset_data : info.offset_data + info.size] = b"\0" * info.size
     shard.write_bytes(bytes(raw))
+    rehash_parts(parts)
     summary = compose_dataset(parts, "hard-spurious-imagenet", tmp_path / "out", options=RunOptions(progress=False))
     manifest = summary.manifest
     assert manifest["splits"]["val"]["num_samples"] == 2 * 6  # two readable images, original backgrounds only
@@ -265,6 +266,7 @@ def test_an_unreadable_background_drops_only_the_composites_that_need_it(tmp_pat
             info = tar.getmember(f"{broken}.{member}")
             raw[info.offset_data : info.offset_data + info.size] = b"\0" * info.size
     shard.write_bytes(bytes(raw))
+    rehash_parts(parts)
     donors = assign_foreign_donors([(class_of(im.wnid).index, im.source_id) for im in images], seed=0)
     receivers = [key for key, donor in donors.items() if donor[1] == broken]
     summary = compose_dataset(parts, "hard-spurious-imagenet", tmp_path / "out", options=RunOptions(workers=2, progress=False))

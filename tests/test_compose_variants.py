@@ -130,7 +130,7 @@ def test_hsi_compose_command(tmp_path, capsys):
     status = main(["compose", "--parts", str(tmp_path / "parts"), "--out", str(tmp_path / "out"),
                    "--positions", "bottom-left,left", "--sizes", "56,84", "--name", "corners", "--no-progress"])
     out = capsys.readouterr().out
-    assert status == 0 and "bottom-left/original" in out and "left/random" in out
+    assert status == 0 and "CoO" in out and "left/random" in out  # an explicit flush corner is a corner group
     manifest = json.loads((tmp_path / "out" / "corners" / MANIFEST_NAME).read_text())
     assert manifest["splits"]["val"]["num_samples"] == 4 * 2 * 2 * 2
     assert (tmp_path / "out" / "corners" / "spec.yaml").is_file()

@@ -76,17 +76,17 @@ def test_margin_moves_corners_and_edges_inwards():
     assert found_box(composite("center", 56, margin=5)[0]) == (84, 84, 56, 56)  # the centre ignores margins
 
 
-def test_aspect_ratio_mode_keeps_ratio_with_short_side_s_and_caps_long_side():
+def test_aspect_ratio_mode_keeps_ratio_with_short_side_s_and_shrinks_long_objects():
     assert object_size(60, 30, 56, C, "ar") == (112, 56)
     assert object_size(30, 60, 84, C, "ar") == (84, 168)
-    assert object_size(30, 200, 112, C, "ar") == (112, 224)  # 747 capped at the canvas
-    assert object_size(30, 200, 56, C, "ar", margin=10) == (56, 204)  # capped inside the margins
+    assert object_size(30, 200, 112, C, "ar") == (34, 224)  # 747 > 224: the whole object shrinks (33.6)
+    assert object_size(30, 200, 56, C, "ar", margin=10) == (31, 204)  # shrunk inside the margins (30.6)
     assert object_size(61, 40, 56, C, "ar") == (85, 56)  # 85.4 rounds to 85
     assert object_size(60, 30, 56, C, "square") == (56, 56)
     canvas, placed = composite("bottom-right", 56, crop_wh=(60, 30), mode="ar")
     assert found_box(canvas) == (224 - 112, 224 - 56, 112, 56)
     canvas, placed = composite("center", 112, crop_wh=(30, 200), mode="ar")
-    assert found_box(canvas) == (56, 0, 112, 224)
+    assert found_box(canvas) == (112 - 17, 0, 34, 224)
 
 
 def test_random_corner_is_seeded_per_sample_and_reaches_all_corners():

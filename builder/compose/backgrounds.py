@@ -8,10 +8,22 @@ Kinds:
   noise     uniform RGB noise from the sample's own RNG
 
 The random assignment is made once per source image (so an image's CeR and CoR composites share a
-background and differ only in placement and size). For each image the background donor is drawn
-uniformly from all images of *other* classes in the same split, with an RNG seeded by (seed, image
-key); no class can ever receive its own class's backgrounds, and the choice of one image does not
-depend on the order in which shards are built.
+background and differ only in placement and size), by one of three schemes (the spec's `donors`):
+
+  balanced   every background of the split is used about equally (once each when no class holds
+             more than half the images), never one of the receiver's own class: two seeded shuffles
+             of the split's images are paired, and a pair of the same class swaps its donor with
+             the first later pair that the swap fixes. The default for new variants.
+  per-image  each image's donor is drawn uniformly, with replacement, from the images of other
+             classes with an RNG seeded by (seed, image key): some backgrounds are never used and
+             some are reused (about 38% unused when classes are many). The named variants keep it.
+  per-class  the paper's scheme (create_dataset.py): each class draws one donor class, and its
+             images get that class's images in a seeded order (each about equally often), but the
+             donor class is never the class itself (the paper's per-slice draw let 17 of 1,300
+             images receive their own class's background).
+
+No scheme ever gives a class its own class's backgrounds, and none depends on the order in which
+shards are built: every draw is seeded by (seed, key) or by a sort on such seeded ranks.
 """
 
 from __future__ import annotations
@@ -27,6 +39,7 @@ import numpy as np
 from builder.compose.geometry import resize_rgb
 
 BACKGROUND_KINDS = ("original", "random", "paired", "gray", "noise")
+DONOR_SCHEMES = ("balanced", "per-image", "per-class")
 DONOR_KINDS = ("original", "random", "paired")  # kinds that read another (or the same) image
 GRAY_LEVEL = 128
 
@@ -89,10 +102,65 @@ class DonorPool:
         return self.entries[lo + draw]
 
 
-def assign_foreign_donors(items: Sequence[tuple[int, str]], seed: int) -> dict[str, tuple[int, str] | None]:
-    """key -> (class, key) of its random-background donor, for every (class, key) in `items`."""
+def assign_foreign_donors(items: Sequence[tuple[int, str]], seed: int,
+                          scheme: str = "per-image") -> dict[str, tuple[int, str] | None]:
+    """key -> (class, key) of its random-background donor, for every (class, key) in `items`, by
+    `scheme` (see the module docstring); None where no image of another class exists."""
     pool = DonorPool.build(items)
-    return {key: pool.foreign_donor(key, class_index, seed) for class_index, key in items}
+    if scheme == "balanced":
+        return balanced_donors(pool, seed)
+    if scheme == "per-class":
+        return per_class_donors(pool, seed)
+    if scheme != "per-image":
+        raise ValueError(f"unknown donor scheme {scheme!r}; use one of {', '.join(DONOR_SCHEMES)}")
+    return {key: pool.foreign_donor(key, class_index, seed) for class_index, key in pool.entries}
+
+
+def balanced_donors(pool: DonorPool, seed: int) -> dict[str, tuple[int, str] | None]:
+    receivers = sorted(pool.entries, key=lambda e: stable_rank(seed, "balanced-receiver", e[1]))
+    donors = sorted(pool.entries, key=lambda e: stable_rank(seed, "balanced-donor", e[1]))
+    n = len(receivers)
+    for i in range(n):
+        if donors[i][0] != receivers[i][0]:
+            continue
+        for j in (*range(i + 1, n), *range(i)):
+            if donors[j][0] != receivers[i][0] and donors[i][0] != receivers[j][0]:
+                donors[i], donors[j] = donors[j], donors[i]
+                break
+    assigned: dict[str, tuple[int, str] | None] = {}
+    unfixed: dict[int, list[str]] = {}
+    uses: dict[tuple[int, str], int] = {}
+    for (class_index, key), donor in zip(receivers, donors, strict=True):
+        if donor[0] != class_index:
+            assigned[key] = donor
+            uses[donor] = uses.get(donor, 0) + 1
+        else:  # no swap fixes a pair when one class holds most images
+            unfixed.setdefault(class_index, []).append(key)
+    for class_index, keys in sorted(unfixed.items()):
+        # those images take the least used backgrounds of other classes, in turn
+        foreign = sorted((e for e in pool.entries if e[0] != class_index),
+                         key=lambda e: (uses.get(e, 0), stable_rank(seed, "balanced-donor", e[1])))
+        for n, key in enumerate(keys):
+            assigned[key] = foreign[n % len(foreign)] if foreign else None
+    return assigned
+
+
+def per_class_donors(pool: DonorPool, seed: int) -> dict[str, tuple[int, str] | None]:
+    classes = sorted({class_index for class_index, _ in pool.entries})
+    assigned: dict[str, tuple[int, str] | None] = {}
+    for class_index in classes:
+        lo, hi = pool.class_run(class_index)
+        others = [c for c in classes if c != class_index]
+        if not others:
+            assigned.update({key: None for _, key in pool.entries[lo:hi]})
+            continue
+        donor_class = others[int(sample_rng(seed, f"donor-class:{class_index}").integers(len(others)))]
+        d_lo, d_hi = pool.class_run(donor_class)
+        donors = sorted(pool.entries[d_lo:d_hi], key=lambda e: stable_rank(seed, f"per-class:{class_index}", e[1]))
+        receivers = sorted(pool.entries[lo:hi], key=lambda e: stable_rank(seed, "per-class-receiver", e[1]))
+        for n, (_, key) in enumerate(receivers):
+            assigned[key] = donors[n % len(donors)]
+    return assigned
 
 
 class CanvasCache:

@@ -6,8 +6,10 @@ placement is expressed as a fraction of the free range C - w - 2*margin on each 
 moves corner and edge placements inwards by the same number of pixels. `random-corner` draws one of
 the four corners from the sample's own RNG.
 
-Square mode stretches the object's box to s x s; AR mode keeps its aspect ratio with the short side s
-and the long side capped at the canvas (minus margins).
+Square mode stretches the object's box to s x s; AR mode keeps its aspect ratio with the short side s;
+when the long side would then pass the canvas (minus margins), the whole object is shrunk so the long
+side fits and the ratio is still kept (as the paper's create_dataset_preserve_AR.py does), so the
+short side pasted (the sample's `effective_size`) is then smaller than s.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ import numpy as np
 from PIL import Image
 
 MODES = ("square", "ar")
+CROPS = ("inclusive", "exclusive")
+BOX_ROUNDINGS = ("none", "float32-normalised")
+CORNER_DRAWS = ("per-size", "per-composite")
 PASTE_MODES = ("box", "mask")
 RESIZE_FILTERS: dict[str, Image.Resampling] = {
     "bicubic": Image.Resampling.BICUBIC,
@@ -93,10 +98,11 @@ def object_size(crop_w: int, crop_h: int, size: int, canvas: int, mode: str, mar
     if mode != "ar":
         raise GeometryError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     cap = canvas - 2 * margin
-    scale = size / min(crop_w, crop_h)
-    if crop_w <= crop_h:
-        return size, min(cap, max(size, round_half_up(crop_h * scale)))
-    return min(cap, max(size, round_half_up(crop_w * scale))), size
+    short_crop, long_crop = min(crop_w, crop_h), max(crop_w, crop_h)
+    short, long = size, max(size, round_half_up(long_crop * size / short_crop))
+    if long > cap:  # shrink the whole object, never distort it
+        short, long = max(1, min(size, round_half_up(short_crop * cap / long_crop))), cap
+    return (short, long) if crop_w <= crop_h else (long, short)
 
 
 def place(position: str, w: int, h: int, canvas: int, margin: int = 0, rng: np.random.Generator | None = None) -> Placement:
@@ -146,3 +152,30 @@ def paste(canvas: np.ndarray, obj: np.ndarray, placement: Placement, mask: np.nd
         window[...] = obj
     else:
         window[mask] = obj[mask]
+
+
+def float32_normalised_box(box: tuple[int, int, int, int], width: int, height: int) -> tuple[int, int, int, int]:
+    """The paper's box after its round trip (create_dataset.py): corners normalised by the image
+    size and stored, read back as a float32 tensor, multiplied by float32 (w, h, w, h), truncated
+    by int(). A corner can move down by one pixel."""
+    scale = (width, height, width, height)
+    return tuple(int(np.float32(np.float32(v / s) * np.float32(s))) for v, s in zip(box, scale, strict=True))  # type: ignore
+
+
+def crop_window(box: tuple[int, int, int, int], width: int, height: int, crop: str,
+                box_rounding: str) -> tuple[tuple[int, int, int, int], bool]:
+    """The window (x0, y0, x1, y1, end exclusive) to take out of the parts' crop of `box` (the
+    inclusive VOC box, so the crop is (x1 - x0 + 1) x (y1 - y0 + 1)), and whether it had to be
+    clipped to that crop. `exclusive` crops [x0:x1] as the paper does; `float32-normalised` first
+    moves the box as the paper's float32 round trip does."""
+    if crop not in CROPS or box_rounding not in BOX_ROUNDINGS:
+        raise GeometryError(f"unknown crop {crop!r} or box rounding {box_rounding!r}")
+    x0, y0, x1, y1 = box
+    rx0, ry0, rx1, ry1 = float32_normalised_box(box, width, height) if box_rounding != "none" else box
+    end = 0 if crop == "exclusive" else 1
+    wanted = (rx0 - x0, ry0 - y0, rx1 - x0 + end, ry1 - y0 + end)
+    crop_w, crop_h = x1 - x0 + 1, y1 - y0 + 1
+    window = (max(0, wanted[0]), max(0, wanted[1]), min(crop_w, wanted[2]), min(crop_h, wanted[3]))
+    if window[2] <= window[0] or window[3] <= window[1]:
+        raise GeometryError(f"the {crop} crop of box {list(box)} is empty")
+    return window, window != wanted

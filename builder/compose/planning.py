@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from builder.compose.backgrounds import DonorPool
+from builder.compose.backgrounds import assign_foreign_donors
 from builder.core.classes import class_of
 from builder.core.config import ConfigError
 from builder.formats.parts_index import PartsRef
@@ -35,7 +35,8 @@ def plan_standard_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -
     for split in spec.splits:
         refs = index[split]
         by_key = {ref.key: ref for ref in refs}
-        pool = DonorPool.build([(ref.class_index, ref.key) for ref in refs])
+        foreign = (assign_foreign_donors([(ref.class_index, ref.key) for ref in refs], spec.seed, spec.donors)
+                   if "random" in spec.backgrounds else {})
         split_jobs = []
         for ref in refs:
             donors = []
@@ -43,7 +44,7 @@ def plan_standard_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -
                 if kind == "original":
                     donors.append((kind, ref))
                 elif kind == "random":
-                    donor = pool.foreign_donor(ref.key, ref.class_index, spec.seed)
+                    donor = foreign[ref.key]
                     donors.append((kind, by_key[donor[1]] if donor else None))
                 else:
                     donors.append((kind, None))
@@ -58,6 +59,15 @@ def plan_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[st
     if planning is not None:
         return planning.plan_jobs(spec, index)
     return plan_standard_jobs(spec, index)
+
+
+def coverage_report(spec: VariantSpec, jobs: Mapping[str, list[ImageJob]]) -> tuple[str, list[str]]:
+    """A variant's own table of what the parts give (images per class and split) and the list of
+    what it promises but cannot give; empty for variants without such promises."""
+    planning = variant_planning(spec)
+    if planning is None or not hasattr(planning, "coverage_problems"):
+        return "", []
+    return planning.coverage_table(spec, jobs), planning.coverage_problems(spec, jobs)
 
 
 def check_has_work(spec: VariantSpec, jobs: Mapping[str, list[ImageJob]]) -> None:

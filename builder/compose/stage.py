@@ -29,23 +29,19 @@ from builder import __version__
 from builder.compose.backgrounds import DONOR_KINDS, gray_background, noise_background, sample_rng
 from builder.core.classes import class_of, imagenet_classes
 from builder.core.taxonomy import group_name, sorted_groups, tier_of
-from builder.compose.planning import ImageJob, check_has_work, images_per_shard, plan_jobs
+from builder.compose.planning import ImageJob, check_has_work, coverage_report, images_per_shard, plan_jobs
+from builder.compose.tables import format_table
 from builder.core.config import canonical_json, fingerprint
-from builder.compose.geometry import object_size, paste, place, resize_mask, resize_rgb
+from builder.compose.geometry import crop_window, object_size, paste, place, resize_mask, resize_rgb
 from builder.compose.background_cache import (
     CACHE_DIR,
     fill_background_cache,
     read_cached_background,
     read_canvas_background,
 )
-from builder.formats.parts_index import (
-    MemberReader,
-    PartsRef,
-    index_parts,
-    read_object,
-    read_parts_manifest,
-    resolve_parts_dir,
-)
+from builder.compose.parts_input import index_checked_parts, read_parts_manifest_checked, verify_parts_shards
+from builder.formats.parts_index import MemberReader, PartsRef, read_object, resolve_parts_dir
+from builder.core.errors import InputError
 from builder.core.records import Issue, count_by_reason
 from builder.core.runner import (
     ShardPlan,
@@ -140,8 +136,10 @@ class ComposeShardBuilder:
             "split": job.split,
             "canvas": spec.canvas,
             "size": size,
+            "effective_size": min(placed.w, placed.h) if spec.mode == "ar" else size,
             "mode": spec.mode,
             "paste": spec.paste,
+            "requested_position": spec_position,
             "position": placed.position,
             "box_x": placed.x,
             "box_y": placed.y,
@@ -161,10 +159,24 @@ class ComposeShardBuilder:
     def load_cutout(self, reader: MemberReader, job: ImageJob, issues: list[Issue]) -> Cutout | None:
         try:
             crop, mask = read_object(reader, job.ref, self.spec.paste == "mask")
+            if self.spec.crop != "inclusive" or self.spec.box_rounding != "none":
+                crop, mask = self.paper_window(reader, job, crop, mask, issues)
         except (OSError, ValueError, KeyError) as exc:
             issues.append(Issue(job.ref.key, "unreadable-parts", f"object: {exc}", "compose"))
             return None
         return Cutout(crop, mask, self.spec.resize_filter)
+
+    def paper_window(self, reader: MemberReader, job: ImageJob, crop: np.ndarray, mask: np.ndarray | None,
+                     issues: list[Issue]) -> tuple[np.ndarray, np.ndarray | None]:
+        """The part of the inclusive crop the paper's crop takes (see geometry.crop_window)."""
+        meta = json.loads(reader.read(job.ref, "json"))
+        box = tuple(int(v) for v in meta["object_box"])
+        (x0, y0, x1, y1), clipped = crop_window(box, int(meta["width"]), int(meta["height"]), self.spec.crop,
+                                                self.spec.box_rounding)
+        if clipped:
+            issues.append(Issue(job.ref.key, "paper-crop-clipped", f"the paper's box for {list(box)} reaches past "
+                                "the stored crop; its object pixels are clipped to the box", "compose"))
+        return crop[y0:y1, x0:x1], (mask[y0:y1, x0:x1] if mask is not None else None)
 
     def load_background(self, reader: MemberReader, job: ImageJob, kind: str, donor: PartsRef | None,
                         issues: list[Issue]):
@@ -191,8 +203,10 @@ class ComposeShardBuilder:
         w, h = object_size(cutout.width, cutout.height, size, spec.canvas, spec.mode, spec.margin)
         obj, obj_mask = cutout.at(w, h)
         key = sample_key(job.ref.key, position, size, kind)
-        # The corner is drawn per (image, size), so O and R composites share it.
-        rng = sample_rng(spec.seed, f"corner:{job.ref.key}:{size}") if position == "random-corner" else None
+        # The corner is drawn per (image, size), so O and R composites share it; the paper drew it
+        # per composite (corner_draw: per-composite), so its own- and random-background versions differ.
+        draw = f"corner:{job.ref.key}:{size}" + (f":{kind}" if spec.corner_draw == "per-composite" else "")
+        rng = sample_rng(spec.seed, draw) if position == "random-corner" else None
         placed = place(position, w, h, spec.canvas, spec.margin, rng)
         canvas = (noise_background(spec.canvas, sample_rng(spec.seed, f"noise:{key}"))
                   if kind == "noise" else background.copy())
@@ -243,9 +257,7 @@ def summary_table(manifest: dict) -> str:
         header = [f"{manifest['config']} / {split}", *sizes, "total"]
         rows = [[g, *[str(by_pair.get(f"{g}/{s}", 0)) for s in sizes], str(entry["counts"]["group"][g])] for g in groups]
         rows.append(["total", *[str(entry["counts"]["size"].get(s, 0)) for s in sizes], str(entry["num_samples"])])
-        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-        fmt = lambda row: "  ".join(cell.ljust(widths[0]) if i == 0 else cell.rjust(widths[i]) for i, cell in enumerate(row))
-        lines += [fmt(header), "  ".join("-" * w for w in widths), *[fmt(r) for r in rows], ""]
+        lines += [*format_table(header, rows), ""]
     errors = manifest["errors"]
     lines.append(f"errors: {errors['total']}" + (f" ({', '.join(f'{k}: {v}' for k, v in errors['by_reason'].items())})" if errors["total"] else ""))
     return "\n".join(lines)
@@ -275,6 +287,16 @@ def output_settings(spec: VariantSpec, parts_manifest: dict) -> dict:
     }
 
 
+def build_notes(spec: VariantSpec, parts_manifest: dict) -> list[str]:
+    """What a reader of this build should know that the spec alone does not say."""
+    notes = []
+    masker = ((parts_manifest.get("backends") or {}).get("masker") or {}).get("name")
+    if spec.paste == "mask" and masker == "box":
+        notes.append("--paste mask on parts from the box masker: every mask is the whole box, so these composites "
+                     "are identical to --paste box; extract with a segmenting masker (sam) for object-shaped pastes")
+    return notes
+
+
 def write_spec(dataset_dir: Path, spec: VariantSpec) -> None:
     """The resolved spec as YAML, reusable as `--variant` to rebuild the same dataset."""
     import yaml
@@ -289,15 +311,24 @@ class ComposeStage(Stage):
     name: ClassVar[str] = "compose"
     holds: ClassVar[str] = COMPOSITES
 
-    def __init__(self, parts_dir: Path, variant: str, out_root: Path, overrides: Mapping | None = None) -> None:
+    def __init__(self, parts_dir: Path, variant: str, out_root: Path, overrides: Mapping | None = None,
+                 allow_missing: bool = False) -> None:
         self.spec = load_variant(variant, dict(overrides or {}))
         self.parts_dir = resolve_parts_dir(Path(parts_dir))
-        self.parts_manifest = read_parts_manifest(self.parts_dir)
+        typed_parts = read_parts_manifest_checked(self.parts_dir, self.spec.splits)
+        verify_parts_shards(self.parts_dir, typed_parts, self.spec.splits)
+        self.parts_manifest = typed_parts.to_json()
         self.out_dir = Path(out_root) / self.spec.name
         self._settings = json.loads(canonical_json(output_settings(self.spec, self.parts_manifest)))
-        self.index, self.index_issues = index_parts(self.parts_dir, self.parts_manifest, self.spec.splits)
+        self.index, self.index_issues = index_checked_parts(self.parts_dir, typed_parts, self.spec.splits)
         self.jobs = plan_jobs(self.spec, self.index)
         check_has_work(self.spec, self.jobs)  # refused here, before the folder is touched
+        self.notes = build_notes(self.spec, self.parts_manifest)
+        self.coverage, self.missing = coverage_report(self.spec, self.jobs)
+        if self.missing and not allow_missing:
+            raise InputError(f"the parts cannot give what {self.spec.name} promises: " + "; ".join(self.missing)
+                             + f".\n{self.coverage}Extract the missing classes (e.g. add --splits train,val), or pass "
+                             "--allow-missing to build it anyway (the manifest then lists what is missing).")
         self._plans: list[ShardPlan] = []
         for split in self.spec.output_splits:
             split_jobs = self.jobs.get(split, [])
@@ -366,15 +397,21 @@ class ComposeStage(Stage):
             splits=splits,
             errors=ErrorCounts(len(issues), count_by_reason(issues)),
             class_names=class_names(spec),
+            allowed_missing=list(self.missing) or None,
+            notes=list(self.notes) or None,
         )
 
 
 def compose_dataset(parts_dir: Path, variant: str, out_root: Path, *, options: RunOptions = RunOptions(),
-                    overrides: Mapping | None = None) -> ComposeSummary:
+                    overrides: Mapping | None = None, allow_missing: bool = False) -> ComposeSummary:
     """Compose `variant` (a name or a YAML spec path, with `overrides`) from the parts in
-    `parts_dir` into `out_root/<config>`; finished shards of an earlier run are reused."""
+    `parts_dir` into `out_root/<config>`; finished shards of an earlier run are reused. A variant
+    that promises classes or groups the parts lack is refused unless `allow_missing`."""
     options.check()
-    stage = ComposeStage(parts_dir, variant, out_root, overrides)
+    stage = ComposeStage(parts_dir, variant, out_root, overrides, allow_missing)
     run = run_stage(stage, options)
     manifest = run.manifest.to_json()
-    return ComposeSummary(stage.out_dir, manifest, summary_table(manifest), run.shards_reused)
+    missing = "".join(f"missing (--allow-missing): {line}\n" for line in stage.missing)
+    notes = "".join(f"note: {line}\n" for line in stage.notes)
+    return ComposeSummary(stage.out_dir, manifest, stage.coverage + missing + notes + summary_table(manifest),
+                          run.shards_reused)

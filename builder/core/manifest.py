@@ -163,8 +163,13 @@ class Manifest:
     spec_fingerprint: str | None = None
     parts: dict | None = None
     class_names: list[str] | None = None
+    # compose, built with --allow-missing: what the variant promises and this build lacks (cards say it)
+    allowed_missing: list[str] | None = None
+    # compose: facts about the build a reader should know (e.g. --paste mask on box-masker parts)
+    notes: list[str] | None = None
 
-    OPTIONAL = ("backends", "settings", "config", "spec", "spec_fingerprint", "parts", "class_names")
+    OPTIONAL = ("backends", "settings", "config", "spec", "spec_fingerprint", "parts", "class_names", "allowed_missing",
+                "notes")
 
     @property
     def num_samples(self) -> int:
@@ -214,6 +219,9 @@ class Manifest:
         unknown = sorted(set(data) - known)
         _expect(not unknown, "manifest", f"has unknown fields {unknown}")
         optional = {name: data[name] for name in cls.OPTIONAL if name in data}
+        for name in ("allowed_missing", "notes"):
+            lines = _optional(data, name, list, "manifest")
+            _expect(all(isinstance(line, str) for line in lines or []), f"manifest.{name}", "must list strings")
         return cls(
             stage=data["stage"],
             splits={str(name): SplitEntry.from_json(str(name), entry) for name, entry in data["splits"].items()},

@@ -2,15 +2,24 @@
 
 A group names where the object sits and on whose background: Ce(ntre) or Co(rner), on its O(wn)
 background or on a R(andom) other class's. Tiers grade difficulty by group and object size, and are
-defined only at the paper's 224 px canvas. Any other placement or background is named
-`position/background` and has no tier.
+defined only at the paper's 224 px canvas.
+
+The one rule (`group_name`), decided by the placement the spec *requested*, never by a random draw:
+- `center` is Ce; a corner placement is Co: any of the four corners, or `random-corner` (which
+  always lands in one of them). The paper's square set uses top-right, its AR set a random corner;
+  both are its corner groups, and an explicit bottom-left is a corner just as well.
+- Only flush placements (margin 0) and the `original`/`random` backgrounds get these names.
+- Anything else is named `<requested placement>/<background>` (e.g. `left/original`,
+  `random-corner/gray`) and has no tier. Where a random corner landed is recorded per sample in
+  `position`, next to `requested_position`.
 """
 
 from __future__ import annotations
 
 from typing import Iterable
 
-PAPER_POSITIONS = {"center": "Ce", "top-right": "Co", "random-corner": "Co"}
+CORNER_PLACEMENTS = ("top-left", "top-right", "bottom-left", "bottom-right", "random-corner")
+PAPER_POSITIONS = {"center": "Ce", **{corner: "Co" for corner in CORNER_PLACEMENTS}}
 PAPER_BACKGROUNDS = {"original": "O", "random": "R"}
 PAPER_GROUPS = ("CeO", "CoO", "CeR", "CoR")
 PAPER_CANVAS = 224
@@ -23,12 +32,13 @@ TIERS: dict[tuple[str, int], str] = {
 }
 
 
-def group_name(position: str, background: str, margin: int = 0) -> str:
-    """CeO/CoO/CeR/CoR for the paper's placements (flush, no margin), else `position/background`."""
-    prefix, suffix = PAPER_POSITIONS.get(position), PAPER_BACKGROUNDS.get(background)
+def group_name(requested_position: str, background: str, margin: int = 0) -> str:
+    """CeO/CoO/CeR/CoR for a flush centre or corner placement (see the module docstring), else
+    `requested_position/background`."""
+    prefix, suffix = PAPER_POSITIONS.get(requested_position), PAPER_BACKGROUNDS.get(background)
     if prefix and suffix and margin == 0:
         return prefix + suffix
-    return f"{position}/{background}"
+    return f"{requested_position}/{background}"
 
 
 def tier_of(group: str, size: int, canvas: int) -> str | None:

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from PIL import Image
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: requested_position and effective_size added
 COMPOSITE_MEMBERS = ("cls", "jpg", "json")
 COUNT_KINDS = ("group", "size", "tier", "group_size")
 
@@ -36,10 +36,13 @@ COMPOSITE_FIELDS: dict[str, tuple[type, bool, str]] = {
     "variant": (str, False, "variant (config) name"),
     "split": (str, False, "split name"),
     "canvas": (int, False, "canvas side in pixels"),
-    "size": (int, False, "object size s: the square side, or the short side in AR mode"),
+    "size": (int, False, "object size s requested: the square side, or the short side in AR mode"),
+    "effective_size": (int, False, "short side actually pasted: size, or less in AR mode when the long side "
+                                   "would pass the canvas and the whole object was shrunk to keep its ratio"),
     "mode": (str, False, "square (stretched to s x s) or ar (aspect ratio kept)"),
     "paste": (str, False, "box (the box crop is pasted) or mask (only masked object pixels)"),
-    "position": (str, False, "placement name, e.g. center, top-right, xy:0.25,0.75"),
+    "requested_position": (str, False, "placement the spec asked for, e.g. center, random-corner, xy:0.25,0.75"),
+    "position": (str, False, "where the object landed: requested_position, or the corner random-corner drew"),
     "box_x": (int, False, "left edge of the pasted box on the canvas"),
     "box_y": (int, False, "top edge of the pasted box on the canvas"),
     "box_w": (int, False, "width of the pasted box"),
@@ -49,7 +52,8 @@ COMPOSITE_FIELDS: dict[str, tuple[type, bool, str]] = {
     "background_wnid": (str, True, "class of the background image (null for gray/noise)"),
     "background_class_index": (int, True, "class index of the background image (null for gray/noise)"),
     "paired_wnid": (str, True, "the -10 subset's paired background class (null elsewhere)"),
-    "group": (str, False, "CeO, CoO, CeR, CoR for the paper's placements, else position/background"),
+    "group": (str, False, "CeO, CoO, CeR, CoR for flush centre/corner placements, else "
+                          "requested_position/background (builder.core.taxonomy.group_name)"),
     "tier": (str, True, "Easy, Medium or Hard for the paper's groups and sizes, else null"),
     "seed": (int, False, "seed of the variant"),
     "schema_version": (int, False, "version of this schema"),

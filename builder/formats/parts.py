@@ -65,7 +65,12 @@ def decode_png_image(data: bytes) -> Image.Image:
 
 
 def decode_png(data: bytes) -> np.ndarray:
-    return np.asarray(decode_png_image(data))
+    """The pixels of a PNG member; ValueError for anything that does not decode, a decompression bomb
+    included (Pillow raises its own error type for those, which callers that skip bad members miss)."""
+    try:
+        return np.asarray(decode_png_image(data))
+    except Image.DecompressionBombError as exc:
+        raise ValueError(f"refused as a decompression bomb: {exc}") from None
 
 
 def encode_mask(mask: np.ndarray) -> bytes:

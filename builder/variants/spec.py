@@ -15,13 +15,25 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Mapping
 
-from builder.compose.backgrounds import BACKGROUND_KINDS
+from builder.compose.backgrounds import BACKGROUND_KINDS, DONOR_SCHEMES
 from builder.core.classes import class_of, is_known_wnid
 from builder.core.config import ConfigError, fingerprint, load_yaml_mapping
-from builder.compose.geometry import MODES, PASTE_MODES, RESIZE_FILTERS, GeometryError, check_position
+from builder.compose.geometry import (
+    BOX_ROUNDINGS,
+    CORNER_DRAWS,
+    CROPS,
+    MODES,
+    PASTE_MODES,
+    RESIZE_FILTERS,
+    GeometryError,
+    check_position,
+)
 from builder.formats.composites import position_token
 
 NAMED_VARIANTS = ("hard-spurious-imagenet", "hard-spurious-imagenet-ar", "hard-spurious-imagenet-10")
+# --paper-exact: the paper's object pixels and donor scheme (without its own-class draw)
+PAPER_EXACT = {"crop": "exclusive", "box_rounding": "float32-normalised", "donors": "per-class",
+               "corner_draw": "per-composite"}
 LIST_FIELDS = ("sizes", "positions", "backgrounds", "splits")
 
 
@@ -64,6 +76,13 @@ class VariantSpec:
     splits: tuple[str, ...] = ("val",)
     shard_size: int = 1200  # composites per shard (whole source images are never split)
     subset: SubsetSpec | None = field(default=None)
+    # random backgrounds: balanced (new variants), per-image (the named variants), per-class (the paper)
+    donors: str = "balanced"
+    # the paper's object pixels (see README, --paper-exact): its exclusive crop and float32 boxes
+    crop: str = "inclusive"
+    box_rounding: str = "none"
+    # random-corner: one corner per (image, size), shared by O and R (ours), or drawn per composite
+    corner_draw: str = "per-size"
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -125,6 +144,10 @@ def _validate(spec: VariantSpec) -> None:
         _fail("resize_filter", f"{spec.resize_filter!r}; use one of {', '.join(RESIZE_FILTERS)}")
     if not 1 <= spec.jpeg_quality <= 100:
         _fail("jpeg_quality", f"must lie in 1..100, got {spec.jpeg_quality}")
+    for name, allowed in (("donors", DONOR_SCHEMES), ("crop", CROPS), ("box_rounding", BOX_ROUNDINGS),
+                          ("corner_draw", CORNER_DRAWS)):
+        if getattr(spec, name) not in allowed:
+            _fail(name, f"{getattr(spec, name)!r}; use one of {', '.join(allowed)}")
     if spec.shard_size < 1:
         _fail("shard_size", "must be at least 1")
     if not spec.splits or len(set(spec.splits)) != len(spec.splits):

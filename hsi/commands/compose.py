@@ -28,19 +28,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jpeg-quality", type=int, help="JPEG quality of the composites (default 95)")
     parser.add_argument("--seed", type=int, help="seed of random backgrounds, corners, noise and the -10 splits")
     parser.add_argument("--splits", help="parts splits to compose, e.g. val or train,val")
+    parser.add_argument("--donors", choices=["balanced", "per-image", "per-class"],
+                        help="random backgrounds: balanced (every background used about equally; new variants), "
+                             "per-image (drawn with replacement; the named variants), per-class (the paper's)")
+    parser.add_argument("--crop", choices=["inclusive", "exclusive"],
+                        help="object crop: the inclusive VOC box (default) or the paper's exclusive [x0:x1]")
+    parser.add_argument("--box-rounding", choices=["none", "float32-normalised"],
+                        help="move boxes as the paper's float32 normalised round trip did (default none)")
+    parser.add_argument("--corner-draw", choices=["per-size", "per-composite"],
+                        help="random-corner: one corner per image and size (default) or per composite (the paper)")
+    parser.add_argument("--paper-exact", action="store_true",
+                        help="the paper's object pixels and donors: --crop exclusive --box-rounding "
+                             "float32-normalised --donors per-class --corner-draw per-composite")
+    parser.add_argument("--allow-missing", action="store_true",
+                        help="build a variant even when the parts lack classes or groups it promises (-10); "
+                             "the manifest lists what is missing")
     add_run_flags(parser, default_shard_size=1200)
     parser.set_defaults(shard_size=None)
 
 
 SPEC_FLAGS = ("name", "sizes", "positions", "backgrounds", "mode", "paste", "margin", "canvas", "resize_filter",
-              "jpeg_quality", "seed", "splits", "shard_size")
+              "jpeg_quality", "seed", "splits", "shard_size", "donors", "crop", "box_rounding", "corner_draw")
 
 
 def run(args: argparse.Namespace) -> int:
     from builder.compose.stage import compose_dataset
+    from builder.variants.spec import PAPER_EXACT
 
-    overrides = {name: getattr(args, name) for name in SPEC_FLAGS if getattr(args, name) is not None}
-    summary = compose_dataset(args.parts, args.variant, args.out, options=run_options(args), overrides=overrides)
+    explicit = {name: getattr(args, name) for name in SPEC_FLAGS if getattr(args, name) is not None}
+    overrides = {**(PAPER_EXACT if args.paper_exact else {}), **explicit}
+    summary = compose_dataset(args.parts, args.variant, args.out, options=run_options(args), overrides=overrides,
+                              allow_missing=args.allow_missing)
     print(f"dataset: {summary.dataset_dir}" + (f" ({summary.reused_shards} finished shards reused)" if summary.reused_shards else ""))
     print(summary.table)
     return 0

@@ -159,7 +159,7 @@ def test_more_than_two_placements_get_a_position_by_size_heat_map(flat_parts, pl
     folder = out / "ts_planted_corner.pt"
     metrics = json.loads((folder / "eval.json").read_text())["metrics"]
     assert sorted({r["position"] for r in metrics["by_position_size"]}) == ["bottom-left", "center", "top-right"]
-    assert {r["group"] for r in metrics["by_group"]} == {"CeO", "CoO", "bottom-left/original"}
+    assert {r["group"] for r in metrics["by_group"]} == {"CeO", "CoO"}  # bottom-left is a flush corner: Co (taxonomy)
     assert metrics["background_class"] is None  # no foreign backgrounds: no background-class analysis
     heat_map = folder / "plots" / "position_size_heatmap.png"
     with Image.open(heat_map) as image:

@@ -13,6 +13,7 @@ import numpy as np
 from builder.compose.backgrounds import DonorPool, stable_rank
 from builder.compose.geometry import round_half_up
 from builder.compose.planning import ImageJob
+from builder.compose.tables import format_table
 from builder.core.classes import class_of
 from builder.formats.parts_index import PartsRef
 from builder.variants.spec import VariantSpec
@@ -71,3 +72,40 @@ def plan_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[st
             split_jobs.append(ImageJob(ref, split, subset.label_of(ref.wnid), tuple(donors), paired_wnid))
         jobs[split] = split_jobs
     return jobs
+
+
+def images_per_class(spec: VariantSpec, jobs: Mapping[str, Sequence[ImageJob]]) -> dict[str, dict[str, int]]:
+    """wnid -> output split -> source images planned (0 where a class has none)."""
+    assert spec.subset is not None
+    counts = {wnid: {split: 0 for split in spec.output_splits} for wnid in spec.subset.classes}
+    for split, split_jobs in jobs.items():
+        for job in split_jobs:
+            counts[job.ref.wnid][split] += 1
+    return counts
+
+
+def coverage_problems(spec: VariantSpec, jobs: Mapping[str, Sequence[ImageJob]]) -> list[str]:
+    """What the subset promises and the parts cannot give: a class with no image in a split, or a
+    group of a split with no composite (the test split promises every background kind; the train
+    split every kind its majority rule assigns to some image)."""
+    from builder.core.taxonomy import group_name
+
+    problems = [f"class {wnid} ({class_of(wnid).name}) has no image in {split}"
+                for wnid, by_split in images_per_class(spec, jobs).items() for split, n in by_split.items() if n == 0]
+    for split in spec.output_splits:
+        split_jobs = jobs.get(split, [])
+        promised = set(spec.backgrounds) if split == "test" else {kind for job in split_jobs for kind, _ in job.donors}
+        present = {kind for job in split_jobs for kind, donor in job.donors if donor is not None}
+        for kind in sorted(promised - present, key=spec.backgrounds.index):
+            groups = ", ".join(group_name(position, kind, spec.margin) for position in spec.positions)
+            problems.append(f"split {split} has no composite on a {kind} background (groups {groups})")
+    return problems
+
+
+def coverage_table(spec: VariantSpec, jobs: Mapping[str, Sequence[ImageJob]]) -> str:
+    """Images per class and split, one row per class, as compose prints it."""
+    counts = images_per_class(spec, jobs)
+    header = ["class", *spec.output_splits]
+    rows = [[f"{wnid} {class_of(wnid).name}", *[str(by_split[s]) for s in spec.output_splits]]
+            for wnid, by_split in counts.items()]
+    return "\n".join(["images per class and split:", *format_table(header, rows), ""])
