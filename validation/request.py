@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.core.errors import InputError, UsageError
+from builder.compose.parts_input import verify_parts_shards
 from builder.core.manifest import MANIFEST_NAME, Manifest, ManifestError
 from builder.formats.parts_index import resolve_parts_dir
 from validation.integrity import check_tolerance
@@ -143,10 +144,14 @@ def check_parts_match(dataset: Path, parts: Path) -> None:
     recorded = (manifest.parts or {}).get("fingerprint") if manifest.holds == COMPOSITES else None
     if recorded is None:
         return
-    given = Manifest.read(parts).fingerprint
+    parts_manifest = Manifest.read(parts)
+    given = parts_manifest.fingerprint
     if given != recorded:
         raise UsageError(f"--parts {parts} has fingerprint {given[:16]}..., but {dataset.name} was composed from parts "
                          f"with fingerprint {str(recorded)[:16]}...; pass the parts folder it was composed from")
+    # the parts are compared pixel by pixel with the composites: a corrupted parts shard would make
+    # a sound dataset fail, or a broken one pass, so every shard must be the one extract wrote
+    verify_parts_shards(parts, parts_manifest, sorted(parts_manifest.splits))
 
 
 def stage_of(folder: Path) -> str | None:

@@ -114,30 +114,70 @@ def _write_member(out: BinaryIO, digest, name: str, data: bytes) -> int:
     return _BLOCK + size + len(padding)
 
 
+class ShardWriter:
+    """Writes one shard member by member, in key order, to a private temporary file that `close()`
+    renames into place (`abort()` removes it): a shard holds at most one sample in memory here.
+
+    Keys must arrive sorted and once each (a sample out of order is refused, never reordered), so
+    the bytes equal `write_shard`'s for the same samples."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        self.digest = hashlib.sha256()  # of the bytes as written: reading the shard back cost ~1% of compose
+        self.offset = 0
+        self.count = 0
+        self.last_key: str | None = None
+        self.handle: BinaryIO | None = open(self.tmp, "wb")
+
+    def write(self, key: str, members: dict[str, bytes]) -> None:
+        check_key(key)
+        if self.last_key is not None and key <= self.last_key:
+            problem = "appears twice" if key == self.last_key else f"comes after {self.last_key!r}"
+            raise ShardFormatError(f"{self.path.name}: sample {key!r} {problem}; samples must come in key order")
+        assert self.handle is not None, "the shard is already closed"
+        for ext in sorted(members):
+            self.offset += _write_member(self.handle, self.digest, f"{key}.{ext}", members[ext])
+        self.last_key, self.count = key, self.count + 1
+
+    def close(self) -> ShardStats:
+        assert self.handle is not None, "the shard is already closed"
+        # As tarfile closes an archive: two zero blocks, then zeros up to a whole record.
+        end = b"\0" * (2 * _BLOCK + -(self.offset + 2 * _BLOCK) % _RECORD)
+        self.handle.write(end)
+        self.digest.update(end)
+        self.handle.flush()
+        os.fsync(self.handle.fileno())
+        self.handle.close()
+        self.handle = None
+        os.replace(self.tmp, self.path)
+        return ShardStats(self.path.name, self.count, self.path.stat().st_size, self.digest.hexdigest())
+
+    def abort(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+        self.tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> "ShardWriter":
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if self.handle is not None:
+            self.abort()  # an error inside the block: no half shard is left behind
+
+
 def write_shard(path: Path, samples: Iterable[Sample]) -> ShardStats:
     """Write samples (sorted here by key) to `path` atomically and return its stats."""
     ordered = sorted(samples, key=lambda sample: sample[0])
     keys = [key for key, _ in ordered]
     if len(set(keys)) != len(keys):
         raise ShardFormatError(f"duplicate sample keys in {path.name}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    digest = hashlib.sha256()  # of the bytes as written: reading the shard back cost ~1% of compose
-    with open(tmp, "wb") as raw:
-        offset = 0
+    with ShardWriter(path) as writer:
         for key, members in ordered:
-            check_key(key)
-            for ext in sorted(members):
-                offset += _write_member(raw, digest, f"{key}.{ext}", members[ext])
-        # As tarfile closes an archive: two zero blocks, then zeros up to a whole record.
-        offset += 2 * _BLOCK
-        end = b"\0" * (2 * _BLOCK + -offset % _RECORD)
-        raw.write(end)
-        digest.update(end)
-        raw.flush()
-        os.fsync(raw.fileno())
-    os.replace(tmp, path)
-    return ShardStats(path.name, len(ordered), path.stat().st_size, digest.hexdigest())
+            writer.write(key, members)
+        return writer.close()
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

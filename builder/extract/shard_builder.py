@@ -11,7 +11,7 @@ import math
 import re
 import sys
 from collections import deque
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -30,7 +30,7 @@ from builder.formats.parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, PARTS_
 from builder.formats.parts import encode_parts_members, parts_metadata
 from builder.core.records import Box, Issue, SourceImage
 from builder.core.runner import ShardPlan, ShardResult, report_progress
-from builder.core.shards import write_shard
+from builder.core.shards import ShardWriter
 
 OBJECT_BOX_RULES = ("largest", "first", "last")
 # A split names files and folders (`parts/<split>-NNNNN.tar`): one safe path component.
@@ -345,9 +345,18 @@ class ExtractShardBuilder:
         masker, inpainter = load_backends(self.config)
         backends = describe_backends(masker, inpainter)
         issues: list[Issue] = []
-        encoded = []
-        attempted, first_failure = 0, None
-        with ThreadPoolExecutor(max_workers=self.config.io_threads) as pool:
+        encoded: deque = deque()  # PNG encodes in flight, in key order
+        attempted, written, first_failure = 0, 0, None
+        # Each sample goes to the shard as soon as it is encoded (plan items are sorted by image id,
+        # the shard's key order), so a shard never sits in memory whole.
+        with ShardWriter(Path(self.out_dir) / plan.filename) as writer, \
+                ThreadPoolExecutor(max_workers=self.config.io_threads) as pool:
+            def write_ready(keep: int) -> None:
+                nonlocal written
+                while len(encoded) > keep or (encoded and encoded[0].done()):
+                    writer.write(*encoded.popleft().result())
+                    written += 1
+
             for batch in self.decoded_batches(pool, plan.items):
                 for _, found in batch:
                     issues.extend(found)
@@ -358,18 +367,17 @@ class ExtractShardBuilder:
                     encoded.extend(pool.submit(encode_parts, r) for r in raw)  # PNG encoding overlaps the next batch
                     del raw
                     # each waiting encode holds full-size arrays: let at most two batches wait
-                    while sum(not f.done() for f in encoded) > 2 * self.config.batch_size:
-                        wait([f for f in encoded if not f.done()], return_when=FIRST_COMPLETED)
+                    write_ready(keep=2 * self.config.batch_size)
                 report_progress(len(batch))
-            samples = [future.result() for future in encoded]
-        if attempted and not samples and first_failure is not None:
-            raise BackendFailure(
-                f"every one of the {attempted} decoded images of {plan.filename} failed in the masker or inpainter "
-                f"({masker.info().name} / {inpainter.info().name}); first error: {first_failure!r}"
-            ) from first_failure
-        stats = write_shard(Path(self.out_dir) / plan.filename, samples)
+            write_ready(keep=0)
+            if attempted and not written and first_failure is not None:
+                raise BackendFailure(
+                    f"every one of the {attempted} decoded images of {plan.filename} failed in the masker or inpainter "
+                    f"({masker.info().name} / {inpainter.info().name}); first error: {first_failure!r}"
+                ) from first_failure
+            stats = writer.close()
         issues.sort(key=lambda issue: issue.sort_key)
-        return ShardResult(stats, issues, {"images": len(plan.items), "samples": len(samples)})
+        return ShardResult(stats, issues, {"images": len(plan.items), "samples": written})
 
 
 def config_from_mapping(values: dict) -> ExtractConfig:
