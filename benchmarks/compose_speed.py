@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from builder.formats.composites import encode_jpeg, encode_jpeg_pil  # noqa: E402
 from builder.core.shards import iter_shard  # noqa: E402
+from builder.formats.composites import encode_jpeg, encode_jpeg_pil  # noqa: E402
 from builder.variants import load_variant  # noqa: E402
 
 WNIDS = ["n01443537", "n02437312", "n02134084", "n02391049", "n02690373", "n04273569", "n04146614", "n04310018"]
@@ -52,7 +52,8 @@ def compose_in_child(parts_dir: Path, out: Path, variant: str) -> dict:
         "from builder.compose.stage import compose_dataset\n"
         "from builder.core.stage import RunOptions\n"
         "start, cpu = time.perf_counter(), time.process_time()\n"
-        f"s = compose_dataset(Path({str(parts_dir)!r}), {variant!r}, Path({str(out)!r}), options=RunOptions(progress=False))\n"
+        f"s = compose_dataset(Path({str(parts_dir)!r}), {variant!r}, Path({str(out)!r}), "
+        "options=RunOptions(progress=False))\n"
         "wall, cpu = time.perf_counter() - start, time.process_time() - cpu\n"
         "n = sum(e['num_samples'] for e in s.manifest['splits'].values())\n"
         # VmHWM, not ru_maxrss: on Linux ru_maxrss survives exec and would report the parent's peak.

@@ -2,7 +2,7 @@
 preprocessing -> normalise -> forward -> prediction rows) against the model's forward passes alone
 on the same batches already in memory, in one run, printed as images/s and their ratio.
 
-    python benchmarks/eval_speed.py                       # a throwaway composed set of 50 textured images (600 composites)
+    python benchmarks/eval_speed.py           # a throwaway composed set of 50 textured images (600 composites)
     python benchmarks/eval_speed.py DATASET_DIR --split val [--model resnet18] [--workers 2] [--batch-size 64]
 
 The model is loaded through the production loader (a random-init timm checkpoint written here and
@@ -27,24 +27,35 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 
 def synthetic_dataset(folder: Path, images: int) -> Path:
-    from builder.compose.stage import compose_dataset
-    from builder.core.stage import RunOptions
-    from builder.core.classes import imagenet_classes
     from parts_factory import fake_images, write_parts
 
+    from builder.compose.stage import compose_dataset
+    from builder.core.classes import imagenet_classes
+    from builder.core.stage import RunOptions
+
     wnids = [c.wnid for c in imagenet_classes()[: max(2, images // 5)]]
-    fakes = fake_images(wnids, per_class=max(1, images // len(wnids)), textured=True, image_size=(320, 240),
-                        box=(60, 40, 259, 199))
+    fakes = fake_images(
+        wnids, per_class=max(1, images // len(wnids)), textured=True, image_size=(320, 240), box=(60, 40, 259, 199)
+    )
     write_parts(folder / "parts", {"val": fakes}, shard_size=16)
-    return compose_dataset(folder / "parts", "hard-spurious-imagenet", folder / "composed", options=RunOptions(progress=False),
-                           overrides={"shard_size": 120}).dataset_dir
+    return compose_dataset(
+        folder / "parts",
+        "hard-spurious-imagenet",
+        folder / "composed",
+        options=RunOptions(progress=False),
+        overrides={"shard_size": 120},
+    ).dataset_dir
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dataset", nargs="?", type=Path, help="a composed dataset or release folder (default: a synthetic one)")
+    parser.add_argument(
+        "dataset", nargs="?", type=Path, help="a composed dataset or release folder (default: a synthetic one)"
+    )
     parser.add_argument("--split", default="val")
-    parser.add_argument("--images", type=int, default=50, help="source images of the synthetic set (12 composites each)")
+    parser.add_argument(
+        "--images", type=int, default=50, help="source images of the synthetic set (12 composites each)"
+    )
     parser.add_argument("--model", default="resnet18", help="timm architecture, random init (default resnet18)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -76,7 +87,11 @@ def main() -> int:
         pre = loaded.preprocessing
         mean = torch.tensor(pre.mean, device=device).view(1, 3, 1, 1) * 255
         std = torch.tensor(pre.std, device=device).view(1, 3, 1, 1) * 255
-        batches = [((b.images.to(device).float() - mean) / std) for b in make_loader(plan.dataset, 0, False) if b.images is not None]
+        batches = [
+            ((b.images.to(device).float() - mean) / std)
+            for b in make_loader(plan.dataset, 0, False)
+            if b.images is not None
+        ]
         images = sum(len(b) for b in batches)
 
         def forward_only() -> float:
@@ -90,8 +105,16 @@ def main() -> int:
 
         def eval_path() -> float:
             started = time.perf_counter()
-            run = run_predictions(loaded, dataset, split=args.split, batch_size=args.batch_size, workers=args.workers,
-                                  device=args.device, progress=False, plan=plan_run(loaded, dataset, None, args.split, batch_size=args.batch_size))
+            run = run_predictions(
+                loaded,
+                dataset,
+                split=args.split,
+                batch_size=args.batch_size,
+                workers=args.workers,
+                device=args.device,
+                progress=False,
+                plan=plan_run(loaded, dataset, None, args.split, batch_size=args.batch_size),
+            )
             assert len(run.rows) == images, (len(run.rows), images)
             return time.perf_counter() - started
 
@@ -108,22 +131,33 @@ def main() -> int:
             forward_times.append(forward_only())
             eval_times.append(eval_path())
             data_times.append(data_only())
-        settings = RunSettings(split=args.split, batch_size=args.batch_size, workers=args.workers, device=args.device,
-                               progress=False, bootstrap=BootstrapSettings(1000), overwrite=True)
+        settings = RunSettings(
+            split=args.split,
+            batch_size=args.batch_size,
+            workers=args.workers,
+            device=args.device,
+            progress=False,
+            bootstrap=BootstrapSettings(1000),
+            overwrite=True,
+        )
         started = time.perf_counter()
         evaluate_model(loaded, dataset, tmp / "eval", settings, announce=lambda text: None)
         full = time.perf_counter() - started
 
     forward, evaluated, data = min(forward_times), min(eval_times), min(data_times)
-    print(f"model {args.model} (random init) on {device}, torch threads {torch.get_num_threads()}, "
-          f"{args.workers} loader workers, batch {args.batch_size}, {images} images")
+    print(
+        f"model {args.model} (random init) on {device}, torch threads {torch.get_num_threads()}, "
+        f"{args.workers} loader workers, batch {args.batch_size}, {images} images"
+    )
     print(f"forward passes alone (batches in memory): {images / forward:8.1f} images/s  ({forward:.2f} s)")
     print(f"eval path (read, decode, forward, rows):  {images / evaluated:8.1f} images/s  ({evaluated:.2f} s)")
     print(f"data path alone (read, decode, resize, batch; no model): {images / data:8.1f} images/s  ({data:.2f} s)")
     print(f"full hsi eval (+ parquet, metrics, reports, plots): {full:.2f} s")
     rounds = sorted(f / e for f, e in zip(forward_times, eval_times))
-    print(f"ratio eval / forward-only throughput: {forward / evaluated:.3f} best of each (target >= 0.9); "
-          f"per round {', '.join(f'{r:.3f}' for r in rounds)}, median {rounds[len(rounds) // 2]:.3f}")
+    print(
+        f"ratio eval / forward-only throughput: {forward / evaluated:.3f} best of each (target >= 0.9); "
+        f"per round {', '.join(f'{r:.3f}' for r in rounds)}, median {rounds[len(rounds) // 2]:.3f}"
+    )
     return 0
 
 

@@ -55,7 +55,9 @@ def synth_jpegs(count: int, sizes, seed: int = 0):
     for n in range(count):
         width, height = sizes[n % len(sizes)]
         yy, xx = np.mgrid[0:height, 0:width]
-        pixels = np.stack([xx * 255 // width, yy * 255 // height, (xx + yy) % 256], -1) + rng.integers(0, 40, (height, width, 3))
+        pixels = np.stack([xx * 255 // width, yy * 255 // height, (xx + yy) % 256], -1) + rng.integers(
+            0, 40, (height, width, 3)
+        )
         buffer = io.BytesIO()
         Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(buffer, "JPEG", quality=90)
         boxes = [Box(width // 5, height // 6, width * 3 // 4, height * 4 // 5, "n01440764")]
@@ -66,8 +68,9 @@ def synth_jpegs(count: int, sizes, seed: int = 0):
 
 
 def make_sam(model: str, checkpoint: str | None, device: str, batch: int):
-    from builder.backends.sam import SamMasker, infer_architecture, load_sam
     from segment_anything import sam_model_registry
+
+    from builder.backends.sam import SamMasker, infer_architecture, load_sam
 
     if checkpoint:
         sam, arch = load_sam(Path(checkpoint), model)
@@ -112,7 +115,9 @@ def run_sweep(batch: int, data, masker, inpainter, sync, dilation: int) -> dict:
         images = timer("decode", lambda: [np.asarray(Image.open(io.BytesIO(b)).convert("RGB")) for b, _ in chunk])
         boxes = [b for _, b in chunk]
         features, sizes = timer("sam_enc", masker.embed, images)
-        masks = timer("sam_dec", lambda: [masker.decode(f, s, i, b) for f, s, i, b in zip(features, sizes, images, boxes)])
+        masks = timer(
+            "sam_dec", lambda: [masker.decode(f, s, i, b) for f, s, i, b in zip(features, sizes, images, boxes)]
+        )
         erase = [dilate(np.logical_or.reduce(m), dilation) for m in masks]
         backgrounds = timer("lama", inpainter.inpaint_batch, images, erase) if inpainter is not None else images
 
@@ -120,8 +125,16 @@ def run_sweep(batch: int, data, masker, inpainter, sync, dilation: int) -> dict:
             for image, per_box, box_list, background, hole in zip(images, masks, boxes, backgrounds, erase):
                 box = box_list[0]
                 window = (slice(box.y0, box.y1 + 1), slice(box.x0, box.x1 + 1))
-                encode_parts(RawParts("benchmark", np.ascontiguousarray(image[window]), per_box[0][window],
-                                       background, hole, {"class_index": 0}))
+                encode_parts(
+                    RawParts(
+                        "benchmark",
+                        np.ascontiguousarray(image[window]),
+                        per_box[0][window],
+                        background,
+                        hole,
+                        {"class_index": 0},
+                    )
+                )
 
         timer("encode", encode)
     return timer.totals
@@ -132,10 +145,16 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--images", type=int, default=64, help="images per batch-size run (default 64)")
     parser.add_argument("--batch-sizes", default="1,4,8,16", help="comma-separated sweep (default 1,4,8,16)")
-    parser.add_argument("--sizes", choices=["real", "small"], default="real", help="ImageNet-sized images or small ones for a CPU check")
+    parser.add_argument(
+        "--sizes", choices=["real", "small"], default="real", help="ImageNet-sized images or small ones for a CPU check"
+    )
     parser.add_argument("--sam-model", default="vit_h", choices=["vit_h", "vit_l", "vit_b"])
     parser.add_argument("--sam-checkpoint", help="time real SAM weights instead of a random init (same speed)")
-    parser.add_argument("--lama-checkpoint", default=os.environ.get("LAMA_MODEL"), help="the big-lama TorchScript file; without it LaMa is not measured")
+    parser.add_argument(
+        "--lama-checkpoint",
+        default=os.environ.get("LAMA_MODEL"),
+        help="the big-lama TorchScript file; without it LaMa is not measured",
+    )
     parser.add_argument("--dilation", type=int, default=15)
     parser.add_argument("--budget-s", type=float, default=270.0, help="start no new batch size after this many seconds")
     args = parser.parse_args(argv)
@@ -152,11 +171,15 @@ def main(argv=None) -> int:
     masker = make_sam(args.sam_model, args.sam_checkpoint, str(device), max(sweep))
     inpainter = make_lama(args.lama_checkpoint, str(device), max(sweep))
     data = synth_jpegs(args.images, REAL_SIZES if args.sizes == "real" else SMALL_SIZES)
-    print(f"device {gpu}; SAM {args.sam_model} ({'checkpoint' if args.sam_checkpoint else 'random init'}); "
-          f"LaMa {'big-lama ' + Path(args.lama_checkpoint).name if inpainter else 'not measured (no big-lama file given)'}; "
-          f"{args.images} images, sizes {args.sizes}; torch {torch.__version__}")
+    print(
+        f"device {gpu}; SAM {args.sam_model} ({'checkpoint' if args.sam_checkpoint else 'random init'}); "
+        f"LaMa {'big-lama ' + Path(args.lama_checkpoint).name if inpainter else 'not measured (no big-lama file)'}; "
+        f"{args.images} images, sizes {args.sizes}; torch {torch.__version__}"
+    )
     run_sweep(min(sweep), data[: min(len(data), min(sweep))], masker, inpainter, sync, args.dilation)  # warm-up
-    header = f"{'batch':>5} " + " ".join(f"{s + ' s':>9}" for s in STAGES) + f" {'serial img/s':>13} {'model img/s':>12}"
+    header = (
+        f"{'batch':>5} " + " ".join(f"{s + ' s':>9}" for s in STAGES) + f" {'serial img/s':>13} {'model img/s':>12}"
+    )
     print(header)
     for batch in sweep:
         if time.perf_counter() - started > args.budget_s:

@@ -72,11 +72,14 @@ def best_rates(functions: dict, repeat: int) -> dict[str, tuple[float, int]]:
 def synthetic_release(root: Path, samples: int) -> Path:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     import release_factory
+
     from cards.release import build_release
 
     original = release_factory.jpeg
     release_factory.jpeg = lambda seed, side=224: original(seed, 224)  # benchmark-sized composites
-    dataset = release_factory.make_composed_dataset(root / "ds", splits={"test": samples}, shard_size=500, num_classes=10)
+    dataset = release_factory.make_composed_dataset(
+        root / "ds", splits={"test": samples}, shard_size=500, num_classes=10
+    )
     return build_release(root / "hard-spurious-imagenet", [dataset])
 
 
@@ -95,11 +98,14 @@ def main() -> None:
         config = args.config or meta["default_config"]
         info = json.loads((release / "data" / config / "_info.json").read_text())
         shards = [str(release / "data" / config / name) for name in info["splits"][args.split]["filenames"]]
-        rates = best_rates({
-            "raw": lambda: raw_loop(shards),
-            "stream": lambda: stream_loop(release, config, args.split),
-            "datasets": lambda: datasets_loop(release, config, args.split),
-        }, args.repeat)
+        rates = best_rates(
+            {
+                "raw": lambda: raw_loop(shards),
+                "stream": lambda: stream_loop(release, config, args.split),
+                "datasets": lambda: datasets_loop(release, config, args.split),
+            },
+            args.repeat,
+        )
         (raw, n), (streamed, n_stream), (loaded, n_loaded) = rates["raw"], rates["stream"], rates["datasets"]
         assert n == n_stream == n_loaded, (n, n_stream, n_loaded)
         print(f"{n} samples, {len(shards)} shards, best of {args.repeat}")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import warnings
 import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 from scipy import stats
@@ -29,8 +29,13 @@ class Estimate:
         def clean(x):
             return None if x is None or not np.isfinite(x) else round(float(x), 6)
 
-        return {"value": clean(self.value), "low": clean(self.low), "high": clean(self.high),
-                "n": int(self.n), "sources": int(self.sources)}
+        return {
+            "value": clean(self.value),
+            "low": clean(self.low),
+            "high": clean(self.high),
+            "n": int(self.n),
+            "sources": int(self.sources),
+        }
 
 
 @dataclass(frozen=True)
@@ -43,12 +48,18 @@ class BootstrapSettings:
         return np.random.default_rng([self.seed, zlib.crc32(name.encode("utf-8"))])
 
     def to_json(self) -> dict:
-        return {"resamples": self.resamples, "seed": self.seed, "level": self.level, "unit": "source image",
-                "method": "percentile (scipy.stats.bootstrap)"}
+        return {
+            "resamples": self.resamples,
+            "seed": self.seed,
+            "level": self.level,
+            "unit": "source image",
+            "method": "percentile (scipy.stats.bootstrap)",
+        }
 
 
-def interval(name: str, arrays: Sequence[np.ndarray], statistic: Callable, settings: BootstrapSettings,
-             n: int) -> Estimate:
+def interval(
+    name: str, arrays: Sequence[np.ndarray], statistic: Callable, settings: BootstrapSettings, n: int
+) -> Estimate:
     """Point value and percentile interval of `statistic(*arrays, axis=-1)` over sources."""
     arrays = [np.asarray(a, dtype=float) for a in arrays]
     sources = len(arrays[0]) if arrays else 0
@@ -58,9 +69,17 @@ def interval(name: str, arrays: Sequence[np.ndarray], statistic: Callable, setti
         return Estimate(value, None, None, n, sources)
     with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
         warnings.simplefilter("ignore")
-        result = stats.bootstrap(tuple(arrays), statistic, paired=True, vectorized=True, n_resamples=settings.resamples,
-                                 confidence_level=settings.level, method="percentile", rng=settings.rng(name),
-                                 batch=max(1, min(settings.resamples, 20_000_000 // max(sources, 1) // len(arrays))))
+        result = stats.bootstrap(
+            tuple(arrays),
+            statistic,
+            paired=True,
+            vectorized=True,
+            n_resamples=settings.resamples,
+            confidence_level=settings.level,
+            method="percentile",
+            rng=settings.rng(name),
+            batch=max(1, min(settings.resamples, 20_000_000 // max(sources, 1) // len(arrays))),
+        )
     low, high = result.confidence_interval
     return Estimate(value, float(low), float(high), n, sources)
 

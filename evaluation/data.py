@@ -15,8 +15,8 @@ import io
 import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 
@@ -33,8 +33,14 @@ except ImportError:  # pragma: no cover - the evaluation needs the models extra
 def _pil_filter(name: str):
     from PIL import Image
 
-    return {"nearest": Image.NEAREST, "bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC,
-            "lanczos": Image.LANCZOS, "box": Image.BOX, "hamming": Image.HAMMING}[name]
+    return {
+        "nearest": Image.NEAREST,
+        "bilinear": Image.BILINEAR,
+        "bicubic": Image.BICUBIC,
+        "lanczos": Image.LANCZOS,
+        "box": Image.BOX,
+        "hamming": Image.HAMMING,
+    }[name]
 
 
 def prepare_image(image, pre: Preprocessing) -> np.ndarray:
@@ -65,7 +71,7 @@ class Batch:
     rows: list[dict]  # per image: key, shard, cls, meta (the sample's json)
     errors: list[dict]  # error rows: key (or None), shard, reason, detail
 
-    def pin_memory(self) -> "Batch":  # called by the DataLoader's pinning thread
+    def pin_memory(self) -> Batch:  # called by the DataLoader's pinning thread
         return Batch(self.images.pin_memory() if self.images is not None else None, self.rows, self.errors)
 
 
@@ -88,8 +94,17 @@ class EvalBatches(IterableDataset):
     With `limit`, every reader walks the shards in manifest order and keeps the first `limit`
     samples that fall to it, so the same samples are read whatever the worker count."""
 
-    def __init__(self, source, config: str | None, split: str, pre: Preprocessing, batch_size: int,
-                 limit: int | None = None, rank: int | None = None, world_size: int | None = None):
+    def __init__(
+        self,
+        source,
+        config: str | None,
+        split: str,
+        pre: Preprocessing,
+        batch_size: int,
+        limit: int | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ):
         self.shard_stream = stream(source, config, split, rank=rank, world_size=world_size)
         self.pre = pre
         self.batch_size = batch_size
@@ -124,8 +139,17 @@ class EvalBatches(IterableDataset):
                     position += 1
             except Exception as exc:  # a truncated or corrupt tar: report it, go on with the next shard
                 if stride == 1 or offset == 0:  # shared shards: one reader reports
-                    yield name, None, None, {"key": None, "shard": name, "reason": "unreadable-shard",
-                                             "detail": f"{type(exc).__name__}: {exc} (after {read} samples)"}
+                    yield (
+                        name,
+                        None,
+                        None,
+                        {
+                            "key": None,
+                            "shard": name,
+                            "reason": "unreadable-shard",
+                            "detail": f"{type(exc).__name__}: {exc} (after {read} samples)",
+                        },
+                    )
 
     def __iter__(self) -> Iterator[Batch]:
         import torch
@@ -171,8 +195,9 @@ def make_loader(dataset: EvalBatches, workers: int, pin_memory: bool, yield_to_m
     kwargs = {"prefetch_factor": 4, "persistent_workers": False} if workers > 0 else {}
     if workers > 0 and yield_to_model:
         kwargs["worker_init_fn"] = _lower_priority
-    return DataLoader(dataset, batch_size=None, num_workers=workers, pin_memory=pin_memory,
-                      collate_fn=collate_batch, **kwargs)
+    return DataLoader(
+        dataset, batch_size=None, num_workers=workers, pin_memory=pin_memory, collate_fn=collate_batch, **kwargs
+    )
 
 
 def read_dataset_manifest(shard_urls: list[str]) -> dict:

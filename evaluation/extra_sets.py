@@ -6,22 +6,24 @@ spuriosity proxy, per-class background accuracy)."""
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 import pandas as pd
 
 from builder.core.classes import imagenet_classes
 from builder.extract.images import decode_image
-from builder.formats.parts import decode_canvas, iter_parts_samples
 from builder.extract.sources import detect_layout, list_image_files
+from builder.formats.parts import decode_canvas, iter_parts_samples
 
 BACKGROUND_ACCURACY_CSV = "background_accuracy.csv"
 CLEAN_ACCURACY_CSV = "clean_accuracy.csv"
 
 
-def _classify(classifier, items: Iterable[tuple[str, int, object]], pre, batch_size: int) -> Iterator[tuple[str, int, int]]:
+def _classify(
+    classifier, items: Iterable[tuple[str, int, object]], pre, batch_size: int
+) -> Iterator[tuple[str, int, int]]:
     """(id, label class, predicted class) for (id, label class, PIL image) items, in batches."""
     from .predict import preprocess_arrays
 
@@ -42,7 +44,9 @@ def _classify(classifier, items: Iterable[tuple[str, int, object]], pre, batch_s
         yield from flush()
 
 
-def clean_predictions(classifier, pre, root: Path, split: str, labels: dict[str, int], batch_size: int = 32) -> tuple[pd.DataFrame, int, list[dict]]:
+def clean_predictions(
+    classifier, pre, root: Path, split: str, labels: dict[str, int], batch_size: int = 32
+) -> tuple[pd.DataFrame, int, list[dict]]:
     """Classify the original photos of `labels` (source id -> label class) under an ImageNet root.
 
     Returns (rows: source_id, label_class, pred_class, correct), how many ids were not found, error rows."""
@@ -61,8 +65,10 @@ def clean_predictions(classifier, pre, root: Path, split: str, labels: dict[str,
                 continue
             yield image_id, labels[image_id], Image.fromarray(rgb)
 
-    rows = [{"source_id": i, "label_class": label, "pred_class": p, "correct": p == label}
-            for i, label, p in _classify(classifier, items(), pre, batch_size)]
+    rows = [
+        {"source_id": i, "label_class": label, "pred_class": p, "correct": p == label}
+        for i, label, p in _classify(classifier, items(), pre, batch_size)
+    ]
     frame = pd.DataFrame(rows, columns=["source_id", "label_class", "pred_class", "correct"])
     return frame, len(set(labels) - set(paths)), errors
 
@@ -85,8 +91,10 @@ def background_predictions(classifier, pre, parts_dir: Path, batch_size: int = 3
                 continue
             yield key, int(meta["class_index"]), Image.fromarray(canvas)
 
-    rows = [{"source_id": k, "label_class": label, "pred_class": p, "correct": p == label}
-            for k, label, p in _classify(classifier, items(), pre, batch_size)]
+    rows = [
+        {"source_id": k, "label_class": label, "pred_class": p, "correct": p == label}
+        for k, label, p in _classify(classifier, items(), pre, batch_size)
+    ]
     return pd.DataFrame(rows, columns=["source_id", "label_class", "pred_class", "correct"]), errors
 
 
@@ -97,8 +105,15 @@ def write_class_accuracy(frame: pd.DataFrame, path: Path) -> list[dict]:
     rows = []
     for class_index, cell in frame.groupby("label_class", sort=True):
         cls = classes[int(class_index)]
-        rows.append({"wnid": cls.wnid, "class_index": cls.index, "class_name": cls.name, "images": int(len(cell)),
-                     "accuracy": round(float(np.mean(cell["correct"])), 6)})
+        rows.append(
+            {
+                "wnid": cls.wnid,
+                "class_index": cls.index,
+                "class_name": cls.name,
+                "images": int(len(cell)),
+                "accuracy": round(float(np.mean(cell["correct"])), 6),
+            }
+        )
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=["wnid", "class_index", "class_name", "images", "accuracy"])
         writer.writeheader()

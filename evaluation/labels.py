@@ -6,14 +6,13 @@ a model trained on the -10 subset and a 1000-way model restricted to the subset 
 
 from __future__ import annotations
 
-from builder.core.errors import UsageError
-
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
 from builder.core.classes import class_of, imagenet_classes
+from builder.core.errors import UsageError
 
 LABEL_SPACES = ("imagenet", "subset")
 
@@ -45,8 +44,9 @@ def config_wnids(manifest: dict) -> tuple[str, ...]:
     return tuple(c.wnid for c in imagenet_classes())
 
 
-def resolve_label_space(num_outputs: int, declared: Sequence[str] | None, dataset_wnids: Sequence[str],
-                        choice: str = "imagenet") -> LabelSpace:
+def resolve_label_space(
+    num_outputs: int, declared: Sequence[str] | None, dataset_wnids: Sequence[str], choice: str = "imagenet"
+) -> LabelSpace:
     if choice not in LABEL_SPACES:
         raise LabelSpaceError(f"--label-space must be one of {', '.join(LABEL_SPACES)}")
     dataset_index = np.array([class_of(w).index for w in dataset_wnids])
@@ -58,16 +58,30 @@ def resolve_label_space(num_outputs: int, declared: Sequence[str] | None, datase
         outputs = np.arange(num_outputs)
         if choice == "subset" and is_subset:
             keep = np.isin(index, dataset_index)
-            return LabelSpace("subset", outputs[keep], index[keep], f"argmax over the {int(keep.sum())} declared classes in the config")
+            return LabelSpace(
+                "subset",
+                outputs[keep],
+                index[keep],
+                f"argmax over the {int(keep.sum())} declared classes in the config",
+            )
         return LabelSpace("declared", outputs, index, f"argmax over the model's {num_outputs} declared classes")
     if num_outputs == 1000:
         if choice == "subset" and is_subset:
-            return LabelSpace("subset", dataset_index, dataset_index,
-                              f"1000-way model, argmax over the config's {len(dataset_index)} classes")
+            return LabelSpace(
+                "subset",
+                dataset_index,
+                dataset_index,
+                f"1000-way model, argmax over the config's {len(dataset_index)} classes",
+            )
         return LabelSpace("imagenet", np.arange(1000), np.arange(1000), "argmax over all 1000 ImageNet classes")
     if num_outputs == len(dataset_wnids):
-        return LabelSpace("config", np.arange(num_outputs), dataset_index,
-                          f"the model's {num_outputs} outputs are the config's labels in order")
+        return LabelSpace(
+            "config",
+            np.arange(num_outputs),
+            dataset_index,
+            f"the model's {num_outputs} outputs are the config's labels in order",
+        )
     raise LabelSpaceError(
         f"the model has {num_outputs} outputs, which fit neither ImageNet-1k (1000) nor this config's "
-        f"{len(dataset_wnids)} labels; declare what its outputs are with --classes FILE (one wnid a line)")
+        f"{len(dataset_wnids)} labels; declare what its outputs are with --classes FILE (one wnid a line)"
+    )

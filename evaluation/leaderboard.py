@@ -40,15 +40,22 @@ def leaderboard_row(report: dict, folder_name: str) -> dict:
         "model": report["model"]["spec"],
         "folder": folder_name,
         "checkpoint_sha256": report["model"].get("checkpoint_sha256") or "",
-        "preprocessing": "crop_pct " + str(report["preprocessing"]["crop_pct"]) if report["preprocessing"].get("cropped") else "canvas as is",
+        "preprocessing": "crop_pct " + str(report["preprocessing"]["crop_pct"])
+        if report["preprocessing"].get("cropped")
+        else "canvas as is",
         "samples": metrics["samples"],
         "top1": metrics.get("overall", {}).get("top1", {}).get("value"),
     }
     if metrics.get("has_groups"):
         summary = metrics["groups_summary"]
         worst = summary["worst_group"]
-        row.update(worst_group=worst["group"], worst_group_top1=worst["value"], worst_group_low=worst["low"],
-                   worst_group_high=worst["high"], mean_over_groups=summary["mean_over_groups"]["value"])
+        row.update(
+            worst_group=worst["group"],
+            worst_group_top1=worst["value"],
+            worst_group_low=worst["low"],
+            worst_group_high=worst["high"],
+            mean_over_groups=summary["mean_over_groups"]["value"],
+        )
         for group in metrics["by_group"]:
             row[f"{group['group']}_top1"] = group["top1"]["value"]
     return row
@@ -80,8 +87,12 @@ def write_leaderboard(out_dir: Path, data_identity: dict) -> tuple[Path, Path, l
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
-    lines = [f"# Leaderboard: {data_identity['config']} / {data_identity['split']} ({data_identity['source']})", "",
-             "Sorted by worst-group top-1 (best first); intervals are 95% bootstrap intervals over source images.", ""]
+    lines = [
+        f"# Leaderboard: {data_identity['config']} / {data_identity['split']} ({data_identity['source']})",
+        "",
+        "Sorted by worst-group top-1 (best first); intervals are 95% bootstrap intervals over source images.",
+        "",
+    ]
     table_rows = []
     for rank, (row, report) in enumerate(entries, 1):
         metrics = report["metrics"]
@@ -90,8 +101,22 @@ def write_leaderboard(out_dir: Path, data_identity: dict) -> tuple[Path, Path, l
             worst_text, mean_text = f"{worst['group']} {fmt(worst)}", fmt(metrics["groups_summary"]["mean_over_groups"])
         else:
             worst_text = mean_text = "n/a (no groups)"
-        table_rows.append([rank, f"`{row['model']}`", row["preprocessing"], fmt(metrics.get("overall", {}).get("top1")),
-                           mean_text, worst_text, (row["checkpoint_sha256"] or "")[:12]])
-    lines.append(md_table(["rank", "model", "preprocessing", "top-1", "mean over groups", "worst group", "checkpoint sha256"], table_rows))
+        table_rows.append(
+            [
+                rank,
+                f"`{row['model']}`",
+                row["preprocessing"],
+                fmt(metrics.get("overall", {}).get("top1")),
+                mean_text,
+                worst_text,
+                (row["checkpoint_sha256"] or "")[:12],
+            ]
+        )
+    lines.append(
+        md_table(
+            ["rank", "model", "preprocessing", "top-1", "mean over groups", "worst group", "checkpoint sha256"],
+            table_rows,
+        )
+    )
     md_path.write_text("\n".join(lines) + "\n", "utf-8")
     return csv_path, md_path, rows

@@ -17,7 +17,7 @@ Definitions (all on rows with status "ok"):
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -55,7 +55,9 @@ def rate_difference(name: str, a: pd.DataFrame, b: pd.DataFrame, column: str, se
     return interval(name, arrays, difference, settings, len(a) + len(b))
 
 
-def cells_statistic(name: str, frame: pd.DataFrame, by: str, column: str, reduce, settings: BootstrapSettings) -> Estimate:
+def cells_statistic(
+    name: str, frame: pd.DataFrame, by: str, column: str, reduce, settings: BootstrapSettings
+) -> Estimate:
     units = pd.Index(sorted(frame["_unit"].unique()))
     arrays = []
     for _, cell in sorted(frame.groupby(by), key=lambda item: str(item[0])):
@@ -64,8 +66,10 @@ def cells_statistic(name: str, frame: pd.DataFrame, by: str, column: str, reduce
 
 
 def _accuracies(prefix: str, frame: pd.DataFrame, settings: BootstrapSettings) -> dict:
-    return {"top1": rate(f"{prefix}:top1", frame, "correct", settings).to_json(),
-            "top5": rate(f"{prefix}:top5", frame, "correct_top5", settings).to_json()}
+    return {
+        "top1": rate(f"{prefix}:top1", frame, "correct", settings).to_json(),
+        "top5": rate(f"{prefix}:top5", frame, "correct_top5", settings).to_json(),
+    }
 
 
 def _table(frame: pd.DataFrame, keys: Sequence[str], settings: BootstrapSettings, name: str) -> list[dict]:
@@ -96,9 +100,14 @@ def prepare(predictions: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
 def error_summary(predictions: pd.DataFrame) -> dict:
     bad = predictions[predictions["status"] != "ok"]
-    return {"total": int(len(bad)), "by_reason": {str(k): int(v) for k, v in bad["status"].value_counts().sort_index().items()},
-            "rows": [{"key": _text(r.key), "shard": _text(r.shard), "reason": r.status, "detail": _text(r.detail)}
-                     for r in bad.itertuples()][:100]}
+    return {
+        "total": int(len(bad)),
+        "by_reason": {str(k): int(v) for k, v in bad["status"].value_counts().sort_index().items()},
+        "rows": [
+            {"key": _text(r.key), "shard": _text(r.shard), "reason": r.status, "detail": _text(r.detail)}
+            for r in bad.itertuples()
+        ][:100],
+    }
 
 
 def _text(value) -> str | None:
@@ -117,9 +126,16 @@ def background_gaps(frame: pd.DataFrame, settings: BootstrapSettings) -> list[di
             foreign = cell[cell["background"] == kind]
             if len(own) and len(foreign):
                 gap = rate_difference(f"gap:{position}/{size}/{kind}", own, foreign, "correct", settings)
-                rows.append({"position": position, "size": int(size), "foreign": kind,
-                             "own_top1": float(own["correct"].mean()), "foreign_top1": float(foreign["correct"].mean()),
-                             "gap": gap.to_json()})
+                rows.append(
+                    {
+                        "position": position,
+                        "size": int(size),
+                        "foreign": kind,
+                        "own_top1": float(own["correct"].mean()),
+                        "foreign_top1": float(foreign["correct"].mean()),
+                        "gap": gap.to_json(),
+                    }
+                )
     return rows
 
 
@@ -131,43 +147,75 @@ def neutral_controls(frame: pd.DataFrame, settings: BootstrapSettings) -> list[d
             for kind in FOREIGN_BACKGROUNDS:
                 foreign = cell[cell["background"] == kind]
                 if len(neutral) and len(foreign):
-                    diff = rate_difference(f"neutral:{position}/{size}/{control}/{kind}", neutral, foreign, "correct", settings)
-                    rows.append({"position": position, "size": int(size), "control": control, "foreign": kind,
-                                 "control_top1": float(neutral["correct"].mean()),
-                                 "foreign_top1": float(foreign["correct"].mean()), "difference": diff.to_json()})
+                    diff = rate_difference(
+                        f"neutral:{position}/{size}/{control}/{kind}", neutral, foreign, "correct", settings
+                    )
+                    rows.append(
+                        {
+                            "position": position,
+                            "size": int(size),
+                            "control": control,
+                            "foreign": kind,
+                            "control_top1": float(neutral["correct"].mean()),
+                            "foreign_top1": float(foreign["correct"].mean()),
+                            "difference": diff.to_json(),
+                        }
+                    )
     return rows
 
 
 def _control_error_distribution(frame: pd.DataFrame) -> tuple[str, pd.Series | None]:
     neutral = frame[frame["background"].isin(NEUTRAL_BACKGROUNDS)]
-    control, rows = ("neutral backgrounds (" + "/".join(sorted(neutral["background"].unique())) + ")", neutral) if len(neutral) \
+    control, rows = (
+        ("neutral backgrounds (" + "/".join(sorted(neutral["background"].unique())) + ")", neutral)
+        if len(neutral)
         else ("own backgrounds", frame[frame["background"] == "original"])
+    )
     errors = rows[~rows["correct"]]
     if not len(errors):
         return control, None
     return control, errors["pred_class"].value_counts(normalize=True)
 
 
-def _background_class_cell(name: str, cell: pd.DataFrame, expected_of: pd.Series | None, settings: BootstrapSettings) -> dict:
+def _background_class_cell(
+    name: str, cell: pd.DataFrame, expected_of: pd.Series | None, settings: BootstrapSettings
+) -> dict:
     names_background = cell["pred_class"] == cell["background_class_index"]
     errors = ~cell["correct"]
     share_all = interval(f"{name}:all", list(_per_source(cell, names_background)), ratio, settings, len(cell))
     error_rows = cell[errors]
-    share_errors = interval(f"{name}:errors", list(_per_source(error_rows, names_background[errors])), ratio,
-                            settings, int(errors.sum())) if len(error_rows) else Estimate(None, None, None, 0, 0)
+    share_errors = (
+        interval(
+            f"{name}:errors",
+            list(_per_source(error_rows, names_background[errors])),
+            ratio,
+            settings,
+            int(errors.sum()),
+        )
+        if len(error_rows)
+        else Estimate(None, None, None, 0, 0)
+    )
     expected = None
     if expected_of is not None and len(error_rows):
         expected = float(error_rows["background_class_index"].map(expected_of).fillna(0.0).mean())
-    return {"samples": int(len(cell)), "errors": int(errors.sum()),
-            "share_of_predictions": share_all.to_json(), "share_of_errors": share_errors.to_json(),
-            "expected_share_of_errors": None if expected is None else round(expected, 6),
-            "mean_prob_background_class": None if cell["prob_background_class"].isna().all()
-            else round(float(cell["prob_background_class"].mean()), 6)}
+    return {
+        "samples": int(len(cell)),
+        "errors": int(errors.sum()),
+        "share_of_predictions": share_all.to_json(),
+        "share_of_errors": share_errors.to_json(),
+        "expected_share_of_errors": None if expected is None else round(expected, 6),
+        "mean_prob_background_class": None
+        if cell["prob_background_class"].isna().all()
+        else round(float(cell["prob_background_class"].mean()), 6),
+    }
 
 
 def background_class_analysis(frame: pd.DataFrame, label_space_size: int, settings: BootstrapSettings) -> dict | None:
-    foreign = frame[frame["background"].isin(FOREIGN_BACKGROUNDS) & frame["background_class_index"].notna()
-                    & (frame["background_class_index"] != frame["label_class"])]
+    foreign = frame[
+        frame["background"].isin(FOREIGN_BACKGROUNDS)
+        & frame["background_class_index"].notna()
+        & (frame["background_class_index"] != frame["label_class"])
+    ]
     if not len(foreign):
         return None
     control, expected_of = _control_error_distribution(frame)
@@ -181,17 +229,30 @@ def background_class_analysis(frame: pd.DataFrame, label_space_size: int, settin
     }
     if expected_of is None:
         result["control_errors"] = "none: the model made no errors on the controls, so no expected share"
-    for (group, size), cell in sorted(foreign.groupby(["group", "size"]), key=lambda item: (group_sort_key(item[0][0]), item[0][1])):
-        result["by_group_size"].append({"group": group, "size": int(size),
-                                        **_background_class_cell(f"bgclass:{group}/{size}", cell, expected_of, settings)})
+    for (group, size), cell in sorted(
+        foreign.groupby(["group", "size"]), key=lambda item: (group_sort_key(item[0][0]), item[0][1])
+    ):
+        result["by_group_size"].append(
+            {
+                "group": group,
+                "size": int(size),
+                **_background_class_cell(f"bgclass:{group}/{size}", cell, expected_of, settings),
+            }
+        )
     return result
 
 
-def compute_metrics(predictions: pd.DataFrame, *, label_space_size: int, settings: BootstrapSettings = BootstrapSettings()) -> dict:
+def compute_metrics(
+    predictions: pd.DataFrame, *, label_space_size: int, settings: BootstrapSettings = BootstrapSettings()
+) -> dict:
     """Every number of eval.json's `metrics` from a predictions table."""
     frame, notes = prepare(predictions)
-    result: dict = {"samples": int(len(frame)), "sources": int(frame["_unit"].nunique()),
-                    "errors": error_summary(predictions), "bootstrap": settings.to_json()}
+    result: dict = {
+        "samples": int(len(frame)),
+        "sources": int(frame["_unit"].nunique()),
+        "errors": error_summary(predictions),
+        "bootstrap": settings.to_json(),
+    }
     if not len(frame):
         result.update(has_groups=False, notes=notes + ["no sample could be evaluated"])
         return result
@@ -212,7 +273,10 @@ def compute_metrics(predictions: pd.DataFrame, *, label_space_size: int, setting
     result["groups_summary"] = {
         "groups": groups,
         "mean_over_groups": cells_statistic("groups:mean", frame, "group", "correct", np.mean, settings).to_json(),
-        "worst_group": {"group": worst, **cells_statistic("groups:min", frame, "group", "correct", np.min, settings).to_json()},
+        "worst_group": {
+            "group": worst,
+            **cells_statistic("groups:min", frame, "group", "correct", np.min, settings).to_json(),
+        },
     }
     result["background_gap"] = background_gaps(frame, settings)
     result["neutral_controls"] = neutral_controls(frame, settings)
@@ -227,9 +291,18 @@ def clean_drop(clean: pd.DataFrame, composites: pd.DataFrame, settings: Bootstra
     clean = clean.copy()
     clean["_unit"] = clean["source_id"]
     clean["correct"] = clean["correct"].astype(bool)
-    result = {"images": int(len(clean)), "top1": rate("clean:top1", clean, "correct", settings).to_json(), "drop_by_group": []}
+    result = {
+        "images": int(len(clean)),
+        "top1": rate("clean:top1", clean, "correct", settings).to_json(),
+        "drop_by_group": [],
+    }
     if has_group_metadata(frame):
         for group in sorted(frame["group"].unique(), key=group_sort_key):
             cell = frame[frame["group"] == group]
-            result["drop_by_group"].append({"group": group, "drop": rate_difference(f"clean-drop:{group}", clean, cell, "correct", settings).to_json()})
+            result["drop_by_group"].append(
+                {
+                    "group": group,
+                    "drop": rate_difference(f"clean-drop:{group}", clean, cell, "correct", settings).to_json(),
+                }
+            )
     return result

@@ -14,12 +14,12 @@ names the flag to pass, the variable that points at the cache and where the weig
 
 from __future__ import annotations
 
-from builder.core.errors import UsageError
-
 import hashlib
 import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+
+from builder.core.errors import UsageError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -139,9 +139,11 @@ def _published_at(name: str) -> str:
 
 
 def _hub_hint(name: str) -> str:
-    return (f"The weights are published at {_published_at(name)}: download them on a machine with network access "
-            "and pass the file with --checkpoint FILE, or point HF_HOME (or HF_HUB_CACHE) at a cache that holds "
-            "them; HF_HUB_OFFLINE=1 forbids downloads")
+    return (
+        f"The weights are published at {_published_at(name)}: download them on a machine with network access "
+        "and pass the file with --checkpoint FILE, or point HF_HOME (or HF_HUB_CACHE) at a cache that holds "
+        "them; HF_HUB_OFFLINE=1 forbids downloads"
+    )
 
 
 def _checkpoint_file(path: Path) -> Path:
@@ -174,8 +176,9 @@ def _timm_preprocessing(model) -> Preprocessing:
     config = resolve_data_config(model=model)
     _, h, w = config["input_size"]
     # The data config's crop_pct is deliberately not used: the canvas is evaluated as it is.
-    return Preprocessing((h, w), tuple(config["mean"]), tuple(config["std"]), config["interpolation"], None,
-                         "timm data config")
+    return Preprocessing(
+        (h, w), tuple(config["mean"]), tuple(config["std"]), config["interpolation"], None, "timm data config"
+    )
 
 
 def _load_timm(name: str, options: ModelOptions) -> LoadedModel:
@@ -198,13 +201,17 @@ def _load_timm(name: str, options: ModelOptions) -> LoadedModel:
         model = timm.create_model(name, pretrained=True, **kwargs)
     except (OSError, RuntimeError) as exc:  # LocalEntryNotFoundError and FileNotFoundError are OSErrors
         if options.checkpoint is not None:
-            raise ModelError(f"cannot load --checkpoint {checkpoint.name} into timm:{name}: {str(exc).splitlines()[0]} "
-                             "(pass --num-classes when its classifier is not 1000-way)") from None
-        raise ModelError(f"the pretrained weights of timm:{name} are not available offline ({type(exc).__name__}). "
-                         f"{_hub_hint(name)}") from None
+            raise ModelError(
+                f"cannot load --checkpoint {checkpoint.name} into timm:{name}: {str(exc).splitlines()[0]} "
+                "(pass --num-classes when its classifier is not 1000-way)"
+            ) from None
+        raise ModelError(
+            f"the pretrained weights of timm:{name} are not available offline ({type(exc).__name__}). {_hub_hint(name)}"
+        ) from None
     model.eval()
-    return LoadedModel(f"timm:{name}", model, _timm_preprocessing(model), options.classes,
-                       checkpoint.name if checkpoint else None, sha)
+    return LoadedModel(
+        f"timm:{name}", model, _timm_preprocessing(model), options.classes, checkpoint.name if checkpoint else None, sha
+    )
 
 
 def _tv_weights(name: str):
@@ -219,8 +226,14 @@ def _tv_weights(name: str):
 def _tv_preprocessing(weights) -> Preprocessing:
     transforms = weights.transforms()
     size = transforms.crop_size[0]
-    return Preprocessing((size, size), tuple(transforms.mean), tuple(transforms.std),
-                         transforms.interpolation.value, None, f"torchvision {weights}")
+    return Preprocessing(
+        (size, size),
+        tuple(transforms.mean),
+        tuple(transforms.std),
+        transforms.interpolation.value,
+        None,
+        f"torchvision {weights}",
+    )
 
 
 def _read_state_dict(path: Path) -> dict:
@@ -247,7 +260,9 @@ def _load_tv(name: str, options: ModelOptions) -> LoadedModel:
         checkpoint = _checkpoint_file(options.checkpoint)
         model = torchvision.models.get_model(name, weights=None, num_classes=options.num_classes or 1000)
         _strict_load(model, _read_state_dict(checkpoint), checkpoint.name)
-        loaded = LoadedModel(f"tv:{name}", model, _tv_preprocessing(weights), options.classes, checkpoint.name, sha256_of(checkpoint))
+        loaded = LoadedModel(
+            f"tv:{name}", model, _tv_preprocessing(weights), options.classes, checkpoint.name, sha256_of(checkpoint)
+        )
     else:
         try:
             model = torchvision.models.get_model(name, weights=weights)
@@ -255,8 +270,11 @@ def _load_tv(name: str, options: ModelOptions) -> LoadedModel:
             raise ModelError(
                 f"the weights {weights} of tv:{name} are not available offline ({exc}). They are published at "
                 f"{weights.url}; download the file on a machine with network access and pass it with "
-                f"--checkpoint FILE, or put it under $TORCH_HOME/hub/checkpoints/") from None
-        loaded = LoadedModel(f"tv:{name}", model, _tv_preprocessing(weights), options.classes, weights.url.rsplit("/", 1)[-1], None)
+                f"--checkpoint FILE, or put it under $TORCH_HOME/hub/checkpoints/"
+            ) from None
+        loaded = LoadedModel(
+            f"tv:{name}", model, _tv_preprocessing(weights), options.classes, weights.url.rsplit("/", 1)[-1], None
+        )
     model.eval()
     return loaded
 
@@ -265,8 +283,10 @@ def _strict_load(model, state: dict, name: str) -> None:
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
-        raise ModelError(f"{name} does not fit the architecture: {str(exc).splitlines()[0]} "
-                         "(pass --num-classes when the checkpoint's classifier is not 1000-way)") from None
+        raise ModelError(
+            f"{name} does not fit the architecture: {str(exc).splitlines()[0]} "
+            "(pass --num-classes when the checkpoint's classifier is not 1000-way)"
+        ) from None
 
 
 def _load_torchscript(path: Path, options: ModelOptions, spec: str) -> LoadedModel:
@@ -288,7 +308,9 @@ def _load_state_dict_file(path: Path, options: ModelOptions) -> LoadedModel:
     import timm
 
     if not options.arch:
-        raise ModelError(f"{path.name} is a weights file: pass its architecture with --arch NAME (a timm name or tv:NAME)")
+        raise ModelError(
+            f"{path.name} is a weights file: pass its architecture with --arch NAME (a timm name or tv:NAME)"
+        )
     if options.arch.startswith("tv:"):
         return _load_tv(options.arch[3:], replace(options, checkpoint=path))
     arch = options.arch.removeprefix("timm:")
@@ -298,7 +320,9 @@ def _load_state_dict_file(path: Path, options: ModelOptions) -> LoadedModel:
         raise ModelError(f"--arch {arch}: {exc}") from None
     _strict_load(model, _read_state_dict(path), path.name)
     model.eval()
-    return LoadedModel(f"{path.name} (timm:{arch})", model, _timm_preprocessing(model), options.classes, path.name, sha256_of(path))
+    return LoadedModel(
+        f"{path.name} (timm:{arch})", model, _timm_preprocessing(model), options.classes, path.name, sha256_of(path)
+    )
 
 
 def load_model(spec: str, options: ModelOptions = ModelOptions()) -> LoadedModel:

@@ -5,13 +5,18 @@ leaderboard."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from .bootstrap import BootstrapSettings
-from .extra_sets import (BACKGROUND_ACCURACY_CSV, CLEAN_ACCURACY_CSV, background_predictions, clean_predictions,
-                         write_class_accuracy)
+from .extra_sets import (
+    BACKGROUND_ACCURACY_CSV,
+    CLEAN_ACCURACY_CSV,
+    background_predictions,
+    clean_predictions,
+    write_class_accuracy,
+)
 from .leaderboard import already_evaluated, run_identity
 from .metrics import clean_drop, compute_metrics
 from .models import LoadedModel, model_slug
@@ -71,38 +76,88 @@ def _extra_sets(run, loaded: LoadedModel, settings: RunSettings, folder: Path, a
     if settings.clean_root is not None:
         import pandas as pd
 
-        clean, missing, errors = clean_predictions(run.classifier, loaded.preprocessing, settings.clean_root, settings.clean_split,
-                                                   labels, settings.batch_size)
-        composites = pd.DataFrame([{"status": "ok", "key": r["key"], "correct": r["correct"], "correct_top5": r["correct_top5"],
-                                    "source_id": r["meta"].get("source_id"), "group": r["meta"].get("group"),
-                                    "size": r["meta"].get("size")} for r in ok])
+        clean, missing, errors = clean_predictions(
+            run.classifier, loaded.preprocessing, settings.clean_root, settings.clean_split, labels, settings.batch_size
+        )
+        composites = pd.DataFrame(
+            [
+                {
+                    "status": "ok",
+                    "key": r["key"],
+                    "correct": r["correct"],
+                    "correct_top5": r["correct_top5"],
+                    "source_id": r["meta"].get("source_id"),
+                    "group": r["meta"].get("group"),
+                    "size": r["meta"].get("size"),
+                }
+                for r in ok
+            ]
+        )
         write_class_accuracy(clean, folder / CLEAN_ACCURACY_CSV)
-        extras["clean"] = {**clean_drop(clean, composites, settings.bootstrap), "missing": missing, "errors": errors,
-                           "file": CLEAN_ACCURACY_CSV,
-                           "preprocessing": "the whole photo through the same preprocessing as the composites"}
+        extras["clean"] = {
+            **clean_drop(clean, composites, settings.bootstrap),
+            "missing": missing,
+            "errors": errors,
+            "file": CLEAN_ACCURACY_CSV,
+            "preprocessing": "the whole photo through the same preprocessing as the composites",
+        }
         announce(f"clean photos: {len(clean)} classified, {missing} not found under the clean root")
     if settings.parts_dir is not None:
-        frame, errors = background_predictions(run.classifier, loaded.preprocessing, settings.parts_dir, settings.batch_size)
+        frame, errors = background_predictions(
+            run.classifier, loaded.preprocessing, settings.parts_dir, settings.batch_size
+        )
         rows = write_class_accuracy(frame, folder / BACKGROUND_ACCURACY_CSV)
-        extras["background_only"] = {"images": int(len(frame)), "top1": float(frame["correct"].mean()) if len(frame) else 0.0,
-                                     "classes": len(rows), "file": BACKGROUND_ACCURACY_CSV, "errors": errors}
+        extras["background_only"] = {
+            "images": int(len(frame)),
+            "top1": float(frame["correct"].mean()) if len(frame) else 0.0,
+            "classes": len(rows),
+            "file": BACKGROUND_ACCURACY_CSV,
+            "errors": errors,
+        }
     return extras
 
 
-def evaluate_model(loaded: LoadedModel, source, out_dir: Path, settings: RunSettings,
-                   announce: Callable[[str], None] = print, folder_name: str | None = None) -> EvalResult:
+def evaluate_model(
+    loaded: LoadedModel,
+    source,
+    out_dir: Path,
+    settings: RunSettings,
+    announce: Callable[[str], None] = print,
+    folder_name: str | None = None,
+) -> EvalResult:
     """Evaluate one model into OUT/<model>/, unless the same evaluation is already there."""
     folder = Path(out_dir) / (folder_name or model_slug(loaded.spec))
-    plan = plan_run(loaded, source, settings.config, settings.split, batch_size=settings.batch_size,
-                    limit=settings.limit, label_space=settings.label_space)
+    plan = plan_run(
+        loaded,
+        source,
+        settings.config,
+        settings.split,
+        batch_size=settings.batch_size,
+        limit=settings.limit,
+        label_space=settings.label_space,
+    )
     identity = planned_identity(loaded, source, settings, plan.manifest, plan.space.name)
     if not settings.overwrite and already_evaluated(folder, identity):
-        announce(f"{loaded.spec}: already evaluated on this data revision in {folder.name}/ (pass --overwrite to redo it)")
+        announce(
+            f"{loaded.spec}: already evaluated on this data revision in {folder.name}/ (pass --overwrite to redo it)"
+        )
         return EvalResult(folder, load_existing(folder), skipped=True)
-    run = run_predictions(loaded, source, settings.config, settings.split, plan=plan, batch_size=settings.batch_size,
-                          workers=settings.workers, device=settings.device, amp=settings.amp,
-                          channels_last=settings.channels_last, limit=settings.limit, label_space=settings.label_space,
-                          progress=settings.progress, announce=announce)
+    run = run_predictions(
+        loaded,
+        source,
+        settings.config,
+        settings.split,
+        plan=plan,
+        batch_size=settings.batch_size,
+        workers=settings.workers,
+        device=settings.device,
+        amp=settings.amp,
+        channels_last=settings.channels_last,
+        limit=settings.limit,
+        label_space=settings.label_space,
+        progress=settings.progress,
+        announce=announce,
+    )
     folder.mkdir(parents=True, exist_ok=True)
     predictions = write_predictions(folder / PREDICTIONS_NAME, run.rows, run.errors, run.metadata)
     extras = _extra_sets(run, loaded, settings, folder, announce)
@@ -113,9 +168,18 @@ def planned_identity(loaded: LoadedModel, source, settings: RunSettings, manifes
     """The identity an evaluation would have, to skip one already done (before running anything)."""
     from .predict import source_display_name
 
-    report = {"data": {"source": source_display_name(source), "config": manifest.get("config"), "split": settings.split,
-                       "fingerprint": manifest.get("fingerprint"), "limit": settings.limit},
-              "model": loaded.describe(), "preprocessing": loaded.preprocessing.to_json(), "label_space": {"name": label_space_name}}
+    report = {
+        "data": {
+            "source": source_display_name(source),
+            "config": manifest.get("config"),
+            "split": settings.split,
+            "fingerprint": manifest.get("fingerprint"),
+            "limit": settings.limit,
+        },
+        "model": loaded.describe(),
+        "preprocessing": loaded.preprocessing.to_json(),
+        "label_space": {"name": label_space_name},
+    }
     return run_identity(report)
 
 
@@ -123,4 +187,12 @@ def load_existing(folder: Path) -> dict:
     return json.loads((folder / EVAL_JSON).read_text("utf-8"))
 
 
-__all__ = ["RunSettings", "EvalResult", "analyse", "evaluate_model", "planned_identity", "already_evaluated", "load_existing"]
+__all__ = [
+    "RunSettings",
+    "EvalResult",
+    "analyse",
+    "evaluate_model",
+    "planned_identity",
+    "already_evaluated",
+    "load_existing",
+]

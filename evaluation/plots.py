@@ -28,8 +28,14 @@ def accuracy_vs_size(metrics: dict, path: Path, title: str) -> Path:
     for group in metrics["groups_summary"]["groups"]:
         rows = sorted((r for r in metrics["by_group_size"] if r["group"] == group), key=lambda r: r["size"])
         estimates = [r["top1"] for r in rows]
-        ax.errorbar([r["size"] for r in rows], [e["value"] for e in estimates], yerr=_yerr(estimates),
-                    marker="o", capsize=3, label=group)
+        ax.errorbar(
+            [r["size"] for r in rows],
+            [e["value"] for e in estimates],
+            yerr=_yerr(estimates),
+            marker="o",
+            capsize=3,
+            label=group,
+        )
     ax.set_xlabel("object size (px on the canvas)")
     ax.set_ylabel("top-1 accuracy")
     ax.set_ylim(-0.02, 1.02)
@@ -58,7 +64,9 @@ def position_size_heatmap(metrics: dict, path: Path, title: str) -> Path:
     ax.set_yticks(range(len(positions)), positions)
     for (i, j), value in np.ndenumerate(grid):
         if np.isfinite(value):
-            ax.text(j, i, f"{value:.2f}", ha="center", va="center", color="white" if value < 0.6 else "black", fontsize=8)
+            ax.text(
+                j, i, f"{value:.2f}", ha="center", va="center", color="white" if value < 0.6 else "black", fontsize=8
+            )
     ax.set_xlabel("object size (px)")
     ax.set_title(title, fontsize=9)
     fig.colorbar(image, ax=ax, label="top-1")
@@ -75,12 +83,26 @@ def background_class_share(metrics: dict, path: Path, title: str) -> Path:
     shares = [r["share_of_errors"] for r in rows]
     values = [s["value"] if s["value"] is not None else 0.0 for s in shares]
     fig, ax = plt.subplots(figsize=(max(4, 0.7 * len(rows) + 2), 3.8))
-    ax.bar(range(len(rows)), values, yerr=_yerr([s if s["value"] is not None else {"value": 0} for s in shares]),
-           capsize=3, color="tab:red", alpha=0.8, label="errors naming the background's class")
+    ax.bar(
+        range(len(rows)),
+        values,
+        yerr=_yerr([s if s["value"] is not None else {"value": 0} for s in shares]),
+        capsize=3,
+        color="tab:red",
+        alpha=0.8,
+        label="errors naming the background's class",
+    )
     expected = [r["expected_share_of_errors"] for r in rows]
     if any(e is not None for e in expected):
-        ax.scatter(range(len(rows)), [e if e is not None else float("nan") for e in expected], marker="_", s=300,
-                   color="black", label="expected from the controls", zorder=3)
+        ax.scatter(
+            range(len(rows)),
+            [e if e is not None else float("nan") for e in expected],
+            marker="_",
+            s=300,
+            color="black",
+            label="expected from the controls",
+            zorder=3,
+        )
     ax.set_xticks(range(len(rows)), labels, rotation=45, ha="right", fontsize=8)
     ax.set_ylim(0, 1.02)
     ax.set_ylabel("share of errors")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -45,8 +45,15 @@ def source_display_name(source) -> str:
 class Classifier:
     """A model on its device with its normalisation and label space: uint8 batches -> scored probs."""
 
-    def __init__(self, loaded: LoadedModel, space: LabelSpace, device, amp: bool = False,
-                 channels_last: bool = False, announce: Callable[[str], None] = print):
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        space: LabelSpace,
+        device,
+        amp: bool = False,
+        channels_last: bool = False,
+        announce: Callable[[str], None] = print,
+    ):
         import torch
 
         self.torch = torch
@@ -129,27 +136,33 @@ def prediction_rows(probs: np.ndarray, rows: list[dict], classifier: Classifier,
         paired_class = class_of(paired).index if paired else None
         background_class = _class_or_none(meta.get("background_class_index"))
 
-        def prob_of(class_index):
+        def prob_of(class_index, row=i):
             if class_index is None:
                 return None
             column = classifier.column_of[class_index]
-            return None if column < 0 else float(probs[i, column])
+            return None if column < 0 else float(probs[row, column])
 
         top_classes = [int(c) for c in classifier.class_index[top[i]]]
-        out.append({
-            "key": row["key"], "shard": row["shard"], "status": "ok", "detail": None, "cls": row["cls"],
-            "label_class": int(label_class),
-            "pred_class": top_classes[0],
-            "top5_class": top_classes,
-            "top5_prob": [float(p) for p in probs[i, top[i]]],
-            "correct": top_classes[0] == label_class,
-            "correct_top5": label_class in top_classes,
-            "prob_label": prob_of(label_class),
-            "prob_background_class": prob_of(background_class),
-            "paired_class_index": paired_class,
-            "prob_paired_class": prob_of(paired_class),
-            "meta": meta,
-        })
+        out.append(
+            {
+                "key": row["key"],
+                "shard": row["shard"],
+                "status": "ok",
+                "detail": None,
+                "cls": row["cls"],
+                "label_class": int(label_class),
+                "pred_class": top_classes[0],
+                "top5_class": top_classes,
+                "top5_prob": [float(p) for p in probs[i, top[i]]],
+                "correct": top_classes[0] == label_class,
+                "correct_top5": label_class in top_classes,
+                "prob_label": prob_of(label_class),
+                "prob_background_class": prob_of(background_class),
+                "paired_class_index": paired_class,
+                "prob_paired_class": prob_of(paired_class),
+                "meta": meta,
+            }
+        )
     return out
 
 
@@ -163,8 +176,16 @@ class RunPlan:
     space: LabelSpace
 
 
-def plan_run(loaded: LoadedModel, source, config: str | None, split: str, *, batch_size: int = 64,
-             limit: int | None = None, label_space: str = "imagenet") -> RunPlan:
+def plan_run(
+    loaded: LoadedModel,
+    source,
+    config: str | None,
+    split: str,
+    *,
+    batch_size: int = 64,
+    limit: int | None = None,
+    label_space: str = "imagenet",
+) -> RunPlan:
     """Resolve the data and match the model's output size to a label space; refuses before any work."""
     dataset = EvalBatches(source, config, split, loaded.preprocessing, batch_size, limit)
     manifest = read_dataset_manifest(dataset.shards)
@@ -173,17 +194,32 @@ def plan_run(loaded: LoadedModel, source, config: str | None, split: str, *, bat
     return RunPlan(dataset, manifest, wnids, space)
 
 
-def run_predictions(loaded: LoadedModel, source, config: str | None = None, split: str = "test", *,
-                    batch_size: int = 64, workers: int = 2, device: str = "auto", amp: bool = False,
-                    channels_last: bool = False, limit: int | None = None, label_space: str = "imagenet",
-                    progress: bool = True, announce: Callable[[str], None] = print, plan: RunPlan | None = None) -> PredictionRun:
+def run_predictions(
+    loaded: LoadedModel,
+    source,
+    config: str | None = None,
+    split: str = "test",
+    *,
+    batch_size: int = 64,
+    workers: int = 2,
+    device: str = "auto",
+    amp: bool = False,
+    channels_last: bool = False,
+    limit: int | None = None,
+    label_space: str = "imagenet",
+    progress: bool = True,
+    announce: Callable[[str], None] = print,
+    plan: RunPlan | None = None,
+) -> PredictionRun:
     from tqdm import tqdm
 
     plan = plan or plan_run(loaded, source, config, split, batch_size=batch_size, limit=limit, label_space=label_space)
     dataset, manifest, wnids, space = plan.dataset, plan.manifest, plan.wnids, plan.space
     torch_device = resolve_device(device)
     classifier = Classifier(loaded, space, torch_device, amp, channels_last, announce)
-    loader = make_loader(dataset, workers, pin_memory=torch_device.type == "cuda", yield_to_model=torch_device.type == "cpu")
+    loader = make_loader(
+        dataset, workers, pin_memory=torch_device.type == "cuda", yield_to_model=torch_device.type == "cpu"
+    )
     expected = dataset.num_samples if limit is None else min(limit, dataset.num_samples or limit)
     rows, errors = [], []
     started = time.perf_counter()
@@ -208,9 +244,16 @@ def run_predictions(loaded: LoadedModel, source, config: str | None = None, spli
             "num_samples": dataset.num_samples,
             "limit": limit,
         },
-        "run": {"device": torch_device.type, "amp": classifier.amp, "channels_last": channels_last,
-                "batch_size": batch_size, "batch_halved_to": classifier.max_batch, "workers": workers,
-                "seconds": round(seconds, 3), "images_per_second": round(len(rows) / seconds, 2) if seconds else None},
+        "run": {
+            "device": torch_device.type,
+            "amp": classifier.amp,
+            "channels_last": channels_last,
+            "batch_size": batch_size,
+            "batch_halved_to": classifier.max_batch,
+            "workers": workers,
+            "seconds": round(seconds, 3),
+            "images_per_second": round(len(rows) / seconds, 2) if seconds else None,
+        },
         "toolkit": {"name": "hard-spurious-imagenet", "version": __version__},
         "notes": list(loaded.notes),
     }

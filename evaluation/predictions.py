@@ -24,11 +24,20 @@ def _schema():
     import pyarrow as pa
 
     prediction = [
-        ("key", pa.string()), ("shard", pa.string()), ("status", pa.string()), ("detail", pa.string()),
-        ("cls", pa.int64()), ("label_class", pa.int64()), ("pred_class", pa.int64()),
-        ("top5_class", pa.list_(pa.int64())), ("top5_prob", pa.list_(pa.float32())),
-        ("correct", pa.bool_()), ("correct_top5", pa.bool_()), ("prob_label", pa.float32()),
-        ("prob_background_class", pa.float32()), ("paired_class_index", pa.int64()),
+        ("key", pa.string()),
+        ("shard", pa.string()),
+        ("status", pa.string()),
+        ("detail", pa.string()),
+        ("cls", pa.int64()),
+        ("label_class", pa.int64()),
+        ("pred_class", pa.int64()),
+        ("top5_class", pa.list_(pa.int64())),
+        ("top5_prob", pa.list_(pa.float32())),
+        ("correct", pa.bool_()),
+        ("correct_top5", pa.bool_()),
+        ("prob_label", pa.float32()),
+        ("prob_background_class", pa.float32()),
+        ("paired_class_index", pa.int64()),
         ("prob_paired_class", pa.float32()),
     ]
     meta = [(name, pa.int64() if kind is int else pa.string()) for name, (kind, _, _) in COMPOSITE_FIELDS.items()]
@@ -37,9 +46,23 @@ def _schema():
     return pa.schema([*prediction, *meta, ("extra_json", pa.string())])
 
 
-PREDICTION_COLUMNS = ("key", "shard", "status", "detail", "cls", "label_class", "pred_class", "top5_class",
-                      "top5_prob", "correct", "correct_top5", "prob_label", "prob_background_class",
-                      "paired_class_index", "prob_paired_class")
+PREDICTION_COLUMNS = (
+    "key",
+    "shard",
+    "status",
+    "detail",
+    "cls",
+    "label_class",
+    "pred_class",
+    "top5_class",
+    "top5_prob",
+    "correct",
+    "correct_top5",
+    "prob_label",
+    "prob_background_class",
+    "paired_class_index",
+    "prob_paired_class",
+)
 
 
 def flatten_row(row: dict) -> dict:
@@ -53,7 +76,12 @@ def flatten_row(row: dict) -> dict:
 
 
 def error_row(error: dict) -> dict:
-    return {"key": error.get("key"), "shard": error.get("shard"), "status": error["reason"], "detail": error.get("detail")}
+    return {
+        "key": error.get("key"),
+        "shard": error.get("shard"),
+        "status": error["reason"],
+        "detail": error.get("detail"),
+    }
 
 
 def write_predictions(path: Path, rows: list[dict], errors: list[dict], metadata: dict) -> Path:

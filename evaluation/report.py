@@ -11,8 +11,12 @@ REPORT_SCHEMA = "hsi-eval/1"
 
 
 def build_report(metadata: dict, metrics: dict, extras: dict | None = None) -> dict:
-    report = {"schema": REPORT_SCHEMA, **{k: metadata.get(k) for k in ("model", "preprocessing", "label_space", "data", "run", "toolkit")},
-              "notes": list(metadata.get("notes") or []) + list(metrics.get("notes") or []), "metrics": metrics}
+    report = {
+        "schema": REPORT_SCHEMA,
+        **{k: metadata.get(k) for k in ("model", "preprocessing", "label_space", "data", "run", "toolkit")},
+        "notes": list(metadata.get("notes") or []) + list(metrics.get("notes") or []),
+        "metrics": metrics,
+    }
     report.update(extras or {})
     return report
 
@@ -53,14 +57,18 @@ def _grid(rows: list[dict], row_key: str, column_key: str, metric: str = "top1")
         if r[row_key] not in order:
             order.append(r[row_key])
     cells = {(r[row_key], r[column_key]): fmt(r[metric]) for r in rows}
-    return md_table([row_key, *[f"{column_key} {c}" for c in columns]],
-                    [[name, *[cells.get((name, c), "") for c in columns]] for name in order])
+    return md_table(
+        [row_key, *[f"{column_key} {c}" for c in columns]],
+        [[name, *[cells.get((name, c), "") for c in columns]] for name in order],
+    )
 
 
 def preprocessing_line(pre: dict) -> str:
     if pre.get("cropped"):
-        return (f"**Preprocessing: centre-cropped on purpose** (crop_pct {pre['crop_pct']}): {pre['description']}. "
-                "The crop cuts the canvas border, and with it part of every corner object.")
+        return (
+            f"**Preprocessing: centre-cropped on purpose** (crop_pct {pre['crop_pct']}): {pre['description']}. "
+            "The crop cuts the canvas border, and with it part of every corner object."
+        )
     return f"**Preprocessing: the 224 canvas as it is, not centre-cropped**: {pre['description']}."
 
 
@@ -68,57 +76,151 @@ def render_markdown(report: dict) -> str:
     model, data, metrics = report["model"], report["data"], report["metrics"]
     boot = metrics["bootstrap"]
     out = [f"# Evaluation of `{model['spec']}` on {data['config']} / {data['split']}", ""]
-    out.append(f"- model: `{model['spec']}`" + (f", checkpoint `{model['checkpoint']}`" if model.get("checkpoint") else "")
-               + (f" (sha256 `{model['checkpoint_sha256']}`)" if model.get("checkpoint_sha256") else ""))
-    out.append(f"- data: {data['source']}, config {data['config']}, split {data['split']}, fingerprint `{data.get('fingerprint')}`"
-               + (f", first {data['limit']} samples only" if data.get("limit") else ""))
+    out.append(
+        f"- model: `{model['spec']}`"
+        + (f", checkpoint `{model['checkpoint']}`" if model.get("checkpoint") else "")
+        + (f" (sha256 `{model['checkpoint_sha256']}`)" if model.get("checkpoint_sha256") else "")
+    )
+    out.append(
+        f"- data: {data['source']}, config {data['config']}, split {data['split']}, fingerprint "
+        f"`{data.get('fingerprint')}`" + (f", first {data['limit']} samples only" if data.get("limit") else "")
+    )
     out.append(f"- label space: {report['label_space']['description']}")
     out.append(f"- {preprocessing_line(report['preprocessing'])}")
-    out.append(f"- samples evaluated: {metrics['samples']} from {metrics['sources']} source images; "
-               f"errors: {metrics['errors']['total']}" + (f" ({metrics['errors']['by_reason']})" if metrics["errors"]["total"] else ""))
-    out.append(f"- intervals: {boot['level']:.0%} percentile bootstrap over source images, {boot['resamples']} resamples, seed {boot['seed']}")
+    out.append(
+        f"- samples evaluated: {metrics['samples']} from {metrics['sources']} source images; "
+        f"errors: {metrics['errors']['total']}"
+        + (f" ({metrics['errors']['by_reason']})" if metrics["errors"]["total"] else "")
+    )
+    out.append(
+        f"- intervals: {boot['level']:.0%} percentile bootstrap over source images, {boot['resamples']} resamples, "
+        f"seed {boot['seed']}"
+    )
     for note in report.get("notes") or []:
         out.append(f"- note: {note}")
     out.append("")
     if "overall" in metrics:
-        out += ["## Overall", "", md_table(["top-1", "top-5"], [[fmt(metrics["overall"]["top1"]), fmt(metrics["overall"]["top5"])]]), ""]
+        out += [
+            "## Overall",
+            "",
+            md_table(["top-1", "top-5"], [[fmt(metrics["overall"]["top1"]), fmt(metrics["overall"]["top5"])]]),
+            "",
+        ]
     if not metrics.get("has_groups"):
         out += ["This config has no group metadata: only plain accuracy is reported.", ""]
         return "\n".join(out) + _extras_markdown(report)
     summary = metrics["groups_summary"]
-    out += ["## Groups", "",
-            md_table(["group", "top-1", "top-5"], [[r["group"], fmt(r["top1"]), fmt(r["top5"])] for r in metrics["by_group"]]), "",
-            f"Mean over groups: {fmt(summary['mean_over_groups'])}; worst group: {summary['worst_group']['group']} "
-            f"{fmt(summary['worst_group'])}.", "",
-            "## Top-1 by group and size", "", _grid(metrics["by_group_size"], "group", "size"), "",
-            "## Top-5 by group and size", "", _grid(metrics["by_group_size"], "group", "size", "top5"), ""]
+    out += [
+        "## Groups",
+        "",
+        md_table(
+            ["group", "top-1", "top-5"], [[r["group"], fmt(r["top1"]), fmt(r["top5"])] for r in metrics["by_group"]]
+        ),
+        "",
+        f"Mean over groups: {fmt(summary['mean_over_groups'])}; worst group: {summary['worst_group']['group']} "
+        f"{fmt(summary['worst_group'])}.",
+        "",
+        "## Top-1 by group and size",
+        "",
+        _grid(metrics["by_group_size"], "group", "size"),
+        "",
+        "## Top-5 by group and size",
+        "",
+        _grid(metrics["by_group_size"], "group", "size", "top5"),
+        "",
+    ]
     if metrics["by_tier"]:
-        out += ["## Tiers", "", md_table(["tier", "top-1", "top-5"], [[r["tier"], fmt(r["top1"]), fmt(r["top5"])] for r in metrics["by_tier"]]), ""]
-    out += ["## Top-1 by position and size", "", _grid(metrics["by_position_size"], "position", "size"), "",
-            "## Background kinds", "",
-            md_table(["background", "top-1", "top-5"], [[r["background"], fmt(r["top1"]), fmt(r["top5"])] for r in metrics["by_background"]]), ""]
+        out += [
+            "## Tiers",
+            "",
+            md_table(
+                ["tier", "top-1", "top-5"], [[r["tier"], fmt(r["top1"]), fmt(r["top5"])] for r in metrics["by_tier"]]
+            ),
+            "",
+        ]
+    out += [
+        "## Top-1 by position and size",
+        "",
+        _grid(metrics["by_position_size"], "position", "size"),
+        "",
+        "## Background kinds",
+        "",
+        md_table(
+            ["background", "top-1", "top-5"],
+            [[r["background"], fmt(r["top1"]), fmt(r["top5"])] for r in metrics["by_background"]],
+        ),
+        "",
+    ]
     if metrics["background_gap"]:
-        out += ["## Background gap (own minus foreign background, same size and position)", "",
-                md_table(["position", "size", "foreign", "own top-1", "foreign top-1", "gap"],
-                         [[r["position"], r["size"], r["foreign"], f"{r['own_top1']:.3f}", f"{r['foreign_top1']:.3f}", fmt(r["gap"])]
-                          for r in metrics["background_gap"]]), ""]
+        out += [
+            "## Background gap (own minus foreign background, same size and position)",
+            "",
+            md_table(
+                ["position", "size", "foreign", "own top-1", "foreign top-1", "gap"],
+                [
+                    [
+                        r["position"],
+                        r["size"],
+                        r["foreign"],
+                        f"{r['own_top1']:.3f}",
+                        f"{r['foreign_top1']:.3f}",
+                        fmt(r["gap"]),
+                    ]
+                    for r in metrics["background_gap"]
+                ],
+            ),
+            "",
+        ]
     if metrics["neutral_controls"]:
-        out += ["## Neutral controls (neutral minus foreign background, same size and position)", "",
-                md_table(["position", "size", "control", "foreign", "control top-1", "foreign top-1", "difference"],
-                         [[r["position"], r["size"], r["control"], r["foreign"], f"{r['control_top1']:.3f}", f"{r['foreign_top1']:.3f}",
-                           fmt(r["difference"])] for r in metrics["neutral_controls"]]), ""]
+        out += [
+            "## Neutral controls (neutral minus foreign background, same size and position)",
+            "",
+            md_table(
+                ["position", "size", "control", "foreign", "control top-1", "foreign top-1", "difference"],
+                [
+                    [
+                        r["position"],
+                        r["size"],
+                        r["control"],
+                        r["foreign"],
+                        f"{r['control_top1']:.3f}",
+                        f"{r['foreign_top1']:.3f}",
+                        fmt(r["difference"]),
+                    ]
+                    for r in metrics["neutral_controls"]
+                ],
+            ),
+            "",
+        ]
     else:
         out += ["No neutral (gray or noise) backgrounds in this config: no neutral controls.", ""]
     bg = metrics.get("background_class")
     if bg:
         expected = "expected share of errors (from the controls)"
-        out += ["## Background-class analysis", "",
-                f"Samples: {bg['samples']}. Controls: {bg['control']}. Chance share of errors: {bg['chance_share_of_errors']:.4f}. "
-                f"{'' if bg['control_errors'] == 'errors on the control backgrounds' else bg['control_errors']}", "",
-                md_table(["group", "size", "samples", "errors", "share of predictions", "share of errors", expected],
-                         [[r.get("group", "all"), r.get("size", ""), r["samples"], r["errors"], fmt(r["share_of_predictions"]),
-                           fmt(r["share_of_errors"]), "n/a" if r["expected_share_of_errors"] is None else f"{r['expected_share_of_errors']:.3f}"]
-                          for r in [*bg["by_group_size"], bg["overall"]]]), ""]
+        out += [
+            "## Background-class analysis",
+            "",
+            f"Samples: {bg['samples']}. Controls: {bg['control']}. Chance share of errors: "
+            f"{bg['chance_share_of_errors']:.4f}. "
+            f"{'' if bg['control_errors'] == 'errors on the control backgrounds' else bg['control_errors']}",
+            "",
+            md_table(
+                ["group", "size", "samples", "errors", "share of predictions", "share of errors", expected],
+                [
+                    [
+                        r.get("group", "all"),
+                        r.get("size", ""),
+                        r["samples"],
+                        r["errors"],
+                        fmt(r["share_of_predictions"]),
+                        fmt(r["share_of_errors"]),
+                        "n/a" if r["expected_share_of_errors"] is None else f"{r['expected_share_of_errors']:.3f}",
+                    ]
+                    for r in [*bg["by_group_size"], bg["overall"]]
+                ],
+            ),
+            "",
+        ]
     return "\n".join(out) + _extras_markdown(report)
 
 
@@ -126,20 +228,35 @@ def _extras_markdown(report: dict) -> str:
     out = []
     clean = report.get("clean")
     if clean:
-        out += ["## Clean photos", "", f"Top-1 on the {clean['images']} original photos of the same source images: {fmt(clean['top1'])} "
-                f"({clean['preprocessing']}); per class in `{clean['file']}`.", ""]
+        out += [
+            "## Clean photos",
+            "",
+            f"Top-1 on the {clean['images']} original photos of the same source images: {fmt(clean['top1'])} "
+            f"({clean['preprocessing']}); per class in `{clean['file']}`.",
+            "",
+        ]
         if clean["drop_by_group"]:
-            out += [md_table(["group", "drop from clean"], [[r["group"], fmt(r["drop"])] for r in clean["drop_by_group"]]), ""]
+            out += [
+                md_table(["group", "drop from clean"], [[r["group"], fmt(r["drop"])] for r in clean["drop_by_group"]]),
+                "",
+            ]
         if clean.get("missing"):
             out += [f"{clean['missing']} source images were not found under the clean root and are left out.", ""]
         if clean.get("errors"):
-            out += [f"{len(clean['errors'])} clean photos could not be decoded: "
-                    + ", ".join(f"{e['key']} ({e['detail']})" for e in clean["errors"][:10]), ""]
+            out += [
+                f"{len(clean['errors'])} clean photos could not be decoded: "
+                + ", ".join(f"{e['key']} ({e['detail']})" for e in clean["errors"][:10]),
+                "",
+            ]
     background = report.get("background_only")
     if background:
-        out += ["## Backgrounds alone (object erased): the spuriosity proxy", "",
-                f"Top-1 on {background['images']} inpainted backgrounds: {background['top1']:.3f}; per-class accuracy in "
-                f"`{background['file']}` (feed it to `hsi validate --scores --accuracy`).", ""]
+        out += [
+            "## Backgrounds alone (object erased): the spuriosity proxy",
+            "",
+            f"Top-1 on {background['images']} inpainted backgrounds: {background['top1']:.3f}; per-class accuracy in "
+            f"`{background['file']}` (feed it to `hsi validate --scores --accuracy`).",
+            "",
+        ]
     if report.get("carried_over"):
         out += [f"Carried over: {report['carried_over']}.", ""]
     plots = report.get("plots") or []
@@ -147,8 +264,15 @@ def _extras_markdown(report: dict) -> str:
         out += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
     errors = report["metrics"]["errors"]
     if errors["total"]:
-        out += ["## Error rows", "", md_table(["key", "shard", "reason", "detail"],
-                                              [[r["key"], r["shard"], r["reason"], r["detail"]] for r in errors["rows"]]), ""]
+        out += [
+            "## Error rows",
+            "",
+            md_table(
+                ["key", "shard", "reason", "detail"],
+                [[r["key"], r["shard"], r["reason"], r["detail"]] for r in errors["rows"]],
+            ),
+            "",
+        ]
     return ("\n" + "\n".join(out)) if out else ""
 
 

@@ -92,9 +92,13 @@ def load_back(release_dir: Path, rows: int = 4) -> str:
         dataset = load_dataset(release_dir.name, split="val", cache_dir=str(release_dir.parent / ".hf-cache"))
     finally:
         os.chdir(here)
-    lines = [f'load_dataset("{release_dir.name}", split="val"): {dataset.num_rows} rows, features {sorted(dataset.features)}']
+    lines = [
+        f'load_dataset("{release_dir.name}", split="val"): {dataset.num_rows} rows, features {sorted(dataset.features)}'
+    ]
     for row in dataset.select(range(min(rows, dataset.num_rows))):
         meta = row["json"]
-        lines.append(f"  {meta['source_id']:<18} {meta['class_name']:<12} group {meta['group']:<4} size {meta['size']:>3} "
-                     f"tier {meta['tier']} at ({meta['box_x']},{meta['box_y']})")
+        lines.append(
+            f"  {meta['source_id']:<18} {meta['class_name']:<12} group {meta['group']:<4} size {meta['size']:>3} "
+            f"tier {meta['tier']} at ({meta['box_x']},{meta['box_y']})"
+        )
     return "\n".join(lines)

@@ -51,8 +51,10 @@ def voc_xml(image_id: str, size: tuple[int, int], boxes) -> str:
         f"<xmax>{x1}</xmax><ymax>{y1}</ymax></bndbox></object>"
         for wnid, x0, y0, x1, y1 in boxes
     )
-    return (f"<annotation><filename>{image_id}</filename><size><width>{size[0]}</width>"
-            f"<height>{size[1]}</height><depth>3</depth></size>{objects}</annotation>")
+    return (
+        f"<annotation><filename>{image_id}</filename><size><width>{size[0]}</width>"
+        f"<height>{size[1]}</height><depth>3</depth></size>{objects}</annotation>"
+    )
 
 
 def _jpeg_bytes(array: np.ndarray, mode: str | None = None) -> bytes:
@@ -77,8 +79,9 @@ def good_images(split: str, count: int) -> list[FakeImage]:
     return images
 
 
-def write_tree(root: Path, layout: str = "ilsvrc", split: str = "val", count: int = 8,
-               bad: bool = False, val_sorted: bool = False) -> FakeTree:
+def write_tree(
+    root: Path, layout: str = "ilsvrc", split: str = "val", count: int = 8, bad: bool = False, val_sorted: bool = False
+) -> FakeTree:
     """Write a fake tree. layout: "ilsvrc" (XML boxes) or "kaggle" (LOC csv + XMLs, ILSVRC/ folder)."""
     root = Path(root)
     tree = FakeTree(root, split)
@@ -122,7 +125,12 @@ def write_tree(root: Path, layout: str = "ilsvrc", split: str = "val", count: in
             writer = csv.writer(handle)
             writer.writerow(["ImageId", "PredictionString"])
             for image_id in sorted(annotations):
-                writer.writerow([image_id, " ".join(f"{w} {x0} {y0} {x1} {y1}" for w, x0, y0, x1, y1 in annotations[image_id]) + " "])
+                writer.writerow(
+                    [
+                        image_id,
+                        " ".join(f"{w} {x0} {y0} {x1} {y1}" for w, x0, y0, x1, y1 in annotations[image_id]) + " ",
+                    ]
+                )
         from builder.core.classes import imagenet_classes
 
         (root / "LOC_synset_mapping.txt").write_text("".join(f"{c.wnid} {c.synonyms}\n" for c in imagenet_classes()))

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_imagenet import write_tree
 from PIL import Image
 
 from builder.core.classes import class_of
-from hsi.cli import main
+from builder.core.shards import sha256_file
 from builder.extract.shard_builder import dilate
 from builder.formats.parts import iter_parts
-from builder.core.shards import sha256_file
-from fake_imagenet import write_tree
+from hsi.cli import main
 
 
 def extract(*args) -> int:
@@ -41,7 +41,10 @@ def bad_tree(tmp_path_factory):
 @pytest.fixture(scope="module")
 def bad_run(bad_tree, tmp_path_factory):
     out = tmp_path_factory.mktemp("out")
-    assert extract("--source", bad_tree.root, "--split", "val", "--out", out, "--max-pixels", 1_000_000, "--shard-size", 4) == 0
+    assert (
+        extract("--source", bad_tree.root, "--split", "val", "--out", out, "--max-pixels", 1_000_000, "--shard-size", 4)
+        == 0
+    )
     return out / "parts"
 
 
@@ -96,7 +99,7 @@ def test_parts_content_matches_the_source(tmp_path):
     for image in tree.good:
         p = parts[image.image_id]
         source = _source_pixels(tree, image.image_id)
-        largest = max(image.boxes, key=lambda b: ((b[3] - b[1]) * (b[4] - b[2])))
+        largest = max(image.boxes, key=lambda b: (b[3] - b[1]) * (b[4] - b[2]))
         _, x0, y0, x1, y1 = largest
         assert p.meta["object_box"] == [x0, y0, x1, y1]
         assert np.array_equal(p.crop, source[y0 : y1 + 1, x0 : x1 + 1])  # the box crop is the source's pixels
@@ -133,8 +136,23 @@ def test_byte_identical_for_any_worker_count_thread_count_and_batch_size(tmp_pat
     tree = write_tree(tmp_path / "imagenet", count=10, bad=True)
     runs = {"one": (1, 4, 8), "two": (2, 4, 8), "again": (1, 4, 8), "threads": (1, 1, 1), "batches": (2, 3, 3)}
     for name, (workers, io_threads, batch) in runs.items():
-        assert extract("--source", tree.root, "--out", tmp_path / name, "--workers", workers, "--shard-size", 3,
-                       "--io-threads", io_threads, "--batch-size", batch) == 0
+        assert (
+            extract(
+                "--source",
+                tree.root,
+                "--out",
+                tmp_path / name,
+                "--workers",
+                workers,
+                "--shard-size",
+                3,
+                "--io-threads",
+                io_threads,
+                "--batch-size",
+                batch,
+            )
+            == 0
+        )
     one, *others = (shard_hashes(tmp_path / n / "parts") for n in runs)
     assert len(one) >= 4 and all(other == one for other in others)
     for name in ("_info.json", "errors.jsonl"):
@@ -231,7 +249,10 @@ def test_images_a_backend_fails_on_are_recorded_whatever_the_batch_size(tmp_path
     failing = {img.image_id for img in tree.good if img.size[0] == FAILING_WIDTH}
     assert len(failing) == 2
     for batch in (1, 4):
-        assert extract("--source", tree.root, "--out", tmp_path / f"b{batch}", "--masker", "flaky", "--batch-size", batch) == 0
+        assert (
+            extract("--source", tree.root, "--out", tmp_path / f"b{batch}", "--masker", "flaky", "--batch-size", batch)
+            == 0
+        )
     assert shard_hashes(tmp_path / "b1" / "parts") == shard_hashes(tmp_path / "b4" / "parts")
     rows = error_rows(tmp_path / "b4" / "parts")
     assert {r["image_id"] for r in rows if r["reason"] == "backend-failed"} == failing

@@ -3,20 +3,20 @@ with the tiny SAM and tiny big-lama saved to a temporary folder."""
 
 import hashlib
 import io
-import os
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
-from PIL import Image
-
-from hsi.cli import main
-from builder.formats.parts import iter_parts
-from builder.core.shards import sha256_file
 from fake_imagenet import write_tree
+from PIL import Image
 from tiny_models import write_tiny_lama, write_tiny_sam
+
+from builder.core.shards import sha256_file
+from builder.formats.parts import iter_parts
+from hsi.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +35,31 @@ def tree(tmp_path_factory):
 
 
 def extract_with_models(tree, models, out, *extra) -> int:
-    return main([
-        "extract", "--no-progress", "--source", str(tree.root), "--out", str(out), "--config", str(models["config"]),
-        "--masker", "sam", "--inpainter", "lama", "--sam-checkpoint", str(models["sam"]),
-        "--lama-checkpoint", str(models["lama"]), "--device", "cpu", "--shard-size", "3", *map(str, extra),
-    ])
+    return main(
+        [
+            "extract",
+            "--no-progress",
+            "--source",
+            str(tree.root),
+            "--out",
+            str(out),
+            "--config",
+            str(models["config"]),
+            "--masker",
+            "sam",
+            "--inpainter",
+            "lama",
+            "--sam-checkpoint",
+            str(models["sam"]),
+            "--lama-checkpoint",
+            str(models["lama"]),
+            "--device",
+            "cpu",
+            "--shard-size",
+            "3",
+            *map(str, extra),
+        ]
+    )
 
 
 def shard_hashes(parts_dir: Path) -> dict[str, str]:
@@ -99,15 +119,31 @@ def test_batch_size_and_workers_do_not_change_a_byte(reference_run, tree, models
 def test_missing_checkpoint_exits_2_before_any_output(tree, models, tmp_path, capsys, monkeypatch, missing):
     monkeypatch.delenv("HSI_SAM_CHECKPOINT", raising=False)
     monkeypatch.delenv("LAMA_MODEL", raising=False)
-    args = ["extract", "--no-progress", "--source", str(tree.root), "--out", str(tmp_path / "out"),
-            "--config", str(models["config"]), "--masker", "sam", "--inpainter", "lama", "--device", "cpu"]
+    args = [
+        "extract",
+        "--no-progress",
+        "--source",
+        str(tree.root),
+        "--out",
+        str(tmp_path / "out"),
+        "--config",
+        str(models["config"]),
+        "--masker",
+        "sam",
+        "--inpainter",
+        "lama",
+        "--device",
+        "cpu",
+    ]
     if missing == "lama":
         args += ["--sam-checkpoint", str(models["sam"])]
     else:
         args += ["--lama-checkpoint", str(models["lama"])]
     assert main(args) == 2
     err = capsys.readouterr().err
-    flag, variable = ("--sam-checkpoint", "HSI_SAM_CHECKPOINT") if missing == "sam" else ("--lama-checkpoint", "LAMA_MODEL")
+    flag, variable = (
+        ("--sam-checkpoint", "HSI_SAM_CHECKPOINT") if missing == "sam" else ("--lama-checkpoint", "LAMA_MODEL")
+    )
     assert "hsi extract: error:" in err and flag in err and variable in err
     assert not (tmp_path / "out" / "parts").exists()
 
@@ -115,8 +151,22 @@ def test_missing_checkpoint_exits_2_before_any_output(tree, models, tmp_path, ca
 def test_corrupt_checkpoint_exits_2_before_any_output(tree, models, tmp_path, capsys):
     corrupt = tmp_path / "sam_vit_h_4b8939.pth"
     corrupt.write_bytes(models["sam"].read_bytes()[:2000])
-    code = main(["extract", "--no-progress", "--source", str(tree.root), "--out", str(tmp_path / "out"),
-                 "--masker", "sam", "--sam-checkpoint", str(corrupt), "--device", "cpu"])
+    code = main(
+        [
+            "extract",
+            "--no-progress",
+            "--source",
+            str(tree.root),
+            "--out",
+            str(tmp_path / "out"),
+            "--masker",
+            "sam",
+            "--sam-checkpoint",
+            str(corrupt),
+            "--device",
+            "cpu",
+        ]
+    )
     assert code == 2
     assert "sam_vit_h_4b8939.pth cannot be used" in capsys.readouterr().err
     assert not (tmp_path / "out" / "parts").exists()

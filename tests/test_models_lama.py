@@ -6,10 +6,10 @@ import hashlib
 import numpy as np
 import pytest
 import torch
+from tiny_models import tiny_lama_reference, write_tiny_lama
 
 from builder.backends import BackendUnavailable, make_backend
 from builder.backends.lama import LamaConfig, pad_to_multiple, padded_size
-from tiny_models import tiny_lama_reference, write_tiny_lama
 
 # torch marks TorchScript deprecated; big-lama is published only in that form.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")
@@ -50,7 +50,9 @@ def test_pad_to_multiple_mirrors_bottom_and_right():
     padded = pad_to_multiple(array)
     assert padded.shape == (8, 8) and padded_size(3, 5) == (8, 8) and padded_size(16, 24) == (16, 24)
     assert np.array_equal(padded[:3, :5], array)
-    assert np.array_equal(padded[3, :5], array[2]) and np.array_equal(padded[4, :5], array[1])  # symmetric: edge repeated
+    assert np.array_equal(padded[3, :5], array[2]) and np.array_equal(
+        padded[4, :5], array[1]
+    )  # symmetric: edge repeated
     assert np.array_equal(padded[:3, 5], array[:, 4]) and np.array_equal(padded[:3, 6], array[:, 3])
     assert pad_to_multiple(np.zeros((16, 8, 3))).shape == (16, 8, 3)
 
@@ -79,7 +81,12 @@ def test_unmasked_pixels_are_exactly_the_input_and_empty_masks_copy(inpainter):
 
 def test_results_do_not_depend_on_batch_size_or_neighbours(tiny_lama_path):
     images = [photo(3, 37, 50), photo(4, 40, 56), photo(5, 64, 48), photo(6, 33, 55)]
-    masks = [hole(37, 50, 5, 20, 5, 30), hole(40, 56, 0, 10, 0, 56), hole(64, 48, 30, 64, 20, 48), hole(33, 55, 10, 12, 10, 50)]
+    masks = [
+        hole(37, 50, 5, 20, 5, 30),
+        hole(40, 56, 0, 10, 0, 56),
+        hole(64, 48, 30, 64, 20, 48),
+        hole(33, 55, 10, 12, 10, 50),
+    ]
     batched = make_inpainter(checkpoint=str(tiny_lama_path), batch_size=4).inpaint_batch(images, masks)
     one_by_one = make_inpainter(checkpoint=str(tiny_lama_path), batch_size=1)
     singles = [one_by_one.inpaint_batch([i], [m])[0] for i, m in zip(images, masks)]

@@ -6,12 +6,12 @@ import hashlib
 import numpy as np
 import pytest
 import torch
+from tiny_models import TINY_SAM_INPUT, build_tiny_sam, write_tiny_sam
 
 from builder.backends import BackendUnavailable, make_backend
 from builder.backends.sam import SamConfig, infer_architecture, select_by_iou
 from builder.backends.torch_base import AdaptiveBatch
 from builder.core.records import Box
-from tiny_models import TINY_SAM_INPUT, build_tiny_sam, write_tiny_sam
 
 
 def make_masker(**overrides):
@@ -63,8 +63,19 @@ def test_inferred_architecture_of_official_vit_b_names_it():
         state = sam_model_registry["vit_b"]().state_dict()
     arch = infer_architecture(state)
     assert official_name(arch) == "vit_b"
-    assert (arch.embed_dim, arch.depth, arch.num_heads, arch.window_size, arch.global_attn_indexes) == (768, 12, 12, 14, (2, 5, 8, 11))
-    assert (arch.decoder_depth, arch.decoder_mlp_dim, arch.mask_in_chans, arch.num_multimask_outputs) == (2, 2048, 16, 3)
+    assert (arch.embed_dim, arch.depth, arch.num_heads, arch.window_size, arch.global_attn_indexes) == (
+        768,
+        12,
+        12,
+        14,
+        (2, 5, 8, 11),
+    )
+    assert (arch.decoder_depth, arch.decoder_mlp_dim, arch.mask_in_chans, arch.num_multimask_outputs) == (
+        2,
+        2048,
+        16,
+        3,
+    )
 
 
 def test_named_model_that_does_not_match_the_file_is_an_error(tiny_sam_path):
@@ -79,7 +90,12 @@ def test_missing_checkpoint_names_flag_variable_and_official_source(monkeypatch)
     with pytest.raises(BackendUnavailable) as err:
         make_masker()
     message = str(err.value)
-    for needle in ("--sam-checkpoint", "HSI_SAM_CHECKPOINT", "dl.fbaipublicfiles.com/segment_anything", "segment-anything"):
+    for needle in (
+        "--sam-checkpoint",
+        "HSI_SAM_CHECKPOINT",
+        "dl.fbaipublicfiles.com/segment_anything",
+        "segment-anything",
+    ):
         assert needle in message
 
 

@@ -7,15 +7,16 @@ import os
 import pytest
 import ray
 
-from builder.extract.shard_builder import ExtractConfig, ExtractShardBuilder, load_backends
 from builder.core.ray_runner import run_shards_ray
 from builder.core.runner import STATE_DIR, plan_shards, run_shards
 from builder.core.shards import sha256_file
+from builder.extract.shard_builder import ExtractConfig, ExtractShardBuilder, load_backends
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")
-from builder.extract.sources import load_sources  # noqa: E402
 from fake_imagenet import write_tree  # noqa: E402
 from tiny_models import write_tiny_lama, write_tiny_sam  # noqa: E402
+
+from builder.extract.sources import load_sources  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +31,16 @@ def local_ray():
 def job(tmp_path_factory):
     root = tmp_path_factory.mktemp("work")
     tree = write_tree(root / "imagenet", split="val", count=6)
-    config = ExtractConfig(masker="sam", inpainter="lama", sam_model="auto", sam_checkpoint=str(write_tiny_sam(root)),
-                           lama_checkpoint=str(write_tiny_lama(root)), device="cpu", batch_size=2, shard_size=2)
+    config = ExtractConfig(
+        masker="sam",
+        inpainter="lama",
+        sam_model="auto",
+        sam_checkpoint=str(write_tiny_sam(root)),
+        lama_checkpoint=str(write_tiny_lama(root)),
+        device="cpu",
+        batch_size=2,
+        shard_size=2,
+    )
     records = load_sources(tree.root, "val", None, announce=lambda _: None).records
     load_backends(config)  # as extract does: checkpoints are checked before any work
     return config, plan_shards("val", records, config.shard_size)
@@ -47,11 +56,14 @@ def test_ray_shards_equal_the_local_runner_byte_for_byte(local_ray, job, tmp_pat
     local_results, _ = build_locally(config, plans, local)
     ray_results, reused = run_shards_ray(plans, ExtractShardBuilder(config, str(ray_out)), ray_out, progress=False)
     assert reused == 0 and len(plans) == 3
-    assert [r.stats for r in ray_results] == [r.stats for r in local_results]  # names, counts, bytes, sha256, in plan order
+    assert [r.stats for r in ray_results] == [
+        r.stats for r in local_results
+    ]  # names, counts, bytes, sha256, in plan order
     for plan in plans:
         assert sha256_file(ray_out / plan.filename) == sha256_file(local / plan.filename)
-        assert json.loads((ray_out / STATE_DIR / f"{plan.filename}.json").read_text()) == \
-            json.loads((local / STATE_DIR / f"{plan.filename}.json").read_text())
+        assert json.loads((ray_out / STATE_DIR / f"{plan.filename}.json").read_text()) == json.loads(
+            (local / STATE_DIR / f"{plan.filename}.json").read_text()
+        )
     assert [r.counts for r in ray_results] == [r.counts for r in local_results]
 
 

@@ -3,24 +3,32 @@
 import shutil
 
 import pytest
+from fake_imagenet import add_duplicate, write_tree
 
 from builder.core.records import Box
 from builder.extract.sources import SourceError, load_sources
-from fake_imagenet import add_duplicate, write_tree
 
 
 def _expected(tree):
-    return {img.image_id: (img.wnid, tuple(Box(x0, y0, x1, y1, w) for w, x0, y0, x1, y1 in img.boxes)) for img in tree.good}
+    return {
+        img.image_id: (img.wnid, tuple(Box(x0, y0, x1, y1, w) for w, x0, y0, x1, y1 in img.boxes)) for img in tree.good
+    }
 
 
 def _found(listing):
     return {r.image_id: (r.wnid, r.boxes) for r in listing.records}
 
 
-@pytest.mark.parametrize("layout,split,val_sorted", [
-    ("ilsvrc", "val", False), ("ilsvrc", "val", True), ("ilsvrc", "train", False),
-    ("kaggle", "val", False), ("kaggle", "train", False),
-])
+@pytest.mark.parametrize(
+    "layout,split,val_sorted",
+    [
+        ("ilsvrc", "val", False),
+        ("ilsvrc", "val", True),
+        ("ilsvrc", "train", False),
+        ("kaggle", "val", False),
+        ("kaggle", "train", False),
+    ],
+)
 def test_readers_find_ids_labels_and_boxes(tmp_path, layout, split, val_sorted):
     tree = write_tree(tmp_path, layout=layout, split=split, count=6, val_sorted=val_sorted)
     listing = load_sources(tmp_path, split, announce=lambda _: None)
@@ -58,13 +66,26 @@ def test_bad_inputs_found_while_listing(tmp_path):
     for issue in listing.issues:
         reasons.setdefault(issue.image_id, set()).add(issue.reason)
     assert "duplicate-id" in reasons[duplicate]
-    for image_id in ("missing-annotation", "malformed-annotation", "box-empty", "unknown-wnid", "annotation-without-image",
-                     "box-label-mismatch", "box-unknown-wnid"):
+    for image_id in (
+        "missing-annotation",
+        "malformed-annotation",
+        "box-empty",
+        "unknown-wnid",
+        "annotation-without-image",
+        "box-label-mismatch",
+        "box-unknown-wnid",
+    ):
         assert any(image_id in found for found in reasons.values()), image_id
     listed = {r.image_id for r in listing.records}
     # decode problems are only seen at extract time: those images are still listed here
-    assert {i for i, r in tree.expected_reasons.items() if r & {"truncated-image", "unreadable-image", "too-many-pixels"}} <= listed
-    assert not listed & {i for i, r in tree.expected_reasons.items() if r & {"missing-annotation", "malformed-annotation", "unknown-wnid", "no-valid-box"}}
+    assert {
+        i for i, r in tree.expected_reasons.items() if r & {"truncated-image", "unreadable-image", "too-many-pixels"}
+    } <= listed
+    assert not listed & {
+        i
+        for i, r in tree.expected_reasons.items()
+        if r & {"missing-annotation", "malformed-annotation", "unknown-wnid", "no-valid-box"}
+    }
 
 
 def test_box_of_unknown_wnid_is_dropped_and_mismatch_kept(tmp_path):

@@ -6,15 +6,15 @@ import os
 
 import numpy as np
 import pytest
+from fake_imagenet import WNIDS, write_tree
+from tiny_detector import save_tiny_grounding_dino
 
 from builder.backends import BackendInfo, Detector, make_backend
 from builder.backends.grounding_dino import GroundingDinoConfig
 from builder.backends.torch_base import weight_files_sha256
 from builder.core.records import Box
 from builder.core.shards import sha256_file
-from fake_imagenet import WNIDS, write_tree
 from hsi.cli import main
-from tiny_detector import save_tiny_grounding_dino
 from validation.detection import DetectionItem, best_ious, prompt_for, redetect
 
 
@@ -58,7 +58,9 @@ def test_redetect_batches_and_aggregates_per_image_class_and_overall():
         DetectionItem("a", "n01440764", (Box(0, 0, 9, 9, "n01440764"), Box(5, 0, 14, 9, "n01440764")), blank),
         DetectionItem("b", "n01440764", (Box(0, 0, 9, 9, "n01440764"),), blank),
         DetectionItem("c", "n01443537", (Box(0, 0, 9, 9, "n01443537"),), blank),
-        DetectionItem("d", "n01443537", (Box(0, 0, 9, 9, "n01443537"),), lambda: (_ for _ in ()).throw(OSError("gone"))),
+        DetectionItem(
+            "d", "n01443537", (Box(0, 0, 9, 9, "n01443537"),), lambda: (_ for _ in ()).throw(OSError("gone"))
+        ),
     ]
     report = redetect(items, detector, batch_size=2, iou_threshold=0.5)
     assert detector.calls == [2, 1]
@@ -120,9 +122,28 @@ def test_out_of_memory_halves_the_detector_batch_and_gives_the_same_boxes(tiny_m
 def test_hsi_validate_boxes_end_to_end_with_the_tiny_detector(tiny_model, tmp_path):
     tree = write_tree(tmp_path / "imagenet", split="val", count=5)
     out = tmp_path / "report"
-    code = main(["validate", "--boxes", "--source", str(tree.root), "--split", "val", "--detector", str(tiny_model),
-                 "--box-threshold", "0", "--text-threshold", "0", "--batch-size", "2", "--device", "cpu",
-                 "--out", str(out)])
+    code = main(
+        [
+            "validate",
+            "--boxes",
+            "--source",
+            str(tree.root),
+            "--split",
+            "val",
+            "--detector",
+            str(tiny_model),
+            "--box-threshold",
+            "0",
+            "--text-threshold",
+            "0",
+            "--batch-size",
+            "2",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     report = json.loads((out / "validation.json").read_text())
     detection = report["detection"]
@@ -139,32 +160,85 @@ def test_boxes_on_a_parts_folder_reads_images_from_source(tiny_model, tmp_path):
     tree = write_tree(tmp_path / "imagenet", split="val", count=4)
     assert main(["extract", "--no-progress", "--source", str(tree.root), "--out", str(tmp_path / "out")]) == 0
     parts = tmp_path / "out" / "parts"
-    assert main(["validate", str(parts), "--boxes", "--source", str(tree.root), "--detector", str(tiny_model),
-                 "--box-threshold", "0", "--text-threshold", "0", "--device", "cpu", "--no-previews"]) == 0
+    assert (
+        main(
+            [
+                "validate",
+                str(parts),
+                "--boxes",
+                "--source",
+                str(tree.root),
+                "--detector",
+                str(tiny_model),
+                "--box-threshold",
+                "0",
+                "--text-threshold",
+                "0",
+                "--device",
+                "cpu",
+                "--no-previews",
+            ]
+        )
+        == 0
+    )
     report = json.loads((parts / "validation.json").read_text())
     assert report["detection"]["images"] == 4 and report["integrity"]["ok"]
 
 
 def test_missing_detector_is_a_usage_error_naming_the_flag(tmp_path, capsys):
     tree = write_tree(tmp_path / "imagenet", split="val", count=2)
-    code = main(["validate", "--boxes", "--source", str(tree.root), "--detector", "nobody/no-such-model",
-                 "--out", str(tmp_path / "r")])
+    code = main(
+        [
+            "validate",
+            "--boxes",
+            "--source",
+            str(tree.root),
+            "--detector",
+            "nobody/no-such-model",
+            "--out",
+            str(tmp_path / "r"),
+        ]
+    )
     assert code == 2
     err = capsys.readouterr().err
     assert "hsi validate: error: cannot load the detector 'nobody/no-such-model': it is neither a local folder" in err
-    assert "Pass --detector with a folder holding the transformers-format weights (published at " \
-           "https://huggingface.co/IDEA-Research/grounding-dino-base)." in err
+    assert (
+        "Pass --detector with a folder holding the transformers-format weights (published at "
+        "https://huggingface.co/IDEA-Research/grounding-dino-base)." in err
+    )
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not (os.environ.get("HSI_GDINO_MODEL") and os.environ.get("HSI_IMAGENET_ROOT")),
-                    reason="set HSI_GDINO_MODEL (grounding-dino-base folder) and HSI_IMAGENET_ROOT to run")
+@pytest.mark.skipif(
+    not (os.environ.get("HSI_GDINO_MODEL") and os.environ.get("HSI_IMAGENET_ROOT")),
+    reason="set HSI_GDINO_MODEL (grounding-dino-base folder) and HSI_IMAGENET_ROOT to run",
+)
 def test_real_grounding_dino_on_gpu_agrees_with_val_boxes(tmp_path):
     """With the published weights, re-detection of 200 val images is in the paper's range (0.875)."""
     out = tmp_path / "report"
-    assert main(["validate", "--boxes", "--source", os.environ["HSI_IMAGENET_ROOT"], "--split", "val",
-                 "--detector", os.environ["HSI_GDINO_MODEL"], "--device", "cuda", "--batch-size", "16",
-                 "--limit", "200", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "validate",
+                "--boxes",
+                "--source",
+                os.environ["HSI_IMAGENET_ROOT"],
+                "--split",
+                "val",
+                "--detector",
+                os.environ["HSI_GDINO_MODEL"],
+                "--device",
+                "cuda",
+                "--batch-size",
+                "16",
+                "--limit",
+                "200",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     detection = json.loads((out / "validation.json").read_text())["detection"]
     assert detection["images"] == 200 and detection["device"] == "cuda"
     assert detection["mean_iou"] > 0.8

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_imagenet import write_tree
 from PIL import Image
 
-from hsi.cli import main
-from builder.core.stage import RunOptions
 from builder.compose.stage import compose_dataset
 from builder.core.shards import iter_shard, read_manifest, sha256_file, write_json_atomic, write_shard
-from fake_imagenet import write_tree
+from builder.core.stage import RunOptions
+from hsi.cli import main
 from validation.integrity import check_dataset
 from validation.report import validate_dataset
 
@@ -26,9 +26,30 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("validation-src")
     tree = write_tree(root / "imagenet", split="val", count=8)
     out = root / "out"
-    assert main(["extract", "--no-progress", "--source", str(tree.root), "--split", "val", "--out", str(out), "--shard-size", "4"]) == 0
-    summary = compose_dataset(out / "parts", "hard-spurious-imagenet", out / "composed",
-                              overrides={"shard_size": 24}, options=RunOptions(progress=False))
+    assert (
+        main(
+            [
+                "extract",
+                "--no-progress",
+                "--source",
+                str(tree.root),
+                "--split",
+                "val",
+                "--out",
+                str(out),
+                "--shard-size",
+                "4",
+            ]
+        )
+        == 0
+    )
+    summary = compose_dataset(
+        out / "parts",
+        "hard-spurious-imagenet",
+        out / "composed",
+        overrides={"shard_size": 24},
+        options=RunOptions(progress=False),
+    )
     return summary.dataset_dir, out / "parts"
 
 
@@ -69,7 +90,11 @@ def test_clean_dataset_passes_and_writes_both_reports(built, tmp_path, capsys):
     assert report["integrity"]["placements_compared"] == 96  # every pasted box matched its crop
     assert report["integrity"]["counts"]["val"]["group_size"] == manifest["splits"]["val"]["counts"]["group_size"]
     assert report["target"]["fingerprint"] == manifest["fingerprint"]
-    assert report["previews"] == ["previews/contact_sheet.png", "previews/parts_grid.png", "previews/score_distributions.png"]
+    assert report["previews"] == [
+        "previews/contact_sheet.png",
+        "previews/parts_grid.png",
+        "previews/score_distributions.png",
+    ]
     # the parts' boxes give the paper's scores for free: 4 classes of 2 images each
     assert report["scores"]["summary"]["classes"] == 4 and report["scores"]["summary"]["images"] == 8
     assert "**PASS**" in (dataset / "validation.md").read_text()
@@ -123,7 +148,9 @@ def test_changed_counts_are_named(copy):
     result = check_dataset(dataset)
     lines = sorted(f.line() for f in result.failures)
     assert any("group CeO: manifest says" in line for line in lines)
-    assert [(f.check, f.shard) for f in result.failures if f.check == "shard-count"] == [("shard-count", "val-00000.tar")]
+    assert [(f.check, f.shard) for f in result.failures if f.check == "shard-count"] == [
+        ("shard-count", "val-00000.tar")
+    ]
 
 
 def test_same_class_random_background_is_named(copy):
@@ -159,12 +186,23 @@ def test_moved_pasted_box_is_named(copy):
         changed.append((key, {**members, "json": json.dumps(meta, sort_keys=True).encode()}))
     rewrite_shard(dataset, shard, changed)
     # the pixels show the object is not where the box says, and the box is not where the position puts it
-    assert failures(dataset, parts) == sorted([
-        ("background-pixels", shard, victim), ("placement", shard, victim), ("placement-position", shard, victim),
-        ("placement-bounds", shard, outside), ("placement-position", shard, outside)])
+    assert failures(dataset, parts) == sorted(
+        [
+            ("background-pixels", shard, victim),
+            ("placement", shard, victim),
+            ("placement-position", shard, victim),
+            ("placement-bounds", shard, outside),
+            ("placement-position", shard, outside),
+        ]
+    )
     # without the parts, the position still tells where a box must be; the one off the canvas is named too
-    assert failures(dataset) == sorted([("placement-position", shard, victim), ("placement-bounds", shard, outside),
-                                        ("placement-position", shard, outside)])
+    assert failures(dataset) == sorted(
+        [
+            ("placement-position", shard, victim),
+            ("placement-bounds", shard, outside),
+            ("placement-position", shard, outside),
+        ]
+    )
 
 
 def test_unsafe_member_names_and_repeated_keys_are_rejected(copy):
@@ -217,7 +255,11 @@ def test_placement_check_tolerates_jpeg_but_not_a_swapped_object(copy):
     for key, members in samples:
         if key == victim:
             image = np.asarray(Image.open(io.BytesIO(members["jpg"])).convert("RGB")).copy()
-            other = next(m for m in metas.values() if m["source_id"] == donor_source and m["size"] == 112 and m["position"] == "center")
+            other = next(
+                m
+                for m in metas.values()
+                if m["source_id"] == donor_source and m["size"] == 112 and m["position"] == "center"
+            )
             other_key = next(k for k, m in metas.items() if m is other)
             other_image = np.asarray(Image.open(io.BytesIO(dict(samples)[other_key]["jpg"])).convert("RGB"))
             y, x, s = meta["box_y"], meta["box_x"], meta["box_w"]
@@ -254,7 +296,11 @@ def test_parts_folder_with_a_missing_member_and_a_wrong_crop_is_named(built, tmp
     (k1, m1), (k2, m2) = samples[0], samples[1]
     small = io.BytesIO()
     Image.new("RGB", (3, 3)).save(small, format="PNG")
-    changed = [(k1, {e: d for e, d in m1.items() if e != "erase.png"}), (k2, {**m2, "crop.png": small.getvalue()}), *samples[2:]]
+    changed = [
+        (k1, {e: d for e, d in m1.items() if e != "erase.png"}),
+        (k2, {**m2, "crop.png": small.getvalue()}),
+        *samples[2:],
+    ]
     stats = write_shard(copy / shard, changed)
     manifest = read_manifest(copy)
     manifest["splits"]["val"]["shards"][0].update(bytes=stats.bytes, sha256=stats.sha256)
@@ -268,8 +314,9 @@ def test_parts_that_do_not_read_are_a_placement_parts_failure_not_a_crash(built,
     shutil.copytree(parts, broken_parts)
     shard = read_manifest(broken_parts)["splits"]["val"]["filenames"][0]
     victim = samples_of(broken_parts, shard)[0][0]
-    rewritten = [(key, {**m, "crop.png": b"not a png"} if key == victim else m)
-                 for key, m in samples_of(broken_parts, shard)]
+    rewritten = [
+        (key, {**m, "crop.png": b"not a png"} if key == victim else m) for key, m in samples_of(broken_parts, shard)
+    ]
     write_shard(broken_parts / shard, rewritten)  # found through the offset index, as compose finds it
     found = check_dataset(dataset, broken_parts).failures
     broken = [f for f in found if f.check == "placement-parts"]

@@ -3,20 +3,28 @@ fixture checked against a by-hand computation, rank correlations against known v
 `hsi validate --scores` outputs."""
 
 import csv
-import os
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_imagenet import write_tree
 from PIL import Image
 
-from hsi.cli import main
 from builder.core.records import Box
 from builder.formats.loc_csv import read_loc_boxes, read_loc_solution
-from fake_imagenet import write_tree
-from validation.scores import (ImageBoxes, average_ranks, boxes_from_loc_csv, compute_scores, image_sizes_from_folder,
-                               kendall_tau_b, score_image, spearman)
+from hsi.cli import main
+from validation.scores import (
+    ImageBoxes,
+    average_ranks,
+    boxes_from_loc_csv,
+    compute_scores,
+    image_sizes_from_folder,
+    kendall_tau_b,
+    score_image,
+    spearman,
+)
 
 TENCH, GOLDFISH = "n01440764", "n01443537"
 
@@ -100,7 +108,8 @@ def test_loc_solution_scores_match_a_by_hand_computation(loc_fixture):
     report = compute_scores(items)
     expected = by_hand(LOC_ROWS[:-1])
     assert {c.wnid: (c.centre, c.size) for c in report.classes} == {
-        w: (pytest.approx(c, abs=1e-12), pytest.approx(s, abs=1e-12)) for w, (c, s) in expected.items()}
+        w: (pytest.approx(c, abs=1e-12), pytest.approx(s, abs=1e-12)) for w, (c, s) in expected.items()
+    }
     assert report.summary["centre_class_mean"] == pytest.approx(np.mean([c for c, _ in expected.values()]))
     assert report.summary["size_class_mean"] == pytest.approx(np.mean([s for _, s in expected.values()]))
 
@@ -110,8 +119,23 @@ def test_cli_scores_from_loc_csv_writes_csv_plot_and_correlations(loc_fixture, t
     accuracy = tmp_path / "accuracy.csv"
     accuracy.write_text("wnid,accuracy\nn01440764,0.9\nn01443537,0.4\nn01484850,0.7\n")
     out = tmp_path / "report"
-    assert main(["validate", "--scores", "--boxes-csv", str(csv_path), "--sizes-from", str(images),
-                 "--accuracy", str(accuracy), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "validate",
+                "--scores",
+                "--boxes-csv",
+                str(csv_path),
+                "--sizes-from",
+                str(images),
+                "--accuracy",
+                str(accuracy),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = list(csv.DictReader(open(out / "scores_per_class.csv")))
     expected = by_hand(LOC_ROWS[:-1])
     assert [r["wnid"] for r in rows] == [TENCH, GOLDFISH] and rows[1]["name"] == "goldfish"
@@ -163,15 +187,31 @@ def test_rank_correlations_match_known_values():
 def test_bad_inputs_are_usage_errors(tmp_path, capsys):
     bad = tmp_path / "LOC_val_solution.csv"
     bad.write_text("ImageId,PredictionString\nILSVRC2012_val_00000001,n01440764 1 2 3\n")
-    assert main(["validate", "--scores", "--boxes-csv", str(bad), "--sizes-from", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
+    assert (
+        main(
+            [
+                "validate",
+                "--scores",
+                "--boxes-csv",
+                str(bad),
+                "--sizes-from",
+                str(tmp_path),
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
+        == 2
+    )
     assert "groups of 'wnid x0 y0 x1 y1'" in capsys.readouterr().err
     assert main(["validate", "--scores", "--boxes-csv", str(bad), "--out", str(tmp_path / "r")]) == 2
     assert "--sizes-from" in capsys.readouterr().err
     assert main(["validate", "--scores", "--out", str(tmp_path / "r")]) == 2
 
 
-@pytest.mark.skipif(not (os.environ.get("HSI_LOC_VAL_SOLUTION") and os.environ.get("HSI_IMAGENET_VAL")),
-                    reason="set HSI_LOC_VAL_SOLUTION (LOC_val_solution.csv) and HSI_IMAGENET_VAL (the val images) to run")
+@pytest.mark.skipif(
+    not (os.environ.get("HSI_LOC_VAL_SOLUTION") and os.environ.get("HSI_IMAGENET_VAL")),
+    reason="set HSI_LOC_VAL_SOLUTION (LOC_val_solution.csv) and HSI_IMAGENET_VAL (the val images) to run",
+)
 def test_official_val_boxes_give_the_papers_figures():
     """Over ImageNet's official val boxes the paper reports class-averaged 0.747 (centre), 0.418 (size)."""
     csv_path, images = Path(os.environ["HSI_LOC_VAL_SOLUTION"]), Path(os.environ["HSI_IMAGENET_VAL"])

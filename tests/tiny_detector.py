@@ -21,19 +21,48 @@ def vocabulary(wnids) -> list[str]:
 
 def save_tiny_grounding_dino(folder: Path, wnids, seed: int = 0) -> Path:
     import torch
-    from transformers import (BertConfig, BertTokenizer, GroundingDinoConfig, GroundingDinoForObjectDetection,
-                              GroundingDinoImageProcessor, GroundingDinoProcessor, SwinConfig)
+    from transformers import (
+        BertConfig,
+        BertTokenizer,
+        GroundingDinoConfig,
+        GroundingDinoForObjectDetection,
+        GroundingDinoImageProcessor,
+        GroundingDinoProcessor,
+        SwinConfig,
+    )
 
     words = vocabulary(wnids)
-    backbone = SwinConfig(image_size=64, patch_size=4, embed_dim=8, depths=[1, 1, 1, 1], num_heads=[1, 1, 1, 1],
-                          window_size=4, out_features=["stage2", "stage3", "stage4"])
-    text = BertConfig(vocab_size=len(words), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                      intermediate_size=32, max_position_embeddings=64)
+    backbone = SwinConfig(
+        image_size=64,
+        patch_size=4,
+        embed_dim=8,
+        depths=[1, 1, 1, 1],
+        num_heads=[1, 1, 1, 1],
+        window_size=4,
+        out_features=["stage2", "stage3", "stage4"],
+    )
+    text = BertConfig(
+        vocab_size=len(words),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+    )
     config = GroundingDinoConfig(
-        backbone_config=backbone, text_config=text, num_queries=20, d_model=32,
-        encoder_layers=1, decoder_layers=2,  # transformers ties decoder box heads: needs two layers
-        encoder_ffn_dim=32, decoder_ffn_dim=32, encoder_attention_heads=2, decoder_attention_heads=2,
-        encoder_n_points=2, decoder_n_points=2, max_text_len=32,
+        backbone_config=backbone,
+        text_config=text,
+        num_queries=20,
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=2,  # transformers ties decoder box heads: needs two layers
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_n_points=2,
+        decoder_n_points=2,
+        max_text_len=32,
     )
     torch.manual_seed(seed)
     model = GroundingDinoForObjectDetection(config).eval()

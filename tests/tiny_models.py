@@ -40,7 +40,10 @@ def build_tiny_sam(seed: int = 0) -> Sam:
             global_attn_indexes=(1,),
         ),
         prompt_encoder=PromptEncoder(
-            embed_dim=32, image_embedding_size=(grid, grid), input_image_size=(TINY_SAM_INPUT, TINY_SAM_INPUT), mask_in_chans=8
+            embed_dim=32,
+            image_embedding_size=(grid, grid),
+            input_image_size=(TINY_SAM_INPUT, TINY_SAM_INPUT),
+            mask_in_chans=8,
         ),
         mask_decoder=MaskDecoder(
             transformer_dim=32,

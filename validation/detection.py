@@ -12,9 +12,9 @@ continuous corners (x1 + 1, y1 + 1) before the IoU, matching the detector's box 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -111,8 +111,12 @@ class DetectionReport:
             "below_threshold": self.below_threshold(),
             "per_class": per_class,
             "per_image": {
-                i.image_id: {"wnid": i.wnid, "mean_iou": round(i.mean_iou, 6),
-                             "box_ious": [round(v, 6) for v in i.box_ious], "detections": i.detections}
+                i.image_id: {
+                    "wnid": i.wnid,
+                    "mean_iou": round(i.mean_iou, 6),
+                    "box_ious": [round(v, 6) for v in i.box_ious],
+                    "detections": i.detections,
+                }
                 for i in self.images
             },
             "unreadable": self.unreadable,
@@ -120,17 +124,33 @@ class DetectionReport:
         }
 
 
-def redetect(items: Iterable[DetectionItem], detector: Detector, *, batch_size: int = 8,
-             box_threshold: float = DEFAULT_BOX_THRESHOLD, text_threshold: float = DEFAULT_TEXT_THRESHOLD,
-             iou_threshold: float = DEFAULT_IOU_THRESHOLD, progress: Callable[[int], None] | None = None) -> DetectionReport:
+def redetect(
+    items: Iterable[DetectionItem],
+    detector: Detector,
+    *,
+    batch_size: int = 8,
+    box_threshold: float = DEFAULT_BOX_THRESHOLD,
+    text_threshold: float = DEFAULT_TEXT_THRESHOLD,
+    iou_threshold: float = DEFAULT_IOU_THRESHOLD,
+    progress: Callable[[int], None] | None = None,
+) -> DetectionReport:
     """Run the detector over `items` in batches and collect per-box best IoUs."""
-    report = DetectionReport([], {**detector_provenance(detector.info()), "box_threshold": box_threshold,
-                                  "text_threshold": text_threshold, "batch_size": batch_size}, iou_threshold)
+    report = DetectionReport(
+        [],
+        {
+            **detector_provenance(detector.info()),
+            "box_threshold": box_threshold,
+            "text_threshold": text_threshold,
+            "batch_size": batch_size,
+        },
+        iou_threshold,
+    )
     batch: list[tuple[DetectionItem, np.ndarray]] = []
 
     def flush() -> None:
-        detections = detector.detect([image for _, image in batch], [prompt_for(item.wnid) for item, _ in batch],
-                                     box_threshold, text_threshold)
+        detections = detector.detect(
+            [image for _, image in batch], [prompt_for(item.wnid) for item, _ in batch], box_threshold, text_threshold
+        )
         for (item, _), found in zip(batch, detections):
             report.images.append(ImageIoU(item.image_id, item.wnid, best_ious(item.boxes, found), len(found)))
         if progress:

@@ -20,17 +20,15 @@ so the result is the same for any worker count.
 
 from __future__ import annotations
 
-from builder.core.manifest import COMPOSITES, PARTS, format_of
-
 import json
 import math
 import multiprocessing
 import os
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import cv2
 import numpy as np
@@ -40,7 +38,7 @@ from builder.compose.background_cache import read_canvas_background
 from builder.compose.backgrounds import gray_background
 from builder.compose.geometry import CORNERS, GeometryError, object_size, place, resize_mask, resize_rgb
 from builder.core.errors import HsiError, InputError
-from builder.core.manifest import Manifest
+from builder.core.manifest import COMPOSITES, Manifest, format_of
 from builder.core.runner import _init_worker, stop_pool
 from builder.core.shards import MANIFEST_NAME, ShardReadError, iter_shard, read_manifest, sha256_file
 from builder.core.taxonomy import group_name, tier_of
@@ -68,11 +66,15 @@ def check_tolerance(tolerance: float) -> float:
     try:
         value = float(tolerance)
     except (TypeError, ValueError):
-        raise InputError(f"--tolerance {tolerance!r} is not a number; pass a mean pixel difference 0-255 (default "
-                         f"{DEFAULT_PLACEMENT_TOLERANCE})") from None
+        raise InputError(
+            f"--tolerance {tolerance!r} is not a number; pass a mean pixel difference 0-255 (default "
+            f"{DEFAULT_PLACEMENT_TOLERANCE})"
+        ) from None
     if not math.isfinite(value) or value < 0:
-        raise InputError(f"--tolerance {tolerance!r} must be a finite number >= 0 (a mean pixel difference 0-255, "
-                         f"default {DEFAULT_PLACEMENT_TOLERANCE}); NaN or infinity would disable the placement check")
+        raise InputError(
+            f"--tolerance {tolerance!r} must be a finite number >= 0 (a mean pixel difference 0-255, "
+            f"default {DEFAULT_PLACEMENT_TOLERANCE}); NaN or infinity would disable the placement check"
+        )
     return value
 
 
@@ -131,8 +133,11 @@ class IntegrityResult:
         }
 
 
-def read_shard_members(path: Path, shard: str, split: str, failures: list[Failure]) -> Iterator[tuple[str, dict[str, bytes]]]:
+def read_shard_members(
+    path: Path, shard: str, split: str, failures: list[Failure]
+) -> Iterator[tuple[str, dict[str, bytes]]]:
     """Samples of a shard, tolerating bad members: each becomes a failure and is skipped."""
+
     def record(error: ShardReadError) -> None:
         failures.append(Failure(error.reason, error.detail, split, shard, error.key))
 
@@ -141,16 +146,24 @@ def read_shard_members(path: Path, shard: str, split: str, failures: list[Failur
 
 def safe_shard_name(name) -> bool:
     """A listed shard must be one plain file name inside the dataset folder."""
-    return (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
-            and not name.startswith("."))
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and not name.startswith(".")
+    )
 
 
 def check_shard_file(dataset_dir: Path, split: str, entry: dict, failures: list[Failure]) -> str | None:
     """Existence, byte size and sha256 of one listed shard: its sha256 on disk, None when missing."""
     name = entry.get("filename", "?")
     if not safe_shard_name(name):
-        failures.append(Failure("unsafe-shard-name", f"{name!r} is not a plain file name inside the dataset folder",
-                                split, str(name)))
+        failures.append(
+            Failure(
+                "unsafe-shard-name", f"{name!r} is not a plain file name inside the dataset folder", split, str(name)
+            )
+        )
         return None
     path = dataset_dir / name
     if not path.is_file() or path.is_symlink():
@@ -158,11 +171,19 @@ def check_shard_file(dataset_dir: Path, split: str, entry: dict, failures: list[
         return None
     size = path.stat().st_size
     if "bytes" in entry and size != entry["bytes"]:
-        failures.append(Failure("shard-size", f"{size} bytes on disk, manifest says {describe_value(entry['bytes'])}",
-                                split, name))
+        failures.append(
+            Failure("shard-size", f"{size} bytes on disk, manifest says {describe_value(entry['bytes'])}", split, name)
+        )
     digest = sha256_file(path)
     if "sha256" in entry and digest != entry["sha256"]:
-        failures.append(Failure("shard-sha256", f"sha256 {digest[:16]}... differs from the manifest's {str(entry['sha256'])[:16]}...", split, name))
+        failures.append(
+            Failure(
+                "shard-sha256",
+                f"sha256 {digest[:16]}... differs from the manifest's {str(entry['sha256'])[:16]}...",
+                split,
+                name,
+            )
+        )
     return digest
 
 
@@ -188,11 +209,13 @@ def compare_counts(split: str, declared: dict, found: dict, failures: list[Failu
         ours, theirs = found.get(kind, {}), declared.get(kind, {})
         for bucket in sorted(set(ours) | set(theirs)):
             if ours.get(bucket, 0) != theirs.get(bucket, 0):
-                failures.append(Failure(
-                    "count-mismatch",
-                    f"{kind} {bucket}: manifest says {theirs.get(bucket, 0)}, shards hold {ours.get(bucket, 0)}",
-                    split,
-                ))
+                failures.append(
+                    Failure(
+                        "count-mismatch",
+                        f"{kind} {bucket}: manifest says {theirs.get(bucket, 0)}, shards hold {ours.get(bucket, 0)}",
+                        split,
+                    )
+                )
 
 
 @dataclass
@@ -206,7 +229,7 @@ class PartsLookup:
     _canvases: dict[tuple[str, int, str], np.ndarray] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, parts_dir: Path) -> "PartsLookup":
+    def build(cls, parts_dir: Path) -> PartsLookup:
         parts_dir = Path(parts_dir)
         manifest = read_manifest(parts_dir)
         index, _ = index_parts(parts_dir, manifest, sorted(manifest.get("splits", {})))
@@ -247,8 +270,9 @@ class PartsLookup:
         self.reader.close()
 
 
-def placement_error(composite: np.ndarray, meta: dict, crop: np.ndarray, mask: np.ndarray,
-                    resize_filter: str = "bicubic") -> float | None:
+def placement_error(
+    composite: np.ndarray, meta: dict, crop: np.ndarray, mask: np.ndarray, resize_filter: str = "bicubic"
+) -> float | None:
     """Mean absolute difference between the declared pasted region and the resized crop (over the
     mask's pixels when only the mask was pasted); None when nothing can be compared."""
     x, y, w, h = meta["box_x"], meta["box_y"], meta["box_w"], meta["box_h"]
@@ -299,31 +323,61 @@ def check_meaning(key: str, meta: dict, spec: dict) -> list[tuple[str, str]]:
     problems = []
     groups = expected_groups(meta, spec)
     if not groups:
-        problems.append(("taxonomy", f"position {meta['position']!r} is not one the spec places "
-                                     f"({', '.join(spec.get('positions') or [])})"))
+        problems.append(
+            (
+                "taxonomy",
+                f"position {meta['position']!r} is not one the spec places ({', '.join(spec.get('positions') or [])})",
+            )
+        )
     elif meta["group"] not in groups.values():
         expected = " or ".join(sorted(set(groups.values())))
-        problems.append(("taxonomy", f"group {meta['group']!r} does not follow from position {meta['position']!r} and "
-                                     f"background {meta['background']!r}: expected {expected}"))
+        problems.append(
+            (
+                "taxonomy",
+                f"group {meta['group']!r} does not follow from position {meta['position']!r} and "
+                f"background {meta['background']!r}: expected {expected}",
+            )
+        )
     else:
         tier = tier_of(meta["group"], meta["size"], meta["canvas"])
         if meta["tier"] != tier:
-            problems.append(("taxonomy", f"tier {meta['tier']!r} does not follow from group {meta['group']} and size "
-                                         f"{meta['size']} on a {meta['canvas']} px canvas: expected {tier!r}"))
-        keys = {sample_key(meta["source_id"], p, meta["size"], meta["background"]) for p, g in groups.items()
-                if g == meta["group"]}
+            problems.append(
+                (
+                    "taxonomy",
+                    f"tier {meta['tier']!r} does not follow from group {meta['group']} and size "
+                    f"{meta['size']} on a {meta['canvas']} px canvas: expected {tier!r}",
+                )
+            )
+        keys = {
+            sample_key(meta["source_id"], p, meta["size"], meta["background"])
+            for p, g in groups.items()
+            if g == meta["group"]
+        }
         if key not in keys:
-            problems.append(("key", f"key does not match source, position, size and background "
-                                    f"(expected {' or '.join(sorted(keys))})"))
+            problems.append(
+                (
+                    "key",
+                    f"key does not match source, position, size and background (expected {' or '.join(sorted(keys))})",
+                )
+            )
     kind, donor = meta["background"], meta["background_source_id"]
     if kind == "original" and (donor != meta["source_id"] or meta["background_wnid"] != meta["wnid"]):
-        problems.append(("background-source", f"original background from {donor!r} ({meta['background_wnid']}), "
-                                              f"not the object's own image {meta['source_id']!r}"))
+        problems.append(
+            (
+                "background-source",
+                f"original background from {donor!r} ({meta['background_wnid']}), "
+                f"not the object's own image {meta['source_id']!r}",
+            )
+        )
     elif kind in ("random", "paired") and donor == meta["source_id"]:
         problems.append(("background-source", f"{kind} background is the object's own image {donor!r}"))
     elif kind == "paired" and meta["background_wnid"] != meta["paired_wnid"]:
-        problems.append(("background-source", f"paired background of class {meta['background_wnid']}, "
-                                              f"the pair is {meta['paired_wnid']}"))
+        problems.append(
+            (
+                "background-source",
+                f"paired background of class {meta['background_wnid']}, the pair is {meta['paired_wnid']}",
+            )
+        )
     elif kind in ("gray", "noise") and donor is not None:
         problems.append(("background-source", f"{kind} background names a source image {donor!r}"))
     try:
@@ -332,8 +386,13 @@ def check_meaning(key: str, meta: dict, spec: dict) -> list[tuple[str, str]]:
         placed = None  # an unknown position or an object too large: the bounds check names it
     if placed is not None and (placed.x, placed.y) != (meta["box_x"], meta["box_y"]):
         size = f"{meta['box_w']}x{meta['box_h']}"
-        problems.append(("placement-position", f"position {meta['position']!r} puts a {size} box at ({placed.x},"
-                                               f"{placed.y}), the sample says ({meta['box_x']},{meta['box_y']})"))
+        problems.append(
+            (
+                "placement-position",
+                f"position {meta['position']!r} puts a {size} box at ({placed.x},"
+                f"{placed.y}), the sample says ({meta['box_x']},{meta['box_y']})",
+            )
+        )
     return problems
 
 
@@ -361,6 +420,7 @@ class _SampleChecker:
 
     def failure_recorder(self, shard: str, key: str):
         """`fail(check, detail)` for one sample: records a Failure naming its split, shard and key."""
+
         def fail(check: str, detail: str) -> None:
             self.result.failures.append(Failure(check, detail, self.split, shard, key))
 
@@ -396,7 +456,10 @@ class _SampleChecker:
         if meta["background"] == "random" and (
             meta["background_wnid"] == meta["wnid"] or meta["background_class_index"] == meta["class_index"]
         ):
-            fail("own-class-background", f"random background {meta['background_source_id']} is of the object's own class {meta['wnid']}")
+            fail(
+                "own-class-background",
+                f"random background {meta['background_source_id']} is of the object's own class {meta['wnid']}",
+            )
         for check, detail in check_meaning(key, meta, self.spec):
             fail(check, detail)
         try:
@@ -414,19 +477,26 @@ class _SampleChecker:
         if parts is None:
             return
         crop, mask = parts
-        expected_wh = object_size(crop.shape[1], crop.shape[0], meta["size"], meta["canvas"], meta["mode"],
-                                  self.spec.get("margin") or 0)
+        expected_wh = object_size(
+            crop.shape[1], crop.shape[0], meta["size"], meta["canvas"], meta["mode"], self.spec.get("margin") or 0
+        )
         if expected_wh != (meta["box_w"], meta["box_h"]):
-            fail("placement", f"a {crop.shape[1]}x{crop.shape[0]} crop at size {meta['size']} ({meta['mode']}) pastes "
-                 f"{expected_wh[0]}x{expected_wh[1]}, the sample declares {meta['box_w']}x{meta['box_h']}")
+            fail(
+                "placement",
+                f"a {crop.shape[1]}x{crop.shape[0]} crop at size {meta['size']} ({meta['mode']}) pastes "
+                f"{expected_wh[0]}x{expected_wh[1]}, the sample declares {meta['box_w']}x{meta['box_h']}",
+            )
             return
         error = placement_error(image, meta, crop, mask, self.resize_filter)
         if error is None:
             return
         self.result.placements_compared += 1
         if error > self.tolerance:
-            fail("placement", f"pixels in the declared box ({meta['box_x']},{meta['box_y']},{meta['box_w']}x{meta['box_h']}) "
-                 f"differ from the object's crop by {error:.1f} on average (tolerance {self.tolerance})")
+            fail(
+                "placement",
+                f"pixels in the declared box ({meta['box_x']},{meta['box_y']},{meta['box_w']}x{meta['box_h']}) "
+                f"differ from the object's crop by {error:.1f} on average (tolerance {self.tolerance})",
+            )
 
     def compare_background(self, image: np.ndarray, meta: dict, fail) -> None:
         """The pixels around the pasted box against the declared background (noise is not kept)."""
@@ -437,8 +507,12 @@ class _SampleChecker:
         if kind == "gray":
             background = gray_background(meta["canvas"])
         else:
-            background = _from_parts(fail, "background-parts", donor,
-                                     lambda source: self.parts.canvas(source, meta["canvas"], self.resize_filter))
+            background = _from_parts(
+                fail,
+                "background-parts",
+                donor,
+                lambda source: self.parts.canvas(source, meta["canvas"], self.resize_filter),
+            )
             if background is None:
                 return
         error = background_error(image, meta, background)
@@ -446,8 +520,11 @@ class _SampleChecker:
             return
         self.result.backgrounds_compared += 1
         if error > self.tolerance:
-            fail("background-pixels", f"pixels around the pasted box differ from the {kind} background of "
-                 f"{donor or kind} by {error:.1f} on average (tolerance {self.tolerance})")
+            fail(
+                "background-pixels",
+                f"pixels around the pasted box differ from the {kind} background of "
+                f"{donor or kind} by {error:.1f} on average (tolerance {self.tolerance})",
+            )
 
     def parts_sample(self, shard: str, key: str, members: dict[str, bytes], counts: dict) -> None:
         fail = self.failure_recorder(shard, key)
@@ -534,8 +611,15 @@ def check_shard(task: ShardTask) -> ShardCheck:
         return ShardCheck(result, {}, [], False)
     result.shard_sha256[name] = digest
     result.shards_checked = 1
-    checker = _SampleChecker(task.split, task.class_names, _parts_lookup(task.parts_dir), task.tolerance, result,
-                             task.spec.get("resize_filter", "bicubic"), task.spec)
+    checker = _SampleChecker(
+        task.split,
+        task.class_names,
+        _parts_lookup(task.parts_dir),
+        task.tolerance,
+        result,
+        task.spec.get("resize_filter", "bicubic"),
+        task.spec,
+    )
     check_sample = checker.composite if format_of(task.stage) == COMPOSITES else checker.parts_sample
     counts: dict = {}
     keys: list[str] = []
@@ -549,8 +633,9 @@ def check_shard(task: ShardTask) -> ShardCheck:
     result.samples_checked = len(keys)
     if len(keys) != task.entry.get("num_samples"):
         declared = describe_value(task.entry.get("num_samples"))
-        result.failures.append(Failure("shard-count", f"holds {len(keys)} samples, manifest says {declared}",
-                                       task.split, name))
+        result.failures.append(
+            Failure("shard-count", f"holds {len(keys)} samples, manifest says {declared}", task.split, name)
+        )
     return ShardCheck(result, counts, keys, True)
 
 
@@ -579,8 +664,12 @@ def _map_shards(tasks: list[ShardTask], workers: int) -> list[ShardCheck]:
             finally:
                 close_lookups()
         context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-        pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context, initializer=_init_worker,
-                                   initargs=(context.Value("q", 0),))
+        pool = ProcessPoolExecutor(
+            max_workers=min(workers, len(tasks)),
+            mp_context=context,
+            initializer=_init_worker,
+            initargs=(context.Value("q", 0),),
+        )
         try:
             done.extend(pool.map(check_shard, tasks))
         except BaseException:
@@ -589,8 +678,10 @@ def _map_shards(tasks: list[ShardTask], workers: int) -> list[ShardCheck]:
         pool.shutdown(wait=True)
         return done
     except KeyboardInterrupt:
-        raise ValidationInterrupted(f"interrupted after {len(done)} of {len(tasks)} shards; no report was written "
-                                    "(an earlier one was removed): run the same command again") from None
+        raise ValidationInterrupted(
+            f"interrupted after {len(done)} of {len(tasks)} shards; no report was written "
+            "(an earlier one was removed): run the same command again"
+        ) from None
 
 
 def load_manifest(dataset_dir: Path) -> tuple[Manifest, dict]:
@@ -598,13 +689,16 @@ def load_manifest(dataset_dir: Path) -> tuple[Manifest, dict]:
     whose derived fields (`filenames`, `shard_lengths`) are compared with the shards."""
     manifest = Manifest.read(dataset_dir)
     if manifest.holds is None:
-        raise InputError(f"{dataset_dir / MANIFEST_NAME}: stage {manifest.stage!r} is neither compose nor extract; "
-                         "validate a composed config folder or a parts folder")
+        raise InputError(
+            f"{dataset_dir / MANIFEST_NAME}: stage {manifest.stage!r} is neither compose nor extract; "
+            "validate a composed config folder or a parts folder"
+        )
     return manifest, json.loads((Path(dataset_dir) / MANIFEST_NAME).read_text("utf-8"))
 
 
-def check_dataset(dataset_dir: Path, parts_dir: Path | None = None,
-                  tolerance: float = DEFAULT_PLACEMENT_TOLERANCE, workers: int = 1) -> IntegrityResult:
+def check_dataset(
+    dataset_dir: Path, parts_dir: Path | None = None, tolerance: float = DEFAULT_PLACEMENT_TOLERANCE, workers: int = 1
+) -> IntegrityResult:
     """Every integrity check of a composed dataset or a parts folder (by its manifest's stage).
 
     A malformed manifest is refused (`ManifestError`); every problem below it is a failure row."""
@@ -619,21 +713,43 @@ def check_dataset(dataset_dir: Path, parts_dir: Path | None = None,
         for shard in raw["splits"][split]["shards"]:
             listed[shard["filename"]] += 1
             if listed[shard["filename"]] == 1:
-                tasks.append(ShardTask(str(dataset_dir), split, shard, stage, manifest.class_names,
-                                       manifest.spec or {}, parts, tolerance))
+                tasks.append(
+                    ShardTask(
+                        str(dataset_dir),
+                        split,
+                        shard,
+                        stage,
+                        manifest.class_names,
+                        manifest.spec or {},
+                        parts,
+                        tolerance,
+                    )
+                )
     for name, times in sorted(listed.items()):
         if times > 1:
             result.failures.append(Failure("duplicate-shard", f"listed {times} times in {MANIFEST_NAME}", None, name))
     checks = _map_shards(tasks, workers)
     seen: dict[str, str] = {}
     for split in sorted(manifest.splits):
-        _merge_split(split, raw["splits"][split], stage, [(t, c) for t, c in zip(tasks, checks) if t.split == split],
-                     result, seen)
+        _merge_split(
+            split,
+            raw["splits"][split],
+            stage,
+            [(t, c) for t, c in zip(tasks, checks) if t.split == split],
+            result,
+            seen,
+        )
     return result
 
 
-def _merge_split(split: str, entry: dict, stage: str, checked: list[tuple[ShardTask, ShardCheck]],
-                 result: IntegrityResult, seen: dict[str, str]) -> None:
+def _merge_split(
+    split: str,
+    entry: dict,
+    stage: str,
+    checked: list[tuple[ShardTask, ShardCheck]],
+    result: IntegrityResult,
+    seen: dict[str, str],
+) -> None:
     """The shard results of one split, in manifest order, with the split's own checks: derived
     fields, keys across shards, totals and counts. `seen` maps every key met so far to its shard."""
     shards = entry.get("shards", [])
@@ -660,8 +776,13 @@ def _merge_split(split: str, entry: dict, stage: str, checked: list[tuple[ShardT
         _add_counts(counts, check.counts)
         total += part.samples_checked
     if total != entry.get("num_samples"):
-        result.failures.append(Failure("split-count", f"shards hold {total} samples, manifest says "
-                                                      f"{describe_value(entry.get('num_samples'))}", split))
+        result.failures.append(
+            Failure(
+                "split-count",
+                f"shards hold {total} samples, manifest says {describe_value(entry.get('num_samples'))}",
+                split,
+            )
+        )
     if format_of(stage) == COMPOSITES:
         compare_counts(split, entry.get("counts", {}), counts, result.failures)
     result.counts[split] = {"num_samples": total, **{k: dict(sorted(v.items())) for k, v in sorted(counts.items())}}

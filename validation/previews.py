@@ -19,10 +19,10 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from builder.compose.backgrounds import stable_rank
+from builder.core.shards import iter_shard, manifest_shard_paths, read_manifest
 from builder.core.taxonomy import sorted_groups
 from builder.formats.composites import decode_composite_image, decode_composite_json
 from builder.formats.parts import decode_parts, iter_parts_samples
-from builder.core.shards import iter_shard, manifest_shard_paths, read_manifest
 
 LABEL_HEIGHT = 18
 MARGIN = 4
@@ -80,8 +80,14 @@ def collect_cells(dataset_dir: Path, split: str, per_cell: int, seed: int = 0) -
     for path in manifest_shard_paths(dataset_dir, manifest, split):
         for key, members in iter_shard(path):
             meta = decode_composite_json(members)
-            pick = Pick(stable_rank(seed, "contact-sheet", key), key, meta["wnid"],
-                        meta.get("class_name") or meta["wnid"], meta.get("tier"), members["jpg"])
+            pick = Pick(
+                stable_rank(seed, "contact-sheet", key),
+                key,
+                meta["wnid"],
+                meta.get("class_name") or meta["wnid"],
+                meta.get("tier"),
+                members["jpg"],
+            )
             _offer(cells.setdefault((meta["group"], int(meta["size"])), {}), pick, per_cell)
     return {cell: sorted(picks.values(), key=lambda p: p.rank) for cell, picks in cells.items()}
 
@@ -101,8 +107,14 @@ def row_label_width(groups, font) -> int:
     return int(max([probe.textlength(g, font=font) for g in groups] + [40])) + 3 * MARGIN
 
 
-def contact_sheet(dataset_dir: Path, out_path: Path, split: str | None = None, per_cell: int = 3,
-                  thumb: int = 112, seed: int | None = None) -> Path:
+def contact_sheet(
+    dataset_dir: Path,
+    out_path: Path,
+    split: str | None = None,
+    per_cell: int = 3,
+    thumb: int = 112,
+    seed: int | None = None,
+) -> Path:
     """Rows = groups, columns = sizes, `per_cell` thumbnails of distinct classes per cell (seeded by
     the spec's seed), each with its class name under it and the cell's tier above."""
     manifest = read_manifest(dataset_dir)
@@ -119,12 +131,18 @@ def contact_sheet(dataset_dir: Path, out_path: Path, split: str | None = None, p
     height = LABEL_HEIGHT * 2 + len(groups) * row_height
     sheet = Image.new("RGB", (max(width, 1), max(height, 1)), BACKGROUND_COLOUR)
     draw = ImageDraw.Draw(sheet)
-    title = (f"{manifest.get('config', dataset_dir.name)} / {split}: {per_cell} samples of distinct classes per "
-             f"cell (seed {seed})")
+    title = (
+        f"{manifest.get('config', dataset_dir.name)} / {split}: {per_cell} samples of distinct classes per "
+        f"cell (seed {seed})"
+    )
     draw.text((MARGIN, 2), fit_text(draw, title, width - 2 * MARGIN, font), fill=TEXT_COLOUR, font=font)
     for column, size in enumerate(sizes):
-        draw.text((label_width + column * cell_width + MARGIN, LABEL_HEIGHT + 2), f"size {size} px", fill=TEXT_COLOUR,
-                  font=font)
+        draw.text(
+            (label_width + column * cell_width + MARGIN, LABEL_HEIGHT + 2),
+            f"size {size} px",
+            fill=TEXT_COLOUR,
+            font=font,
+        )
     for row, group in enumerate(groups):
         top = LABEL_HEIGHT * 2 + row * row_height
         draw.text((MARGIN, top + LABEL_HEIGHT + thumb // 2 - 6), group, fill=TEXT_COLOUR, font=font)
@@ -137,8 +155,12 @@ def contact_sheet(dataset_dir: Path, out_path: Path, split: str | None = None, p
                 small = decode_composite_image(pick.jpg).resize((thumb, thumb), Image.BICUBIC)
                 x = left + n * (thumb + MARGIN)
                 sheet.paste(small, (x, top + LABEL_HEIGHT))
-                draw.text((x, top + LABEL_HEIGHT + thumb + 2), fit_text(draw, pick.class_name, thumb, font),
-                          fill=TEXT_COLOUR, font=font)
+                draw.text(
+                    (x, top + LABEL_HEIGHT + thumb + 2),
+                    fit_text(draw, pick.class_name, thumb, font),
+                    fill=TEXT_COLOUR,
+                    font=font,
+                )
     return _save_png(sheet, out_path)
 
 
@@ -178,13 +200,23 @@ def parts_grid(parts_dir: Path, out_path: Path, count: int = 6, tile: int = 160,
         top = LABEL_HEIGHT + row * (tile + MARGIN)
         room = label_width - 2 * MARGIN
         draw.text((MARGIN, top + tile // 2 - 12), fit_text(draw, parts.key, room, font), fill=TEXT_COLOUR, font=font)
-        draw.text((MARGIN, top + tile // 2 + 2), fit_text(draw, parts.meta.get("class_name", ""), room, font),
-                  fill=TEXT_COLOUR, font=font)
+        draw.text(
+            (MARGIN, top + tile // 2 + 2),
+            fit_text(draw, parts.meta.get("class_name", ""), room, font),
+            fill=TEXT_COLOUR,
+            font=font,
+        )
         background = Image.fromarray(parts.background).convert("RGB")
         x0, y0, x1, y1 = parts.meta["object_box"]
-        ImageDraw.Draw(background).rectangle((x0, y0, x1, y1), outline=(255, 0, 0), width=max(1, background.width // 120))
-        tiles = [_fit(parts.crop, tile), _fit(parts.mask, tile), _fit(parts.erase, tile),
-                 _fit(np.asarray(background), tile)]
+        ImageDraw.Draw(background).rectangle(
+            (x0, y0, x1, y1), outline=(255, 0, 0), width=max(1, background.width // 120)
+        )
+        tiles = [
+            _fit(parts.crop, tile),
+            _fit(parts.mask, tile),
+            _fit(parts.erase, tile),
+            _fit(np.asarray(background), tile),
+        ]
         for column, image in enumerate(tiles):
             sheet.paste(image, (label_width + column * (tile + MARGIN) + MARGIN, top))
     return _save_png(sheet, out_path)

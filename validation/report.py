@@ -6,8 +6,6 @@ The report holds no timestamps or machine paths, so the same dataset gives the s
 
 from __future__ import annotations
 
-from builder.core.manifest import COMPOSITES, PARTS, format_of
-
 import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,10 +13,9 @@ from pathlib import Path
 
 from builder import __version__
 from builder.core.errors import InputError
-from builder.core.manifest import Manifest
+from builder.core.manifest import COMPOSITES, PARTS, Manifest, format_of
 from builder.core.shards import MANIFEST_NAME, read_manifest, write_json_atomic
 from builder.core.taxonomy import sorted_groups
-
 from validation.integrity import DECODE_ERRORS, IntegrityResult, check_dataset
 from validation.scores import ScoreReport
 
@@ -96,8 +93,10 @@ def _header_section(payload: dict) -> list[str]:
     if target.get("stage") is None and payload.get("scored"):
         what = f"- Scored: {payload['scored']}"
     else:
-        what = (f"- Folder: `{target.get('folder')}` (stage: {target.get('stage')}, config: {target.get('config')}, "
-                f"fingerprint: `{target.get('fingerprint')}`)")
+        what = (
+            f"- Folder: `{target.get('folder')}` (stage: {target.get('stage')}, config: {target.get('config')}, "
+            f"fingerprint: `{target.get('fingerprint')}`)"
+        )
     return [
         "# Validation report",
         "",
@@ -147,8 +146,11 @@ def _scores_section(scores: dict) -> list[str]:
     issues = scores.get("box_issues")
     if issues:
         counts = ", ".join(f"{reason}: {n}" for reason, n in issues["by_reason"].items())
-        lines += ["", f"Boxes that did not fit their image, clipped or dropped as extract does ({counts}); "
-                      f"every one is listed in `{JSON_NAME}`."]
+        lines += [
+            "",
+            f"Boxes that did not fit their image, clipped or dropped as extract does ({counts}); "
+            f"every one is listed in `{JSON_NAME}`.",
+        ]
     correlations = scores.get("accuracy_correlations")
     if correlations:
         lines += _correlation_table(correlations)
@@ -166,22 +168,37 @@ def _correlation_table(correlations: dict) -> list[str]:
     rule = "|---|---|---|---|---|---|---|"
     if partial:
         header, rule = header + " partial Spearman (clean accuracy held fixed) |", rule + "---|"
-    lines = ["", f"Rank correlation with per-class accuracy ({correlations['classes']} classes{averaged}; "
-                 f"p two-sided, {level}% bootstrap interval over classes):", "", header, rule]
+    lines = [
+        "",
+        f"Rank correlation with per-class accuracy ({correlations['classes']} classes{averaged}; "
+        f"p two-sided, {level}% bootstrap interval over classes):",
+        "",
+        header,
+        rule,
+    ]
     for name in ("centre", "size"):
         row = correlations[name]
         cells = []
         for stat in ("spearman", "kendall_tau_b"):
             interval = row.get(f"{stat}_ci")
-            cells += [_fmt(row[stat]), _fmt(row.get(f"{stat}_p")),
-                      f"[{_fmt(interval[0])}, {_fmt(interval[1])}]" if interval else "n/a"]
+            cells += [
+                _fmt(row[stat]),
+                _fmt(row.get(f"{stat}_p")),
+                f"[{_fmt(interval[0])}, {_fmt(interval[1])}]" if interval else "n/a",
+            ]
         if partial:
             cells.append(_fmt(row.get("partial_spearman")))
         lines.append(f"| {name} | {' | '.join(cells)} |")
     for model, result in (correlations.get("models") or {}).items():
         centre, size = result["centre"], result["size"]
-        cells = [f"{_fmt(centre['spearman'])} / {_fmt(size['spearman'])}", "", "",
-                 f"{_fmt(centre['kendall_tau_b'])} / {_fmt(size['kendall_tau_b'])}", "", ""]
+        cells = [
+            f"{_fmt(centre['spearman'])} / {_fmt(size['spearman'])}",
+            "",
+            "",
+            f"{_fmt(centre['kendall_tau_b'])} / {_fmt(size['kendall_tau_b'])}",
+            "",
+            "",
+        ]
         if partial:
             cells.append(f"{_fmt(centre.get('partial_spearman'))} / {_fmt(size.get('partial_spearman'))}")
         lines.append(f"| {model}: centre / size | {' | '.join(cells)} |")
@@ -202,7 +219,10 @@ def _detection_section(detection: dict) -> list[str]:
     ]
     if detection["below_threshold"]:
         lines += ["", "| image | wnid | mean IoU |", "|---|---|---|"]
-        lines += [f"| {row['image_id']} | {row['wnid']} | {row['mean_iou']:.3f} |" for row in detection["below_threshold"][:MAX_LISTED]]
+        lines += [
+            f"| {row['image_id']} | {row['wnid']} | {row['mean_iou']:.3f} |"
+            for row in detection["below_threshold"][:MAX_LISTED]
+        ]
     return lines
 
 
@@ -231,8 +251,10 @@ def _write_or_refuse(out_dir: Path, write):
     except OSError as exc:
         (out_dir / f".{MD_NAME}.tmp").unlink(missing_ok=True)
         invalidate_report(out_dir)
-        raise InputError(f"cannot write the report to {out_dir}: {exc.strerror or exc}; free space or pass "
-                         "--out DIR on writable storage") from None
+        raise InputError(
+            f"cannot write the report to {out_dir}: {exc.strerror or exc}; free space or pass "
+            "--out DIR on writable storage"
+        ) from None
 
 
 def write_report(out_dir: Path, payload: dict) -> tuple[Path, Path]:
@@ -258,15 +280,25 @@ def invalidate_report(out_dir: Path) -> None:
         try:
             (out_dir / name).unlink(missing_ok=True)
         except OSError as exc:
-            raise InputError(f"cannot remove the earlier {name} in {out_dir}: {exc.strerror or exc}; "
-                             "pass --out DIR on writable storage") from None
+            raise InputError(
+                f"cannot remove the earlier {name} in {out_dir}: {exc.strerror or exc}; "
+                "pass --out DIR on writable storage"
+            ) from None
 
 
-def validate_dataset(dataset_dir: Path, *, parts_dir: Path | None = None, previews: bool = True,
-                     scores: ScoreReport | None | bool | Callable[[set[str] | None], ScoreReport] = None,
-                     detection: dict | None = None,
-                     tolerance: float | None = None, check_integrity: bool = True,
-                     report_dir: Path | None = None, workers: int = 1, scored: str | None = None) -> ValidationReport:
+def validate_dataset(
+    dataset_dir: Path,
+    *,
+    parts_dir: Path | None = None,
+    previews: bool = True,
+    scores: ScoreReport | None | bool | Callable[[set[str] | None], ScoreReport] = None,
+    detection: dict | None = None,
+    tolerance: float | None = None,
+    check_integrity: bool = True,
+    report_dir: Path | None = None,
+    workers: int = 1,
+    scored: str | None = None,
+) -> ValidationReport:
     """Validate a composed dataset (or a parts folder) and write the reports (next to it, or in
     `report_dir`). An earlier report there is removed first.
 
@@ -285,13 +317,16 @@ def validate_dataset(dataset_dir: Path, *, parts_dir: Path | None = None, previe
         tolerance = DEFAULT_PLACEMENT_TOLERANCE if tolerance is None else tolerance
         integrity = check_dataset(dataset_dir, parts_dir, tolerance, workers)
     target = describe_target(dataset_dir) if check_integrity else {"folder": out_dir.name, "stage": None}
-    own_sources = set(integrity.source_ids) if integrity is not None and format_of(target.get("stage")) == COMPOSITES else None
+    own_sources = (
+        set(integrity.source_ids) if integrity is not None and format_of(target.get("stage")) == COMPOSITES else None
+    )
     scores_error = None
     if callable(scores):
         scores = scores(own_sources)
     if scores is None:
-        scores, scores_error = _scores_from_parts(dataset_dir if format_of(target.get("stage")) == PARTS else parts_dir,
-                                                  own_sources)
+        scores, scores_error = _scores_from_parts(
+            dataset_dir if format_of(target.get("stage")) == PARTS else parts_dir, own_sources
+        )
     if scores is False:
         scores = None
     written_scores = None
@@ -314,8 +349,9 @@ def validate_dataset(dataset_dir: Path, *, parts_dir: Path | None = None, previe
     preview_paths: list[Path] = []
     preview_errors: list[str] = []
     if previews and integrity is not None and format_of(target.get("stage")) is not None:
-        preview_paths, preview_errors = make_previews(dataset_dir, target["stage"], out_dir / PREVIEWS_DIR, parts_dir,
-                                                      own_sources)
+        preview_paths, preview_errors = make_previews(
+            dataset_dir, target["stage"], out_dir / PREVIEWS_DIR, parts_dir, own_sources
+        )
     if scores is not None:
         preview_paths.append(out_dir / PREVIEWS_DIR / SCORES_PLOT)
     payload["previews"] = [p.relative_to(out_dir).as_posix() for p in preview_paths]
@@ -343,8 +379,9 @@ def _scores_from_parts(parts_dir: Path | None, only: set[str] | None) -> tuple[S
         return None, f"{type(exc).__name__}: {exc}"
 
 
-def make_previews(dataset_dir: Path, stage: str, previews_dir: Path, parts_dir: Path | None,
-                  own_sources: set[str] | None = None) -> tuple[list[Path], list[str]]:
+def make_previews(
+    dataset_dir: Path, stage: str, previews_dir: Path, parts_dir: Path | None, own_sources: set[str] | None = None
+) -> tuple[list[Path], list[str]]:
     """The contact sheet (composed datasets) and the parts grid (when parts are at hand), and why
     a sheet could not be drawn (a dataset too broken to read; integrity names the cause)."""
     from validation.previews import contact_sheet, parts_grid

@@ -6,16 +6,14 @@ folder, checked as a whole before anything runs, and `run_validation` that carri
 
 from __future__ import annotations
 
-from builder.core.manifest import COMPOSITES, PARTS, format_of
-
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.core.errors import InputError, UsageError
 from builder.compose.parts_input import verify_parts_shards
-from builder.core.manifest import MANIFEST_NAME, Manifest, ManifestError
+from builder.core.errors import InputError, UsageError
+from builder.core.manifest import COMPOSITES, MANIFEST_NAME, PARTS, Manifest, ManifestError, format_of
 from builder.formats.parts_index import resolve_parts_dir
 from validation.integrity import check_tolerance
 from validation.report import JSON_NAME, ValidationReport, validate_dataset
@@ -77,7 +75,9 @@ class ValidationRequest:
         """Refuse a request that cannot run, with the flag to change, before any work (and before
         anything is written)."""
         if self.dataset is not None and not self.dataset.is_dir():
-            raise UsageError(f"{self.dataset} is not a folder; pass a composed config folder (OUT/<config>) or a parts folder")
+            raise UsageError(
+                f"{self.dataset} is not a folder; pass a composed config folder (OUT/<config>) or a parts folder"
+            )
         if self.dataset is None and self.scores is None and self.detection is None:
             raise UsageError("nothing to do: pass a dataset folder, --scores or --boxes")
         if self.dataset is None and self.out is None:
@@ -89,12 +89,18 @@ class ValidationRequest:
         if self.dataset is not None:
             self.check_dataset_folder()
         if self.parts is not None and format_of(stage_of(self.parts)) != PARTS:
-            raise UsageError(f"--parts {self.parts} is not a finished parts folder (its _info.json must say stage extract)")
+            raise UsageError(
+                f"--parts {self.parts} is not a finished parts folder (its _info.json must say stage extract)"
+            )
         if self.parts is not None and self.dataset is not None:
             check_parts_match(self.dataset, self.parts)
         if self.scores is not None:
-            for flag, values in (("--accuracy", self.scores.accuracy), ("--control-accuracy", self.scores.control_accuracy),
-                                 ("--boxes-csv", (self.scores.boxes_csv,)), ("--sizes-from", (self.scores.sizes_from,))):
+            for flag, values in (
+                ("--accuracy", self.scores.accuracy),
+                ("--control-accuracy", self.scores.control_accuracy),
+                ("--boxes-csv", (self.scores.boxes_csv,)),
+                ("--sizes-from", (self.scores.sizes_from,)),
+            ):
                 for value in values:
                     if value is not None and not value.exists():
                         raise UsageError(f"{flag} {value} does not exist")
@@ -102,15 +108,19 @@ class ValidationRequest:
             if controls and not files:
                 raise UsageError("--control-accuracy needs --accuracy")
             if controls and len(controls) not in (1, len(files)):
-                raise UsageError(f"--control-accuracy takes one file or one per --accuracy file ({len(files)}), "
-                                 f"got {len(controls)}")
+                raise UsageError(
+                    f"--control-accuracy takes one file or one per --accuracy file ({len(files)}), got {len(controls)}"
+                )
             if self.scores.boxes_csv and not self.scores.sizes_from:
-                raise UsageError("--boxes-csv needs --sizes-from (an image folder or a parts folder) for the image sizes")
+                raise UsageError(
+                    "--boxes-csv needs --sizes-from (an image folder or a parts folder) for the image sizes"
+                )
             if not self.scores.boxes_csv and format_of(self.dataset_stage) != PARTS and self.parts is None:
-                raise UsageError("--scores needs boxes: a parts folder as DATASET, --parts, or --boxes-csv with --sizes-from")
+                raise UsageError(
+                    "--scores needs boxes: a parts folder as DATASET, --parts, or --boxes-csv with --sizes-from"
+                )
         if self.detection is not None and not self.detection.source:
             raise UsageError("--boxes needs --source (the ImageNet root holding the source images)")
-
 
     def check_dataset_folder(self) -> None:
         """The dataset folder holds a manifest this toolkit wrote (malformed ones are refused with
@@ -121,8 +131,10 @@ class ValidationRequest:
         Manifest.read(self.dataset)  # raises ManifestError naming the field
         release = self.dataset.resolve().parent.parent
         if self.out is None and (release / RELEASE_META).is_file():
-            raise UsageError(f"{self.dataset} is a dataset inside the release {release}; its {JSON_NAME} is the "
-                             "report the release shipped and is not overwritten: pass --out DIR for the new report")
+            raise UsageError(
+                f"{self.dataset} is a dataset inside the release {release}; its {JSON_NAME} is the "
+                "report the release shipped and is not overwritten: pass --out DIR for the new report"
+            )
 
 
 def describe_non_dataset(folder: Path) -> str:
@@ -133,8 +145,10 @@ def describe_non_dataset(folder: Path) -> str:
     if not held:
         return text + "; an unfinished dataset gets its manifest last: re-run the command that builds it"
     names = ", ".join(p.relative_to(folder).as_posix() for p in held)
-    return (text + f"; it holds {len(held)} dataset(s): {names}. Validate one of them, "
-            f"e.g. `hsi validate {held[0]}`" + (" --out DIR" if kind == "a release folder" else ""))
+    return (
+        text + f"; it holds {len(held)} dataset(s): {names}. Validate one of them, "
+        f"e.g. `hsi validate {held[0]}`" + (" --out DIR" if kind == "a release folder" else "")
+    )
 
 
 def check_parts_match(dataset: Path, parts: Path) -> None:
@@ -147,8 +161,10 @@ def check_parts_match(dataset: Path, parts: Path) -> None:
     parts_manifest = Manifest.read(parts)
     given = parts_manifest.fingerprint
     if given != recorded:
-        raise UsageError(f"--parts {parts} has fingerprint {given[:16]}..., but {dataset.name} was composed from parts "
-                         f"with fingerprint {str(recorded)[:16]}...; pass the parts folder it was composed from")
+        raise UsageError(
+            f"--parts {parts} has fingerprint {given[:16]}..., but {dataset.name} was composed from parts "
+            f"with fingerprint {str(recorded)[:16]}...; pass the parts folder it was composed from"
+        )
     # the parts are compared pixel by pixel with the composites: a corrupted parts shard would make
     # a sound dataset fail, or a broken one pass, so every shard must be the one extract wrote
     verify_parts_shards(parts, parts_manifest, sorted(parts_manifest.splits))
@@ -169,6 +185,7 @@ def run_validation(request: ValidationRequest, warn: Callable[[str], None] | Non
     detection = run_detection(request, warn) if request.detection is not None else None
     scores = None
     if request.scores is not None:
+
         def scores(source_ids):
             return compute_requested_scores(request, warn, source_ids)
 
@@ -244,12 +261,16 @@ def score_inputs(request: ValidationRequest, warn: Callable[[str], None]):
             sizes = image_sizes_from_folder(scores.sizes_from, read_loc_solution(scores.boxes_csv).ids())
         items, unsized, box_issues = boxes_from_loc_csv(scores.boxes_csv, sizes)
         if unsized:
-            warn(f"hsi validate: {len(unsized)} images of {scores.boxes_csv.name} have no size under --sizes-from "
-                 f"and are not scored (first: {', '.join(unsized[:5])})")
+            warn(
+                f"hsi validate: {len(unsized)} images of {scores.boxes_csv.name} have no size under --sizes-from "
+                f"and are not scored (first: {', '.join(unsized[:5])})"
+            )
         if box_issues:
-            warn(f"hsi validate: {len(box_issues)} boxes of {scores.boxes_csv.name} do not fit their image and were "
-                 f"clipped or dropped as extract does (first: {box_issues[0].image_id}: {box_issues[0].detail}); "
-                 "all are listed in the report")
+            warn(
+                f"hsi validate: {len(box_issues)} boxes of {scores.boxes_csv.name} do not fit their image and were "
+                f"clipped or dropped as extract does (first: {box_issues[0].image_id}: {box_issues[0].detail}); "
+                "all are listed in the report"
+            )
         return items, box_issues
     parts = request.dataset if format_of(request.dataset_stage) == PARTS else request.parts
     assert parts is not None  # check() refused the request otherwise
@@ -270,7 +291,10 @@ def detection_items(request: ValidationRequest, warn: Callable[[str], None]):
     if parts_dir is None:
         listing = load_sources(detection.source, detection.split, detection.boxes_path, announce=warn)
         return items_from_sources(listing.records, detection.limit)
-    paths = {image_id: path for image_id, _, path in list_image_files(detect_layout(detection.source, detection.split).images_dir)}
+    paths = {
+        image_id: path
+        for image_id, _, path in list_image_files(detect_layout(detection.source, detection.split).images_dir)
+    }
     items = []
     for item in boxes_from_parts(parts_dir)[: detection.limit or None]:
         if item.image_id in paths:

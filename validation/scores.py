@@ -12,19 +12,18 @@ images. The paper's class-averaged means over ImageNet's official val boxes are 
 
 from __future__ import annotations
 
-from builder.core.errors import InputError
-
 import csv
 import json
 import math
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
 from builder.core.classes import class_of, is_known_wnid
+from builder.core.errors import InputError
 from builder.core.records import Box, Issue, SourceImage
 from builder.formats.loc_csv import read_loc_boxes
 
@@ -162,8 +161,9 @@ def boxes_from_parts(parts_dir: Path, split: str | None = None) -> list[ImageBox
     return sorted(items, key=lambda item: item.image_id)
 
 
-def boxes_from_loc_csv(csv_path: Path, sizes: dict[str, tuple[int, int]]
-                       ) -> tuple[list[ImageBoxes], list[str], list[Issue]]:
+def boxes_from_loc_csv(
+    csv_path: Path, sizes: dict[str, tuple[int, int]]
+) -> tuple[list[ImageBoxes], list[str], list[Issue]]:
     """Join the CSV's boxes with image sizes; images without a known size are returned by id.
 
     Boxes are clipped to their image as extract clips them (`box-outside-image`; a box empty
@@ -248,11 +248,14 @@ def correlation_with_interval(x: Sequence[float], y: Sequence[float], method: st
     if _constant(x) or _constant(y):
         return {"value": float("nan"), "p_value": None, "ci": None}
     if method == "spearman":
+
         def test(a, b):
             return spearmanr(a, b)
     else:
+
         def test(a, b):
             return kendalltau(a, b, variant="b")
+
     result = test(x, y)
 
     def statistic(a, b):
@@ -260,11 +263,21 @@ def correlation_with_interval(x: Sequence[float], y: Sequence[float], method: st
             return 0.0
         return test(a, b).statistic
 
-    interval = bootstrap((np.asarray(x, float), np.asarray(y, float)), statistic, paired=True, vectorized=False,
-                         n_resamples=BOOTSTRAP_RESAMPLES, confidence_level=BOOTSTRAP_CONFIDENCE, method="percentile",
-                         rng=np.random.default_rng(BOOTSTRAP_SEED)).confidence_interval
-    return {"value": float(result.statistic), "p_value": float(result.pvalue),
-            "ci": [float(interval.low), float(interval.high)]}
+    interval = bootstrap(
+        (np.asarray(x, float), np.asarray(y, float)),
+        statistic,
+        paired=True,
+        vectorized=False,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        confidence_level=BOOTSTRAP_CONFIDENCE,
+        method="percentile",
+        rng=np.random.default_rng(BOOTSTRAP_SEED),
+    ).confidence_interval
+    return {
+        "value": float(result.statistic),
+        "p_value": float(result.pvalue),
+        "ci": [float(interval.low), float(interval.high)],
+    }
 
 
 def partial_correlation(r_xy: float, r_xz: float, r_yz: float) -> float:
@@ -275,8 +288,9 @@ def partial_correlation(r_xy: float, r_xz: float, r_yz: float) -> float:
     return (r_xy - r_xz * r_yz) / denominator if denominator and finite else float("nan")
 
 
-def correlate_with_accuracy(classes: Sequence[ClassScore], accuracy: dict[str, float],
-                            control: dict[str, float] | None = None) -> dict:
+def correlate_with_accuracy(
+    classes: Sequence[ClassScore], accuracy: dict[str, float], control: dict[str, float] | None = None
+) -> dict:
     """Spearman and Kendall correlations of per-class accuracy with each score, over shared classes,
     each with its p-value and a bootstrap interval.
 
@@ -285,8 +299,12 @@ def correlate_with_accuracy(classes: Sequence[ClassScore], accuracy: dict[str, f
     over the classes that have all three."""
     shared = [c for c in classes if c.wnid in accuracy]
     acc = [accuracy[c.wnid] for c in shared]
-    result: dict = {"classes": len(shared), "classes_without_accuracy": len(classes) - len(shared),
-                    "confidence": BOOTSTRAP_CONFIDENCE, "bootstrap_resamples": BOOTSTRAP_RESAMPLES}
+    result: dict = {
+        "classes": len(shared),
+        "classes_without_accuracy": len(classes) - len(shared),
+        "confidence": BOOTSTRAP_CONFIDENCE,
+        "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
+    }
     controlled = [c for c in shared if control is not None and c.wnid in control]
     for score in ("centre", "size"):
         values = [getattr(c, score) for c in shared]
@@ -299,23 +317,32 @@ def correlate_with_accuracy(classes: Sequence[ClassScore], accuracy: dict[str, f
             x = [getattr(c, score) for c in controlled]
             y = [accuracy[c.wnid] for c in controlled]
             z = [control[c.wnid] for c in controlled]
-            entry["partial_spearman"] = (partial_correlation(spearman(x, y), spearman(x, z), spearman(y, z))
-                                         if len(controlled) >= 4 else None)
+            entry["partial_spearman"] = (
+                partial_correlation(spearman(x, y), spearman(x, z), spearman(y, z)) if len(controlled) >= 4 else None
+            )
         result[score] = entry
     if control is not None:
         result["classes_with_control"] = len(controlled)
     return result
 
 
-def correlate_models(classes: Sequence[ClassScore], accuracies: dict[str, dict[str, float]],
-                     controls: dict[str, dict[str, float]] | None = None) -> dict:
+def correlate_models(
+    classes: Sequence[ClassScore],
+    accuracies: dict[str, dict[str, float]],
+    controls: dict[str, dict[str, float]] | None = None,
+) -> dict:
     """Correlations per model (several --accuracy files) and their mean over models. One model:
     exactly correlate_with_accuracy's result."""
-    per_model = {name: correlate_with_accuracy(classes, acc, (controls or {}).get(name)) for name, acc in accuracies.items()}
+    per_model = {
+        name: correlate_with_accuracy(classes, acc, (controls or {}).get(name)) for name, acc in accuracies.items()
+    }
     if len(per_model) == 1:
         return next(iter(per_model.values()))
-    result: dict = {"models": per_model, "averaged_over": len(per_model),
-                    "classes": min(r["classes"] for r in per_model.values())}
+    result: dict = {
+        "models": per_model,
+        "averaged_over": len(per_model),
+        "classes": min(r["classes"] for r in per_model.values()),
+    }
     for score in ("centre", "size"):
         result[score] = {}
         for statistic in ("spearman", "kendall_tau_b", "partial_spearman"):
@@ -365,8 +392,13 @@ def plot_distributions(classes: Sequence[ClassScore], path: Path) -> None:
         values = [getattr(c, score) for c in classes]
         labels = distribution_labels(classes, score)
         axis.hist(values, bins=min(30, max(5, len(values) // 3)), range=(0.0, 1.0), color=colour)
-        axis.axvline(float(np.mean(values)) if values else float("nan"), color="black", linestyle="--", linewidth=1,
-                     label=labels["mean"])
+        axis.axvline(
+            float(np.mean(values)) if values else float("nan"),
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            label=labels["mean"],
+        )
         axis.axvline(PAPER_REFERENCE[score], color="tab:red", linestyle=":", linewidth=1.5, label=labels["reference"])
         axis.set_title(labels["title"], fontsize=10)
         axis.set_xlabel(f"{score} score")
@@ -404,12 +436,18 @@ def check_score_range(scores: Sequence[ImageScore]) -> None:
     bad = [s for s in scores if not (0.0 <= s.centre <= 1.0 and 0.0 <= s.size <= 1.0)]
     if bad:
         first = bad[0]
-        raise InputError(f"{len(bad)} images score outside [0, 1] (first: {first.image_id}, centre {first.centre:.3f}, "
-                         f"size {first.size:.3f}): their boxes do not fit the image sizes; check --sizes-from")
+        raise InputError(
+            f"{len(bad)} images score outside [0, 1] (first: {first.image_id}, centre {first.centre:.3f}, "
+            f"size {first.size:.3f}): their boxes do not fit the image sizes; check --sizes-from"
+        )
 
 
-def compute_scores(items: Sequence[ImageBoxes], accuracy: dict[str, float] | dict[str, dict[str, float]] | None = None,
-                   controls: dict[str, dict[str, float]] | None = None, box_issues: Sequence[Issue] = ()) -> ScoreReport:
+def compute_scores(
+    items: Sequence[ImageBoxes],
+    accuracy: dict[str, float] | dict[str, dict[str, float]] | None = None,
+    controls: dict[str, dict[str, float]] | None = None,
+    box_issues: Sequence[Issue] = (),
+) -> ScoreReport:
     """`accuracy`: one per-class accuracy {wnid: acc}, or several by model name {name: {wnid: acc}}
     (with `controls` by the same names, for partial correlations)."""
     images = [score_image(item) for item in items if item.boxes]

@@ -12,10 +12,24 @@ only when they are built.
 from __future__ import annotations
 
 from builder.backends.base import BackendInfo, Detector, Inpainter, Masker
-from builder.backends.registry import (BackendUnavailable, available, backend_config, from_setting, make_backend,
-                                       register_backend)
+from builder.backends.registry import (
+    BackendUnavailable,
+    available,
+    backend_config,
+    from_setting,
+    make_backend,
+    register_backend,
+)
 
 __all__ = [
-    "BackendInfo", "BackendUnavailable", "Detector", "Inpainter", "Masker", "available", "backend_config",
-    "from_setting", "make_backend", "register_backend",
+    "BackendInfo",
+    "BackendUnavailable",
+    "Detector",
+    "Inpainter",
+    "Masker",
+    "available",
+    "backend_config",
+    "from_setting",
+    "make_backend",
+    "register_backend",
 ]

@@ -8,8 +8,9 @@ Every backend describes itself for provenance: name, parameters, checkpoint file
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -62,7 +63,8 @@ class Detector(ABC):
     def info(self) -> BackendInfo: ...
 
     @abstractmethod
-    def detect(self, images: Sequence[np.ndarray], prompts: Sequence[str], box_threshold: float,
-               text_threshold: float) -> list[np.ndarray]:
+    def detect(
+        self, images: Sequence[np.ndarray], prompts: Sequence[str], box_threshold: float, text_threshold: float
+    ) -> list[np.ndarray]:
         """For each image (H x W x 3 uint8) and its prompt, an N x 4 array of the detected boxes
         (continuous x0, y0, x1, y1 pixels) that pass both score thresholds."""

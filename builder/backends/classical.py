@@ -3,8 +3,8 @@ fast-marching inpainting, Telea 2004). They need no weights and run anywhere."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import cv2
 import numpy as np

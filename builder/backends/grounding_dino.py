@@ -10,15 +10,20 @@ id, and the sha256 of each weight file.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
 from builder.backends.base import BackendInfo, Detector
 from builder.backends.registry import BackendUnavailable, from_setting, register_backend
-from builder.backends.torch_base import (HubModelSource, TorchBackend, check_device_name, resolve_device,
-                                         weight_files_sha256)
+from builder.backends.torch_base import (
+    HubModelSource,
+    TorchBackend,
+    check_device_name,
+    resolve_device,
+    weight_files_sha256,
+)
 
 HUB_ID = "IDEA-Research/grounding-dino-base"
 MODEL = HubModelSource(
@@ -40,8 +45,9 @@ class GroundingDinoConfig:
 class GroundingDino(TorchBackend, Detector):
     name = "grounding-dino"
 
-    def __init__(self, model, processor, model_id: str, weights_sha256: dict[str, str], device: str,
-                 batch_size: int) -> None:
+    def __init__(
+        self, model, processor, model_id: str, weights_sha256: dict[str, str], device: str, batch_size: int
+    ) -> None:
         # the weights are several files: their sha256 go into the parameters, by file name
         super().__init__(model, MODEL.public_name(model_id), None, device, batch_size, "Grounding DINO")
         self.model = model
@@ -51,22 +57,29 @@ class GroundingDino(TorchBackend, Detector):
         self.device_name = device
 
     def info(self) -> BackendInfo:
-        return self.provenance({"source": self.source, "weights_sha256": self.weights_sha256,
-                                "device": self.device_name})
+        return self.provenance(
+            {"source": self.source, "weights_sha256": self.weights_sha256, "device": self.device_name}
+        )
 
-    def detect(self, images: Sequence[np.ndarray], prompts: Sequence[str], box_threshold: float,
-               text_threshold: float) -> list[np.ndarray]:
+    def detect(
+        self, images: Sequence[np.ndarray], prompts: Sequence[str], box_threshold: float, text_threshold: float
+    ) -> list[np.ndarray]:
         pairs = list(zip(images, prompts))
         return self.batch.run(pairs, lambda chunk: self._detect(chunk, box_threshold, text_threshold))
 
-    def _detect(self, chunk: Sequence[tuple[np.ndarray, str]], box_threshold: float,
-                text_threshold: float) -> list[np.ndarray]:
+    def _detect(
+        self, chunk: Sequence[tuple[np.ndarray, str]], box_threshold: float, text_threshold: float
+    ) -> list[np.ndarray]:
         import torch
         from PIL import Image
 
         device = self.ready()
-        inputs = self.processor(images=[Image.fromarray(image) for image, _ in chunk],
-                                text=[prompt for _, prompt in chunk], return_tensors="pt", padding=True)
+        inputs = self.processor(
+            images=[Image.fromarray(image) for image, _ in chunk],
+            text=[prompt for _, prompt in chunk],
+            return_tensors="pt",
+            padding=True,
+        )
         inputs = {name: value.to(device) for name, value in inputs.items()}
         with torch.inference_mode():
             outputs = self.model(**inputs)

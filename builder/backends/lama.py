@@ -18,16 +18,21 @@ from __future__ import annotations
 import sys
 import warnings
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from builder.backends.base import BackendInfo, Inpainter
 from builder.backends.registry import from_setting, register_backend
-from builder.backends.torch_base import (CheckpointSource, TorchBackend, check_device_name, checkpoint_sha256,
-                                         count_parameters)
+from builder.backends.torch_base import (
+    CheckpointSource,
+    TorchBackend,
+    check_device_name,
+    checkpoint_sha256,
+    count_parameters,
+)
 
 PAD_MULTIPLE = 8
 PAD_MODE = "symmetric"
@@ -78,7 +83,9 @@ def load_lama(path: Path):
         with torch.inference_mode():
             out = model(image, mask)
     except Exception as exc:  # noqa: BLE001
-        raise CHECKPOINT.unusable(path, f"calling it as model(image, mask) failed: {type(exc).__name__}: {str(exc)[:200]}") from None
+        raise CHECKPOINT.unusable(
+            path, f"calling it as model(image, mask) failed: {type(exc).__name__}: {str(exc)[:200]}"
+        ) from None
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != (1, 3, SMOKE_SIDE, SMOKE_SIDE):
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise CHECKPOINT.unusable(path, f"model(image, mask) returned {shape}, expected a 1 x 3 x H x W tensor")
@@ -110,7 +117,12 @@ class LamaInpainter(TorchBackend, Inpainter):
 
     def info(self) -> BackendInfo:
         return self.provenance(
-            {"pad_multiple": PAD_MULTIPLE, "pad_mode": PAD_MODE, "rounding": "nearest", "parameters": count_parameters(self.model)}
+            {
+                "pad_multiple": PAD_MULTIPLE,
+                "pad_mode": PAD_MODE,
+                "rounding": "nearest",
+                "parameters": count_parameters(self.model),
+            }
         )
 
     def _run(self, padded: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
@@ -154,7 +166,10 @@ def make_lama_inpainter(config: LamaConfig) -> LamaInpainter:
     batch_size = config.batch_size
     if batch_size > 1 and not accepts_batches(model):
         # Results do not depend on how many images share a call, so this changes speed only.
-        print(f"hsi: {path.name} takes one image per call; LaMa runs unbatched (--batch-size still "
-              "applies to SAM)", file=sys.stderr, flush=True)
+        print(
+            f"hsi: {path.name} takes one image per call; LaMa runs unbatched (--batch-size still applies to SAM)",
+            file=sys.stderr,
+            flush=True,
+        )
         batch_size = 1
     return LamaInpainter(model, path, checkpoint_sha256(path), config.device, batch_size)

@@ -28,8 +28,9 @@ import dataclasses
 import importlib
 import importlib.util
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from builder.core.errors import HsiError
 
@@ -74,8 +75,9 @@ def _qualified_name(function: Callable) -> str:
     return f"{function.__module__}.{function.__qualname__}"
 
 
-def register_backend(kind: str, name: str, *, config_class: type, requires: tuple[str, ...] = (),
-                     extra: str = "models") -> Callable:
+def register_backend(
+    kind: str, name: str, *, config_class: type, requires: tuple[str, ...] = (), extra: str = "models"
+) -> Callable:
     """Decorator: register `factory(config) -> backend` as the `kind` named `name`."""
     _check_kind(kind)
     if not (dataclasses.is_dataclass(config_class) and config_class.__dataclass_params__.frozen):
@@ -85,8 +87,10 @@ def register_backend(kind: str, name: str, *, config_class: type, requires: tupl
         known = _entries.get((kind, name))
         # the same function registered again (a module imported twice) is harmless; another is a clash
         if known and _qualified_name(known.factory) != _qualified_name(factory):
-            raise ValueError(f"the {kind} {name!r} is registered twice: by {_qualified_name(known.factory)} "
-                             f"and by {_qualified_name(factory)}")
+            raise ValueError(
+                f"the {kind} {name!r} is registered twice: by {_qualified_name(known.factory)} "
+                f"and by {_qualified_name(factory)}"
+            )
         _entries[(kind, name)] = BackendEntry(kind, name, factory, config_class, tuple(requires), extra)
         return factory
 

@@ -25,17 +25,22 @@ a few pixels on a mask's border can differ.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from builder.backends.base import BackendInfo, Masker
 from builder.backends.registry import BackendUnavailable, from_setting, register_backend
-from builder.backends.torch_base import (CheckpointSource, TorchBackend, check_device_name, checkpoint_sha256,
-                                         count_parameters)
+from builder.backends.torch_base import (
+    CheckpointSource,
+    TorchBackend,
+    check_device_name,
+    checkpoint_sha256,
+    count_parameters,
+)
 from builder.core.records import Box
 
 SAM_MODELS = ("vit_h", "vit_l", "vit_b", "auto")
@@ -193,7 +198,9 @@ def read_state_dict(path: Path) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any failure to unpickle means an unusable file
-        raise CHECKPOINT.unusable(path, f"not a readable torch checkpoint: {type(exc).__name__}: {str(exc)[:200]}") from None
+        raise CHECKPOINT.unusable(
+            path, f"not a readable torch checkpoint: {type(exc).__name__}: {str(exc)[:200]}"
+        ) from None
     if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
         state = state["model"]  # training checkpoints wrap the weights
     if not isinstance(state, dict):
@@ -212,7 +219,10 @@ def load_sam(path: Path, model: str):
         arch = infer_architecture(state)
     except (KeyError, ValueError, IndexError, AttributeError) as exc:
         raise CHECKPOINT.unusable(path, f"not a SAM state_dict ({type(exc).__name__}: {exc})") from None
-    holds = official_name(arch) or f"a non-standard SAM (embed_dim {arch.embed_dim}, depth {arch.depth}, input {arch.image_size})"
+    holds = (
+        official_name(arch)
+        or f"a non-standard SAM (embed_dim {arch.embed_dim}, depth {arch.depth}, input {arch.image_size})"
+    )
     if model == "auto":
         sam = build_sam(arch)
     elif official_name(arch) != model:
@@ -229,7 +239,9 @@ def load_sam(path: Path, model: str):
 class SamMasker(TorchBackend, Masker):
     name = "sam"
 
-    def __init__(self, sam, arch: SamArchitecture, model: str, checkpoint: Path, sha256: str, device: str, batch_size: int) -> None:
+    def __init__(
+        self, sam, arch: SamArchitecture, model: str, checkpoint: Path, sha256: str, device: str, batch_size: int
+    ) -> None:
         super().__init__(sam, checkpoint.name, sha256, device, batch_size, "the SAM image encoder")
         self.sam = sam
         self.arch = arch
@@ -271,7 +283,9 @@ class SamMasker(TorchBackend, Masker):
         features = self.batch.run(prepared, encode)
         return features, [size for _, size in prepared]
 
-    def decode(self, features, input_size: tuple[int, int], image: np.ndarray, boxes: Sequence[Box]) -> list[np.ndarray]:
+    def decode(
+        self, features, input_size: tuple[int, int], image: np.ndarray, boxes: Sequence[Box]
+    ) -> list[np.ndarray]:
         """One boolean mask per box: of the multimask outputs, the one with the highest predicted IoU."""
         import torch
         from segment_anything.utils.transforms import ResizeLongestSide
@@ -281,7 +295,9 @@ class SamMasker(TorchBackend, Masker):
         prompt = np.array([box.as_list() for box in boxes], dtype=np.float64)
         prompt = ResizeLongestSide(self.arch.image_size).apply_boxes(prompt, original)
         with torch.inference_mode():
-            sparse, dense = self.sam.prompt_encoder(points=None, boxes=torch.as_tensor(prompt, dtype=torch.float32, device=device), masks=None)
+            sparse, dense = self.sam.prompt_encoder(
+                points=None, boxes=torch.as_tensor(prompt, dtype=torch.float32, device=device), masks=None
+            )
             low_res, iou = self.sam.mask_decoder(
                 image_embeddings=features.unsqueeze(0),
                 image_pe=self.sam.prompt_encoder.get_dense_pe(),

@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ClassVar, Sequence, TypeVar
+from typing import ClassVar, TypeVar
 
 from builder.backends.base import BackendInfo
 from builder.backends.registry import BackendUnavailable
@@ -61,7 +62,10 @@ class CheckpointSource:
     published: str  # where the official file is published
 
     def help(self) -> str:
-        return f"give it with {self.flag} PATH or the {self.variable} environment variable; the official file is published at {self.published}"
+        return (
+            f"give it with {self.flag} PATH or the {self.variable} environment variable; "
+            f"the official file is published at {self.published}"
+        )
 
     def locate(self, flag_value: str | None) -> Path:
         """The checkpoint path from the flag, else the variable; it must be a readable file."""
@@ -92,7 +96,9 @@ class HubModelSource:
     patterns: tuple[str, ...]  # the snapshot's files worth fetching
 
     def help(self) -> str:
-        return f"Pass {self.flag} with a folder holding {self.holds} (published at https://huggingface.co/{self.hub_id})."
+        return (
+            f"Pass {self.flag} with a folder holding {self.holds} (published at https://huggingface.co/{self.hub_id})."
+        )
 
     def locate(self, model_id: str) -> Path:
         if self.is_local(model_id):
@@ -228,8 +234,9 @@ class TorchBackend:
 
     name: ClassVar[str]
 
-    def __init__(self, module, checkpoint_name: str, sha256: str | None, device: str, batch_size: int,
-                 batch_what: str) -> None:
+    def __init__(
+        self, module, checkpoint_name: str, sha256: str | None, device: str, batch_size: int, batch_what: str
+    ) -> None:
         self.placement = ProcessLocalModel(module, device)
         self.batch = AdaptiveBatch(batch_size, batch_what)
         self.checkpoint_name = checkpoint_name

@@ -133,14 +133,23 @@ class SplitEntry:
             source_images=_optional(data, "source_images", int, where),
         )
         if "num_samples" in data:
-            _expect(_is_int(data["num_samples"]), f"{where}.num_samples",
-                    f"must be an integer, got {type(data['num_samples']).__name__} {data['num_samples']!r}")
-            _expect(data["num_samples"] == entry.num_samples, f"{where}.num_samples",
-                    f"says {data['num_samples']!r} but its shards hold {entry.num_samples}")
+            _expect(
+                _is_int(data["num_samples"]),
+                f"{where}.num_samples",
+                f"must be an integer, got {type(data['num_samples']).__name__} {data['num_samples']!r}",
+            )
+            _expect(
+                data["num_samples"] == entry.num_samples,
+                f"{where}.num_samples",
+                f"says {data['num_samples']!r} but its shards hold {entry.num_samples}",
+            )
         for key, kind in (("filenames", str), ("shard_lengths", int)):
             values = data.get(key, [])
-            _expect(isinstance(values, list) and all(isinstance(v, kind) and not isinstance(v, bool) for v in values),
-                    f"{where}.{key}", f"must be a list of {'file names' if kind is str else 'integers'}")
+            _expect(
+                isinstance(values, list) and all(isinstance(v, kind) and not isinstance(v, bool) for v in values),
+                f"{where}.{key}",
+                f"must be a list of {'file names' if kind is str else 'integers'}",
+            )
         return entry
 
 
@@ -168,8 +177,17 @@ class Manifest:
     # compose: facts about the build a reader should know (e.g. --paste mask on box-masker parts)
     notes: list[str] | None = None
 
-    OPTIONAL = ("backends", "settings", "config", "spec", "spec_fingerprint", "parts", "class_names", "allowed_missing",
-                "notes")
+    OPTIONAL = (
+        "backends",
+        "settings",
+        "config",
+        "spec",
+        "spec_fingerprint",
+        "parts",
+        "class_names",
+        "allowed_missing",
+        "notes",
+    )
 
     @property
     def num_samples(self) -> int:
@@ -182,7 +200,9 @@ class Manifest:
 
     def split(self, name: str) -> SplitEntry:
         if name not in self.splits:
-            raise ManifestError(f"split {name!r} is not in this folder; it holds {', '.join(sorted(self.splits)) or 'no split'}")
+            raise ManifestError(
+                f"split {name!r} is not in this folder; it holds {', '.join(sorted(self.splits)) or 'no split'}"
+            )
         return self.splits[name]
 
     def shard_sha256(self) -> dict[str, str]:
@@ -213,8 +233,11 @@ class Manifest:
         _expect(isinstance(data, Mapping), "manifest", "must be a JSON object")
         for key, kind in (("stage", str), ("splits", Mapping), ("errors", Mapping)):
             _expect(key in data, key, "is missing")
-            _expect(isinstance(data[key], kind), key,
-                    f"must be {'an object' if kind is Mapping else 'a string'}, got {type(data[key]).__name__}")
+            _expect(
+                isinstance(data[key], kind),
+                key,
+                f"must be {'an object' if kind is Mapping else 'a string'}, got {type(data[key]).__name__}",
+            )
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         _expect(not unknown, "manifest", f"has unknown fields {unknown}")
@@ -243,12 +266,16 @@ class Manifest:
         try:
             data = json.loads(path.read_text("utf-8"))
         except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise ManifestError(f"{path} cannot be read as JSON ({exc}); rebuild the folder with the command that wrote it") from None
+            raise ManifestError(
+                f"{path} cannot be read as JSON ({exc}); rebuild the folder with the command that wrote it"
+            ) from None
         try:
             return cls.from_json(data)
         except ManifestError as exc:
-            raise ManifestError(f"{path}: {exc}; this is not a manifest the toolkit wrote: rebuild the folder "
-                                "with the command that made it") from None
+            raise ManifestError(
+                f"{path}: {exc}; this is not a manifest the toolkit wrote: rebuild the folder "
+                "with the command that made it"
+            ) from None
 
     @classmethod
     def read_if_present(cls, folder: Path) -> Manifest | None:
@@ -295,7 +322,9 @@ def _optional(data: Mapping, key: str, kind: type, where: str) -> Any:
     if value is None:
         return None
     ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-    _expect(ok, f"{where}.{key}", f"must be {'an integer' if kind is int else kind.__name__}, got {type(value).__name__}")
+    _expect(
+        ok, f"{where}.{key}", f"must be {'an integer' if kind is int else kind.__name__}, got {type(value).__name__}"
+    )
     return value
 
 
@@ -309,16 +338,22 @@ def _counts(data: Any, where: str) -> dict[str, dict[str, int]]:
     for kind, bucket in data.items():
         _expect(isinstance(bucket, Mapping), f"{where}.{kind}", f"must be an object, got {type(bucket).__name__}")
         for name, value in bucket.items():
-            _expect(_is_int(value) and value >= 0, f"{where}.{kind}.{name}",
-                    f"must be a non-negative integer, got {type(value).__name__} {value!r}")
+            _expect(
+                _is_int(value) and value >= 0,
+                f"{where}.{kind}.{name}",
+                f"must be a non-negative integer, got {type(value).__name__} {value!r}",
+            )
     return {str(kind): dict(bucket) for kind, bucket in data.items()}
 
 
 def _error_counts(data: Any, where: str) -> ErrorCounts:
     _expect(isinstance(data, Mapping), where, "must be an object")
     by_reason = data.get("by_reason", {})
-    _expect(isinstance(by_reason, Mapping) and all(isinstance(v, int) for v in by_reason.values()),
-            f"{where}.by_reason", "must map reasons to counts")
+    _expect(
+        isinstance(by_reason, Mapping) and all(isinstance(v, int) for v in by_reason.values()),
+        f"{where}.by_reason",
+        "must map reasons to counts",
+    )
     total = data.get("total", sum(by_reason.values()))
     _expect(isinstance(total, int), f"{where}.total", "must be an integer")
     return ErrorCounts(total, dict(by_reason))
@@ -328,10 +363,16 @@ def _shard_stats(data: Any, where: str) -> ShardStats:
     _expect(isinstance(data, Mapping), where, "must be an object")
     filename, count = data.get("filename"), data.get("num_samples")
     _expect(isinstance(filename, str) and filename != "", f"{where}.filename", "must be a file name")
-    _expect(_is_int(count) and count >= 0, f"{where}.num_samples",
-            f"must be a non-negative integer, got {type(count).__name__} {count!r}")
+    _expect(
+        _is_int(count) and count >= 0,
+        f"{where}.num_samples",
+        f"must be a non-negative integer, got {type(count).__name__} {count!r}",
+    )
     size, digest = data.get("bytes"), data.get("sha256")
-    _expect(_is_int(size) and size >= 0, f"{where}.bytes",
-            f"must be a non-negative integer, got {type(size).__name__} {size!r}")
+    _expect(
+        _is_int(size) and size >= 0,
+        f"{where}.bytes",
+        f"must be a non-negative integer, got {type(size).__name__} {size!r}",
+    )
     _expect(isinstance(digest, str) and len(digest) == 64, f"{where}.sha256", "must be a sha256 hex digest")
     return ShardStats(filename, count, size, digest)

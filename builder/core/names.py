@@ -34,23 +34,35 @@ def _matching(pattern: re.Pattern, name: object, problem: str) -> str:
 
 
 def check_config_name(name: object) -> str:
-    return _matching(CONFIG_NAME, name, "is not one safe path component for a config name (ASCII letters, digits, "
-                     "'.', '_', '-', starting with a letter or digit, at most 100 characters); rename the config and rebuild")
+    return _matching(
+        CONFIG_NAME,
+        name,
+        "is not one safe path component for a config name (ASCII letters, digits, "
+        "'.', '_', '-', starting with a letter or digit, at most 100 characters); rename the config and rebuild",
+    )
 
 
 def check_split_name(name: object) -> str:
-    return _matching(SPLIT_NAME, name, "is not a safe split name (ASCII letters, digits and '_', starting with a "
-                     "letter or digit, at most 64 characters)")
+    return _matching(
+        SPLIT_NAME,
+        name,
+        "is not a safe split name (ASCII letters, digits and '_', starting with a "
+        "letter or digit, at most 64 characters)",
+    )
 
 
 def check_shard_filename(name: object, split: str | None = None) -> str:
     """A shard filename is `<split>-NNNNN.tar`, of the split it is listed under when one is given."""
     match = SHARD_FILENAME.fullmatch(name) if isinstance(name, str) else None
     if match is None:
-        raise UnsafeNameError(f"shard filename {name!r} is not of the form <split>-NNNNN.tar; the manifest cannot be trusted")
+        raise UnsafeNameError(
+            f"shard filename {name!r} is not of the form <split>-NNNNN.tar; the manifest cannot be trusted"
+        )
     if split is not None and match["split"] != split:
-        raise UnsafeNameError(f"shard filename {name!r} is listed under split {split!r}; a shard is named after its split")
-    return name
+        raise UnsafeNameError(
+            f"shard filename {name!r} is listed under split {split!r}; a shard is named after its split"
+        )
+    return match.string  # the name itself, now known to be a str
 
 
 def inside(folder: Path, *parts: str) -> Path:

@@ -105,7 +105,9 @@ def run_shards_ray(
             try:
                 ray.init(address=address, include_dashboard=False, log_to_driver=progress)
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise RayUnavailable(f"cannot start or reach Ray at {address or 'a new local instance'}: {exc}") from None
+                raise RayUnavailable(
+                    f"cannot start or reach Ray at {address or 'a new local instance'}: {exc}"
+                ) from None
         try:
             results.update(_run_on_ray(ray, plans, todo, build, out_dir, num_gpus, workers, progress))
         finally:
@@ -114,7 +116,9 @@ def run_shards_ray(
     return [results[position] for position in range(len(plans))], reused
 
 
-def _run_on_ray(ray, plans, todo, build, out_dir: Path, num_gpus: int, workers: int | None, progress: bool) -> dict[int, ShardResult]:
+def _run_on_ray(
+    ray, plans, todo, build, out_dir: Path, num_gpus: int, workers: int | None, progress: bool
+) -> dict[int, ShardResult]:
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = progress
     dataset = ray.data.from_items([{"position": position} for position in todo], override_num_blocks=len(todo))

@@ -240,7 +240,9 @@ def run_shards(
                 results[position] = _build_and_record(build, out_dir, plan)
                 bar.update(counter.value - bar.n)
         else:
-            pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=initializer, initargs=initargs)
+            pool = ProcessPoolExecutor(
+                max_workers=workers, mp_context=context, initializer=initializer, initargs=initargs
+            )
             try:
                 # Workers start inside submit(): block SIGINT meanwhile, so a Ctrl-C that arrives as a
                 # worker forks waits in the parent instead of hitting a worker before it ignores it.
@@ -270,11 +272,13 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
     """Cancel the queued shards and stop the workers now: a shard in progress is lost (its
     temporary file is removed on the next run), finished ones are kept."""
     processes = list(getattr(pool, "_processes", {}).values())  # the executor has no public kill
-    pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         process.terminate()
     for process in processes:
         process.join(timeout=5)
+    # With its workers gone the executor's manager thread ends at once; waiting for it here keeps
+    # Python's exit hook from waking a pipe that thread already closed (a stray traceback).
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 class Interrupted(HsiError):

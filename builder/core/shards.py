@@ -7,6 +7,15 @@ exists is always whole. Members are sorted by key, then by extension; every tar 
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
+import os
+import tarfile
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
 from builder.core.errors import InputError
 from builder.core.manifest import (  # noqa: F401 - re-exported for the readers of raw manifests
     ERRORS_NAME,
@@ -16,14 +25,6 @@ from builder.core.manifest import (  # noqa: F401 - re-exported for the readers 
     write_json_atomic,
     write_jsonl_atomic,
 )
-
-import hashlib
-import io
-import json
-import os
-import tarfile
-from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator
 
 Sample = tuple[str, dict[str, bytes]]
 
@@ -78,7 +79,8 @@ _SIZE_LIMIT = 8**11  # 11 octal digits: tarfile's USTAR_FORMAT refuses larger si
 _MODE_IDS = b"0000444\0" + b"0000000\0" * 2  # mode 0o444, uid 0, gid 0
 _AFTER_SIZE = b"00000000000\0"  # mtime 0
 _AFTER_CHECKSUM = (
-    tarfile.REGTYPE + b"\0" * 100  # typeflag, empty linkname
+    tarfile.REGTYPE
+    + b"\0" * 100  # typeflag, empty linkname
     + tarfile.POSIX_MAGIC  # "ustar\0" and version "00"
     + b"\0" * (32 + 32 + 8 + 8 + 155 + 12)  # uname, gname, devmajor, devminor, prefix, padding
 )
@@ -96,8 +98,17 @@ def _ustar_header(name: str, size: int) -> bytes:
         raise ValueError("overflow in number field")  # tarfile's error for this case
     size_field = b"%011o\0" % size
     checksum = _FIXED_SUM + sum(encoded) + sum(size_field)
-    return b"".join((encoded, b"\0" * (_NAME_FIELD - len(encoded)), _MODE_IDS, size_field, _AFTER_SIZE,
-                     b"%06o\0 " % checksum, _AFTER_CHECKSUM))
+    return b"".join(
+        (
+            encoded,
+            b"\0" * (_NAME_FIELD - len(encoded)),
+            _MODE_IDS,
+            size_field,
+            _AFTER_SIZE,
+            b"%06o\0 " % checksum,
+            _AFTER_CHECKSUM,
+        )
+    )
 
 
 def _write_member(out: BinaryIO, digest, name: str, data: bytes) -> int:
@@ -160,7 +171,7 @@ class ShardWriter:
             self.handle = None
         self.tmp.unlink(missing_ok=True)
 
-    def __enter__(self) -> "ShardWriter":
+    def __enter__(self) -> ShardWriter:
         return self
 
     def __exit__(self, kind, value, traceback) -> None:
@@ -230,7 +241,9 @@ def member_problem(info: tarfile.TarInfo, shard_bytes: int | None, max_bytes: in
 def _source_bytes(source: Path | BinaryIO) -> int | None:
     """The shard's size in bytes when it is a file (a path or a seekable file object), else None."""
     try:
-        return os.fstat(source.fileno()).st_size if hasattr(source, "read") else os.stat(source).st_size
+        if isinstance(source, (str, os.PathLike)):
+            return os.stat(source).st_size
+        return os.fstat(source.fileno()).st_size
     except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
         return None
 
@@ -276,9 +289,9 @@ def iter_shard(source: Path | BinaryIO, handler: ReadErrorHandler = raise_read_e
     shard_bytes = _source_bytes(source)
     current_key: str | None = None
     members: dict[str, bytes] = {}
-    handle = None
+    handle: BinaryIO | None = None
     try:
-        handle = source if hasattr(source, "read") else open(source, "rb")
+        handle = open(source, "rb") if isinstance(source, (str, os.PathLike)) else source
         tar = tarfile.open(fileobj=handle, mode="r|")
     except (tarfile.TarError, OSError) as exc:
         if handle is not None and handle is not source:

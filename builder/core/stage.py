@@ -94,8 +94,13 @@ class Stage(ABC):
         """A picklable callable that builds one shard (workers and Ray actors run it)."""
 
     @abstractmethod
-    def manifest(self, plans: Sequence[ShardPlan], results: Sequence[ShardResult], issues: Sequence[Issue],
-                 previous: Manifest | None) -> Manifest:
+    def manifest(
+        self,
+        plans: Sequence[ShardPlan],
+        results: Sequence[ShardResult],
+        issues: Sequence[Issue],
+        previous: Manifest | None,
+    ) -> Manifest:
         """The manifest of the finished folder (`previous` is the one found before this run)."""
 
     @property
@@ -118,10 +123,10 @@ class Stage(ABC):
         """Make the folder ready; with `overwrite`, drop what this stage wrote there before."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
 
-    def before_run(self, plans: Sequence[ShardPlan], options: RunOptions) -> None:
+    def before_run(self, plans: Sequence[ShardPlan], options: RunOptions) -> None:  # noqa: B027 - optional hook
         """Work shared by all shards (caches, files beside the shards); runs after the settings are saved."""
 
-    def after_run(self) -> None:
+    def after_run(self) -> None:  # noqa: B027 - optional hook
         """Clean-up of `before_run`, also after a failure."""
 
     progress_unit: ClassVar[str] = "img"
@@ -164,7 +169,9 @@ def _run_locked(stage: Stage, options: RunOptions) -> StageRun:
     plans = stage.plans()
     stage.before_run(plans, options)
     try:
-        results, reused = run_plans(plans, stage.shard_builder(), out_dir, options, stage.progress_label(), stage.progress_unit)
+        results, reused = run_plans(
+            plans, stage.shard_builder(), out_dir, options, stage.progress_label(), stage.progress_unit
+        )
     finally:
         stage.after_run()
 
@@ -186,22 +193,42 @@ UNWRITABLE = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT
 def located_issues(stage: Stage, plans: Sequence[ShardPlan], results: Sequence[ShardResult]) -> list[Issue]:
     """Every issue of the run, each with the split (and shard) it was found in."""
     default = stage.default_split()
-    issues = [issue if issue.split or default is None else replace(issue, split=default) for issue in stage.planning_issues()]
+    issues = [
+        issue if issue.split or default is None else replace(issue, split=default) for issue in stage.planning_issues()
+    ]
     for plan, result in zip(plans, results):
-        issues += [replace(issue, split=issue.split or plan.split, shard=issue.shard or plan.filename) for issue in result.issues]
+        issues += [
+            replace(issue, split=issue.split or plan.split, shard=issue.shard or plan.filename)
+            for issue in result.issues
+        ]
     return sorted(issues, key=lambda issue: (issue.split or "", *issue.sort_key))
 
 
-def run_plans(plans: Sequence[ShardPlan], build: Callable[[ShardPlan], ShardResult], out_dir: Path,
-              options: RunOptions, desc: str, unit: str) -> tuple[list[ShardResult], int]:
+def run_plans(
+    plans: Sequence[ShardPlan],
+    build: Callable[[ShardPlan], ShardResult],
+    out_dir: Path,
+    options: RunOptions,
+    desc: str,
+    unit: str,
+) -> tuple[list[ShardResult], int]:
     """Build the unfinished shards with the runner the options name; results come in plan order."""
     if options.runner == "ray":
         from builder.core.ray_runner import run_shards_ray
 
-        return run_shards_ray(plans, build, out_dir, address=options.ray_address, num_gpus=len(options.gpus),
-                              progress=options.progress)
-    return run_shards(plans, build, out_dir, workers=options.workers, desc=desc, unit=unit, progress=options.progress,
-                      worker_devices=[str(g) for g in options.gpus] or None)
+        return run_shards_ray(
+            plans, build, out_dir, address=options.ray_address, num_gpus=len(options.gpus), progress=options.progress
+        )
+    return run_shards(
+        plans,
+        build,
+        out_dir,
+        workers=options.workers,
+        desc=desc,
+        unit=unit,
+        progress=options.progress,
+        worker_devices=[str(g) for g in options.gpus] or None,
+    )
 
 
 def read_error_rows(out_dir: Path) -> list[dict]:
@@ -219,4 +246,3 @@ def write_errors(out_dir: Path, issues: Sequence[Issue], replaced_splits: set[st
     rows = kept + [issue.to_json() for issue in issues]
     rows.sort(key=lambda r: (r.get("split") or "", r["image_id"], r["reason"], r["detail"]))
     write_jsonl_atomic(out_dir / ERRORS_NAME, rows)
-

@@ -16,7 +16,7 @@ The one rule (`group_name`), decided by the placement the spec *requested*, neve
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 CORNER_PLACEMENTS = ("top-left", "top-right", "bottom-left", "bottom-right", "random-corner")
 PAPER_POSITIONS = {"center": "Ce", **{corner: "Co" for corner in CORNER_PLACEMENTS}}

@@ -22,22 +22,47 @@ from PIL import Image, UnidentifiedImageError
 DEFAULT_MAX_PIXELS = 120_000_000
 
 # Known oddities of ILSVRC2012 train (image ids, as listed by tensorflow-datasets' ImageNet builder).
-KNOWN_CMYK_IDS = frozenset({
-    "n01739381_1309", "n02077923_14822", "n02447366_23489", "n02492035_15739", "n02747177_10752",
-    "n03018349_4028", "n03062245_4620", "n03347037_9675", "n03467068_12171", "n03529860_11437",
-    "n03544143_17228", "n03633091_5218", "n03710637_5125", "n03961711_5286", "n04033995_2932",
-    "n04258138_17003", "n04264628_27969", "n04336792_7448", "n04371774_5854", "n04596742_4225",
-    "n07583066_647", "n13037406_4650",
-})
+KNOWN_CMYK_IDS = frozenset(
+    {
+        "n01739381_1309",
+        "n02077923_14822",
+        "n02447366_23489",
+        "n02492035_15739",
+        "n02747177_10752",
+        "n03018349_4028",
+        "n03062245_4620",
+        "n03347037_9675",
+        "n03467068_12171",
+        "n03529860_11437",
+        "n03544143_17228",
+        "n03633091_5218",
+        "n03710637_5125",
+        "n03961711_5286",
+        "n04033995_2932",
+        "n04258138_17003",
+        "n04264628_27969",
+        "n04336792_7448",
+        "n04371774_5854",
+        "n04596742_4225",
+        "n07583066_647",
+        "n13037406_4650",
+    }
+)
 KNOWN_PNG_IDS = frozenset({"n02105855_2933"})
 
 # Modes whose samples are wider than 8 bits; Pillow's own convert("RGB") clips them at 255 (an
 # almost all-white image), so they are scaled to 8 bits by their range first (`_to_8_bits`).
 _WIDE_GRAY_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")
 
-_MODE_REASONS = {"CMYK": "cmyk-converted", "L": "grayscale-converted", "LA": "grayscale-converted",
-                 "1": "grayscale-converted", "P": "palette-converted", "RGBA": "alpha-dropped",
-                 **dict.fromkeys(_WIDE_GRAY_MODES, "grayscale-converted")}
+_MODE_REASONS = {
+    "CMYK": "cmyk-converted",
+    "L": "grayscale-converted",
+    "LA": "grayscale-converted",
+    "1": "grayscale-converted",
+    "P": "palette-converted",
+    "RGBA": "alpha-dropped",
+    **dict.fromkeys(_WIDE_GRAY_MODES, "grayscale-converted"),
+}
 
 
 class ImageDecodeError(Exception):
@@ -65,8 +90,9 @@ def _to_8_bits(image: Image.Image) -> tuple[Image.Image, str]:
     """A 16-bit (or 32-bit) grayscale image as 8-bit L: 16-bit samples map 0..65535 to 0..255
     (rounded), so brightness is kept; other ranges (32-bit, float) are stretched from their min to max."""
     values = np.asarray(image)
-    if image.mode.startswith("I;16") or (values.size and values.min() >= 0 and values.max() <= 65535
-                                          and image.mode == "I"):
+    if image.mode.startswith("I;16") or (
+        values.size and values.min() >= 0 and values.max() <= 65535 and image.mode == "I"
+    ):
         scaled, how = (values.astype(np.uint32) * 255 + 32767) // 65535, "scaled from 16 to 8 bits"
     else:
         low, high = (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
@@ -105,8 +131,9 @@ def decode_image(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> DecodedIma
                         image, how = _to_8_bits(image)
                         how = f", {how}"
                     rgb_image = image.convert("RGB")
-                    notes.append((_MODE_REASONS.get(mode, "palette-converted"),
-                                  f"{mode} image converted to RGB{how}{known}"))
+                    notes.append(
+                        (_MODE_REASONS.get(mode, "palette-converted"), f"{mode} image converted to RGB{how}{known}")
+                    )
                 else:
                     rgb_image = image
                 rgb = np.asarray(rgb_image, dtype=np.uint8).copy()
@@ -118,7 +145,11 @@ def decode_image(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> DecodedIma
         raise ImageDecodeError("unreadable-image", "not an image file Pillow can identify") from None
     except OSError as exc:
         text = str(exc)
-        reason = "truncated-image" if "truncated" in text.lower() or "broken data stream" in text.lower() else "unreadable-image"
+        reason = (
+            "truncated-image"
+            if "truncated" in text.lower() or "broken data stream" in text.lower()
+            else "unreadable-image"
+        )
         raise ImageDecodeError(reason, text) from None
     except (ValueError, SyntaxError) as exc:
         raise ImageDecodeError("unreadable-image", str(exc)) from None

@@ -11,26 +11,31 @@ import math
 import re
 import sys
 from collections import deque
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import cv2
 import numpy as np
 
 from builder import __version__
 from builder.backends import BackendUnavailable, Inpainter, Masker, backend_config, make_backend
-from builder.core.classes import class_of
-from builder.core.errors import RunFailed
-from builder.core.config import ConfigError, fingerprint
-from builder.extract.images import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image
 from builder.compose.backgrounds import canvas_background
-from builder.formats.parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, PARTS_SCHEMA_VERSION
-from builder.formats.parts import encode_parts_members, parts_metadata
+from builder.core.classes import class_of
+from builder.core.config import ConfigError, fingerprint
+from builder.core.errors import RunFailed
 from builder.core.records import Box, Issue, SourceImage
 from builder.core.runner import ShardPlan, ShardResult, report_progress
 from builder.core.shards import ShardWriter
+from builder.extract.images import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image
+from builder.formats.parts import (
+    PARTS_CANVAS_FILTER,
+    PARTS_CANVAS_SIZE,
+    PARTS_SCHEMA_VERSION,
+    encode_parts_members,
+    parts_metadata,
+)
 
 OBJECT_BOX_RULES = ("largest", "first", "last")
 # A split names files and folders (`parts/<split>-NNNNN.tar`): one safe path component.
@@ -76,10 +81,15 @@ class ExtractConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
         if not isinstance(self.split, str) or not SPLIT_NAME.fullmatch(self.split):
-            raise ConfigError(f"--split must be one name of letters, digits, '_' or '-' (train, val), "
-                              f"got {self.split!r}: it names the shards inside parts/")
-        if not (isinstance(self.max_skip_fraction, (int, float)) and math.isfinite(self.max_skip_fraction)
-                and 0 <= self.max_skip_fraction <= 1):
+            raise ConfigError(
+                f"--split must be one name of letters, digits, '_' or '-' (train, val), "
+                f"got {self.split!r}: it names the shards inside parts/"
+            )
+        if not (
+            isinstance(self.max_skip_fraction, (int, float))
+            and math.isfinite(self.max_skip_fraction)
+            and 0 <= self.max_skip_fraction <= 1
+        ):
             raise ConfigError(f"--max-skip-fraction must be a number from 0 to 1, got {self.max_skip_fraction!r}")
 
     def masker_config(self):
@@ -130,22 +140,50 @@ def clip_boxes(record: SourceImage, width: int, height: int) -> tuple[list[Box],
         # a box wholly outside would clip to a one-pixel sliver on the border (inclusive corners)
         outside = box.x0 >= width or box.y0 >= height or box.x1 < 0 or box.y1 < 0
         if clipped.is_empty or outside:
-            issues.append(Issue(record.image_id, "box-empty", f"{box.as_list()} is empty inside the {width}x{height} image", "extract"))
+            issues.append(
+                Issue(
+                    record.image_id,
+                    "box-empty",
+                    f"{box.as_list()} is empty inside the {width}x{height} image",
+                    "extract",
+                )
+            )
             continue
         if clipped != box:
-            issues.append(Issue(record.image_id, "box-outside-image", f"{box.as_list()} clipped to {clipped.as_list()} ({width}x{height})", "extract"))
+            issues.append(
+                Issue(
+                    record.image_id,
+                    "box-outside-image",
+                    f"{box.as_list()} clipped to {clipped.as_list()} ({width}x{height})",
+                    "extract",
+                )
+            )
         kept.append(clipped)
     return kept, issues
 
 
-def parts_metadata_of(record: SourceImage, image: np.ndarray, boxes: list[Box], object_index: int,
-                   conversions: list[str], config: ExtractConfig, backends: dict) -> dict:
+def parts_metadata_of(
+    record: SourceImage,
+    image: np.ndarray,
+    boxes: list[Box],
+    object_index: int,
+    conversions: list[str],
+    config: ExtractConfig,
+    backends: dict,
+) -> dict:
     cls = class_of(record.wnid)
     height, width = image.shape[:2]
     return parts_metadata(
-        source_id=record.image_id, wnid=record.wnid, class_index=cls.index, class_name=cls.name,
-        width=width, height=height, boxes=boxes, object_box_index=object_index,
-        object_box_rule=config.object_box, conversions=conversions,
+        source_id=record.image_id,
+        wnid=record.wnid,
+        class_index=cls.index,
+        class_name=cls.name,
+        width=width,
+        height=height,
+        boxes=boxes,
+        object_box_index=object_index,
+        object_box_rule=config.object_box,
+        conversions=conversions,
         provenance={"backends": backends, "dilation": config.dilation, "tool_version": __version__},
     )
 
@@ -166,8 +204,10 @@ def load_backends(config: ExtractConfig) -> tuple[Masker, Inpainter]:
     masker_config, inpainter_config = config.masker_config(), config.inpainter_config()
     key = (config.masker, masker_config, config.inpainter, inpainter_config)
     if key not in _backend_cache:
-        _backend_cache[key] = (make_backend("masker", config.masker, masker_config),
-                               make_backend("inpainter", config.inpainter, inpainter_config))
+        _backend_cache[key] = (
+            make_backend("masker", config.masker, masker_config),
+            make_backend("inpainter", config.inpainter, inpainter_config),
+        )
     return _backend_cache[key]
 
 
@@ -195,8 +235,9 @@ class RawParts:
     meta: dict
 
 
-def extract_batch(decoded: list[_Decoded], masker: Masker, inpainter: Inpainter, config: ExtractConfig,
-                  backends: dict) -> list[RawParts]:
+def extract_batch(
+    decoded: list[_Decoded], masker: Masker, inpainter: Inpainter, config: ExtractConfig, backends: dict
+) -> list[RawParts]:
     """Masks, erase masks and inpainted backgrounds for a batch of decoded images."""
     indexes = [choose_object_box(d.boxes, d.record.wnid, config.object_box) for d in decoded]
     unions, object_masks = union_masks(decoded, indexes, masker)
@@ -204,18 +245,23 @@ def extract_batch(decoded: list[_Decoded], masker: Masker, inpainter: Inpainter,
     del unions
     backgrounds = inpainter.inpaint_batch([d.image for d in decoded], erase_masks)
     raw = []
-    for item, index, object_mask, erase, background in zip(decoded, indexes, object_masks, erase_masks, backgrounds,
-                                                            strict=True):
+    for item, index, object_mask, erase, background in zip(
+        decoded, indexes, object_masks, erase_masks, backgrounds, strict=True
+    ):
         box = item.boxes[index]
         window = (slice(box.y0, box.y1 + 1), slice(box.x0, box.x1 + 1))
         meta = parts_metadata_of(item.record, item.image, item.boxes, index, item.conversions, config, backends)
-        raw.append(RawParts(item.record.image_id, np.ascontiguousarray(item.image[window]),
-                             object_mask, background, erase, meta))
+        raw.append(
+            RawParts(
+                item.record.image_id, np.ascontiguousarray(item.image[window]), object_mask, background, erase, meta
+            )
+        )
     return raw
 
 
-def union_masks(decoded: list[_Decoded], indexes: list[int],
-                masker: Masker) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def union_masks(
+    decoded: list[_Decoded], indexes: list[int], masker: Masker
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Per image, the union of its box masks and the object box's mask cut to its box, built as the
     masks arrive: images with few boxes share one masker call (as before), an image with more than
     `MASK_BOXES_PER_CALL` boxes gets one call per chunk, so no call returns more masks than that."""
@@ -250,8 +296,14 @@ class BackendFailure(RunFailed):
         return f"{super().__str__()}\nFinished shards are kept: fix the backend and run the same command to resume."
 
 
-def extract_images(decoded: list[_Decoded], masker: Masker, inpainter: Inpainter, config: ExtractConfig,
-                   backends: dict, issues: list[Issue]) -> tuple[list[RawParts], Exception | None]:
+def extract_images(
+    decoded: list[_Decoded],
+    masker: Masker,
+    inpainter: Inpainter,
+    config: ExtractConfig,
+    backends: dict,
+    issues: list[Issue],
+) -> tuple[list[RawParts], Exception | None]:
     """`extract_batch`, except that an image the backends fail on becomes a `backend-failed` issue:
     after a failed batch each image is tried on its own (results never depend on batch company),
     so the same images fail whatever the batch size. Returns the parts and the first failure."""
@@ -270,14 +322,17 @@ def extract_images(decoded: list[_Decoded], masker: Masker, inpainter: Inpainter
     return raw, first_failure
 
 
-def _extract_alone(item: _Decoded, masker: Masker, inpainter: Inpainter, config: ExtractConfig, backends: dict,
-                   issues: list[Issue]) -> tuple[list[RawParts], Exception | None]:
+def _extract_alone(
+    item: _Decoded, masker: Masker, inpainter: Inpainter, config: ExtractConfig, backends: dict, issues: list[Issue]
+) -> tuple[list[RawParts], Exception | None]:
     try:
         return extract_batch([item], masker, inpainter, config, backends), None
     except BackendUnavailable:
         raise
     except Exception as exc:  # noqa: BLE001 - recorded as data; a shard where all fail is raised
-        issues.append(Issue(item.record.image_id, "backend-failed", f"{type(exc).__name__}: {str(exc)[:300]}", "extract"))
+        issues.append(
+            Issue(item.record.image_id, "backend-failed", f"{type(exc).__name__}: {str(exc)[:300]}", "extract")
+        )
         return [], exc
 
 
@@ -349,8 +404,11 @@ class ExtractShardBuilder:
         attempted, written, first_failure = 0, 0, None
         # Each sample goes to the shard as soon as it is encoded (plan items are sorted by image id,
         # the shard's key order), so a shard never sits in memory whole.
-        with ShardWriter(Path(self.out_dir) / plan.filename) as writer, \
-                ThreadPoolExecutor(max_workers=self.config.io_threads) as pool:
+        with (
+            ShardWriter(Path(self.out_dir) / plan.filename) as writer,
+            ThreadPoolExecutor(max_workers=self.config.io_threads) as pool,
+        ):
+
             def write_ready(keep: int) -> None:
                 nonlocal written
                 while len(encoded) > keep or (encoded and encoded[0].done()):
@@ -402,8 +460,9 @@ def listing_digest(records: Sequence[SourceImage]) -> str:
     layouts agree; not mtimes, so copies agree and builds stay byte-identical). The size is what
     changes when a truncated or broken download is replaced, so a repaired input is not mistaken
     for a finished one: the run is refused with a message to rebuild the split with --overwrite."""
-    return fingerprint({"records": [[r.image_id, r.wnid, [asdict(b) for b in r.boxes], _file_size(r.path)]
-                                    for r in records]})
+    return fingerprint(
+        {"records": [[r.image_id, r.wnid, [asdict(b) for b in r.boxes], _file_size(r.path)] for r in records]}
+    )
 
 
 def _file_size(path: str) -> int | None:

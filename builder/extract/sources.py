@@ -26,8 +26,6 @@ Listing rules (each break of one is a row in errors.jsonl, never a crash):
 
 from __future__ import annotations
 
-from builder.core.errors import InputError
-
 import os
 import re
 import stat
@@ -36,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.core.classes import classes_by_wnid, is_known_wnid
+from builder.core.errors import InputError
 from builder.core.records import Box, Issue, SourceImage
 from builder.core.shards import key_problem
 from builder.formats.loc_csv import (
@@ -73,7 +72,9 @@ class SourceListing:
 def detect_layout(root: Path, split: str) -> Layout:
     root = Path(root)
     if not root.is_dir():
-        raise SourceError(f"--source {root} is not a folder; pass the folder that holds train/ and val/ (or Kaggle's ILSVRC/)")
+        raise SourceError(
+            f"--source {root} is not a folder; pass the folder that holds train/ and val/ (or Kaggle's ILSVRC/)"
+        )
     for kind, candidate in (
         ("kaggle", root / "ILSVRC" / "Data" / "CLS-LOC" / split),
         ("kaggle", root / "Data" / "CLS-LOC" / split),
@@ -119,8 +120,11 @@ def find_annotations(root: Path, split: str, announce=print) -> Path:
     # the first folder only: searching train/ itself for XMLs walks every image
     xml_folder = next((c for c in candidates if _holds_xmls(c, Path(root), split)), None)
     if xml_folder is not None:
-        also = (f"; also found {csv_file}, not used: the XMLs hold the boxes as annotated, clipped to each image"
-                if csv_file else "")
+        also = (
+            f"; also found {csv_file}, not used: the XMLs hold the boxes as annotated, clipped to each image"
+            if csv_file
+            else ""
+        )
         announce(f"boxes: using the XMLs in {xml_folder} (found under --source{also}; pass --boxes to choose)")
         return xml_folder
     if csv_file is not None:
@@ -179,8 +183,14 @@ def walk_entries(top: Path, suffixes: set[str]) -> _Found:
             identity = _identity(child)
             if identity in seen:
                 where = printable_name(str(child.relative_to(top)))
-                found.issues.append(Issue(where, "folder-loop", f"folder {where} leads to a folder listed already "
-                                          "(a symlink loop or a second link); not listed again"))
+                found.issues.append(
+                    Issue(
+                        where,
+                        "folder-loop",
+                        f"folder {where} leads to a folder listed already "
+                        "(a symlink loop or a second link); not listed again",
+                    )
+                )
                 continue
             seen.add(identity)
             dirs.append(name)
@@ -217,8 +227,13 @@ def scan_image_files(images_dir: Path) -> tuple[list[tuple[str, str | None, Path
     for path, label in walked.entries:
         where = printable_name(str(path.relative_to(images_dir)))
         if not is_regular_file(path):
-            issues.append(Issue(printable_name(path.stem), "not-a-regular-file",
-                                f"{where} is not a regular file (a folder, FIFO, device, dangling link or link loop)"))
+            issues.append(
+                Issue(
+                    printable_name(path.stem),
+                    "not-a-regular-file",
+                    f"{where} is not a regular file (a folder, FIFO, device, dangling link or link loop)",
+                )
+            )
             continue
         files.append((path.stem, label if path.parent != images_dir else None, path))
     return files, issues
@@ -245,7 +260,9 @@ def parse_voc_xml(path: Path) -> list[Box]:
         bndbox = obj.find("bndbox")
         if not name or bndbox is None:
             raise ValueError("an <object> lacks <name> or <bndbox>")
-        boxes.append(Box(*(parse_coordinate(bndbox.findtext(f), f) for f in ("xmin", "ymin", "xmax", "ymax")), wnid=name))
+        boxes.append(
+            Box(*(parse_coordinate(bndbox.findtext(f), f) for f in ("xmin", "ymin", "xmax", "ymax")), wnid=name)
+        )
     if not boxes:
         raise ValueError("no <object> elements")
     return boxes
@@ -261,9 +278,14 @@ class _XmlAnnotations:
         for path, _ in walked.entries:
             first = self.by_id.setdefault(path.stem, path)
             if first != path:
-                issues.append(Issue(printable_name(path.stem), "duplicate-id",
-                                    f"{printable_name(str(path.relative_to(folder)))} repeats the boxes file "
-                                    f"{printable_name(str(first.relative_to(folder)))}; used the first"))
+                issues.append(
+                    Issue(
+                        printable_name(path.stem),
+                        "duplicate-id",
+                        f"{printable_name(str(path.relative_to(folder)))} repeats the boxes file "
+                        f"{printable_name(str(first.relative_to(folder)))}; used the first",
+                    )
+                )
 
     def ids(self) -> set[str]:
         return set(self.by_id)
@@ -280,8 +302,9 @@ def _csv_annotations(path: Path, issues: list[Issue]) -> LocSolution:
     except LocCsvError as exc:
         raise SourceError(str(exc)) from None
     for image_id, line in solution.duplicates:
-        issues.append(Issue(image_id, "duplicate-id", f"a second row for {image_id} in {path.name} "
-                            f"(line {line}) was ignored"))
+        issues.append(
+            Issue(image_id, "duplicate-id", f"a second row for {image_id} in {path.name} (line {line}) was ignored")
+        )
     for line, why in solution.bad_lines:
         issues.append(Issue(f"{path.name}:{line}", "malformed-annotation", f"{path.name} line {line}: {why}"))
     if solution.encoding != "utf-8":
@@ -312,12 +335,24 @@ def _usable_boxes(image_id: str, label: str, boxes: list[Box], issues: list[Issu
     kept = []
     for box in boxes:
         if not is_known_wnid(box.wnid):
-            issues.append(Issue(image_id, "box-unknown-wnid", f"box {box.as_list()} is labelled {box.wnid!r}, not an ImageNet-1k wnid"))
+            issues.append(
+                Issue(
+                    image_id,
+                    "box-unknown-wnid",
+                    f"box {box.as_list()} is labelled {box.wnid!r}, not an ImageNet-1k wnid",
+                )
+            )
         elif box.is_empty:
             issues.append(Issue(image_id, "box-empty", f"box {box.as_list()} has zero area or inverted corners"))
         else:
             if box.wnid != label:
-                issues.append(Issue(image_id, "box-label-mismatch", f"box {box.as_list()} is labelled {box.wnid} but the image is {label}"))
+                issues.append(
+                    Issue(
+                        image_id,
+                        "box-label-mismatch",
+                        f"box {box.as_list()} is labelled {box.wnid} but the image is {label}",
+                    )
+                )
             kept.append(box)
     return kept
 
@@ -345,18 +380,31 @@ def load_sources(root: Path, split: str, boxes: Path | None = None, announce=pri
     for image_id, folder_label, path in files:
         problem = image_id_problem(image_id)
         if problem:
-            issues.append(Issue(printable_name(image_id), "unsafe-image-id",
-                                f"{printable_name(str(path.relative_to(layout.images_dir)))}: the id {problem}; "
-                                f"ids are sample keys: [A-Za-z0-9-][A-Za-z0-9_-]*, at most {MAX_IMAGE_ID_LENGTH} "
-                                "characters (rename the file)"))
+            issues.append(
+                Issue(
+                    printable_name(image_id),
+                    "unsafe-image-id",
+                    f"{printable_name(str(path.relative_to(layout.images_dir)))}: the id {problem}; "
+                    f"ids are sample keys: [A-Za-z0-9-][A-Za-z0-9_-]*, at most {MAX_IMAGE_ID_LENGTH} "
+                    "characters (rename the file)",
+                )
+            )
             continue
         if image_id in seen:
-            issues.append(Issue(image_id, "duplicate-id", f"{path.relative_to(layout.images_dir)} repeats {seen[image_id].relative_to(layout.images_dir)}; kept the first"))
+            issues.append(
+                Issue(
+                    image_id,
+                    "duplicate-id",
+                    f"{path.relative_to(layout.images_dir)} repeats {seen[image_id].relative_to(layout.images_dir)}; "
+                    "kept the first",
+                )
+            )
             continue
         seen[image_id] = path
         if folder_label is not None and not is_known_wnid(folder_label):
-            issues.append(Issue(image_id, "unknown-wnid",
-                                f"folder {printable_name(folder_label)!r} is not an ImageNet-1k wnid"))
+            issues.append(
+                Issue(image_id, "unknown-wnid", f"folder {printable_name(folder_label)!r} is not an ImageNet-1k wnid")
+            )
             continue
         try:
             image_boxes = annotations.boxes(image_id)
@@ -368,7 +416,9 @@ def load_sources(root: Path, split: str, boxes: Path | None = None, announce=pri
             continue
         label = folder_label or image_boxes[0].wnid
         if not is_known_wnid(label):
-            issues.append(Issue(image_id, "unknown-wnid", f"annotation labels the image {label!r}, not an ImageNet-1k wnid"))
+            issues.append(
+                Issue(image_id, "unknown-wnid", f"annotation labels the image {label!r}, not an ImageNet-1k wnid")
+            )
             continue
         kept = _usable_boxes(image_id, label, image_boxes, issues)
         if not any(box.wnid == label for box in kept):
@@ -378,8 +428,11 @@ def load_sources(root: Path, split: str, boxes: Path | None = None, announce=pri
 
     listed = set(seen) | {image_id for image_id, _, _ in files}
     for orphan in sorted(annotations.ids() - listed):
-        issues.append(Issue(printable_name(orphan), "annotation-without-image",
-                            "boxes are annotated but no image file has this id"))
+        issues.append(
+            Issue(
+                printable_name(orphan), "annotation-without-image", "boxes are annotated but no image file has this id"
+            )
+        )
     records.sort(key=lambda r: r.image_id)
     issues.sort(key=lambda i: i.sort_key)
     unreadable = sum(issue.reason == "not-a-regular-file" for issue in file_issues)

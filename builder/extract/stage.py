@@ -52,8 +52,10 @@ class ExtractSummary:
         lines = [f"parts: {self.parts_dir} (split {self.split})"]
         if self.already_complete:
             lines.append("  already complete with these settings: nothing to do (use --overwrite to rebuild)")
-        lines.append(f"  images listed {self.images_listed}, parts written {self.samples}, "
-                     f"shards built {self.shards_built}, reused {self.shards_reused}, {self.seconds:.1f} s")
+        lines.append(
+            f"  images listed {self.images_listed}, parts written {self.samples}, "
+            f"shards built {self.shards_built}, reused {self.shards_reused}, {self.seconds:.1f} s"
+        )
         if self.issues_by_reason:
             lines.append("  issues by reason (see errors.jsonl):")
             lines += [f"    {reason:<24} {count}" for reason, count in self.issues_by_reason.items()]
@@ -77,8 +79,14 @@ class ExtractStage(Stage):
         self._plans = plan_shards(config.split, listing.records, config.shard_size)
 
     @classmethod
-    def from_source(cls, source: Path, out: Path, config: ExtractConfig, boxes: Path | None = None,
-                    announce: Callable[[str], None] = print) -> ExtractStage:
+    def from_source(
+        cls,
+        source: Path,
+        out: Path,
+        config: ExtractConfig,
+        boxes: Path | None = None,
+        announce: Callable[[str], None] = print,
+    ) -> ExtractStage:
         return cls(load_sources(Path(source), config.split, boxes, announce=announce), out, config)
 
     @property
@@ -125,6 +133,7 @@ class ExtractStage(Stage):
         saved = (load_settings(self.out_dir) or {}).get(self.split) if self.out_dir.is_dir() else None
         if not saved or saved.get("sources") == self._settings["sources"]:
             return
+
         def others(settings: dict) -> dict:
             return {k: v for k, v in settings.items() if k != "sources"}
 
@@ -155,11 +164,17 @@ class ExtractStage(Stage):
         if options.runner == "ray" or options.gpus:
             unload_backends()  # the models run in other processes; free this one's copy (and its GPU memory)
 
-    def manifest(self, plans: Sequence[ShardPlan], results: Sequence[ShardResult], issues: Sequence[Issue],
-                 previous: Manifest | None) -> Manifest:
+    def manifest(
+        self,
+        plans: Sequence[ShardPlan],
+        results: Sequence[ShardResult],
+        issues: Sequence[Issue],
+        previous: Manifest | None,
+    ) -> Manifest:
         self.check_skipped(sum(r.stats.num_samples for r in results), issues)
         entry = SplitEntry(
-            self.split, [r.stats for r in results],
+            self.split,
+            [r.stats for r in results],
             fingerprint=fingerprint(self._settings),
             images_listed=self.listing.images_found,
             errors=ErrorCounts(len(issues), count_by_reason(issues)),
@@ -180,7 +195,6 @@ class ExtractStage(Stage):
             fingerprint=fingerprint({s: e.fingerprint for s, e in sorted(splits.items())}),
             errors=ErrorCounts.of(totals),
         )
-
 
     def check_skipped(self, samples: int, issues: Sequence[Issue]) -> None:
         """Refuse to finish a split that lost more than --max-skip-fraction of its listed images (a
@@ -210,8 +224,15 @@ def json_ready(settings: dict) -> dict:
     return json.loads(canonical_json(settings))
 
 
-def run_extract(source: Path, out: Path, config: ExtractConfig, boxes: Path | None = None, *,
-                options: RunOptions = RunOptions(), announce: Callable[[str], None] = print) -> ExtractSummary:
+def run_extract(
+    source: Path,
+    out: Path,
+    config: ExtractConfig,
+    boxes: Path | None = None,
+    *,
+    options: RunOptions = RunOptions(),
+    announce: Callable[[str], None] = print,
+) -> ExtractSummary:
     options.check()  # before listing or loading anything: a missing runner costs nothing
     stage = ExtractStage.from_source(source, out, config, boxes, announce=announce)
     run = run_stage(stage, options)
@@ -221,6 +242,14 @@ def run_extract(source: Path, out: Path, config: ExtractConfig, boxes: Path | No
 def summarise(stage: ExtractStage, run: StageRun) -> ExtractSummary:
     entry = run.manifest.split(stage.split)
     by_reason = dict(entry.errors.by_reason) if entry.errors else {}
-    return ExtractSummary(stage.out_dir, stage.split, entry.images_listed or 0, entry.num_samples, by_reason,
-                          run.seconds, run.shards_built, run.shards_reused, already_complete=run.already_complete)
-
+    return ExtractSummary(
+        stage.out_dir,
+        stage.split,
+        entry.images_listed or 0,
+        entry.num_samples,
+        by_reason,
+        run.seconds,
+        run.shards_built,
+        run.shards_reused,
+        already_complete=run.already_complete,
+    )

@@ -17,7 +17,8 @@ import io
 import json
 import re
 from collections import Counter
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -37,8 +38,12 @@ COMPOSITE_FIELDS: dict[str, tuple[type, bool, str]] = {
     "split": (str, False, "split name"),
     "canvas": (int, False, "canvas side in pixels"),
     "size": (int, False, "object size s requested: the square side, or the short side in AR mode"),
-    "effective_size": (int, False, "short side actually pasted: size, or less in AR mode when the long side "
-                                   "would pass the canvas and the whole object was shrunk to keep its ratio"),
+    "effective_size": (
+        int,
+        False,
+        "short side actually pasted: size, or less in AR mode when the long side "
+        "would pass the canvas and the whole object was shrunk to keep its ratio",
+    ),
     "mode": (str, False, "square (stretched to s x s) or ar (aspect ratio kept)"),
     "paste": (str, False, "box (the box crop is pasted) or mask (only masked object pixels)"),
     "requested_position": (str, False, "placement the spec asked for, e.g. center, random-corner, xy:0.25,0.75"),
@@ -52,8 +57,12 @@ COMPOSITE_FIELDS: dict[str, tuple[type, bool, str]] = {
     "background_wnid": (str, True, "class of the background image (null for gray/noise)"),
     "background_class_index": (int, True, "class index of the background image (null for gray/noise)"),
     "paired_wnid": (str, True, "the -10 subset's paired background class (null elsewhere)"),
-    "group": (str, False, "CeO, CoO, CeR, CoR for flush centre/corner placements, else "
-                          "requested_position/background (builder.core.taxonomy.group_name)"),
+    "group": (
+        str,
+        False,
+        "CeO, CoO, CeR, CoR for flush centre/corner placements, else "
+        "requested_position/background (builder.core.taxonomy.group_name)",
+    ),
     "tier": (str, True, "Easy, Medium or Hard for the paper's groups and sizes, else null"),
     "seed": (int, False, "seed of the variant"),
     "schema_version": (int, False, "version of this schema"),
@@ -116,8 +125,14 @@ def encode_jpeg(canvas: np.ndarray, quality: int) -> bytes:
         # Only RGB canvases and the specs' quality range are checked equal; PIL takes grey images
         # and reads quality -1 as its default, where OpenCV would not match.
         return encode_jpeg_pil(canvas, quality)
-    params = (cv2.IMWRITE_JPEG_QUALITY, quality, cv2.IMWRITE_JPEG_SAMPLING_FACTOR,
-              cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420, cv2.IMWRITE_JPEG_OPTIMIZE, 0)
+    params = (
+        cv2.IMWRITE_JPEG_QUALITY,
+        quality,
+        cv2.IMWRITE_JPEG_SAMPLING_FACTOR,
+        cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420,
+        cv2.IMWRITE_JPEG_OPTIMIZE,
+        0,
+    )
     ok, encoded = cv2.imencode(".jpg", cv2.cvtColor(np.ascontiguousarray(canvas), cv2.COLOR_RGB2BGR), params)
     if not ok:
         raise ValueError(f"OpenCV could not encode a {canvas.shape} canvas as JPEG")

@@ -18,8 +18,6 @@ longer than `MAX_FIELD_CHARS`) is recorded with its line and skipped; the other 
 
 from __future__ import annotations
 
-from builder.core.errors import InputError
-
 import codecs
 import csv
 import io
@@ -28,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from builder.core.errors import InputError
 from builder.core.records import Box
 
 LOC_COLUMNS = ("ImageId", "PredictionString")
@@ -57,12 +56,14 @@ def parse_prediction_string(text: str) -> list[Box]:
     """`wnid x0 y0 x1 y1 [wnid x0 y0 x1 y1 ...]` -> boxes."""
     fields = text.split()
     if not fields or len(fields) % 5:
-        raise ValueError(f"PredictionString has {len(fields)} fields, not a multiple of 5: "
-                         "it holds groups of 'wnid x0 y0 x1 y1'")
-    return [
-        Box(*(parse_coordinate(v, "coordinate") for v in fields[i + 1 : i + 5]), wnid=fields[i])
-        for i in range(0, len(fields), 5)
-    ]
+        raise ValueError(
+            f"PredictionString has {len(fields)} fields, not a multiple of 5: it holds groups of 'wnid x0 y0 x1 y1'"
+        )
+    boxes = []
+    for i in range(0, len(fields), 5):
+        x0, y0, x1, y1 = (parse_coordinate(v, "coordinate") for v in fields[i + 1 : i + 5])
+        boxes.append(Box(x0, y0, x1, y1, fields[i]))
+    return boxes
 
 
 @dataclass
@@ -123,8 +124,10 @@ def read_loc_solution(path: Path) -> LocSolution:
             header = []
         if not set(LOC_COLUMNS) <= set(header):
             found = ",".join(header)[:200] or "nothing"
-            raise LocCsvError(f"{path} is not a LOC_*_solution.csv: expected the columns {','.join(LOC_COLUMNS)}, "
-                              f"found {found!r}; pass the solution file of Kaggle's ImageNet release")
+            raise LocCsvError(
+                f"{path} is not a LOC_*_solution.csv: expected the columns {','.join(LOC_COLUMNS)}, "
+                f"found {found!r}; pass the solution file of Kaggle's ImageNet release"
+            )
         id_column, boxes_column = header.index("ImageId"), header.index("PredictionString")
         while True:
             try:

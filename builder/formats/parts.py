@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 from PIL import Image
@@ -82,9 +82,20 @@ def decode_mask(data: bytes) -> np.ndarray:
     return decode_png(data) > 127
 
 
-def parts_metadata(*, source_id: str, wnid: str, class_index: int, class_name: str, width: int, height: int,
-                   boxes: Sequence[Box], object_box_index: int, object_box_rule: str, conversions: Sequence[str],
-                   provenance: dict) -> dict:
+def parts_metadata(
+    *,
+    source_id: str,
+    wnid: str,
+    class_index: int,
+    class_name: str,
+    width: int,
+    height: int,
+    boxes: Sequence[Box],
+    object_box_index: int,
+    object_box_rule: str,
+    conversions: Sequence[str],
+    provenance: dict,
+) -> dict:
     """The `json` member of one parts sample (`boxes` are the image's boxes after clipping)."""
     return {
         "schema_version": PARTS_SCHEMA_VERSION,
@@ -103,8 +114,9 @@ def parts_metadata(*, source_id: str, wnid: str, class_index: int, class_name: s
     }
 
 
-def encode_parts_members(crop: np.ndarray, mask: np.ndarray, background: np.ndarray, erase: np.ndarray,
-                 canvas: np.ndarray, meta: dict) -> dict[str, bytes]:
+def encode_parts_members(
+    crop: np.ndarray, mask: np.ndarray, background: np.ndarray, erase: np.ndarray, canvas: np.ndarray, meta: dict
+) -> dict[str, bytes]:
     """The members of one parts sample. `canvas` is `background` resized to the default compose
     canvas exactly as compose resizes it (the caller resizes: the resize belongs to compose)."""
     return {

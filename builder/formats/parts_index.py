@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import os
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -58,7 +58,9 @@ def resolve_parts_dir(path: Path) -> Path:
 def read_parts_manifest(parts_dir: Path) -> dict:
     manifest = read_manifest(parts_dir)
     if manifest.get("stage") != "extract":
-        raise ConfigError(f"{parts_dir} holds a {manifest.get('stage')!r} manifest, not the parts written by `hsi extract`")
+        raise ConfigError(
+            f"{parts_dir} holds a {manifest.get('stage')!r} manifest, not the parts written by `hsi extract`"
+        )
     return manifest
 
 
@@ -72,8 +74,17 @@ def index_parts_shard(path: Path, split: str) -> tuple[list[PartsRef], list[Issu
             key, _, ext = info.name.partition(".")
             problem = member_problem(info, path.stat().st_size)  # the rule iter_shard applies
             if problem:
-                issues.append(Issue(key or info.name, "unreadable-parts", f"{path.name}: {problem}", "compose",
-                                    split=split, shard=path.name, key=key or None))
+                issues.append(
+                    Issue(
+                        key or info.name,
+                        "unreadable-parts",
+                        f"{path.name}: {problem}",
+                        "compose",
+                        split=split,
+                        shard=path.name,
+                        key=key or None,
+                    )
+                )
                 continue
             if ext == "json":
                 handle = tar.extractfile(info)
@@ -85,7 +96,17 @@ def index_parts_shard(path: Path, split: str) -> tuple[list[PartsRef], list[Issu
         members = found.get(key, {})
         missing = [m for m in NEEDED_MEMBERS if m not in members] + ([] if key in metas else ["json"])
         if missing:
-            issues.append(Issue(key, "unreadable-parts", f"{path.name}: lacks members {missing}", "compose", split=split, shard=path.name, key=key))
+            issues.append(
+                Issue(
+                    key,
+                    "unreadable-parts",
+                    f"{path.name}: lacks members {missing}",
+                    "compose",
+                    split=split,
+                    shard=path.name,
+                    key=key,
+                )
+            )
             continue
         try:
             meta = json.loads(metas[key])
@@ -93,18 +114,32 @@ def index_parts_shard(path: Path, split: str) -> tuple[list[PartsRef], list[Issu
             if class_of(wnid).index != class_index:
                 raise ValueError(f"class_index {class_index} does not match {wnid}")
         except (ValueError, KeyError, TypeError) as exc:
-            issues.append(Issue(key, "unreadable-parts", f"{path.name}: bad json member: {exc}", "compose", split=split, shard=path.name, key=key))
+            issues.append(
+                Issue(
+                    key,
+                    "unreadable-parts",
+                    f"{path.name}: bad json member: {exc}",
+                    "compose",
+                    split=split,
+                    shard=path.name,
+                    key=key,
+                )
+            )
             continue
         located = tuple(sorted((name, offset, size) for name, (offset, size) in members.items()))
         refs.append(PartsRef(key, split, class_index, wnid, path.name, located))
     return refs, issues
 
 
-def index_parts(parts_dir: Path, manifest: dict, splits: Sequence[str]) -> tuple[dict[str, list[PartsRef]], list[Issue]]:
+def index_parts(
+    parts_dir: Path, manifest: dict, splits: Sequence[str]
+) -> tuple[dict[str, list[PartsRef]], list[Issue]]:
     missing = [s for s in splits if s not in manifest.get("splits", {})]
     if missing:
-        raise ConfigError(f"parts in {parts_dir} have no split {missing}; they have {sorted(manifest.get('splits', {}))} "
-                          "(choose with --splits)")
+        raise ConfigError(
+            f"parts in {parts_dir} have no split {missing}; they have {sorted(manifest.get('splits', {}))} "
+            "(choose with --splits)"
+        )
     index: dict[str, list[PartsRef]] = {}
     issues: list[Issue] = []
     for split in splits:

@@ -30,7 +30,7 @@ from builder.formats.composites import decode_composite_image, decode_composite_
 try:  # torch is the models extra; without it ShardStream still iterates, just not as a torch dataset
     from torch.utils.data import IterableDataset as _IterableBase
 except ImportError:  # pragma: no cover - exercised only in torch-less installs
-    _IterableBase = object
+    _IterableBase = object  # type: ignore[misc,assignment]
 
 RELEASE_META = "_release.json"  # a release folder's index of configs (written by cards.release)
 # What a broken sample or shard raises while being read or decoded (PIL's errors are OSErrors).

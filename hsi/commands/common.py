@@ -15,11 +15,23 @@ def positive_int(text: str) -> int:
 
 
 def add_run_flags(parser: argparse.ArgumentParser, default_shard_size: int) -> None:
-    parser.add_argument("--workers", type=positive_int, default=1, help="shards built in parallel processes (output is identical for any value)")
-    parser.add_argument("--shard-size", type=positive_int, default=default_shard_size, help=f"samples per shard (default {default_shard_size})")
+    parser.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        help="shards built in parallel processes (output is identical for any value)",
+    )
+    parser.add_argument(
+        "--shard-size",
+        type=positive_int,
+        default=default_shard_size,
+        help=f"samples per shard (default {default_shard_size})",
+    )
     parser.add_argument("--overwrite", action="store_true", help="delete and rebuild an existing output")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.add_argument("--runner", choices=["local", "ray"], default="local", help="local processes (default) or a Ray cluster")
+    parser.add_argument(
+        "--runner", choices=["local", "ray"], default="local", help="local processes (default) or a Ray cluster"
+    )
     parser.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local one)")
 
 
@@ -27,5 +39,11 @@ def run_options(args: argparse.Namespace, gpus: tuple[int, ...] = ()):
     """The `RunOptions` of a stage command's flags."""
     from builder.core.stage import RunOptions
 
-    return RunOptions(workers=args.workers, runner=args.runner, ray_address=args.ray_address, gpus=gpus,
-                      progress=not args.no_progress, overwrite=args.overwrite)
+    return RunOptions(
+        workers=args.workers,
+        runner=args.runner,
+        ray_address=args.ray_address,
+        gpus=gpus,
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
+    )

@@ -11,44 +11,92 @@ HELP = "paste the extracted objects at chosen sizes and positions on chosen back
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--parts", type=Path, required=True, help="the parts folder written by `hsi extract` (OUT/parts, or OUT itself)")
-    parser.add_argument("--variant", default="hard-spurious-imagenet",
-                        help="a named variant (hard-spurious-imagenet, hard-spurious-imagenet-ar, hard-spurious-imagenet-10) "
-                             "or a path to a YAML spec (default hard-spurious-imagenet)")
+    parser.add_argument(
+        "--parts", type=Path, required=True, help="the parts folder written by `hsi extract` (OUT/parts, or OUT itself)"
+    )
+    parser.add_argument(
+        "--variant",
+        default="hard-spurious-imagenet",
+        help="a named variant (hard-spurious-imagenet, hard-spurious-imagenet-ar, hard-spurious-imagenet-10) "
+        "or a path to a YAML spec (default hard-spurious-imagenet)",
+    )
     parser.add_argument("--out", type=Path, required=True, help="output root; the dataset goes to OUT/<config>/")
-    parser.add_argument("--name", help="config (folder) name; an overridden spec is otherwise named <variant>-custom-<fingerprint>")
+    parser.add_argument(
+        "--name", help="config (folder) name; an overridden spec is otherwise named <variant>-custom-<fingerprint>"
+    )
     parser.add_argument("--sizes", help="object sizes in px, e.g. 56,84,112")
     parser.add_argument("--positions", help="placements, e.g. center,top-right,bottom-left,random-corner,xy:0.25,0.75")
     parser.add_argument("--backgrounds", help="background kinds: original, random, gray, noise (paired: -10 only)")
-    parser.add_argument("--mode", choices=["square", "ar"], help="square (stretch to s x s) or ar (keep aspect ratio, short side s)")
-    parser.add_argument("--paste", choices=["box", "mask"], help="paste the whole box crop (paper) or only the masked object pixels")
-    parser.add_argument("--margin", type=int, help="pixels between the object and the canvas edge for corner and edge placements")
+    parser.add_argument(
+        "--mode", choices=["square", "ar"], help="square (stretch to s x s) or ar (keep aspect ratio, short side s)"
+    )
+    parser.add_argument(
+        "--paste", choices=["box", "mask"], help="paste the whole box crop (paper) or only the masked object pixels"
+    )
+    parser.add_argument(
+        "--margin", type=int, help="pixels between the object and the canvas edge for corner and edge placements"
+    )
     parser.add_argument("--canvas", type=int, help="canvas side in px (default 224)")
     parser.add_argument("--resize-filter", help="bicubic (default), bilinear, lanczos, box or nearest")
     parser.add_argument("--jpeg-quality", type=int, help="JPEG quality of the composites (default 95)")
     parser.add_argument("--seed", type=int, help="seed of random backgrounds, corners, noise and the -10 splits")
     parser.add_argument("--splits", help="parts splits to compose, e.g. val or train,val")
-    parser.add_argument("--donors", choices=["balanced", "per-image", "per-class"],
-                        help="random backgrounds: balanced (every background used about equally; new variants), "
-                             "per-image (drawn with replacement; the named variants), per-class (the paper's)")
-    parser.add_argument("--crop", choices=["inclusive", "exclusive"],
-                        help="object crop: the inclusive VOC box (default) or the paper's exclusive [x0:x1]")
-    parser.add_argument("--box-rounding", choices=["none", "float32-normalised"],
-                        help="move boxes as the paper's float32 normalised round trip did (default none)")
-    parser.add_argument("--corner-draw", choices=["per-size", "per-composite"],
-                        help="random-corner: one corner per image and size (default) or per composite (the paper)")
-    parser.add_argument("--paper-exact", action="store_true",
-                        help="the paper's object pixels and donors: --crop exclusive --box-rounding "
-                             "float32-normalised --donors per-class --corner-draw per-composite")
-    parser.add_argument("--allow-missing", action="store_true",
-                        help="build a variant even when the parts lack classes or groups it promises (-10); "
-                             "the manifest lists what is missing")
+    parser.add_argument(
+        "--donors",
+        choices=["balanced", "per-image", "per-class"],
+        help="random backgrounds: balanced (every background used about equally; new variants), "
+        "per-image (drawn with replacement; the named variants), per-class (the paper's)",
+    )
+    parser.add_argument(
+        "--crop",
+        choices=["inclusive", "exclusive"],
+        help="object crop: the inclusive VOC box (default) or the paper's exclusive [x0:x1]",
+    )
+    parser.add_argument(
+        "--box-rounding",
+        choices=["none", "float32-normalised"],
+        help="move boxes as the paper's float32 normalised round trip did (default none)",
+    )
+    parser.add_argument(
+        "--corner-draw",
+        choices=["per-size", "per-composite"],
+        help="random-corner: one corner per image and size (default) or per composite (the paper)",
+    )
+    parser.add_argument(
+        "--paper-exact",
+        action="store_true",
+        help="the paper's object pixels and donors: --crop exclusive --box-rounding "
+        "float32-normalised --donors per-class --corner-draw per-composite",
+    )
+    parser.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="build a variant even when the parts lack classes or groups it promises (-10); "
+        "the manifest lists what is missing",
+    )
     add_run_flags(parser, default_shard_size=1200)
     parser.set_defaults(shard_size=None)
 
 
-SPEC_FLAGS = ("name", "sizes", "positions", "backgrounds", "mode", "paste", "margin", "canvas", "resize_filter",
-              "jpeg_quality", "seed", "splits", "shard_size", "donors", "crop", "box_rounding", "corner_draw")
+SPEC_FLAGS = (
+    "name",
+    "sizes",
+    "positions",
+    "backgrounds",
+    "mode",
+    "paste",
+    "margin",
+    "canvas",
+    "resize_filter",
+    "jpeg_quality",
+    "seed",
+    "splits",
+    "shard_size",
+    "donors",
+    "crop",
+    "box_rounding",
+    "corner_draw",
+)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,8 +105,17 @@ def run(args: argparse.Namespace) -> int:
 
     explicit = {name: getattr(args, name) for name in SPEC_FLAGS if getattr(args, name) is not None}
     overrides = {**(PAPER_EXACT if args.paper_exact else {}), **explicit}
-    summary = compose_dataset(args.parts, args.variant, args.out, options=run_options(args), overrides=overrides,
-                              allow_missing=args.allow_missing)
-    print(f"dataset: {summary.dataset_dir}" + (f" ({summary.reused_shards} finished shards reused)" if summary.reused_shards else ""))
+    summary = compose_dataset(
+        args.parts,
+        args.variant,
+        args.out,
+        options=run_options(args),
+        overrides=overrides,
+        allow_missing=args.allow_missing,
+    )
+    print(
+        f"dataset: {summary.dataset_dir}"
+        + (f" ({summary.reused_shards} finished shards reused)" if summary.reused_shards else "")
+    )
     print(summary.table)
     return 0

@@ -19,40 +19,98 @@ EXIT_OK, EXIT_USAGE = 0, 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("source", nargs="?", help="a release folder, a composed dataset folder (OUT/<config>) or hf://datasets/ORG/NAME@REVISION")
+    parser.add_argument(
+        "source",
+        nargs="?",
+        help="a release folder, a composed dataset folder (OUT/<config>) or hf://datasets/ORG/NAME@REVISION",
+    )
     parser.add_argument("--config", help="config of a release (default: its default config)")
     parser.add_argument("--split", help="split to evaluate (default: test if present, else the only or first split)")
-    parser.add_argument("--out", type=Path, default=Path("eval-output"), help="output folder (default eval-output): one subfolder per model, plus the leaderboard")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("eval-output"),
+        help="output folder (default eval-output): one subfolder per model, plus the leaderboard",
+    )
     models = parser.add_argument_group("models")
-    models.add_argument("--model", help="timm:NAME (or a bare timm name), tv:NAME, ts:FILE, or a state_dict FILE with --arch")
-    models.add_argument("--models", help="several models: comma-separated specs, or a YAML file listing specs or mappings {model, checkpoint, arch, ...}")
-    models.add_argument("--checkpoint", type=Path, help="local weights for a timm or tv model (through timm's pretrained_cfg_overlay=dict(file=...))")
+    models.add_argument(
+        "--model", help="timm:NAME (or a bare timm name), tv:NAME, ts:FILE, or a state_dict FILE with --arch"
+    )
+    models.add_argument(
+        "--models",
+        help="several models: comma-separated specs, or a YAML file listing specs or mappings {model, checkpoint, "
+        "arch, ...}",
+    )
+    models.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="local weights for a timm or tv model (through timm's pretrained_cfg_overlay=dict(file=...))",
+    )
     models.add_argument("--arch", help="architecture of a state_dict file (a timm name or tv:NAME)")
     models.add_argument("--num-classes", type=positive_int, help="class count of a checkpoint that is not 1000-way")
-    models.add_argument("--classes", type=Path, help="wnids of the model's outputs in order, one a line (a model trained on a subset)")
-    models.add_argument("--label-space", choices=("imagenet", "subset"), default="imagenet", help="how a 1000-way model is scored on a subset config: argmax over all 1000 classes (default) or over the config's classes")
+    models.add_argument(
+        "--classes", type=Path, help="wnids of the model's outputs in order, one a line (a model trained on a subset)"
+    )
+    models.add_argument(
+        "--label-space",
+        choices=("imagenet", "subset"),
+        default="imagenet",
+        help="how a 1000-way model is scored on a subset config: argmax over all 1000 classes (default) or over the "
+        "config's classes",
+    )
     pre = parser.add_argument_group("preprocessing (default: the model's data config, on the canvas as it is)")
-    pre.add_argument("--crop-pct", type=float, help="reproduce a resize-then-centre-crop protocol, e.g. 0.875 (default: no crop)")
+    pre.add_argument(
+        "--crop-pct", type=float, help="reproduce a resize-then-centre-crop protocol, e.g. 0.875 (default: no crop)"
+    )
     pre.add_argument("--mean", help="normalisation mean, 3 comma-separated values (default: the model's)")
     pre.add_argument("--std", help="normalisation std, 3 comma-separated values (default: the model's)")
     pre.add_argument("--input-size", help="model input size: S, or H,W (default: the model's)")
-    pre.add_argument("--interpolation", choices=("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming"), help="resize filter (default: the model's)")
+    pre.add_argument(
+        "--interpolation",
+        choices=("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming"),
+        help="resize filter (default: the model's)",
+    )
     run = parser.add_argument_group("running")
-    run.add_argument("--batch-size", type=positive_int, default=64, help="images per forward pass (default 64; halved on CUDA out-of-memory)")
-    run.add_argument("--workers", type=int, default=2, help="DataLoader worker processes decoding shards (default 2; 0 decodes in the main process)")
+    run.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=64,
+        help="images per forward pass (default 64; halved on CUDA out-of-memory)",
+    )
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="DataLoader worker processes decoding shards (default 2; 0 decodes in the main process)",
+    )
     run.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
     run.add_argument("--amp", action="store_true", help="mixed precision on CUDA")
     run.add_argument("--channels-last", action="store_true", help="channels_last memory format")
     run.add_argument("--limit", type=positive_int, help="evaluate only the first N samples (a quick look)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    run.add_argument("--overwrite", action="store_true", help="re-evaluate a model already evaluated on the same data revision")
+    run.add_argument(
+        "--overwrite", action="store_true", help="re-evaluate a model already evaluated on the same data revision"
+    )
     analysis = parser.add_argument_group("analysis")
-    analysis.add_argument("--from", dest="from_predictions", type=Path, help="recompute every report from a predictions.parquet, without the model")
-    analysis.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples for the intervals (default 1000)")
+    analysis.add_argument(
+        "--from",
+        dest="from_predictions",
+        type=Path,
+        help="recompute every report from a predictions.parquet, without the model",
+    )
+    analysis.add_argument(
+        "--bootstrap", type=positive_int, default=1000, help="bootstrap resamples for the intervals (default 1000)"
+    )
     analysis.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    analysis.add_argument("--clean", type=Path, help="ImageNet root: also classify the original photos of the same source images")
+    analysis.add_argument(
+        "--clean", type=Path, help="ImageNet root: also classify the original photos of the same source images"
+    )
     analysis.add_argument("--clean-split", default="val", help="split of the --clean root (default val)")
-    analysis.add_argument("--parts", type=Path, help="parts folder: also classify the inpainted backgrounds alone (per-class background accuracy)")
+    analysis.add_argument(
+        "--parts",
+        type=Path,
+        help="parts folder: also classify the inpainted backgrounds alone (per-class background accuracy)",
+    )
 
 
 def _size(text: str | None) -> tuple[int, int] | None:
@@ -97,7 +155,10 @@ def model_entries(args: argparse.Namespace) -> list[dict]:
         return entries
     specs = [spec.strip() for spec in args.models.split(",") if spec.strip()]
     if len(specs) > 1 and (args.checkpoint or args.arch or args.classes):
-        raise UsageError("--checkpoint, --arch and --classes apply to one model; give several models their own in a --models YAML file")
+        raise UsageError(
+            "--checkpoint, --arch and --classes apply to one model; give several models their own in a --models YAML "
+            "file"
+        )
     return [{"model": spec} for spec in specs]
 
 
@@ -143,9 +204,13 @@ def run(args: argparse.Namespace) -> int:
     if args.from_predictions is not None:
         return _run_from(args, bootstrap)
     if not args.source:
-        raise UsageError("pass a SOURCE (release folder, dataset folder or hf:// address), or --from predictions.parquet")
+        raise UsageError(
+            "pass a SOURCE (release folder, dataset folder or hf:// address), or --from predictions.parquet"
+        )
     if "://" not in args.source and not Path(args.source).is_dir():
-        raise UsageError(f"{args.source} is not a folder; pass a release folder, a composed dataset folder or hf://datasets/ORG/NAME@REVISION")
+        raise UsageError(
+            f"{args.source} is not a folder; pass a release folder, a composed dataset folder or hf://datasets/ORG/NAME@REVISION"
+        )
     for flag, value in (("--clean", args.clean), ("--parts", args.parts)):
         if value is not None and not value.is_dir():
             raise UsageError(f"{flag} {value} is not a folder")
@@ -159,10 +224,23 @@ def run(args: argparse.Namespace) -> int:
 
     entries = model_entries(args)
     split = args.split or _default_split(args.source, args.config)
-    settings = RunSettings(config=args.config, split=split, batch_size=args.batch_size, workers=args.workers,
-                           device=args.device, amp=args.amp, channels_last=args.channels_last, limit=args.limit,
-                           label_space=args.label_space, progress=not args.no_progress, bootstrap=bootstrap,
-                           clean_root=args.clean, clean_split=args.clean_split, parts_dir=args.parts, overwrite=args.overwrite)
+    settings = RunSettings(
+        config=args.config,
+        split=split,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        device=args.device,
+        amp=args.amp,
+        channels_last=args.channels_last,
+        limit=args.limit,
+        label_space=args.label_space,
+        progress=not args.no_progress,
+        bootstrap=bootstrap,
+        clean_root=args.clean,
+        clean_split=args.clean_split,
+        parts_dir=args.parts,
+        overwrite=args.overwrite,
+    )
     loaded_models = [load_model(entry["model"], model_options(entry, args)) for entry in entries]
     results = []
     for loaded in loaded_models:
@@ -192,7 +270,9 @@ def _model_only_sections(previous: Path) -> dict:
     report = json.loads(previous.read_text("utf-8"))
     kept = {key: report[key] for key in ("clean", "background_only") if report.get(key)}
     if kept:
-        kept["carried_over"] = f"{', '.join(sorted(kept))}: from the model run's eval.json (their intervals keep its bootstrap settings)"
+        kept["carried_over"] = (
+            f"{', '.join(sorted(kept))}: from the model run's eval.json (their intervals keep its bootstrap settings)"
+        )
     return kept
 
 
@@ -206,5 +286,8 @@ def _run_from(args: argparse.Namespace, bootstrap) -> int:
     folder = args.out if args.out != Path("eval-output") else path.parent
     extras = _model_only_sections(path.parent / EVAL_JSON)
     report = analyse(path, folder, bootstrap, extras)
-    print(f"reports recomputed from {path.name}: {folder / EVAL_MD} and eval.json ({report['metrics']['samples']} samples)")
+    print(
+        f"reports recomputed from {path.name}: {folder / EVAL_MD} and eval.json ({report['metrics']['samples']} "
+        "samples)"
+    )
     return EXIT_OK

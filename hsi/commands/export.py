@@ -10,11 +10,19 @@ HELP = "write a composed dataset as image folders (the paper's <size>/Group_<n>/
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dataset", type=Path, help="a composed dataset folder (OUT/<config> of hsi compose)")
-    parser.add_argument("--imagefolder", type=Path, required=True,
-                        help="folder to write: DIR/<split>/<size>/Group_<n>/<wnid>/<id>_<n>_<size>.JPEG; must be new, "
-                             "empty, or an earlier export (with --overwrite)")
-    parser.add_argument("--layout", choices=["paper", "groups"], default="paper",
-                        help="paper: Group_1-4 = CeO, CoO, CeR, CoR (default); groups: our group names, any config")
+    parser.add_argument(
+        "--imagefolder",
+        type=Path,
+        required=True,
+        help="folder to write: DIR/<split>/<size>/Group_<n>/<wnid>/<id>_<n>_<size>.JPEG; must be new, "
+        "empty, or an earlier export (with --overwrite)",
+    )
+    parser.add_argument(
+        "--layout",
+        choices=["paper", "groups"],
+        default="paper",
+        help="paper: Group_1-4 = CeO, CoO, CeR, CoR (default); groups: our group names, any config",
+    )
     parser.add_argument("--split", action="append", dest="splits", help="split to export (repeatable; default all)")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier export in DIR")
 
@@ -22,8 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from builder.compose.export import export_imagefolder
 
-    summary = export_imagefolder(args.dataset, args.imagefolder, layout=args.layout, splits=args.splits,
-                                 overwrite=args.overwrite)
+    summary = export_imagefolder(
+        args.dataset, args.imagefolder, layout=args.layout, splits=args.splits, overwrite=args.overwrite
+    )
     counts = ", ".join(f"{split}: {n}" for split, n in sorted(summary.by_split.items()))
     print(f"exported {summary.files} images to {summary.folder} ({counts}); list in {summary.folder}/_export.json")
     return 0

@@ -11,25 +11,64 @@ HELP = "cut out each image's object by its box, erase every box and inpaint the 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--source", type=Path, required=True, help="ImageNet root: the folder holding train/ and val/, or Kaggle's ILSVRC/ (or its parent)")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        required=True,
+        help="ImageNet root: the folder holding train/ and val/, or Kaggle's ILSVRC/ (or its parent)",
+    )
     parser.add_argument("--split", default=None, help="train or val (default val)")
-    parser.add_argument("--boxes", type=Path, help="a folder of Pascal-VOC XMLs or a LOC_<split>_solution.csv (default: searched under --source)")
+    parser.add_argument(
+        "--boxes",
+        type=Path,
+        help="a folder of Pascal-VOC XMLs or a LOC_<split>_solution.csv (default: searched under --source)",
+    )
     parser.add_argument("--out", type=Path, required=True, help="output folder; parts go to OUT/parts/")
     parser.add_argument("--config", type=Path, help="YAML file with extract settings; flags override it")
     parser.add_argument("--masker", help="box (default, model-free) or sam")
     parser.add_argument("--inpainter", help="telea (default, model-free) or lama")
-    parser.add_argument("--dilation", type=int, help="side of the square kernel that grows the erase mask (default 15, the paper's; 0 disables)")
-    parser.add_argument("--object-box", choices=["largest", "first", "last"], help="which box is the object to paste later (default largest; the paper pasted the last)")
+    parser.add_argument(
+        "--dilation",
+        type=int,
+        help="side of the square kernel that grows the erase mask (default 15, the paper's; 0 disables)",
+    )
+    parser.add_argument(
+        "--object-box",
+        choices=["largest", "first", "last"],
+        help="which box is the object to paste later (default largest; the paper pasted the last)",
+    )
     parser.add_argument("--batch-size", type=positive_int, help="images per masker/inpainter call (default 8)")
-    parser.add_argument("--io-threads", type=positive_int, help="threads per process that decode JPEGs ahead of the models and encode parts behind them (default 4)")
-    parser.add_argument("--max-pixels", type=positive_int, help="refuse images with more pixels than this "
-                        "(decompression bombs; also Pillow's own limit, default 120,000,000)")
-    parser.add_argument("--batch-pixels", type=positive_int, help="most pixels of the images in one masker/inpainter "
-                        "batch (default 50,000,000; a larger image runs alone); bounds memory, not the output")
-    parser.add_argument("--max-skip-fraction", type=float, help="stop (exit 1, no manifest) when more than this share "
-                        "of the listed images is skipped (default 0.5; 1 accepts any)")
-    parser.add_argument("--telea-radius", type=positive_int, help="neighbourhood radius of the telea inpainter (default 3)")
-    parser.add_argument("--sam-model", choices=["vit_h", "vit_l", "vit_b", "auto"], help="SAM architecture (default vit_h; auto: read it from the checkpoint's tensor shapes)")
+    parser.add_argument(
+        "--io-threads",
+        type=positive_int,
+        help="threads per process that decode JPEGs ahead of the models and encode parts behind them (default 4)",
+    )
+    parser.add_argument(
+        "--max-pixels",
+        type=positive_int,
+        help="refuse images with more pixels than this "
+        "(decompression bombs; also Pillow's own limit, default 120,000,000)",
+    )
+    parser.add_argument(
+        "--batch-pixels",
+        type=positive_int,
+        help="most pixels of the images in one masker/inpainter "
+        "batch (default 50,000,000; a larger image runs alone); bounds memory, not the output",
+    )
+    parser.add_argument(
+        "--max-skip-fraction",
+        type=float,
+        help="stop (exit 1, no manifest) when more than this share "
+        "of the listed images is skipped (default 0.5; 1 accepts any)",
+    )
+    parser.add_argument(
+        "--telea-radius", type=positive_int, help="neighbourhood radius of the telea inpainter (default 3)"
+    )
+    parser.add_argument(
+        "--sam-model",
+        choices=["vit_h", "vit_l", "vit_b", "auto"],
+        help="SAM architecture (default vit_h; auto: read it from the checkpoint's tensor shapes)",
+    )
     parser.add_argument("--sam-checkpoint", help="SAM checkpoint file (or set HSI_SAM_CHECKPOINT)")
     parser.add_argument("--lama-checkpoint", help="big-lama TorchScript file (or set LAMA_MODEL)")
     parser.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
@@ -43,10 +82,27 @@ def build_config(args: argparse.Namespace):
     from builder.extract.shard_builder import ExtractConfig, config_from_mapping, with_overrides
 
     base = config_from_mapping(load_yaml_mapping(args.config)) if args.config else ExtractConfig()
-    overrides = {name: getattr(args, name) for name in (
-        "split", "masker", "inpainter", "dilation", "object_box", "batch_size", "batch_pixels", "max_skip_fraction",
-        "io_threads", "max_pixels", "telea_radius",
-        "sam_model", "sam_checkpoint", "lama_checkpoint", "device", "shard_size")}
+    overrides = {
+        name: getattr(args, name)
+        for name in (
+            "split",
+            "masker",
+            "inpainter",
+            "dilation",
+            "object_box",
+            "batch_size",
+            "batch_pixels",
+            "max_skip_fraction",
+            "io_threads",
+            "max_pixels",
+            "telea_radius",
+            "sam_model",
+            "sam_checkpoint",
+            "lama_checkpoint",
+            "device",
+            "shard_size",
+        )
+    }
     return with_overrides(base, overrides)
 
 

@@ -6,17 +6,31 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-HELP = "publish a release folder as a tagged version to the Hugging Face Hub (dry run unless --yes) or a local git mirror"
+HELP = (
+    "publish a release folder as a tagged version to the Hugging Face Hub (dry run unless --yes) or a local git mirror"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("release", type=Path, metavar="RELEASE_DIR", help="folder written by `hsi release`")
-    parser.add_argument("--version", dest="release_version", required=True, help="the tag to create, vMAJOR.MINOR.PATCH; must match the release")
+    parser.add_argument(
+        "--version",
+        dest="release_version",
+        required=True,
+        help="the tag to create, vMAJOR.MINOR.PATCH; must match the release",
+    )
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--repo", help="Hub dataset repo ORG/NAME")
-    target.add_argument("--to-git", type=Path, metavar="DIR", help="a local git repository laid out like the Hub repo (created if missing)")
+    target.add_argument(
+        "--to-git",
+        type=Path,
+        metavar="DIR",
+        help="a local git repository laid out like the Hub repo (created if missing)",
+    )
     parser.add_argument("--private", action="store_true", help="create the Hub repo as private")
-    parser.add_argument("--yes", action="store_true", help="perform the operations (default: print them and change nothing)")
+    parser.add_argument(
+        "--yes", action="store_true", help="perform the operations (default: print them and change nothing)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

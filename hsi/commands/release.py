@@ -9,22 +9,59 @@ HELP = "gather validated composed datasets into a release folder (shards, README
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("datasets", nargs="+", type=Path, metavar="DATASET_DIR", help="composed dataset folders (OUT/<config>), each with _info.json and a passing validation.json")
-    parser.add_argument("--out", required=True, type=Path, help="release folder; its name is the dataset name users load, e.g. hard-spurious-imagenet")
-    parser.add_argument("--version", dest="release_version", default=None, help="release version vMAJOR.MINOR.PATCH (a change of any sample needs a new minor or major)")
+    parser.add_argument(
+        "datasets",
+        nargs="+",
+        type=Path,
+        metavar="DATASET_DIR",
+        help="composed dataset folders (OUT/<config>), each with _info.json and a passing validation.json",
+    )
+    parser.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="release folder; its name is the dataset name users load, e.g. hard-spurious-imagenet",
+    )
+    parser.add_argument(
+        "--version",
+        dest="release_version",
+        default=None,
+        help="release version vMAJOR.MINOR.PATCH (a change of any sample needs a new minor or major)",
+    )
     parser.add_argument("--change", action="append", default=[], help="a changelog line for this version (repeatable)")
-    parser.add_argument("--default-config", default=None, help="config loaded when none is named (default: hard-spurious-imagenet if given, else the first)")
-    parser.add_argument("--previous", type=Path, default=None, help="the previous release folder, for the changelog and the version check")
+    parser.add_argument(
+        "--default-config",
+        default=None,
+        help="config loaded when none is named (default: hard-spurious-imagenet if given, else the first)",
+    )
+    parser.add_argument(
+        "--previous",
+        type=Path,
+        default=None,
+        help="the previous release folder, for the changelog and the version check",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing release folder")
-    parser.add_argument("--results", nargs="+", type=Path, default=[], metavar="DIR", help="hsi eval output folders (or model folders): their eval.json reports become the card's Results section")
+    parser.add_argument(
+        "--results",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="hsi eval output folders (or model folders): their eval.json reports become the card's Results section",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from cards.release import build_release
 
     release = build_release(
-        args.out, args.datasets, overwrite=args.overwrite, version=args.release_version,
-        changes=args.change, default_config=args.default_config, previous_release=args.previous,
+        args.out,
+        args.datasets,
+        overwrite=args.overwrite,
+        version=args.release_version,
+        changes=args.change,
+        default_config=args.default_config,
+        previous_release=args.previous,
         results_dirs=args.results,
     )
     print(f"release written to {release} (load it with load_dataset({release.name!r}) from {release.parent})")

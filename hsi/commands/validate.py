@@ -21,36 +21,84 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("dataset", type=Path, nargs="?", help="a composed config folder (OUT/<config>) or a parts folder (OUT/parts)")
-    parser.add_argument("--parts", type=Path, help="the parts folder the dataset was composed from (or the extract "
-                        "--out folder holding it): enables the pixel checks of objects and backgrounds and the "
-                        "parts preview")
-    parser.add_argument("--tolerance", type=float, help="mean absolute pixel difference (0-255, finite) allowed in the "
-                        "placement and background checks (default 12)")
+    parser.add_argument(
+        "dataset", type=Path, nargs="?", help="a composed config folder (OUT/<config>) or a parts folder (OUT/parts)"
+    )
+    parser.add_argument(
+        "--parts",
+        type=Path,
+        help="the parts folder the dataset was composed from (or the extract "
+        "--out folder holding it): enables the pixel checks of objects and backgrounds and the "
+        "parts preview",
+    )
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        help="mean absolute pixel difference (0-255, finite) allowed in the "
+        "placement and background checks (default 12)",
+    )
     parser.add_argument("--no-previews", action="store_true", help="skip the preview sheets")
-    parser.add_argument("--out", type=Path, help="where to write the report (default: the dataset folder; required "
-                        "without one, and for a dataset inside a release)")
-    parser.add_argument("--workers", type=positive_int, default=1, help="shards checked in parallel processes "
-                        "(default 1; the report is the same for any count)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="where to write the report (default: the dataset folder; required "
+        "without one, and for a dataset inside a release)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        help="shards checked in parallel processes (default 1; the report is the same for any count)",
+    )
     scores = parser.add_argument_group("centre and size scores")
-    scores.add_argument("--scores", action="store_true", help="per-class centre and size scores from the parts' boxes, or from --boxes-csv")
+    scores.add_argument(
+        "--scores",
+        action="store_true",
+        help="per-class centre and size scores from the parts' boxes, or from --boxes-csv",
+    )
     scores.add_argument("--boxes-csv", type=Path, help="a LOC_val_solution.csv to score instead of the parts' boxes")
-    scores.add_argument("--sizes-from", type=Path, help="image sizes for --boxes-csv: an image folder or a parts folder")
-    scores.add_argument("--accuracy", type=Path, nargs="+",
-                        help="per-class accuracy (CSV with wnid or class_index and accuracy, or JSON {wnid: acc}) to "
-                             "rank-correlate with the scores; several files: one per model, reported per model and averaged")
-    scores.add_argument("--control-accuracy", type=Path, nargs="+",
-                        help="per-class clean accuracy (same formats) held fixed in a partial correlation: one file for "
-                             "all --accuracy files, or one for each")
+    scores.add_argument(
+        "--sizes-from", type=Path, help="image sizes for --boxes-csv: an image folder or a parts folder"
+    )
+    scores.add_argument(
+        "--accuracy",
+        type=Path,
+        nargs="+",
+        help="per-class accuracy (CSV with wnid or class_index and accuracy, or JSON {wnid: acc}) to "
+        "rank-correlate with the scores; several files: one per model, reported per model and averaged",
+    )
+    scores.add_argument(
+        "--control-accuracy",
+        type=Path,
+        nargs="+",
+        help="per-class clean accuracy (same formats) held fixed in a partial correlation: one file for "
+        "all --accuracy files, or one for each",
+    )
     detection = parser.add_argument_group("box re-detection (Grounding DINO)")
-    detection.add_argument("--boxes", action="store_true", help="re-detect the ground-truth boxes with Grounding DINO and report mIoU")
+    detection.add_argument(
+        "--boxes", action="store_true", help="re-detect the ground-truth boxes with Grounding DINO and report mIoU"
+    )
     detection.add_argument("--source", type=Path, help="ImageNet root holding the source images")
     detection.add_argument("--split", default="val", help="source split (default val)")
-    detection.add_argument("--boxes-path", type=Path, help="box annotations (XML folder or LOC_<split>_solution.csv; default: searched under --source)")
-    detection.add_argument("--detector", default=None, help="Grounding DINO model id or local folder in transformers format (default IDEA-Research/grounding-dino-base)")
+    detection.add_argument(
+        "--boxes-path",
+        type=Path,
+        help="box annotations (XML folder or LOC_<split>_solution.csv; default: searched under --source)",
+    )
+    detection.add_argument(
+        "--detector",
+        default=None,
+        help="Grounding DINO model id or local folder in transformers format (default "
+        "IDEA-Research/grounding-dino-base)",
+    )
     detection.add_argument("--box-threshold", type=float, default=None, help="minimum box score (default 0.35)")
     detection.add_argument("--text-threshold", type=float, default=None, help="minimum text score (default 0.25)")
-    detection.add_argument("--iou-threshold", type=float, default=None, help="images with mean IoU below this are listed for review (default 0.5)")
+    detection.add_argument(
+        "--iou-threshold",
+        type=float,
+        default=None,
+        help="images with mean IoU below this are listed for review (default 0.5)",
+    )
     detection.add_argument("--batch-size", type=positive_int, default=8, help="images per detector call (default 8)")
     detection.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
     detection.add_argument("--limit", type=positive_int, help="re-detect only the first N images (by id)")
@@ -64,13 +112,26 @@ def build_request(args: argparse.Namespace):
         raise UsageError("--accuracy and --control-accuracy are used with --scores")
     scores = None
     if args.scores:
-        scores = ScoresRequest(args.boxes_csv, args.sizes_from, tuple(args.accuracy or ()), tuple(args.control_accuracy or ()))
+        scores = ScoresRequest(
+            args.boxes_csv, args.sizes_from, tuple(args.accuracy or ()), tuple(args.control_accuracy or ())
+        )
     detection = None
     if args.boxes:
-        detection = DetectionRequest(args.source, args.split, args.boxes_path, args.detector, args.box_threshold,
-                                     args.text_threshold, args.iou_threshold, args.batch_size, args.device, args.limit)
-    return ValidationRequest(args.dataset, args.parts, args.out, not args.no_previews, args.tolerance, scores,
-                             detection, args.workers)
+        detection = DetectionRequest(
+            args.source,
+            args.split,
+            args.boxes_path,
+            args.detector,
+            args.box_threshold,
+            args.text_threshold,
+            args.iou_threshold,
+            args.batch_size,
+            args.device,
+            args.limit,
+        )
+    return ValidationRequest(
+        args.dataset, args.parts, args.out, not args.no_previews, args.tolerance, scores, detection, args.workers
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,15 +148,22 @@ def _print_summary(report) -> None:
     if integrity:
         for failure in report.integrity.failures:
             print(f"FAIL {failure.line()}", file=sys.stderr)
-        print(f"integrity: {integrity['samples_checked']} samples in {integrity['shards_checked']} shards, "
-              f"{len(integrity['failures'])} failures")
+        print(
+            f"integrity: {integrity['samples_checked']} samples in {integrity['shards_checked']} shards, "
+            f"{len(integrity['failures'])} failures"
+        )
     if payload.get("scores"):
         summary = payload["scores"]["summary"]
         if summary.get("classes"):
-            print(f"scores: {summary['classes']} classes, centre {summary['centre_class_mean']:.3f}, size {summary['size_class_mean']:.3f} (class-averaged)")
+            print(
+                f"scores: {summary['classes']} classes, centre {summary['centre_class_mean']:.3f}, size "
+                f"{summary['size_class_mean']:.3f} (class-averaged)"
+            )
     if payload.get("detection"):
         detection = payload["detection"]
         mean = detection["mean_iou"]
-        print(f"re-detection: {detection['images']} images, mean IoU {'n/a' if mean is None else f'{mean:.3f}'}, "
-              f"{len(detection['below_threshold'])} below {detection['iou_threshold']}")
+        print(
+            f"re-detection: {detection['images']} images, mean IoU {'n/a' if mean is None else f'{mean:.3f}'}, "
+            f"{len(detection['below_threshold'])} below {detection['iou_threshold']}"
+        )
     print(f"report: {report.json_path} and {report.md_path.name}")

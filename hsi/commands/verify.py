@@ -9,7 +9,9 @@ HELP = "stream a published, tagged version back and check its shards against the
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("repo", metavar="ORG/NAME", help="Hub dataset repo")
-    parser.add_argument("--version", dest="release_version", required=True, help="the tag to verify, vMAJOR.MINOR.PATCH")
+    parser.add_argument(
+        "--version", dest="release_version", required=True, help="the tag to verify, vMAJOR.MINOR.PATCH"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -68,9 +68,16 @@ def test_a_corrupted_parts_shard_is_refused_before_anything_is_written(tmp_path,
     assert not (tmp_path / "out" / "hard-spurious-imagenet").exists()
 
 
-@pytest.mark.parametrize("name, listed_twice", [("/etc/passwd", False), ("../elsewhere/val-00000.tar", False),
-                                                ("val-00000.tar.bak", False), ("train-00000.tar", False),
-                                                ("val-00000.tar", True)])
+@pytest.mark.parametrize(
+    "name, listed_twice",
+    [
+        ("/etc/passwd", False),
+        ("../elsewhere/val-00000.tar", False),
+        ("val-00000.tar.bak", False),
+        ("train-00000.tar", False),
+        ("val-00000.tar", True),
+    ],
+)
 def test_shard_names_in_the_parts_manifest_are_checked(tmp_path, capsys, name, listed_twice):
     parts = make_parts(tmp_path)
 
@@ -83,6 +90,7 @@ def test_shard_names_in_the_parts_manifest_are_checked(tmp_path, capsys, name, l
         data["splits"]["val"]["filenames"] = [s["filename"] for s in shards]
         data["splits"]["val"]["shard_lengths"] = [s["num_samples"] for s in shards]
         data["splits"]["val"]["num_samples"] = sum(s["num_samples"] for s in shards)
+
     edit_manifest(parts, change)
     assert compose(parts, tmp_path / "out") == 2
     err = capsys.readouterr().err
@@ -97,12 +105,15 @@ def test_check_parts_shard_name_accepts_only_split_shards():
             check_parts_shard_name(bad, "val")
 
 
-@pytest.mark.parametrize("change, field", [
-    (lambda d: d.__setitem__("splits", [d["splits"]["val"]]), "splits"),
-    (lambda d: d["splits"]["val"].__setitem__("shards", "val-00000.tar"), "splits.val.shards"),
-    (lambda d: d["splits"]["val"]["shards"][0].__setitem__("num_samples", "2"), "num_samples"),
-    (lambda d: d.__setitem__("errors", 0), "errors"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (lambda d: d.__setitem__("splits", [d["splits"]["val"]]), "splits"),
+        (lambda d: d["splits"]["val"].__setitem__("shards", "val-00000.tar"), "splits.val.shards"),
+        (lambda d: d["splits"]["val"]["shards"][0].__setitem__("num_samples", "2"), "num_samples"),
+        (lambda d: d.__setitem__("errors", 0), "errors"),
+    ],
+)
 def test_parts_manifests_of_the_wrong_types_are_clear_errors(tmp_path, capsys, change, field):
     parts = make_parts(tmp_path)
     edit_manifest(parts, change)
@@ -135,6 +146,7 @@ def hostile_member(kind: str):
         renamed = tarfile.TarInfo({"absolute": "/tmp/" + info.name, "dotdot": "../" + info.name}[kind])
         renamed.size = len(data)
         return [(renamed, data)]
+
     return edit
 
 
@@ -160,6 +172,7 @@ def test_a_member_named_dotdot_json_is_reported_not_dropped(tmp_path):
         renamed = tarfile.TarInfo("../" + info.name)
         renamed.size = len(data)
         return [(renamed, data)]
+
     rewrite_shard(parts / "val-00000.tar", edit)
     rehash_parts(parts)
     out = tmp_path / "out"
@@ -173,8 +186,8 @@ def png_claiming(width: int, height: int) -> bytes:
     Image.new("RGB", (1, 1)).save(buffer, format="PNG")
     data = bytearray(buffer.getvalue())
     ihdr = 8 + 8  # signature, then the IHDR chunk's length and type
-    data[ihdr:ihdr + 8] = struct.pack(">II", width, height)
-    data[ihdr + 13:ihdr + 17] = struct.pack(">I", zlib.crc32(bytes(data[12:ihdr + 13])))
+    data[ihdr : ihdr + 8] = struct.pack(">II", width, height)
+    data[ihdr + 13 : ihdr + 17] = struct.pack(">I", zlib.crc32(bytes(data[12 : ihdr + 13])))
     return bytes(data)
 
 
@@ -187,6 +200,7 @@ def test_a_decompression_bomb_crop_becomes_a_row(tmp_path):
             info.size = len(bomb)
             return [(info, bomb)]
         return [(info, data)]
+
     rewrite_shard(parts / "val-00000.tar", edit)
     rehash_parts(parts)
     out = tmp_path / "out"

@@ -13,7 +13,7 @@ from builder.core.manifest import Manifest, ManifestError
 
 SHA = "0" * 64
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**63, 2**63) | st.floats(allow_nan=False) | st.text(max_size=20),
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
     max_leaves=20,
 )
@@ -22,15 +22,37 @@ json_values = st.recursive(
 def valid_manifest() -> dict:
     shard = {"filename": "val-00000.tar", "num_samples": 3, "bytes": 10240, "sha256": SHA}
     entry = {"name": "val", "num_samples": 3, "filenames": ["val-00000.tar"], "shard_lengths": [3], "shards": [shard]}
-    return {"stage": "compose", "tool": {"name": "hard-spurious-imagenet", "version": "0"}, "fingerprint": "f",
-            "schema_version": 2, "errors": {"total": 0, "by_reason": {}}, "splits": {"val": entry}, "config": "c"}
+    return {
+        "stage": "compose",
+        "tool": {"name": "hard-spurious-imagenet", "version": "0"},
+        "fingerprint": "f",
+        "schema_version": 2,
+        "errors": {"total": 0, "by_reason": {}},
+        "splits": {"val": entry},
+        "config": "c",
+    }
 
 
-PATHS = [("stage",), ("splits",), ("errors",), ("errors", "total"), ("errors", "by_reason"), ("splits", "val"),
-         ("splits", "val", "num_samples"), ("splits", "val", "shards"), ("splits", "val", "shards", 0),
-         ("splits", "val", "shards", 0, "num_samples"), ("splits", "val", "shards", 0, "filename"),
-         ("splits", "val", "shards", 0, "bytes"), ("splits", "val", "shards", 0, "sha256"), ("fingerprint",),
-         ("schema_version",), ("tool",), ("config",), ("class_names",)]
+PATHS = [
+    ("stage",),
+    ("splits",),
+    ("errors",),
+    ("errors", "total"),
+    ("errors", "by_reason"),
+    ("splits", "val"),
+    ("splits", "val", "num_samples"),
+    ("splits", "val", "shards"),
+    ("splits", "val", "shards", 0),
+    ("splits", "val", "shards", 0, "num_samples"),
+    ("splits", "val", "shards", 0, "filename"),
+    ("splits", "val", "shards", 0, "bytes"),
+    ("splits", "val", "shards", 0, "sha256"),
+    ("fingerprint",),
+    ("schema_version",),
+    ("tool",),
+    ("config",),
+    ("class_names",),
+]
 
 
 def replaced(data: dict, path: tuple, value) -> dict:

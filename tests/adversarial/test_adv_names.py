@@ -7,15 +7,17 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
 
 FOLDER = Path("/srv/release/data")
 PROPERTY = settings(max_examples=200, deadline=None)
 # Text biased towards the characters that make paths: separators, dots, NUL, unicode look-alikes.
-PATHISH = st.text(alphabet=st.sampled_from(list("./\\\0 -_aZ09~:\u2024\u2025\uff0e\u2215\uff0f\u00a0")) | st.characters(),
-                  max_size=40)
+PATHISH = st.text(
+    alphabet=st.sampled_from(list("./\\\0 -_aZ09~:\u2024\u2025\uff0e\u2215\uff0f\u00a0")) | st.characters(), max_size=40
+)
 
 
 def stays_inside(name: str) -> bool:
@@ -52,9 +54,30 @@ def test_the_names_the_toolkit_writes_are_accepted(split, index):
     assert check_config_name(f"{split}-10") == f"{split}-10"
 
 
-HOSTILE = ["", ".", "..", "../x", "a/../../b", "/etc/passwd", "a/b", "a\\b", "..\\..\\x", "a\0b", "x\n",
-           "\u2024\u2024", "\uff0e\uff0e", "a\u2215b", "a\uff0fb", ".hidden", "-flag", "x" * 101, "C:\\x", "~root",
-           "con fig", "caf\u00e9"]
+HOSTILE = [
+    "",
+    ".",
+    "..",
+    "../x",
+    "a/../../b",
+    "/etc/passwd",
+    "a/b",
+    "a\\b",
+    "..\\..\\x",
+    "a\0b",
+    "x\n",
+    "\u2024\u2024",
+    "\uff0e\uff0e",
+    "a\u2215b",
+    "a\uff0fb",
+    ".hidden",
+    "-flag",
+    "x" * 101,
+    "C:\\x",
+    "~root",
+    "con fig",
+    "caf\u00e9",
+]
 
 
 @pytest.mark.parametrize("name", HOSTILE)

@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from release_factory import make_composed_dataset, two_releases
 
 from cards.release import build_release
 from hf_scripts.git_mirror import git, mirror_plan, publish_to_git
 from hf_scripts.publish import PublishError
 from hsi.cli import main as hsi
-from release_factory import make_composed_dataset, two_releases
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARD = "data/hard-spurious-imagenet/test-00000.tar"
@@ -89,10 +89,18 @@ def test_a_second_run_is_refused_naming_the_first_ones_pid(releases, tmp_path):
     mirror = tmp_path / "mirror"
     publish_to_git(v1, mirror, "v1.0.0")
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, os, sys, time\n"
-         "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\nfcntl.flock(fd, fcntl.LOCK_EX)\n"
-         "os.ftruncate(fd, 0); os.write(fd, str(os.getpid()).encode())\nprint('locked', flush=True)\ntime.sleep(120)",
-         str(mirror / ".git" / "hsi-publish.lock")], stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\nfcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "os.ftruncate(fd, 0); os.write(fd, str(os.getpid()).encode())\nprint('locked', "
+            "flush=True)\ntime.sleep(120)",
+            str(mirror / ".git" / "hsi-publish.lock"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(PublishError, match=rf"another `hsi publish` \(pid {holder.pid}\)"):
@@ -132,8 +140,14 @@ git_mirror.publish_to_git(sys.argv[1], sys.argv[2], sys.argv[3])
 
 def killed_publish(release: Path, mirror: Path, version: str, stop_at: str) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "tests")]))
-    result = subprocess.run([sys.executable, "-c", KILLED_PUBLISH, str(release), str(mirror), version, stop_at],
-                            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", KILLED_PUBLISH, str(release), str(mirror), version, stop_at],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
 
 
@@ -183,10 +197,18 @@ TOKEN = "hf_adversarial_secret_token"
 
 
 def hub_hsi(args: list[str], hub, home: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HF_ENDPOINT=hub.endpoint, HF_HUB_OFFLINE="0", HF_DATASETS_OFFLINE="0", HF_TOKEN=TOKEN,
-               HF_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1")
-    return subprocess.run([sys.executable, "-m", "hsi.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=300, cwd=REPO_ROOT)
+    env = dict(
+        os.environ,
+        HF_ENDPOINT=hub.endpoint,
+        HF_HUB_OFFLINE="0",
+        HF_DATASETS_OFFLINE="0",
+        HF_TOKEN=TOKEN,
+        HF_HOME=str(home),
+        HF_HUB_DISABLE_TELEMETRY="1",
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "hsi.cli", *args], env=env, capture_output=True, text=True, timeout=300, cwd=REPO_ROOT
+    )
 
 
 def test_hub_http_errors_are_clear_messages_without_the_token(releases, tmp_path):
@@ -205,7 +227,9 @@ def test_hub_http_errors_are_clear_messages_without_the_token(releases, tmp_path
         assert failed.returncode == 2 and "Traceback" not in failed.stderr, failed.stderr[-2000:]
         assert "failed with HTTP 500" in failed.stderr and "run again later" in failed.stderr
         verify = hub_hsi(["verify", HUB_REPO, "--version", "v1.0.0"], hub, tmp_path / "h")
-        assert verify.returncode == 2 and "verifying on lab/hard-spurious-imagenet failed with HTTP 500" in verify.stderr
+        assert (
+            verify.returncode == 2 and "verifying on lab/hard-spurious-imagenet failed with HTTP 500" in verify.stderr
+        )
         for result in (refused, failed, verify):
             assert TOKEN not in result.stdout + result.stderr
 
@@ -221,7 +245,12 @@ def test_a_hub_publish_stopped_between_commit_and_tag_is_finished_by_tagging(rel
 
     v1, v2 = releases
     with LoopbackHub() as hub:
-        assert hub_hsi(["publish", str(v1), "--repo", HUB_REPO, "--version", "v1.0.0", "--yes"], hub, tmp_path / "h").returncode == 0
+        assert (
+            hub_hsi(
+                ["publish", str(v1), "--repo", HUB_REPO, "--version", "v1.0.0", "--yes"], hub, tmp_path / "h"
+            ).returncode
+            == 0
+        )
         hub.state.faults["POST /api/datasets/lab/hard-spurious-imagenet/tag/"] = (503, "Service Unavailable")
         stopped = hub_hsi(["publish", str(v2), "--repo", HUB_REPO, "--version", "v1.1.0", "--yes"], hub, tmp_path / "h")
         assert stopped.returncode == 2 and "run the same publish again" in stopped.stderr, stopped.stderr[-2000:]

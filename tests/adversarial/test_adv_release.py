@@ -8,11 +8,11 @@ import os
 from pathlib import Path
 
 import pytest
+from release_factory import make_composed_dataset
 
 from builder.core.errors import HsiError
 from builder.core.shards import sha256_file
 from cards.release import ReleaseError, build_release
-from release_factory import make_composed_dataset
 
 NAME = "hard-spurious-imagenet"
 
@@ -26,8 +26,11 @@ def tamper_manifest(dataset: Path, change) -> None:
 
 def snapshot(root: Path, skip: Path) -> dict[str, bytes]:
     """Every file under `root` except under `skip`, with its bytes: what a release must not touch."""
-    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else b"")
-            for p in root.rglob("*") if not p.is_relative_to(skip)}
+    return {
+        str(p.relative_to(root)): (p.read_bytes() if p.is_file() else b"")
+        for p in root.rglob("*")
+        if not p.is_relative_to(skip)
+    }
 
 
 def test_config_name_with_dot_dot_writes_nothing_outside_the_release(tmp_path):
@@ -64,8 +67,18 @@ def test_shard_filename_leading_out_never_overwrites_a_foreign_file(tmp_path):
     assert victim.read_text() == "precious"
 
 
-@pytest.mark.parametrize("filename", ["/etc/passwd", "test-00000.tar/../../x", "train-00000.tar", "test-0.tar",
-                                      "..\\test-00000.tar", "test-00000.tar\0", "test\u2024-00000.tar"])
+@pytest.mark.parametrize(
+    "filename",
+    [
+        "/etc/passwd",
+        "test-00000.tar/../../x",
+        "train-00000.tar",
+        "test-0.tar",
+        "..\\test-00000.tar",
+        "test-00000.tar\0",
+        "test\u2024-00000.tar",
+    ],
+)
 def test_every_shard_filename_but_split_nnnnn_tar_is_refused(tmp_path, filename):
     dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3})
     tamper_manifest(dataset, lambda m: m["splits"]["test"]["shards"][0].update(filename=filename))
@@ -112,7 +125,9 @@ def test_a_pass_report_for_other_shard_bytes_is_refused(tmp_path):
     replacement = make_composed_dataset(tmp_path / "other", splits={"test": 3}, shard_size=2, seed=5)
     os.replace(replacement / "test-00001.tar", dataset / "test-00001.tar")
     new = dataset / "test-00001.tar"
-    tamper_manifest(dataset, lambda m: m["splits"]["test"]["shards"][1].update(sha256=sha256_file(new), bytes=new.stat().st_size))
+    tamper_manifest(
+        dataset, lambda m: m["splits"]["test"]["shards"][1].update(sha256=sha256_file(new), bytes=new.stat().st_size)
+    )
     with pytest.raises(ReleaseError, match=r"validation is stale: .*test-00001.tar.*re-run `hsi validate"):
         build_release(tmp_path / "rel" / NAME, [dataset])
     assert not (tmp_path / "rel").exists() or not any((tmp_path / "rel").iterdir())
@@ -157,8 +172,14 @@ def killed_release(release: Path, dataset: Path, where: str) -> None:
     import sys
 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "tests")]))
-    result = subprocess.run([sys.executable, "-c", KILLED_RELEASE, str(release), str(dataset), release.name, where],
-                            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", KILLED_RELEASE, str(release), str(dataset), release.name, where],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
 
 
@@ -188,7 +209,11 @@ def test_a_release_killed_while_staging_leaves_nothing_after_the_next_run(tmp_pa
     killed_release(release, dataset, "staging")
     assert [n.endswith(".tmp") for n in leftovers(release)] == [True]
     # folders that only look like ours, or belong to a live run (pid 1), are left alone
-    keep = [release.parent / f".{NAME}.notes.tmp", release.parent / f".{NAME}.1.tmp", release.parent / f".{NAME}.12.tmp.bak"]
+    keep = [
+        release.parent / f".{NAME}.notes.tmp",
+        release.parent / f".{NAME}.1.tmp",
+        release.parent / f".{NAME}.12.tmp.bak",
+    ]
     for folder in keep:
         folder.mkdir()
     build_release(release, [dataset], version="v1.0.0")

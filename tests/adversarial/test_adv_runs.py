@@ -50,7 +50,9 @@ def test_extract_overwrite_never_deletes_files_it_did_not_write(tmp_path, capsys
     for name, text in foreign.items():
         (parts / name).write_text(text)
     for extra in ([], ["--overwrite"]):
-        assert main(["extract", "--source", str(tree.root), "--out", str(tmp_path / "out"), "--no-progress", *extra]) == 2
+        assert (
+            main(["extract", "--source", str(tree.root), "--out", str(tmp_path / "out"), "--no-progress", *extra]) == 2
+        )
         assert "holds no dataset of this toolkit" in capsys.readouterr().err
     assert {p.name: p.read_text() for p in parts.iterdir()} == foreign
 
@@ -79,11 +81,14 @@ def test_a_second_run_into_a_locked_folder_is_refused_naming_the_first(tmp_path,
 
 
 def test_two_composes_at_once_never_lose_composites(tmp_path):
-    write_parts(tmp_path / "parts", {"val": fake_images(["n01443537", "n02437312", "n01440764"], per_class=6)},
-                shard_size=2)
+    write_parts(
+        tmp_path / "parts", {"val": fake_images(["n01443537", "n02437312", "n01440764"], per_class=6)}, shard_size=2
+    )
     common = ["compose", "--parts", tmp_path / "parts", "--shard-size", 12, "--workers", 2, "--no-progress"]
     assert subprocess.run(hsi(*common, "--out", tmp_path / "clean"), check=False).returncode == 0
-    racers = [subprocess.Popen(hsi(*common, "--out", tmp_path / "race"), stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    racers = [
+        subprocess.Popen(hsi(*common, "--out", tmp_path / "race"), stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     outcomes = [(p.wait(timeout=120), p.stderr.read()) for p in racers]
     assert sorted(code for code, _ in outcomes) in ([0, 0], [0, 2])  # the second waits its turn or is refused
     assert all("another hsi run" in err for code, err in outcomes if code == 2)
@@ -95,8 +100,21 @@ def test_two_composes_at_once_never_lose_composites(tmp_path):
 
 def test_workers_die_with_their_parent(tmp_path):
     tree = write_tree(tmp_path / "imagenet", count=80)
-    process = subprocess.Popen(hsi("extract", "--source", tree.root, "--out", tmp_path / "out", "--shard-size", 2,
-                                   "--workers", 2, "--no-progress"), start_new_session=True)
+    process = subprocess.Popen(
+        hsi(
+            "extract",
+            "--source",
+            tree.root,
+            "--out",
+            tmp_path / "out",
+            "--shard-size",
+            2,
+            "--workers",
+            2,
+            "--no-progress",
+        ),
+        start_new_session=True,
+    )
     wait_for_states(tmp_path / "out" / "parts", 1)
     workers = children_of(process.pid)
     assert workers

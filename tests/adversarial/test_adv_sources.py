@@ -68,6 +68,7 @@ def good_tree(tmp_path: Path) -> Path:
 
 # --- 7: 16-bit grayscale -------------------------------------------------------------------------
 
+
 def test_16_bit_grayscale_png_keeps_its_tones(tmp_path):
     values = (np.arange(64 * 32, dtype=np.uint32).reshape(32, 64) * 32).astype(np.uint16)  # 0 .. 65504
     path = tmp_path / "n01440764_1.png"
@@ -81,6 +82,7 @@ def test_16_bit_grayscale_png_keeps_its_tones(tmp_path):
 
 
 # --- 8: --max-pixels above Pillow's own limit ----------------------------------------------------
+
 
 def test_max_pixels_admits_images_above_pillows_own_limit(tmp_path, monkeypatch):
     # Pillow's limit made small, as its 89,478,485 is to the largest ImageNet images
@@ -102,6 +104,7 @@ def test_max_pixels_is_pillows_limit_in_worker_processes_too(tmp_path, monkeypat
 
 # --- 12: symlinked class folders -----------------------------------------------------------------
 
+
 def test_symlinked_class_folders_are_followed_and_loops_reported(tmp_path):
     tree = write_tree(tmp_path / "imagenet", split="train", count=8)
     train = tmp_path / "imagenet" / "train"
@@ -118,6 +121,7 @@ def test_symlinked_class_folders_are_followed_and_loops_reported(tmp_path):
 
 
 # --- 13: a repaired input ------------------------------------------------------------------------
+
 
 def test_a_repaired_image_is_not_taken_as_finished(tmp_path, capsys):
     root = good_tree(tmp_path)
@@ -139,12 +143,15 @@ def test_a_repaired_image_is_not_taken_as_finished(tmp_path, capsys):
 
 # --- 14: inputs that stopped a run ---------------------------------------------------------------
 
+
 def _xml_coordinate(value: str):
     def plant(root: Path) -> str:
-        xml = voc_xml("ILSVRC2012_val_90000001", (40, 32), [(TENCH, 2, 2, 20, 20)]).replace("<xmax>20</xmax>",
-                                                                                            f"<xmax>{value}</xmax>")
+        xml = voc_xml("ILSVRC2012_val_90000001", (40, 32), [(TENCH, 2, 2, 20, 20)]).replace(
+            "<xmax>20</xmax>", f"<xmax>{value}</xmax>"
+        )
         add_image(root, "ILSVRC2012_val_90000001.JPEG", xml)
         return "malformed-annotation"
+
     return plant
 
 
@@ -162,6 +169,7 @@ def _xml_path(kind: str):
         else:
             os.mkfifo(xml)
         return "malformed-annotation"
+
     return plant
 
 
@@ -171,6 +179,7 @@ def _image_named(name: bytes | str, reason: str = "unsafe-image-id"):
         with open(os.path.join(folder, os.fsencode(name)), "wb") as handle:
             handle.write(jpeg())
         return reason
+
     return plant
 
 
@@ -181,6 +190,7 @@ def _fifo_image(root: Path) -> str:
 
 def _csv(encoding: str, extra_id: str | None = None, extra_boxes: str = "", with_image: bool = True):
     """A LOC csv of the tree's boxes in `encoding`, with one more row (and its image) if asked."""
+
     def plant(root: Path) -> str:
         lines = ["ImageId,PredictionString"]
         for xml in sorted((root / "bbox" / "val").glob("*.xml")):
@@ -191,6 +201,7 @@ def _csv(encoding: str, extra_id: str | None = None, extra_boxes: str = "", with
                 (root / "val" / f"{extra_id}.JPEG").write_bytes(jpeg())
         (root / "LOC_val_solution.csv").write_bytes(("\n".join(lines) + "\n").encode(encoding))
         return "malformed-annotation" if encoding == "utf-8" else "annotation-encoding"
+
     return plant
 
 
@@ -265,20 +276,24 @@ def test_utf16_and_latin1_csvs_are_read(tmp_path, encoding):
     listing = load_sources(root, "val", root / "LOC_val_solution.csv", announce=lambda _: None)
     assert len(listing.records) == 4
     assert {(i.reason, i.image_id) for i in listing.issues} == {
-        ("annotation-encoding", "LOC_val_solution.csv"), ("annotation-without-image", "ILSVRC2012_val_caf\u00e9")}
+        ("annotation-encoding", "LOC_val_solution.csv"),
+        ("annotation-without-image", "ILSVRC2012_val_caf\u00e9"),
+    }
 
 
 def test_split_must_be_one_safe_name(tmp_path, capsys):
     write_tree(tmp_path / "imagenet", count=2)
     (tmp_path / "imagenet" / "inner").mkdir()  # so that inner/../val is a real folder of images
     out = tmp_path / "out"
-    code = extract(tmp_path / "imagenet" / "inner", out, "--split", "../val", "--boxes",
-                   tmp_path / "imagenet" / "bbox" / "val")
+    code = extract(
+        tmp_path / "imagenet" / "inner", out, "--split", "../val", "--boxes", tmp_path / "imagenet" / "bbox" / "val"
+    )
     assert code == 2 and "--split" in capsys.readouterr().err
     assert not out.exists()  # before the fix: out/val-00000.tar, beside parts/
 
 
 # --- 17: memory ----------------------------------------------------------------------------------
+
 
 def test_many_boxes_do_not_hold_one_full_mask_each():
     width = height = 200
@@ -318,11 +333,13 @@ def test_batches_are_bounded_by_pixels_and_bytes_do_not_change(tmp_path):
     assert extract(root, tmp_path / "a", "--batch-pixels", 1) == 0
     assert extract(root, tmp_path / "b") == 0
     tars = sorted(p.name for p in (tmp_path / "a" / "parts").glob("*.tar"))
-    assert tars and all((tmp_path / "a" / "parts" / n).read_bytes() == (tmp_path / "b" / "parts" / n).read_bytes()
-                        for n in tars)
+    assert tars and all(
+        (tmp_path / "a" / "parts" / n).read_bytes() == (tmp_path / "b" / "parts" / n).read_bytes() for n in tars
+    )
 
 
 # --- 20: one key rule, BOMs and spaced headers, duplicate XML stems ------------------------------
+
 
 def test_csv_with_a_bom_and_a_spaced_header_is_read(tmp_path):
     root = good_tree(tmp_path)
@@ -423,8 +440,22 @@ def test_box_chunks_and_pixel_batches_change_no_byte_with_sam_and_lama(tmp_path,
     config = tmp_path / "extract.yaml"
     config.write_text(yaml.safe_dump({"sam_model": "auto"}))
     write_tree(tmp_path / "imagenet", count=6)  # every third image has two boxes
-    flags = ["--config", config, "--masker", "sam", "--inpainter", "lama", "--sam-checkpoint", sam,
-             "--lama-checkpoint", lama, "--device", "cpu", "--batch-size", 3]
+    flags = [
+        "--config",
+        config,
+        "--masker",
+        "sam",
+        "--inpainter",
+        "lama",
+        "--sam-checkpoint",
+        sam,
+        "--lama-checkpoint",
+        lama,
+        "--device",
+        "cpu",
+        "--batch-size",
+        3,
+    ]
     assert extract(tmp_path / "imagenet", tmp_path / "whole", *flags) == 0
     monkeypatch.setattr(shard_builder, "MASK_BOXES_PER_CALL", 1)
     assert extract(tmp_path / "imagenet", tmp_path / "chunked", *flags, "--batch-pixels", 3000) == 0
@@ -446,4 +477,5 @@ def test_an_unreadable_class_folder_is_a_row(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "scandir", scandir)
     listing = load_sources(tmp_path / "imagenet", "train", announce=lambda _: None)
     assert [(i.reason, i.image_id) for i in listing.issues if i.reason == "unreadable-folder"] == [
-        ("unreadable-folder", WNIDS[1])]
+        ("unreadable-folder", WNIDS[1])
+    ]

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from release_factory import make_composed_dataset
 
 from builder.core.shards import iter_shard, write_shard
 from builder.formats.stream import StreamError, stream
-from release_factory import make_composed_dataset
 
 
 def rewrite(path: Path, change) -> None:
@@ -35,7 +35,9 @@ def test_release_metadata_naming_a_config_outside_the_release_is_refused(tmp_pat
     make_composed_dataset(tmp_path, config="outside", splits={"test": 2})  # tmp/outside: a readable dataset
     release = tmp_path / "rel"
     (release / "data").mkdir(parents=True)  # so that rel/data/../../outside resolves
-    (release / "_release.json").write_text(json.dumps({"default_config": "../../outside", "configs": {"../../outside": {}}}))
+    (release / "_release.json").write_text(
+        json.dumps({"default_config": "../../outside", "configs": {"../../outside": {}}})
+    )
     with pytest.raises(StreamError, match="not one safe path component"):
         stream(release, split="test")
     with pytest.raises(StreamError, match="not a safe split name"):
@@ -55,10 +57,16 @@ def test_a_config_folder_linked_out_of_the_release_is_refused(tmp_path):
 def test_an_undecodable_sample_is_named_with_its_shard(tmp_path):
     dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 6}, shard_size=3)
     shard = dataset / "test-00001.tar"
-    samples = [(key, dict(members, jpg=b"not a jpeg") if key == "test_000004" else members) for key, members in iter_shard(shard)]
+    samples = [
+        (key, dict(members, jpg=b"not a jpeg") if key == "test_000004" else members)
+        for key, members in iter_shard(shard)
+    ]
     shard.unlink()
     stats = write_shard(shard, samples)
-    rewrite(dataset / "_info.json", lambda m: m["splits"]["test"]["shards"][1].update(sha256=stats.sha256, bytes=stats.bytes))
+    rewrite(
+        dataset / "_info.json",
+        lambda m: m["splits"]["test"]["shards"][1].update(sha256=stats.sha256, bytes=stats.bytes),
+    )
     seen = []
     with pytest.raises(StreamError, match=r"test-00001\.tar: sample 'test_000004' failed to decode"):
         for sample in stream(dataset, split="test"):
@@ -71,5 +79,7 @@ def test_a_truncated_shard_is_named_with_the_last_sample_read(tmp_path):
     shard = dataset / "test-00000.tar"
     data = shard.read_bytes()
     shard.write_bytes(data[: len(data) // 2 + 100])
-    with pytest.raises(StreamError, match=r"shard .*test-00000\.tar: cannot be read (after sample 'test_0000\d+'|before)"):
+    with pytest.raises(
+        StreamError, match=r"shard .*test-00000\.tar: cannot be read (after sample 'test_0000\d+'|before)"
+    ):
         list(stream(dataset, split="test"))

@@ -34,8 +34,13 @@ def composed(tmp_path_factory):
     """A small real composed dataset (2 classes x 2 images, 48 composites) and its parts."""
     root = tmp_path_factory.mktemp("adv-validate")
     write_parts(root / "parts", {"val": fake_images(["n01443537", "n02437312"], per_class=2)}, shard_size=2)
-    summary = compose_dataset(root / "parts", "hard-spurious-imagenet", root / "out", overrides={"shard_size": 12},
-                              options=RunOptions(progress=False))
+    summary = compose_dataset(
+        root / "parts",
+        "hard-spurious-imagenet",
+        root / "out",
+        overrides={"shard_size": 12},
+        options=RunOptions(progress=False),
+    )
     return summary.dataset_dir, root / "parts"
 
 
@@ -213,12 +218,15 @@ def test_write_json_atomic_removes_its_temporary_when_the_write_fails(tmp_path, 
 # --- 15: malformed manifests are refused with one line; member problems are rows ---------------
 
 
-@pytest.mark.parametrize("field,value,named", [
-    ("splits", ["val"], "splits must be an object, got list"),
-    ("shards", "val-00000.tar", "splits.val.shards must be a list, got str"),
-    ("num_samples", "48", "splits.val.num_samples must be an integer, got str"),
-    ("counts", {"group": {"CeO": "12"}}, "splits.val.counts.group.CeO must be a non-negative integer, got str"),
-])
+@pytest.mark.parametrize(
+    "field,value,named",
+    [
+        ("splits", ["val"], "splits must be an object, got list"),
+        ("shards", "val-00000.tar", "splits.val.shards must be a list, got str"),
+        ("num_samples", "48", "splits.val.num_samples must be an integer, got str"),
+        ("counts", {"group": {"CeO": "12"}}, "splits.val.counts.group.CeO must be a non-negative integer, got str"),
+    ],
+)
 def test_a_malformed_manifest_is_refused_in_one_line(dataset, capsys, field, value, named):
     folder, _ = dataset
     manifest = read_manifest(folder)

@@ -3,8 +3,9 @@ checks every parts shard against the parts manifest before comparing pixels."""
 
 from __future__ import annotations
 
-from hsi.cli import main
 from parts_factory import fake_images, write_parts
+
+from hsi.cli import main
 
 
 def test_validate_refuses_parts_whose_shards_changed_after_extract(tmp_path, capsys):

@@ -11,15 +11,22 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from fake_imagenet import write_tree
 
-from builder.backends import (BackendUnavailable, Inpainter, available, backend_config, from_setting, make_backend,
-                              register_backend)
+from builder.backends import (
+    BackendUnavailable,
+    Inpainter,
+    available,
+    backend_config,
+    from_setting,
+    make_backend,
+    register_backend,
+)
 from builder.backends.base import BackendInfo
 from builder.backends.classical import BoxConfig, TeleaConfig
 from builder.backends.registry import KINDS
 from builder.core.errors import HsiError
 from builder.extract.shard_builder import ExtractConfig
-from fake_imagenet import write_tree
 from hsi.cli import main
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -76,19 +83,44 @@ def test_a_backend_registered_by_a_test_module_is_built_by_make_backend():
 def test_the_registered_backend_runs_in_hsi_extract(tmp_path):
     tree = write_tree(tmp_path / "imagenet", count=2)
     out = tmp_path / "out"
-    assert main(["extract", "--no-progress", "--source", str(tree.root), "--out", str(out),
-                 "--inpainter", "test-constant-fill"]) == 0
+    assert (
+        main(
+            [
+                "extract",
+                "--no-progress",
+                "--source",
+                str(tree.root),
+                "--out",
+                str(out),
+                "--inpainter",
+                "test-constant-fill",
+            ]
+        )
+        == 0
+    )
     manifest = json.loads((out / "parts" / "_info.json").read_text())
-    assert manifest["backends"]["inpainter"] == {"name": "test-constant-fill", "params": {"value": 0},
-                                                 "checkpoint": None, "checkpoint_sha256": None}
+    assert manifest["backends"]["inpainter"] == {
+        "name": "test-constant-fill",
+        "params": {"value": 0},
+        "checkpoint": None,
+        "checkpoint_sha256": None,
+    }
 
 
 def test_extract_settings_become_each_backends_own_config():
     from builder.backends.lama import LamaConfig
     from builder.backends.sam import SamConfig
 
-    config = ExtractConfig(masker="sam", inpainter="lama", sam_model="auto", sam_checkpoint="sam.pth",
-                           lama_checkpoint="big-lama.pt", device="cpu", batch_size=3, telea_radius=5)
+    config = ExtractConfig(
+        masker="sam",
+        inpainter="lama",
+        sam_model="auto",
+        sam_checkpoint="sam.pth",
+        lama_checkpoint="big-lama.pt",
+        device="cpu",
+        batch_size=3,
+        telea_radius=5,
+    )
     assert config.masker_config() == SamConfig(model="auto", checkpoint="sam.pth", device="cpu", batch_size=3)
     assert config.inpainter_config() == LamaConfig(checkpoint="big-lama.pt", device="cpu", batch_size=3)
     assert ExtractConfig(telea_radius=5).inpainter_config() == TeleaConfig(radius=5)
@@ -104,8 +136,21 @@ def test_an_unknown_name_lists_the_choices():
 
 def test_an_unknown_masker_in_hsi_extract_is_a_usage_error_before_any_output(tmp_path, capsys):
     tree = write_tree(tmp_path / "imagenet", count=2)
-    assert main(["extract", "--no-progress", "--source", str(tree.root), "--out", str(tmp_path / "out"),
-                 "--masker", "segment-everything"]) == 2
+    assert (
+        main(
+            [
+                "extract",
+                "--no-progress",
+                "--source",
+                str(tree.root),
+                "--out",
+                str(tmp_path / "out"),
+                "--masker",
+                "segment-everything",
+            ]
+        )
+        == 2
+    )
     assert "hsi extract: error: unknown masker 'segment-everything'; choose one of: box," in capsys.readouterr().err
     assert not (tmp_path / "out" / "parts").exists()
 
@@ -113,18 +158,25 @@ def test_an_unknown_masker_in_hsi_extract_is_a_usage_error_before_any_output(tmp
 def test_a_missing_package_names_the_pip_extra():
     with pytest.raises(BackendUnavailable) as err:
         make_backend("masker", "test-needs-a-missing-package")
-    assert str(err.value) == ("the masker 'test-needs-a-missing-package' needs optional packages that are not "
-                              "installed (hsi_no_such_package); install them with: "
-                              "pip install 'hard-spurious-imagenet[models]'")
+    assert str(err.value) == (
+        "the masker 'test-needs-a-missing-package' needs optional packages that are not "
+        "installed (hsi_no_such_package); install them with: "
+        "pip install 'hard-spurious-imagenet[models]'"
+    )
 
 
 def test_sam_without_torch_is_a_usage_error_naming_the_extra(tmp_path, capsys, monkeypatch):
     find_spec = importlib.util.find_spec  # what the registry asks whether a package is installed
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *rest: None if name == "torch" else find_spec(name, *rest))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *rest: None if name == "torch" else find_spec(name, *rest)
+    )
     tree = write_tree(tmp_path / "imagenet", count=2)
-    assert main(["extract", "--no-progress", "--source", str(tree.root), "--out", str(tmp_path / "out"),
-                 "--masker", "sam"]) == 2
+    assert (
+        main(
+            ["extract", "--no-progress", "--source", str(tree.root), "--out", str(tmp_path / "out"), "--masker", "sam"]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "the masker 'sam' needs optional packages that are not installed (torch)" in err
     assert "pip install 'hard-spurious-imagenet[models]'" in err

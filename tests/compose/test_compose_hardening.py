@@ -45,8 +45,9 @@ def pixels(jpg: bytes) -> np.ndarray:
 def test_random_corner_records_the_requested_placement_and_the_corner_it_landed_in(tmp_path):
     write_parts(tmp_path / "parts", {"val": fake_images(WNIDS, per_class=4)})
     overrides = {"name": "corners", "positions": ["random-corner", "bottom-left", "top-right"]}
-    composed = compose_dataset(tmp_path / "parts", "hard-spurious-imagenet", tmp_path / "out", options=QUIET,
-                               overrides=overrides)
+    composed = compose_dataset(
+        tmp_path / "parts", "hard-spurious-imagenet", tmp_path / "out", options=QUIET, overrides=overrides
+    )
     samples = samples_of(composed.dataset_dir)
     landed = Counter()
     for _, meta, _ in samples:
@@ -78,8 +79,12 @@ def test_group_names_follow_the_requested_placement_only():
 
 @pytest.mark.parametrize("box", [(0, 0, 4, 159), (0, 50, 159, 57), (70, 0, 71, 119)])  # 5x160, 160x8, 2x120
 def test_ar_variant_keeps_the_aspect_ratio_of_extreme_boxes(tmp_path, box):
-    images = [FakeImage(f"ILSVRC2012_val_{i + 1:08d}", wnid, (255, 255, 255 - i), (0, 45 * i, 0),
-                        image_size=(160, 160), box=box) for i, wnid in enumerate(WNIDS[:2])]
+    images = [
+        FakeImage(
+            f"ILSVRC2012_val_{i + 1:08d}", wnid, (255, 255, 255 - i), (0, 45 * i, 0), image_size=(160, 160), box=box
+        )
+        for i, wnid in enumerate(WNIDS[:2])
+    ]
     write_parts(tmp_path / "parts", {"val": images})
     composed = compose_dataset(tmp_path / "parts", "hard-spurious-imagenet-ar", tmp_path / "out", options=QUIET)
     crop_w, crop_h = box[2] - box[0] + 1, box[3] - box[1] + 1
@@ -102,8 +107,17 @@ def test_ar_variant_keeps_the_aspect_ratio_of_extreme_boxes(tmp_path, box):
 
 
 def ten_command(parts: Path, out: Path, *extra: str) -> list[str]:
-    return ["compose", "--parts", str(parts), "--out", str(out), "--variant", "hard-spurious-imagenet-10",
-            "--no-progress", *extra]
+    return [
+        "compose",
+        "--parts",
+        str(parts),
+        "--out",
+        str(out),
+        "--variant",
+        "hard-spurious-imagenet-10",
+        "--no-progress",
+        *extra,
+    ]
 
 
 def test_ten_with_missing_classes_is_refused_and_says_which(tmp_path, capsys):
@@ -147,7 +161,7 @@ def paper_crop(image: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
     h, w = image.shape[:2]
     normalised = [[box[0] / w, box[1] / h, box[2] / w, box[3] / h]]
     xyxy = (torch.Tensor(normalised) * torch.Tensor([w, h, w, h]))[-1, :].numpy()
-    return image[int(xyxy[1]):int(xyxy[3]), int(xyxy[0]):int(xyxy[2]), :]
+    return image[int(xyxy[1]) : int(xyxy[3]), int(xyxy[0]) : int(xyxy[2]), :]
 
 
 def moved_values(size: int) -> list[int]:
@@ -167,7 +181,7 @@ def test_paper_exact_crop_reproduces_the_papers_object_pixels_on_planted_boxes()
     boxes = [(10, 20, 300, 200), (0, 0, width - 1, height - 1), (17, 33, mx[-1], my[-1]), (5, 6, 7, 8)]
     for box in boxes:
         x0, y0, x1, y1 = box
-        inclusive = image[y0:y1 + 1, x0:x1 + 1]  # what extract stores as crop.png
+        inclusive = image[y0 : y1 + 1, x0 : x1 + 1]  # what extract stores as crop.png
         (a, b, c, d), clipped = crop_window(box, width, height, "exclusive", "float32-normalised")
         assert not clipped and np.array_equal(inclusive[b:d, a:c], paper_crop(image, box)), box
         # our default keeps the whole inclusive box
@@ -180,12 +194,32 @@ def test_paper_exact_crop_reproduces_the_papers_object_pixels_on_planted_boxes()
 
 def test_paper_exact_flag_sets_the_papers_crop_donors_and_corner_draw(tmp_path, capsys):
     write_parts(tmp_path / "parts", {"val": fake_images(WNIDS, per_class=6)})
-    assert main(["compose", "--parts", str(tmp_path / "parts"), "--out", str(tmp_path / "out"), "--paper-exact",
-                 "--name", "paper", "--positions", "center,random-corner", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "compose",
+                "--parts",
+                str(tmp_path / "parts"),
+                "--out",
+                str(tmp_path / "out"),
+                "--paper-exact",
+                "--name",
+                "paper",
+                "--positions",
+                "center,random-corner",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     manifest = json.loads((tmp_path / "out" / "paper" / "_info.json").read_text())
     spec = manifest["spec"]
     assert (spec["crop"], spec["box_rounding"], spec["donors"], spec["corner_draw"]) == (
-        "exclusive", "float32-normalised", "per-class", "per-composite")
+        "exclusive",
+        "float32-normalised",
+        "per-class",
+        "per-composite",
+    )
     samples = samples_of(tmp_path / "out" / "paper")
     donor_classes: dict[str, set] = {}
     corners: dict[tuple, set] = {}
@@ -233,8 +267,11 @@ def test_balanced_is_the_default_for_a_new_spec_and_the_named_variants_keep_per_
         assert load_variant(name).donors == "per-image"
     write_parts(tmp_path / "parts", {"val": fake_images(WNIDS, per_class=4)})
     composed = compose_dataset(tmp_path / "parts", str(spec_file), tmp_path / "out", options=QUIET)
-    used = Counter(meta["background_source_id"] for _, meta, _ in samples_of(composed.dataset_dir)
-                   if meta["background"] == "random")
+    used = Counter(
+        meta["background_source_id"]
+        for _, meta, _ in samples_of(composed.dataset_dir)
+        if meta["background"] == "random"
+    )
     assert len(used) == 12 and set(used.values()) == {1}  # 12 images, one size: each background once
 
 
@@ -257,8 +294,9 @@ def test_export_writes_the_papers_image_folders_byte_identical(tmp_path, capsys)
         assert path.read_bytes() == members["jpg"]
     written = json.loads((folder / "_export.json").read_text())
     assert len(written["files"]) == len(samples) == 6 * 12 and written["group_numbers"] == numbers
-    assert all(hashlib.sha256((folder / row["path"]).read_bytes()).hexdigest() == row["sha256"]
-               for row in written["files"])
+    assert all(
+        hashlib.sha256((folder / row["path"]).read_bytes()).hexdigest() == row["sha256"] for row in written["files"]
+    )
     from torchvision.datasets import ImageFolder
 
     group_3 = ImageFolder(str(folder / "val" / "56" / "Group_3"))
@@ -271,14 +309,17 @@ def test_export_writes_the_papers_image_folders_byte_identical(tmp_path, capsys)
 def test_export_refuses_a_foreign_folder_and_groups_the_paper_has_no_number_for(tmp_path, capsys):
     write_parts(tmp_path / "parts", {"val": fake_images(WNIDS, per_class=1)})
     overrides = {"name": "sides", "positions": ["left", "center"], "backgrounds": ["original", "gray"]}
-    composed = compose_dataset(tmp_path / "parts", "hard-spurious-imagenet", tmp_path / "out", options=QUIET,
-                               overrides=overrides)
+    composed = compose_dataset(
+        tmp_path / "parts", "hard-spurious-imagenet", tmp_path / "out", options=QUIET, overrides=overrides
+    )
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")
     for flags in ([], ["--overwrite"]):
-        assert main(["export", str(composed.dataset_dir), "--imagefolder", str(foreign), "--layout", "groups",
-                     *flags]) == 2
+        assert (
+            main(["export", str(composed.dataset_dir), "--imagefolder", str(foreign), "--layout", "groups", *flags])
+            == 2
+        )
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"] and "not an export" in capsys.readouterr().err
     assert main(["export", str(composed.dataset_dir), "--imagefolder", str(tmp_path / "paper")]) == 2
     assert "--layout groups" in capsys.readouterr().err and not (tmp_path / "paper").exists()
@@ -293,8 +334,16 @@ def test_export_refuses_a_foreign_folder_and_groups_the_paper_has_no_number_for(
 
 def test_paste_mask_on_box_masker_parts_is_noted_and_recorded(tmp_path, capsys):
     write_parts(tmp_path / "parts", {"val": fake_images(WNIDS, per_class=1)})  # the factory's masker is "box"
-    base = ["compose", "--parts", str(tmp_path / "parts"), "--out", str(tmp_path / "out"), "--sizes", "56",
-            "--no-progress"]
+    base = [
+        "compose",
+        "--parts",
+        str(tmp_path / "parts"),
+        "--out",
+        str(tmp_path / "out"),
+        "--sizes",
+        "56",
+        "--no-progress",
+    ]
     assert main([*base, "--paste", "mask", "--name", "masked"]) == 0
     assert "identical to --paste box" in capsys.readouterr().out
     masked = json.loads((tmp_path / "out" / "masked" / "_info.json").read_text())

@@ -42,7 +42,9 @@ def test_a_collecting_handler_skips_bad_members_and_says_why(tmp_path):
     errors: list[ShardReadError] = []
     assert list(iter_shard(path, handler=collect_read_errors(errors))) == [("a", {"jpg": b"1"}), ("b", {"cls": b"3"})]
     assert [(e.reason, e.shard, e.key) for e in errors] == [
-        ("unsafe-member", "val-00003.tar", "/etc/evil.json"), ("duplicate-member", "val-00003.tar", "a")]
+        ("unsafe-member", "val-00003.tar", "/etc/evil.json"),
+        ("duplicate-member", "val-00003.tar", "a"),
+    ]
 
 
 def test_an_unreadable_or_truncated_tar_is_one_fatal_error(tmp_path):

@@ -16,7 +16,10 @@ def test_compose_error_rows_carry_their_split_and_shard(tmp_path, capsys):
     # One image of a class no other class can lend a background to cannot get a random background.
     write_parts(tmp_path / "parts", {"val": fake_images(["n01443537"], per_class=2)})
     assert main(["compose", "--parts", str(tmp_path / "parts"), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
-    rows = [json.loads(line) for line in (tmp_path / "out" / "hard-spurious-imagenet" / "errors.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line)
+        for line in (tmp_path / "out" / "hard-spurious-imagenet" / "errors.jsonl").read_text().splitlines()
+    ]
     assert rows and {row["reason"] for row in rows} == {"no-foreign-background"}
     assert {row["split"] for row in rows} == {"val"} and {row["shard"] for row in rows} == {"val-00000.tar"}
     manifest = json.loads((tmp_path / "out" / "hard-spurious-imagenet" / "_info.json").read_text())
@@ -58,4 +61,6 @@ def test_a_programming_error_in_validate_is_a_traceback_not_a_usage_error(tmp_pa
 def test_a_usage_error_in_validate_exits_2_with_one_line(tmp_path, capsys):
     assert main(["validate", str(tmp_path / "missing")]) == 2
     assert capsys.readouterr().err.strip() == (
-        f"hsi validate: error: {tmp_path / 'missing'} is not a folder; pass a composed config folder (OUT/<config>) or a parts folder")
+        f"hsi validate: error: {tmp_path / 'missing'} is not a folder; pass a composed config folder (OUT/<config>) "
+        "or a parts folder"
+    )

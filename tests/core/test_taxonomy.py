@@ -12,9 +12,11 @@ def test_group_names_and_tiers():
     assert group_name("bottom-left", "gray") == "bottom-left/gray"
     assert group_name("top-right", "original", margin=4) == "top-right/original"
     assert group_name("xy:0.25,0.75", "noise") == "xy:0.25,0.75/noise"
-    expected = {"Easy": {("CeO", 84), ("CeO", 112), ("CoO", 84), ("CoO", 112)},
-                "Medium": {("CeO", 56), ("CoO", 56), ("CeR", 112), ("CoR", 112)},
-                "Hard": {("CeR", 56), ("CeR", 84), ("CoR", 56), ("CoR", 84)}}
+    expected = {
+        "Easy": {("CeO", 84), ("CeO", 112), ("CoO", 84), ("CoO", 112)},
+        "Medium": {("CeO", 56), ("CoO", 56), ("CeR", 112), ("CoR", 112)},
+        "Hard": {("CeR", 56), ("CeR", 84), ("CoR", 56), ("CoR", 84)},
+    }
     for tier, pairs in expected.items():
         assert {pair for pair, t in TIERS.items() if t == tier} == pairs
     assert tier_of("CeO", 84, 224) == "Easy" and tier_of("CeO", 84, 448) is None
@@ -23,6 +25,12 @@ def test_group_names_and_tiers():
 
 def test_paper_groups_come_first_in_the_papers_order():
     assert sorted_groups(["top-right/gray", "CoR", "CeO", "bottom-left/noise", "CeR", "CoO", "CeO"]) == [
-        "CeO", "CoO", "CeR", "CoR", "bottom-left/noise", "top-right/gray"]
+        "CeO",
+        "CoO",
+        "CeR",
+        "CoR",
+        "bottom-left/noise",
+        "top-right/gray",
+    ]
     assert group_sort_key("CeO") < group_sort_key("CoR") < group_sort_key("a/b")
     assert sorted(["none", "Hard", "Easy", "Medium"], key=tier_sort_key) == ["Easy", "Medium", "Hard", "none"]

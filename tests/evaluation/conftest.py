@@ -6,11 +6,12 @@ import warnings
 from pathlib import Path
 
 import pytest
-
-from builder.core.stage import RunOptions
-from builder.compose.stage import compose_dataset
 from parts_factory import FakeImage, write_parts
 from planted import flat_images, save_planted
+
+from builder.compose.stage import compose_dataset
+from builder.core.stage import RunOptions
+
 
 @pytest.fixture(autouse=True)
 def _quiet_tracer():
@@ -31,14 +32,20 @@ def flat_parts(tmp_path_factory) -> tuple[Path, list[FakeImage]]:
 def paper_set(flat_parts, tmp_path_factory) -> Path:
     """The paper's config on 6 images: 72 composites in shards of 2 images (24 composites)."""
     out = tmp_path_factory.mktemp("eval-composed")
-    return compose_dataset(flat_parts[0], "hard-spurious-imagenet", out, options=RunOptions(progress=False), overrides={"shard_size": 24}).dataset_dir
+    return compose_dataset(
+        flat_parts[0], "hard-spurious-imagenet", out, options=RunOptions(progress=False), overrides={"shard_size": 24}
+    ).dataset_dir
 
 
 @pytest.fixture(scope="session")
 def planted_corner(flat_parts, tmp_path_factory) -> Path:
-    return save_planted(tmp_path_factory.mktemp("planted") / "planted_corner.pt", flat_parts[1], background_on_corner=True)
+    return save_planted(
+        tmp_path_factory.mktemp("planted") / "planted_corner.pt", flat_parts[1], background_on_corner=True
+    )
 
 
 @pytest.fixture(scope="session")
 def planted_finder(flat_parts, tmp_path_factory) -> Path:
-    return save_planted(tmp_path_factory.mktemp("planted") / "planted_finder.pt", flat_parts[1], background_on_corner=False)
+    return save_planted(
+        tmp_path_factory.mktemp("planted") / "planted_finder.pt", flat_parts[1], background_on_corner=False
+    )

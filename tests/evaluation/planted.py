@@ -15,14 +15,14 @@ test sets, so such a prediction is always an error.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
+from parts_factory import FakeImage, distinct_color
 from torch import nn
 
 from builder.core.classes import class_of
-from parts_factory import FakeImage, distinct_color
 
 NO_MATCH_CLASS = 0
 WNIDS = ["n01443537", "n02437312", "n02134084"]  # goldfish, Arabian camel, ice bear
@@ -49,9 +49,15 @@ def flat_images(wnids=WNIDS, per_class: int = 2) -> list[FakeImage]:
 
 
 class PlantedPredictor(nn.Module):
-    def __init__(self, object_colors: Sequence[Sequence[int]], object_classes: Sequence[int],
-                 background_colors: Sequence[Sequence[int]], background_classes: Sequence[int],
-                 background_on_corner: bool, num_outputs: int = 1000):
+    def __init__(
+        self,
+        object_colors: Sequence[Sequence[int]],
+        object_classes: Sequence[int],
+        background_colors: Sequence[Sequence[int]],
+        background_classes: Sequence[int],
+        background_on_corner: bool,
+        num_outputs: int = 1000,
+    ):
         super().__init__()
         self.register_buffer("object_colors", torch.tensor(object_colors, dtype=torch.float32))
         self.register_buffer("object_classes", torch.tensor(object_classes, dtype=torch.long))
@@ -71,7 +77,9 @@ class PlantedPredictor(nn.Module):
         background = pixels[:, :, h - 1, 0]  # bottom-left: never covered by centre or top-right objects
         distance = torch.cdist(background, self.background_colors)
         background_class = self.background_classes[distance.argmin(1)]
-        background_class = torch.where(distance.min(1).values > 20, torch.full_like(background_class, NO_MATCH_CLASS), background_class)
+        background_class = torch.where(
+            distance.min(1).values > 20, torch.full_like(background_class, NO_MATCH_CLASS), background_class
+        )
         visible = count > 0
         corner = bright[:, : h // 4, (3 * w) // 4 :].sum((1, 2)) > 0
         use_object = visible & ~corner if self.corner_rule else visible
@@ -84,8 +92,13 @@ def save_planted(path: Path, images, background_on_corner: bool, size: int = 224
     by_class = {}
     for image in images:
         by_class.setdefault(image.wnid, image.background_color)
-    module = PlantedPredictor([im.crop_color for im in images], [class_of(im.wnid).index for im in images],
-                              list(by_class.values()), [class_of(w).index for w in by_class], background_on_corner)
+    module = PlantedPredictor(
+        [im.crop_color for im in images],
+        [class_of(im.wnid).index for im in images],
+        list(by_class.values()),
+        [class_of(w).index for w in by_class],
+        background_on_corner,
+    )
     module.eval()
     traced = torch.jit.trace(module, torch.rand(2, 3, size, size))
     traced.save(str(path))

@@ -20,20 +20,46 @@ def validated(paper_set, flat_parts, tmp_path_factory):
     return dataset
 
 
-def test_release_card_gets_a_results_section_from_eval_reports(validated, planted_corner, planted_finder, tmp_path, capsys):
+def test_release_card_gets_a_results_section_from_eval_reports(
+    validated, planted_corner, planted_finder, tmp_path, capsys
+):
     evals = tmp_path / "evals"
-    assert main(["eval", str(validated), "--models", f"ts:{planted_corner},ts:{planted_finder}", "--mean", "0", "--std", "1",
-                 "--out", str(evals), "--workers", "0", "--no-progress", "--bootstrap", "100"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(validated),
+                "--models",
+                f"ts:{planted_corner},ts:{planted_finder}",
+                "--mean",
+                "0",
+                "--std",
+                "1",
+                "--out",
+                str(evals),
+                "--workers",
+                "0",
+                "--no-progress",
+                "--bootstrap",
+                "100",
+            ]
+        )
+        == 0
+    )
     release = tmp_path / "release" / "hard-spurious-imagenet"
-    assert main(["release", str(validated), "--out", str(release), "--results", str(evals)]) == 0, capsys.readouterr().err
+    assert main(["release", str(validated), "--out", str(release), "--results", str(evals)]) == 0, (
+        capsys.readouterr().err
+    )
     card = (release / "README.md").read_text()
-    section = card[card.index("## Results"): card.index("## Usage")]
+    section = card[card.index("## Results") : card.index("## Usage")]
     report = json.loads((evals / "ts_planted_corner.pt" / "eval.json").read_text())
     sha = report["model"]["checkpoint_sha256"]
     assert f"`{sha}`" in section and "`ts:planted_corner.pt`" in section and "canvas as is (no crop)" in section
     assert "| model | split | top-1 | CeO | CoO | CeR | CoR | mean over groups | worst group |" in section
-    assert "| `ts:planted_corner.pt` | val | 0.750 [0.750, 0.750] | 1.000 [1.000, 1.000] | 1.000 [1.000, 1.000] | " \
-           "1.000 [1.000, 1.000] | 0.000 [0.000, 0.000] | 0.750 [0.750, 0.750] | CoR 0.000 [0.000, 0.000] |" in section
+    assert (
+        "| `ts:planted_corner.pt` | val | 0.750 [0.750, 0.750] | 1.000 [1.000, 1.000] | 1.000 [1.000, 1.000] | "
+        "1.000 [1.000, 1.000] | 0.000 [0.000, 0.000] | 0.750 [0.750, 0.750] | CoR 0.000 [0.000, 0.000] |" in section
+    )
     assert section.index("planted_finder") < section.index("planted_corner")  # best worst group first
     plot = "results/hard-spurious-imagenet_ts_planted_corner.pt_accuracy_vs_size.png"
     assert f"]({plot})" in section and (release / plot).is_file()
@@ -41,8 +67,30 @@ def test_release_card_gets_a_results_section_from_eval_reports(validated, plante
 
 def test_results_of_other_data_are_refused(validated, planted_corner, tmp_path, capsys):
     evals = tmp_path / "evals"
-    assert main(["eval", str(validated), "--model", f"ts:{planted_corner}", "--mean", "0", "--std", "1", "--out", str(evals),
-                 "--workers", "0", "--no-progress", "--bootstrap", "50", "--limit", "10"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(validated),
+                "--model",
+                f"ts:{planted_corner}",
+                "--mean",
+                "0",
+                "--std",
+                "1",
+                "--out",
+                str(evals),
+                "--workers",
+                "0",
+                "--no-progress",
+                "--bootstrap",
+                "50",
+                "--limit",
+                "10",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["release", str(validated), "--out", str(tmp_path / "r1"), "--results", str(evals)]) == 2
     assert "cover only the first 10 samples" in capsys.readouterr().err

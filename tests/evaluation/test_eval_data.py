@@ -10,11 +10,11 @@ import numpy as np
 import torch
 from PIL import Image
 
-from hsi.cli import main
 from builder.core.shards import iter_shard, write_shard
 from evaluation.data import prepare_image
 from evaluation.models import LoadedModel, ModelOptions, Preprocessing, load_model
 from evaluation.predict import run_predictions
+from hsi.cli import main
 
 RAW = ModelOptions(mean=(0, 0, 0), std=(1, 1, 1))
 
@@ -29,7 +29,9 @@ def rewrite_shard(path, change):
     write_shard(path, [s for s in samples if s is not None])
 
 
-def test_bad_samples_and_broken_shards_are_counted_rows_and_the_run_goes_on(paper_set, planted_corner, tmp_path, capsys):
+def test_bad_samples_and_broken_shards_are_counted_rows_and_the_run_goes_on(
+    paper_set, planted_corner, tmp_path, capsys
+):
     dataset = copy_dataset(paper_set, tmp_path / "hard-spurious-imagenet")
     shards = sorted(dataset.glob("val-*.tar"))
     assert len(shards) == 3
@@ -38,8 +40,28 @@ def test_bad_samples_and_broken_shards_are_counted_rows_and_the_run_goes_on(pape
     data = shards[2].read_bytes()
     shards[2].write_bytes(data[: len(data) // 2 + 100])  # cut mid-member: the tar breaks off
     out = tmp_path / "out"
-    assert main(["eval", str(dataset), "--model", f"ts:{planted_corner}", "--mean", "0", "--std", "1", "--out", str(out),
-                 "--workers", "2", "--no-progress", "--bootstrap", "100"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(dataset),
+                "--model",
+                f"ts:{planted_corner}",
+                "--mean",
+                "0",
+                "--std",
+                "1",
+                "--out",
+                str(out),
+                "--workers",
+                "2",
+                "--no-progress",
+                "--bootstrap",
+                "100",
+            ]
+        )
+        == 0
+    )
     report = json.loads((out / "ts_planted_corner.pt" / "eval.json").read_text())
     errors = report["metrics"]["errors"]
     assert errors["by_reason"] == {"undecodable-sample": 1, "unreadable-shard": 1}
@@ -58,14 +80,36 @@ def test_a_config_without_group_metadata_is_plain_accuracy_and_says_so(paper_set
 
     def strip(key, members):
         meta = json.loads(members["json"])
-        members["json"] = json.dumps({"wnid": meta["wnid"], "class_index": meta["class_index"], "source_id": meta["source_id"]}).encode()
+        members["json"] = json.dumps(
+            {"wnid": meta["wnid"], "class_index": meta["class_index"], "source_id": meta["source_id"]}
+        ).encode()
         return key, members
 
     for shard in sorted(dataset.glob("val-*.tar")):
         rewrite_shard(shard, strip)
     out = tmp_path / "out"
-    assert main(["eval", str(dataset), "--model", f"ts:{planted_corner}", "--mean", "0", "--std", "1", "--out", str(out),
-                 "--workers", "0", "--no-progress", "--bootstrap", "100"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(dataset),
+                "--model",
+                f"ts:{planted_corner}",
+                "--mean",
+                "0",
+                "--std",
+                "1",
+                "--out",
+                str(out),
+                "--workers",
+                "0",
+                "--no-progress",
+                "--bootstrap",
+                "100",
+            ]
+        )
+        == 0
+    )
     report = json.loads((out / "ts_planted_corner.pt" / "eval.json").read_text())
     metrics = report["metrics"]
     assert metrics["has_groups"] is False and "by_group" not in metrics
@@ -77,8 +121,15 @@ def test_a_config_without_group_metadata_is_plain_accuracy_and_says_so(paper_set
 
 def test_limit_reads_the_same_samples_whatever_the_worker_count(paper_set, planted_corner):
     model = load_model(f"ts:{planted_corner}", RAW)
-    keys = [[r["key"] for r in run_predictions(model, paper_set, split="val", workers=w, batch_size=7, limit=30, progress=False).rows]
-            for w in (0, 2)]
+    keys = [
+        [
+            r["key"]
+            for r in run_predictions(
+                model, paper_set, split="val", workers=w, batch_size=7, limit=30, progress=False
+            ).rows
+        ]
+        for w in (0, 2)
+    ]
     assert keys[0] == keys[1] and len(keys[0]) == 30
     everything = run_predictions(model, paper_set, split="val", workers=2, batch_size=7, progress=False)
     assert len(everything.rows) == 72 and len({r["key"] for r in everything.rows}) == 72
@@ -115,8 +166,16 @@ def test_out_of_memory_halves_the_batch_and_says_so(paper_set, planted_corner):
     wrapped = OutOfMemoryAbove(plain.module, 5)
     messages = []
     loaded = LoadedModel("planted-oom", wrapped, plain.preprocessing)
-    run = run_predictions(loaded, paper_set, split="val", workers=0, batch_size=16, progress=False, announce=messages.append)
-    assert messages == ["hsi eval: out of memory on cpu; batch halved to 8", "hsi eval: out of memory on cpu; batch halved to 4"]
+    run = run_predictions(
+        loaded, paper_set, split="val", workers=0, batch_size=16, progress=False, announce=messages.append
+    )
+    assert messages == [
+        "hsi eval: out of memory on cpu; batch halved to 8",
+        "hsi eval: out of memory on cpu; batch halved to 4",
+    ]
     assert run.metadata["run"]["batch_halved_to"] == 4 and max(wrapped.sizes[3:]) <= 4
-    strip = lambda rows: [{k: v for k, v in r.items()} for r in rows]
+
+    def strip(rows):
+        return [{k: v for k, v in r.items()} for r in rows]
+
     assert strip(run.rows) == strip(reference.rows)

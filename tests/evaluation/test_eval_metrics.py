@@ -10,14 +10,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hsi.cli import main
-from builder.core.stage import RunOptions
 from builder.compose.stage import compose_dataset
+from builder.core.stage import RunOptions
 from evaluation.bootstrap import BootstrapSettings
 from evaluation.metrics import compute_metrics
 from evaluation.models import ModelOptions, load_model
 from evaluation.predict import run_predictions
 from evaluation.predictions import read_predictions
+from hsi.cli import main
 
 RAW = ["--mean", "0", "--std", "1"]  # planted predictors read raw [0, 1] pixels
 
@@ -29,8 +29,29 @@ def cells(rows, *keys, metric="top1"):
 @pytest.fixture(scope="module")
 def planted_run(paper_set, planted_corner, tmp_path_factory):
     out = tmp_path_factory.mktemp("planted-eval")
-    assert main(["eval", str(paper_set), "--model", f"ts:{planted_corner}", *RAW, "--out", str(out), "--split", "val",
-                 "--workers", "2", "--batch-size", "10", "--no-progress", "--bootstrap", "300"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(paper_set),
+                "--model",
+                f"ts:{planted_corner}",
+                *RAW,
+                "--out",
+                str(out),
+                "--split",
+                "val",
+                "--workers",
+                "2",
+                "--batch-size",
+                "10",
+                "--no-progress",
+                "--bootstrap",
+                "300",
+            ]
+        )
+        == 0
+    )
     folder = out / "ts_planted_corner.pt"
     return folder, json.loads((folder / "eval.json").read_text())
 
@@ -41,11 +62,14 @@ def test_planted_predictor_gives_exact_group_accuracies(planted_run):
     assert metrics["samples"] == 72 and metrics["sources"] == 6 and metrics["errors"]["total"] == 0
     assert cells(metrics["by_group"], "group") == {("CeO",): 1.0, ("CoO",): 1.0, ("CeR",): 1.0, ("CoR",): 0.0}
     assert set(cells(metrics["by_group_size"], "group", "size").items()) == {
-        ((g, s), 0.0 if g == "CoR" else 1.0) for g in ("CeO", "CoO", "CeR", "CoR") for s in (56, 84, 112)}
+        ((g, s), 0.0 if g == "CoR" else 1.0) for g in ("CeO", "CoO", "CeR", "CoR") for s in (56, 84, 112)
+    }
     # tiers: Easy = O at 84/112; Medium = O at 56 + R at 112 (half CoR); Hard = R at 56/84 (half CoR)
     assert cells(metrics["by_tier"], "tier") == {("Easy",): 1.0, ("Medium",): 0.75, ("Hard",): 0.5}
     assert cells(metrics["by_position_size"], "position", "size") == {
-        **{("center", s): 1.0 for s in (56, 84, 112)}, **{("top-right", s): 0.5 for s in (56, 84, 112)}}
+        **{("center", s): 1.0 for s in (56, 84, 112)},
+        **{("top-right", s): 0.5 for s in (56, 84, 112)},
+    }
     assert cells(metrics["by_background"], "background") == {("original",): 1.0, ("random",): 0.5}
     summary = metrics["groups_summary"]
     assert summary["mean_over_groups"]["value"] == 0.75
@@ -76,7 +100,10 @@ def test_planted_background_class_shares_are_exactly_one_and_zero(planted_run):
 
 def test_reports_plots_and_predictions_carry_what_they_promise(planted_run):
     folder, report = planted_run
-    assert sorted(p.name for p in (folder / "plots").iterdir()) == ["accuracy_vs_size.png", "background_class_share.png"]
+    assert sorted(p.name for p in (folder / "plots").iterdir()) == [
+        "accuracy_vs_size.png",
+        "background_class_share.png",
+    ]
     assert report["preprocessing"]["cropped"] is False and report["preprocessing"]["crop_pct"] is None
     md = (folder / "eval.md").read_text()
     assert "not centre-cropped" in md and "| CoR | 0.000 [0.000, 0.000]" in md
@@ -107,12 +134,26 @@ def random_predictions(n_sources=30, per_source=4, seed=1) -> pd.DataFrame:
     for s in range(n_sources):
         for i in range(per_source):
             correct = bool(rng.random() < 0.6)
-            rows.append({"key": f"s{s}_{i}", "status": "ok", "source_id": f"src{s}", "correct": correct,
-                         "correct_top5": correct or bool(rng.random() < 0.5), "group": ["CeO", "CoR"][i % 2],
-                         "size": 56, "position": ["center", "top-right"][i % 2], "tier": None,
-                         "background": ["original", "random"][i % 2], "background_class_index": 3,
-                         "label_class": 1, "pred_class": 1 if correct else 3, "prob_background_class": 0.1,
-                         "detail": None, "shard": "x"})
+            rows.append(
+                {
+                    "key": f"s{s}_{i}",
+                    "status": "ok",
+                    "source_id": f"src{s}",
+                    "correct": correct,
+                    "correct_top5": correct or bool(rng.random() < 0.5),
+                    "group": ["CeO", "CoR"][i % 2],
+                    "size": 56,
+                    "position": ["center", "top-right"][i % 2],
+                    "tier": None,
+                    "background": ["original", "random"][i % 2],
+                    "background_class_index": 3,
+                    "label_class": 1,
+                    "pred_class": 1 if correct else 3,
+                    "prob_background_class": 0.1,
+                    "detail": None,
+                    "shard": "x",
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -134,8 +175,13 @@ def test_bootstrap_intervals_are_deterministic_per_seed_and_over_source_images()
 
 def test_crop_pct_loses_the_planted_corner_object_the_default_keeps(flat_parts, planted_finder, tmp_path):
     """12 px objects flush in the top-right corner: a 0.875 crop cuts 14 px off every border."""
-    dataset = compose_dataset(flat_parts[0], "hard-spurious-imagenet", tmp_path / "tiny", options=RunOptions(progress=False),
-                              overrides={"sizes": [12], "positions": ["top-right"], "backgrounds": ["random"]}).dataset_dir
+    dataset = compose_dataset(
+        flat_parts[0],
+        "hard-spurious-imagenet",
+        tmp_path / "tiny",
+        options=RunOptions(progress=False),
+        overrides={"sizes": [12], "positions": ["top-right"], "backgrounds": ["random"]},
+    ).dataset_dir
     model = load_model(f"ts:{planted_finder}", ModelOptions(mean=(0, 0, 0), std=(1, 1, 1)))
     default = run_predictions(model, dataset, split="val", workers=0, progress=False)
     cropped_model = load_model(f"ts:{planted_finder}", ModelOptions(mean=(0, 0, 0), std=(1, 1, 1), crop_pct=0.875))
@@ -144,18 +190,43 @@ def test_crop_pct_loses_the_planted_corner_object_the_default_keeps(flat_parts, 
     assert all(r["correct"] for r in default.rows)  # the object is seen
     assert not any(r["correct"] for r in cropped.rows)  # the object is cut away: the background's class
     assert all(r["pred_class"] == r["meta"]["background_class_index"] for r in cropped.rows)
-    assert cropped.metadata["preprocessing"]["cropped"] and "centre crop 224x224 (crop_pct 0.875)" in cropped.metadata["preprocessing"]["description"]
+    assert (
+        cropped.metadata["preprocessing"]["cropped"]
+        and "centre crop 224x224 (crop_pct 0.875)" in cropped.metadata["preprocessing"]["description"]
+    )
     assert default.metadata["preprocessing"]["description"].startswith("canvas as is")
 
 
 def test_more_than_two_placements_get_a_position_by_size_heat_map(flat_parts, planted_corner, tmp_path):
     from PIL import Image
 
-    dataset = compose_dataset(flat_parts[0], "hard-spurious-imagenet", tmp_path / "three", options=RunOptions(progress=False),
-                              overrides={"sizes": "56,84", "positions": "center,top-right,bottom-left", "backgrounds": "original"}).dataset_dir
+    dataset = compose_dataset(
+        flat_parts[0],
+        "hard-spurious-imagenet",
+        tmp_path / "three",
+        options=RunOptions(progress=False),
+        overrides={"sizes": "56,84", "positions": "center,top-right,bottom-left", "backgrounds": "original"},
+    ).dataset_dir
     out = tmp_path / "out"
-    assert main(["eval", str(dataset), "--model", f"ts:{planted_corner}", *RAW, "--out", str(out), "--workers", "0",
-                 "--no-progress", "--bootstrap", "50"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(dataset),
+                "--model",
+                f"ts:{planted_corner}",
+                *RAW,
+                "--out",
+                str(out),
+                "--workers",
+                "0",
+                "--no-progress",
+                "--bootstrap",
+                "50",
+            ]
+        )
+        == 0
+    )
     folder = out / "ts_planted_corner.pt"
     metrics = json.loads((folder / "eval.json").read_text())["metrics"]
     assert sorted({r["position"] for r in metrics["by_position_size"]}) == ["bottom-left", "center", "top-right"]

@@ -14,8 +14,8 @@ import timm
 import torch
 import torchvision
 
-from hsi.cli import main
 from evaluation.models import ModelError, ModelOptions, load_model
+from hsi.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,13 +94,35 @@ def test_torchvision_checkpoint_and_offline_refusal(tmp_path, monkeypatch):
 def test_offline_pretrained_timm_weights_error_names_flag_variable_and_hub(tmp_path, paper_set):
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf-home"))
     env.pop("HF_HUB_CACHE", None)
-    result = subprocess.run([sys.executable, "-m", "hsi.cli", "eval", str(paper_set), "--split", "val",
-                             "--model", "timm:test_resnet", "--out", str(tmp_path / "out")],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hsi.cli",
+            "eval",
+            str(paper_set),
+            "--split",
+            "val",
+            "--model",
+            "timm:test_resnet",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 2, result.stderr
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("hsi eval: error: the pretrained weights of timm:test_resnet are not available offline")
-    assert "--checkpoint FILE" in error and "HF_HOME" in error and "HF_HUB_OFFLINE" in error and "https://huggingface.co/timm/test_resnet.r160_in1k" in error
+    assert (
+        "--checkpoint FILE" in error
+        and "HF_HOME" in error
+        and "HF_HUB_OFFLINE" in error
+        and "https://huggingface.co/timm/test_resnet.r160_in1k" in error
+    )
     assert not (tmp_path / "out").exists()  # nothing written, no model substituted
 
 
@@ -112,18 +134,35 @@ class SevenWay(torch.nn.Module):
 def test_outputs_that_fit_no_label_space_are_refused_before_any_work(paper_set, tmp_path, capsys):
     path = tmp_path / "seven.pt"
     torch.jit.trace(SevenWay(), torch.rand(1, 3, 224, 224)).save(str(path))
-    code = main(["eval", str(paper_set), "--split", "val", "--model", f"ts:{path}", "--out", str(tmp_path / "out"), "--no-progress"])
+    code = main(
+        [
+            "eval",
+            str(paper_set),
+            "--split",
+            "val",
+            "--model",
+            f"ts:{path}",
+            "--out",
+            str(tmp_path / "out"),
+            "--no-progress",
+        ]
+    )
     assert code == 2
     err = capsys.readouterr().err
-    assert "hsi eval: error: the model has 7 outputs, which fit neither ImageNet-1k (1000) nor this config's 1000 labels" in err
+    assert (
+        "hsi eval: error: the model has 7 outputs, which fit neither ImageNet-1k (1000) nor this config's 1000 labels"
+        in err
+    )
     assert "--classes FILE" in err and not (tmp_path / "out").exists()
 
 
 def test_bad_model_specs_are_usage_errors(paper_set, tmp_path, capsys):
     (tmp_path / "junk.pt").write_bytes(b"not a model")
-    for spec, expected in ((f"ts:{tmp_path / 'nope.pt'}", "no such TorchScript file"),
-                           (f"ts:{tmp_path / 'junk.pt'}", "junk.pt is not a TorchScript file"),
-                           ("timm:no_such_model_xyz", "timm has no model 'no_such_model_xyz'")):
+    for spec, expected in (
+        (f"ts:{tmp_path / 'nope.pt'}", "no such TorchScript file"),
+        (f"ts:{tmp_path / 'junk.pt'}", "junk.pt is not a TorchScript file"),
+        ("timm:no_such_model_xyz", "timm has no model 'no_such_model_xyz'"),
+    ):
         assert main(["eval", str(paper_set), "--split", "val", "--model", spec, "--out", str(tmp_path / "o")]) == 2
         assert expected in capsys.readouterr().err
     assert main(["eval", str(paper_set), "--split", "val", "--out", str(tmp_path / "o")]) == 2

@@ -47,28 +47,61 @@ def lite0(tmp_path_factory):
 def test_efficientnet_lite0_through_the_ts_path_on_the_demo(demo, lite0, tmp_path, capsys):
     path, model = lite0
     out = tmp_path / "eval"
-    assert main(["eval", str(demo / "hard-spurious-imagenet"), "--model", f"ts:{path}", "--mean", "0.5", "--std", "0.5",
-                 "--out", str(out), "--workers", "2", "--no-progress", "--clean", str(demo_source_root()),
-                 "--parts", str(demo / "parts")]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(demo / "hard-spurious-imagenet"),
+                "--model",
+                f"ts:{path}",
+                "--mean",
+                "0.5",
+                "--std",
+                "0.5",
+                "--out",
+                str(out),
+                "--workers",
+                "2",
+                "--no-progress",
+                "--clean",
+                str(demo_source_root()),
+                "--parts",
+                str(demo / "parts"),
+            ]
+        )
+        == 0
+    )
     folder = out / "ts_efficientnet_lite0.pt"
     assert str(folder / "eval.md") in capsys.readouterr().out
     report = json.loads((folder / "eval.json").read_text())
     metrics = report["metrics"]
     assert report["data"]["split"] == "val" and metrics["samples"] == 48 and metrics["sources"] == 4
     assert metrics["overall"]["top1"]["value"] == 0.125 and metrics["overall"]["top5"]["value"] == 0.583333
-    assert {g["group"]: g["top1"]["value"] for g in metrics["by_group"]} == {"CeO": 0.25, "CoO": 0.166667, "CeR": 0.083333, "CoR": 0.0}
-    assert report["clean"]["top1"]["value"] == 0.25 and report["clean"]["images"] == 4 and report["clean"]["missing"] == 0
+    assert {g["group"]: g["top1"]["value"] for g in metrics["by_group"]} == {
+        "CeO": 0.25,
+        "CoO": 0.166667,
+        "CeR": 0.083333,
+        "CoR": 0.0,
+    }
+    assert (
+        report["clean"]["top1"]["value"] == 0.25 and report["clean"]["images"] == 4 and report["clean"]["missing"] == 0
+    )
     assert report["background_only"]["images"] == 4 and report["background_only"]["top1"] == 0.0
     bg = metrics["background_class"]["overall"]
     assert (bg["samples"], bg["errors"], bg["share_of_errors"]["value"]) == (24, 23, 0.0)
-    assert (folder / "background_accuracy.csv").read_text().splitlines()[0] == "wnid,class_index,class_name,images,accuracy"
+    assert (folder / "background_accuracy.csv").read_text().splitlines()[
+        0
+    ] == "wnid,class_index,class_name,images,accuracy"
 
     # the TorchScript path gives the eager model's predictions on the same composites
-    from evaluation.predictions import read_predictions
     from builder.formats.stream import stream
+    from evaluation.predictions import read_predictions
 
     frame, _ = read_predictions(folder / "predictions.parquet")
-    to_input = lambda im: (torch.from_numpy(__import__("numpy").asarray(im).copy()).permute(2, 0, 1).float() / 255 - 0.5) / 0.5
+
+    def to_input(im):
+        return (torch.from_numpy(__import__("numpy").asarray(im).copy()).permute(2, 0, 1).float() / 255 - 0.5) / 0.5
+
     samples = sorted(stream(demo / "hard-spurious-imagenet", split="val", transform=to_input), key=lambda s: s["key"])
     with torch.no_grad():
         eager = model(torch.stack([s["image"] for s in samples])).argmax(1).tolist()
@@ -80,11 +113,27 @@ def test_hsi_eval_on_the_demo_release_with_a_random_init_timm_model(demo, tmp_pa
     checkpoint = tmp_path / "test_resnet_random_init.pth"
     torch.save(timm.create_model("test_resnet", pretrained=False).state_dict(), checkpoint)
     out = tmp_path / "eval"
-    assert main(["eval", str(demo / "hard-spurious-imagenet"), "--model", "timm:test_resnet", "--checkpoint", str(checkpoint),
-                 "--out", str(out), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(demo / "hard-spurious-imagenet"),
+                "--model",
+                "timm:test_resnet",
+                "--checkpoint",
+                str(checkpoint),
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     folder = out / "timm_test_resnet"
-    assert f"reports: {folder / 'eval.md'}" in printed and f"leaderboard (1 models): {out / 'leaderboard.md'}" in printed
+    assert (
+        f"reports: {folder / 'eval.md'}" in printed and f"leaderboard (1 models): {out / 'leaderboard.md'}" in printed
+    )
     report = json.loads((folder / "eval.json").read_text())
     assert report["model"]["checkpoint"] == checkpoint.name and report["metrics"]["samples"] == 48
     assert report["preprocessing"]["input_size"] == [160, 160] and not report["preprocessing"]["cropped"]

@@ -10,20 +10,35 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hsi.cli import main
-from cards.release import build_release
-from evaluation.predictions import read_predictions
 from hub_server import LoopbackHub
 from release_factory import make_composed_dataset
+
+from cards.release import build_release
+from evaluation.predictions import read_predictions
+from hsi.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 RAW = ["--mean", "0", "--std", "1"]
 
 
-def test_leaderboard_of_two_models_sorted_by_worst_group_and_skipped_when_done(paper_set, planted_corner, planted_finder, tmp_path, capsys):
+def test_leaderboard_of_two_models_sorted_by_worst_group_and_skipped_when_done(
+    paper_set, planted_corner, planted_finder, tmp_path, capsys
+):
     out = tmp_path / "board"
-    args = ["eval", str(paper_set), "--models", f"ts:{planted_corner},ts:{planted_finder}", *RAW, "--out", str(out),
-            "--workers", "0", "--no-progress", "--bootstrap", "100"]
+    args = [
+        "eval",
+        str(paper_set),
+        "--models",
+        f"ts:{planted_corner},ts:{planted_finder}",
+        *RAW,
+        "--out",
+        str(out),
+        "--workers",
+        "0",
+        "--no-progress",
+        "--bootstrap",
+        "100",
+    ]
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "leaderboard (2 models)" in printed and str(out / "leaderboard.md") in printed
@@ -47,8 +62,24 @@ def test_leaderboard_of_two_models_sorted_by_worst_group_and_skipped_when_done(p
     listing = tmp_path / "models.yaml"
     listing.write_text(f"- model: ts:{planted_corner.name}\n  mean: 0\n  std: 1\n  crop_pct: 0.875\n")
     (tmp_path / planted_corner.name).write_bytes(planted_corner.read_bytes())
-    assert main(["eval", str(paper_set), "--models", str(listing), "--out", str(tmp_path / "yaml"), "--workers", "0",
-                 "--no-progress", "--bootstrap", "100"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(paper_set),
+                "--models",
+                str(listing),
+                "--out",
+                str(tmp_path / "yaml"),
+                "--workers",
+                "0",
+                "--no-progress",
+                "--bootstrap",
+                "100",
+            ]
+        )
+        == 0
+    )
     report = json.loads((tmp_path / "yaml" / "ts_planted_corner.pt" / "eval.json").read_text())
     assert report["preprocessing"]["crop_pct"] == 0.875
     assert "centre-cropped on purpose" in (tmp_path / "yaml" / "ts_planted_corner.pt" / "eval.md").read_text()
@@ -59,30 +90,72 @@ def printed_skips(capsys) -> int:
 
 
 def test_hf_source_through_the_loopback_hub_matches_the_local_release(planted_finder, tmp_path):
-    release = build_release(tmp_path / "rel" / "hard-spurious-imagenet",
-                            [make_composed_dataset(tmp_path / "composed", splits={"test": 10}, shard_size=4)], version="v1.0.0")
+    release = build_release(
+        tmp_path / "rel" / "hard-spurious-imagenet",
+        [make_composed_dataset(tmp_path / "composed", splits={"test": 10}, shard_size=4)],
+        version="v1.0.0",
+    )
     local = tmp_path / "local"
-    assert main(["eval", str(release), "--model", f"ts:{planted_finder}", *RAW, "--out", str(local), "--workers", "0",
-                 "--no-progress", "--bootstrap", "100"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(release),
+                "--model",
+                f"ts:{planted_finder}",
+                *RAW,
+                "--out",
+                str(local),
+                "--workers",
+                "0",
+                "--no-progress",
+                "--bootstrap",
+                "100",
+            ]
+        )
+        == 0
+    )
     with LoopbackHub() as hub:
-        env = dict(os.environ, HF_ENDPOINT=hub.endpoint, HF_HUB_OFFLINE="0", HF_DATASETS_OFFLINE="0",
-                   HF_TOKEN="hf_loopback_test_token", HF_HOME=str(tmp_path / "hf"), HF_HUB_DISABLE_TELEMETRY="1")
+        env = dict(
+            os.environ,
+            HF_ENDPOINT=hub.endpoint,
+            HF_HUB_OFFLINE="0",
+            HF_DATASETS_OFFLINE="0",
+            HF_TOKEN="hf_loopback_test_token",
+            HF_HOME=str(tmp_path / "hf"),
+            HF_HUB_DISABLE_TELEMETRY="1",
+        )
 
         def hsi(*args):
-            return subprocess.run([sys.executable, "-m", "hsi.cli", *args], env=env, capture_output=True, text=True,
-                                  timeout=300, cwd=ROOT)
+            return subprocess.run(
+                [sys.executable, "-m", "hsi.cli", *args], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT
+            )
 
         published = hsi("publish", str(release), "--repo", "lab/hsi", "--version", "v1.0.0", "--yes")
         assert published.returncode == 0, published.stderr
         remote = tmp_path / "remote"
-        result = hsi("eval", "hf://datasets/lab/hsi@v1.0.0", "--model", f"ts:{planted_finder}", *RAW, "--out", str(remote),
-                     "--workers", "2", "--no-progress", "--bootstrap", "100")
+        result = hsi(
+            "eval",
+            "hf://datasets/lab/hsi@v1.0.0",
+            "--model",
+            f"ts:{planted_finder}",
+            *RAW,
+            "--out",
+            str(remote),
+            "--workers",
+            "2",
+            "--no-progress",
+            "--bootstrap",
+            "100",
+        )
         assert result.returncode == 0, result.stderr
         assert "hf_loopback_test_token" not in result.stdout + result.stderr
     local_frame, local_meta = read_predictions(local / "ts_planted_finder.pt" / "predictions.parquet")
     remote_frame, remote_meta = read_predictions(remote / "ts_planted_finder.pt" / "predictions.parquet")
     assert len(remote_frame) == 10 and remote_meta["data"]["source"] == "hf://datasets/lab/hsi@v1.0.0"
-    assert remote_frame.drop(columns=["top5_class", "top5_prob"]).equals(local_frame.drop(columns=["top5_class", "top5_prob"]))
+    assert remote_frame.drop(columns=["top5_class", "top5_prob"]).equals(
+        local_frame.drop(columns=["top5_class", "top5_prob"])
+    )
     assert remote_meta["data"]["fingerprint"] == local_meta["data"]["fingerprint"]
     local_report = json.loads((local / "ts_planted_finder.pt" / "eval.json").read_text())
     remote_report = json.loads((remote / "ts_planted_finder.pt" / "eval.json").read_text())

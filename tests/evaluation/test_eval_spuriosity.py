@@ -10,9 +10,9 @@ import json
 
 import numpy as np
 import pytest
+from parts_factory import FakeImage, render_image, write_parts
 
 from hsi.cli import main
-from parts_factory import FakeImage, render_image, write_parts
 from validation.scores import spearman
 
 
@@ -42,8 +42,32 @@ def test_clean_photos_and_backgrounds_alone(paper_set, flat_parts, planted_corne
     ids = [im.source_id for im in images]
     clean = write_clean_tree(tmp_path / "imagenet", images, skip={ids[0]}, broken={ids[1]})
     out = tmp_path / "out"
-    assert main(["eval", str(paper_set), "--model", f"ts:{planted_corner}", "--mean", "0", "--std", "1", "--out", str(out),
-                 "--workers", "0", "--no-progress", "--bootstrap", "100", "--clean", str(clean), "--parts", str(parts)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(paper_set),
+                "--model",
+                f"ts:{planted_corner}",
+                "--mean",
+                "0",
+                "--std",
+                "1",
+                "--out",
+                str(out),
+                "--workers",
+                "0",
+                "--no-progress",
+                "--bootstrap",
+                "100",
+                "--clean",
+                str(clean),
+                "--parts",
+                str(parts),
+            ]
+        )
+        == 0
+    )
     folder = out / "ts_planted_corner.pt"
     report = json.loads((folder / "eval.json").read_text())
     cleaned = report["clean"]
@@ -56,11 +80,16 @@ def test_clean_photos_and_backgrounds_alone(paper_set, flat_parts, planted_corne
     with open(folder / "background_accuracy.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert [(r["wnid"], r["images"], r["accuracy"]) for r in rows] == [
-        ("n01443537", "2", "1.0"), ("n02134084", "2", "1.0"), ("n02437312", "2", "1.0")]
+        ("n01443537", "2", "1.0"),
+        ("n02134084", "2", "1.0"),
+        ("n02437312", "2", "1.0"),
+    ]
     with open(folder / "clean_accuracy.csv", newline="") as handle:
         # both goldfish photos are gone (one missing, one broken): no goldfish row
         assert {r["wnid"]: (r["images"], r["accuracy"]) for r in csv.DictReader(handle)} == {
-            "n02134084": ("2", "1.0"), "n02437312": ("2", "1.0")}
+            "n02134084": ("2", "1.0"),
+            "n02437312": ("2", "1.0"),
+        }
     md = (folder / "eval.md").read_text()
     assert "## Clean photos" in md and "1 source images were not found" in md and "## Backgrounds alone" in md
     # recomputing from the predictions (in place) keeps what only the model could compute
@@ -76,7 +105,10 @@ def partial_by_residuals(x, y, z) -> float:
 
     rx, ry, rz = (rankdata(v) for v in (x, y, z))
     design = np.column_stack([np.ones(len(rz)), rz])
-    residual = lambda r: r - design @ np.linalg.lstsq(design, r, rcond=None)[0]
+
+    def residual(r):
+        return r - design @ np.linalg.lstsq(design, r, rcond=None)[0]
+
     return float(np.corrcoef(residual(rx), residual(ry))[0, 1])
 
 
@@ -86,8 +118,18 @@ def scored_parts(tmp_path_factory):
     from builder.core.classes import imagenet_classes
 
     wnids = [c.wnid for c in imagenet_classes()[10:16]]
-    boxes = [(10, 10, 49, 49), (30, 20, 129, 99), (0, 0, 79, 59), (60, 40, 99, 79), (5, 50, 154, 114), (90, 10, 149, 69)]
-    images = [FakeImage(f"ILSVRC2012_val_{i + 1:08d}", w, (255, 255, 255), (0, 0, 0), box=b) for i, (w, b) in enumerate(zip(wnids, boxes))]
+    boxes = [
+        (10, 10, 49, 49),
+        (30, 20, 129, 99),
+        (0, 0, 79, 59),
+        (60, 40, 99, 79),
+        (5, 50, 154, 114),
+        (90, 10, 149, 69),
+    ]
+    images = [
+        FakeImage(f"ILSVRC2012_val_{i + 1:08d}", w, (255, 255, 255), (0, 0, 0), box=b)
+        for i, (w, b) in enumerate(zip(wnids, boxes))
+    ]
     path = tmp_path_factory.mktemp("scored") / "parts"
     write_parts(path, {"val": images})
     return path, wnids
@@ -104,8 +146,24 @@ def test_validate_scores_per_model_mean_and_partial_correlation(scored_parts, tm
     clean = tmp_path / "clean.csv"
     clean.write_text("wnid,accuracy\n" + "".join(f"{w},{v}\n" for w, v in zip(wnids, clean_values)))
     out = tmp_path / "report"
-    assert main(["validate", "--scores", "--parts", str(parts), "--out", str(out), "--no-previews",
-                 "--accuracy", *map(str, files), "--control-accuracy", str(clean)]) == 0
+    assert (
+        main(
+            [
+                "validate",
+                "--scores",
+                "--parts",
+                str(parts),
+                "--out",
+                str(out),
+                "--no-previews",
+                "--accuracy",
+                *map(str, files),
+                "--control-accuracy",
+                str(clean),
+            ]
+        )
+        == 0
+    )
     correlations = json.loads((out / "validation.json").read_text())["scores"]["accuracy_correlations"]
     assert correlations["averaged_over"] == 2 and set(correlations["models"]) == {"model_a", "model_b"}
     with open(next(out.glob("*scores*.csv")), newline="") as handle:
@@ -119,13 +177,36 @@ def test_validate_scores_per_model_mean_and_partial_correlation(scored_parts, tm
         mean = np.mean([correlations["models"][n][score]["partial_spearman"] for n in background])
         assert correlations[score]["partial_spearman"] == pytest.approx(mean)
     md = (out / "validation.md").read_text()
-    assert "partial Spearman (clean accuracy held fixed)" in md and "mean over 2 models" in md and "| model_a: centre / size |" in md
+    assert (
+        "partial Spearman (clean accuracy held fixed)" in md
+        and "mean over 2 models" in md
+        and "| model_a: centre / size |" in md
+    )
 
 
 def test_control_accuracy_count_must_match(scored_parts, tmp_path, capsys):
     parts, wnids = scored_parts
     a = tmp_path / "a.csv"
     a.write_text("wnid,accuracy\n" + "".join(f"{w},0.5\n" for w in wnids))
-    assert main(["validate", "--scores", "--parts", str(parts), "--out", str(tmp_path / "r"), "--no-previews",
-                 "--accuracy", str(a), str(a), str(a), "--control-accuracy", str(a), str(a)]) == 2
+    assert (
+        main(
+            [
+                "validate",
+                "--scores",
+                "--parts",
+                str(parts),
+                "--out",
+                str(tmp_path / "r"),
+                "--no-previews",
+                "--accuracy",
+                str(a),
+                str(a),
+                str(a),
+                "--control-accuracy",
+                str(a),
+                str(a),
+            ]
+        )
+        == 2
+    )
     assert "one file or one per --accuracy file (3), got 2" in capsys.readouterr().err

@@ -8,14 +8,14 @@ import json
 
 import pytest
 import torch
-
-from hsi.cli import main
-from builder.core.stage import RunOptions
-from builder.compose.stage import compose_dataset
-from builder.core.classes import class_of
-from builder.variants import load_variant
 from parts_factory import write_parts
 from planted import flat_images, save_planted
+
+from builder.compose.stage import compose_dataset
+from builder.core.classes import class_of
+from builder.core.stage import RunOptions
+from builder.variants import load_variant
+from hsi.cli import main
 
 SUBSET = sorted(dict(load_variant("hard-spurious-imagenet-10").subset.pairs))
 RAW = ["--mean", "0", "--std", "1"]
@@ -26,8 +26,13 @@ def subset_setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("ten")
     images = flat_images(SUBSET, per_class=2)  # 1 image per class to train, 1 to test
     write_parts(root / "parts", {"val": images}, shard_size=8)
-    dataset = compose_dataset(root / "parts", "hard-spurious-imagenet-10", root / "out", options=RunOptions(progress=False),
-                              overrides={"sizes": "56", "positions": "center,top-right", "shard_size": 30}).dataset_dir
+    dataset = compose_dataset(
+        root / "parts",
+        "hard-spurious-imagenet-10",
+        root / "out",
+        options=RunOptions(progress=False),
+        overrides={"sizes": "56", "positions": "center,top-right", "shard_size": 30},
+    ).dataset_dir
     planted = save_planted(root / "planted_corner.pt", images, background_on_corner=True)
     return root, dataset, planted
 
@@ -57,8 +62,26 @@ class PreferTench(torch.nn.Module):
 
 
 def evaluate(dataset, spec, out, *extra):
-    assert main(["eval", str(dataset), "--model", spec, *RAW, "--out", str(out), "--workers", "0", "--no-progress",
-                 "--bootstrap", "200", *extra]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                str(dataset),
+                "--model",
+                spec,
+                *RAW,
+                "--out",
+                str(out),
+                "--workers",
+                "0",
+                "--no-progress",
+                "--bootstrap",
+                "200",
+                *extra,
+            ]
+        )
+        == 0
+    )
     folder = next(p for p in out.iterdir() if p.is_dir())
     return json.loads((folder / "eval.json").read_text())
 
@@ -68,15 +91,22 @@ def by_cell(rows, metric="top1"):
 
 
 def test_neutral_controls_and_background_class_against_the_controls(flat_parts, planted_corner, tmp_path):
-    dataset = compose_dataset(flat_parts[0], "hard-spurious-imagenet", tmp_path / "gray", options=RunOptions(progress=False),
-                              overrides={"sizes": "56", "backgrounds": "original,random,gray"}).dataset_dir
+    dataset = compose_dataset(
+        flat_parts[0],
+        "hard-spurious-imagenet",
+        tmp_path / "gray",
+        options=RunOptions(progress=False),
+        overrides={"sizes": "56", "backgrounds": "original,random,gray"},
+    ).dataset_dir
     report = evaluate(dataset, f"ts:{planted_corner}", tmp_path / "out", "--split", "val")
     metrics = report["metrics"]
     assert metrics["samples"] == 6 * 2 * 3 and metrics["sources"] == 6
     groups = {r["group"]: r["top1"]["value"] for r in metrics["by_group"]}
     assert groups == {"CeO": 1.0, "CoO": 1.0, "CeR": 1.0, "CoR": 0.0, "center/gray": 1.0, "top-right/gray": 0.0}
-    controls = {(r["position"], r["control"], r["foreign"]): (r["control_top1"], r["foreign_top1"], r["difference"]["value"])
-                for r in metrics["neutral_controls"]}
+    controls = {
+        (r["position"], r["control"], r["foreign"]): (r["control_top1"], r["foreign_top1"], r["difference"]["value"])
+        for r in metrics["neutral_controls"]
+    }
     assert controls == {("center", "gray", "random"): (1.0, 1.0, 0.0), ("top-right", "gray", "random"): (0.0, 0.0, 0.0)}
     bg = metrics["background_class"]
     assert bg["control"] == "neutral backgrounds (gray)" and bg["control_errors"] == "errors on the control backgrounds"
@@ -88,7 +118,10 @@ def test_neutral_controls_and_background_class_against_the_controls(flat_parts, 
     assert cells["CoR"]["expected_share_of_errors"] == 0.0
     assert bg["chance_share_of_errors"] == round(1 / 999, 6)
     md = (tmp_path / "out" / "ts_planted_corner.pt" / "eval.md").read_text()
-    assert "## Neutral controls" in md and "| top-right | 56 | gray | random | 0.000 | 0.000 | 0.000 [0.000, 0.000] |" in md
+    assert (
+        "## Neutral controls" in md
+        and "| top-right | 56 | gray | random | 0.000 | 0.000 | 0.000 [0.000, 0.000] |" in md
+    )
 
 
 def test_paired_backgrounds_of_the_subset(subset_setup, tmp_path):
@@ -111,8 +144,11 @@ def test_paired_backgrounds_of_the_subset(subset_setup, tmp_path):
 def test_label_spaces_subset_argmax_and_a_ten_way_model_agree(subset_setup, tmp_path):
     root, dataset, planted = subset_setup
     subset = evaluate(dataset, f"ts:{planted}", tmp_path / "subset", "--label-space", "subset")
-    assert subset["label_space"] == {"name": "subset", "classes": 10,
-                                     "description": "1000-way model, argmax over the config's 10 classes"}
+    assert subset["label_space"] == {
+        "name": "subset",
+        "classes": 10,
+        "description": "1000-way model, argmax over the config's 10 classes",
+    }
     assert subset["metrics"]["background_class"]["chance_share_of_errors"] == round(1 / 9, 6)
     # a model whose top logit is always tench (outside the subset): wrong everywhere over 1000
     # classes, and exactly the planted predictor over the subset's 10

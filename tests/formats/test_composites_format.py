@@ -53,6 +53,10 @@ def test_a_png_in_the_jpg_member_is_refused():
 def test_counts_and_their_merge():
     metas = [{"group": "CeO", "size": 56, "tier": "Medium"}, {"group": "left/gray", "size": 84, "tier": None}]
     counts = count_composites(metas)
-    assert counts == {"group": {"CeO": 1, "left/gray": 1}, "size": {"56": 1, "84": 1},
-                      "tier": {"Medium": 1, "none": 1}, "group_size": {"CeO/56": 1, "left/gray/84": 1}}
+    assert counts == {
+        "group": {"CeO": 1, "left/gray": 1},
+        "size": {"56": 1, "84": 1},
+        "tier": {"Medium": 1, "none": 1},
+        "group_size": {"CeO/56": 1, "left/gray/84": 1},
+    }
     assert merge_counts([counts, count_composites(metas[:1])])["group"] == {"CeO": 2, "left/gray": 1}

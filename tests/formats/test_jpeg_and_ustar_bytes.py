@@ -11,12 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from parts_factory import FakeImage, render_image
 from PIL import Image
 
-from builder.formats.composites import encode_jpeg
 from builder.compose.geometry import resize_rgb
 from builder.core.shards import _ustar_header, iter_shard, sha256_file, write_shard
-from parts_factory import FakeImage, render_image
+from builder.formats.composites import encode_jpeg
 
 DEMO_PHOTOS = sorted((Path(__file__).parents[1] / "builder" / "demo_data" / "imagenet" / "val").glob("*/*.JPEG"))
 
@@ -62,8 +62,9 @@ def test_member_sizes_around_block_edges_match_tarfile(tmp_path, size):
     assert written(tmp_path, samples) == tarfile_shard(samples)
 
 
-@pytest.mark.parametrize("key", ["k", "ILSVRC2012_val_00000001_ce_112_original", "k" * 95, "k" * 96,
-                                 "ключ" * 10, "é" * 47 + "xx"])
+@pytest.mark.parametrize(
+    "key", ["k", "ILSVRC2012_val_00000001_ce_112_original", "k" * 95, "k" * 96, "ключ" * 10, "é" * 47 + "xx"]
+)
 def test_names_of_many_lengths_up_to_the_100_byte_field_match_tarfile(tmp_path, key):
     # "k" * 96 + ".jpg" and "é" * 47 + "xx.jpg" are exactly 100 bytes: the field holds no NUL.
     samples = [(key, {"jpg": payload(700, 3), "cls": b"1", "a": b"x"})]
@@ -95,9 +96,17 @@ def test_end_blocks_and_record_padding_match_tarfile_for_every_remainder(tmp_pat
 
 def test_many_samples_in_any_input_order_match_tarfile(tmp_path):
     rng = random.Random(0)
-    samples = [(f"ILSVRC2012_val_{i:08d}_{rng.choice(['ce', 'tr'])}_{rng.choice([56, 84, 112])}",
-                {"jpg": payload(rng.randrange(0, 30_000), i), "cls": str(i % 1000).encode(),
-                 "json": payload(rng.randrange(0, 600), -i)}) for i in range(300)]
+    samples = [
+        (
+            f"ILSVRC2012_val_{i:08d}_{rng.choice(['ce', 'tr'])}_{rng.choice([56, 84, 112])}",
+            {
+                "jpg": payload(rng.randrange(0, 30_000), i),
+                "cls": str(i % 1000).encode(),
+                "json": payload(rng.randrange(0, 600), -i),
+            },
+        )
+        for i in range(300)
+    ]
     rng.shuffle(samples)
     assert written(tmp_path, samples) == tarfile_shard(samples)
 
@@ -117,8 +126,9 @@ def test_a_size_beyond_ustar_raises_tarfiles_error():
 def test_tarfile_webdataset_and_iter_shard_read_the_members_back(tmp_path):
     import webdataset
 
-    samples = {f"s{i:02d}": {"jpg": payload(137 * i, i), "cls": str(i).encode(), "json": b'{"i": %d}' % i}
-               for i in range(25)}
+    samples = {
+        f"s{i:02d}": {"jpg": payload(137 * i, i), "cls": str(i).encode(), "json": b'{"i": %d}' % i} for i in range(25)
+    }
     path = tmp_path / "test-00000.tar"
     write_shard(path, list(samples.items()))
     with tarfile.open(path) as tar:
@@ -130,8 +140,10 @@ def test_tarfile_webdataset_and_iter_shard_read_the_members_back(tmp_path):
             assert (info.uname, info.gname) == ("", "")
             assert tar.extractfile(info).read() == samples[key][ext]
     assert dict(iter_shard(path)) == samples
-    read = {row["__key__"]: {ext: row[ext] for ext in ("jpg", "cls", "json")}
-            for row in webdataset.WebDataset(str(path), shardshuffle=False)}
+    read = {
+        row["__key__"]: {ext: row[ext] for ext in ("jpg", "cls", "json")}
+        for row in webdataset.WebDataset(str(path), shardshuffle=False)
+    }
     assert read == samples
 
 
@@ -141,8 +153,9 @@ def test_tarfile_webdataset_and_iter_shard_read_the_members_back(tmp_path):
 def pil_jpeg(array: np.ndarray, quality: int) -> bytes:
     """What compose's PIL-based `encode_jpeg` wrote."""
     buffer = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(array)).save(buffer, format="JPEG", quality=quality, subsampling=2,
-                                                      optimize=False)
+    Image.fromarray(np.ascontiguousarray(array)).save(
+        buffer, format="JPEG", quality=quality, subsampling=2, optimize=False
+    )
     return buffer.getvalue()
 
 
@@ -158,8 +171,9 @@ def varied_images() -> list[tuple[str, np.ndarray]]:
         images.append((f"{path.name} crop", np.asarray(photo)[3:60, 5:61]))
     for i, (w, h) in enumerate([(224, 224), (250, 200), (57, 56), (17, 9), (2, 3), (500, 375)]):
         colours = tuple(tuple(int(c) for c in rng.integers(0, 256, 3)) for _ in range(2))
-        parts = render_image(FakeImage(f"tex{i}", "n01443537", *colours, image_size=(w, h), box=(0, 0, w - 1, h - 1),
-                                       textured=True))
+        parts = render_image(
+            FakeImage(f"tex{i}", "n01443537", *colours, image_size=(w, h), box=(0, 0, w - 1, h - 1), textured=True)
+        )
         images.append((f"textured {w}x{h}", parts["background"]))
     for w, h in [(1, 1), (8, 8), (9, 7), (16, 17), (56, 57), (224, 224), (333, 1), (1, 333)]:
         images.append((f"noise {w}x{h}", rng.integers(0, 256, (h, w, 3), dtype=np.uint8)))

@@ -24,7 +24,9 @@ def write_csv(path, rows):
 def test_integer_coordinates_as_in_imagenets_files_are_read_exactly():
     assert parse_prediction_string("n01751748 1 31 498 354 ") == [Box(1, 31, 498, 354, "n01751748")]
     assert parse_prediction_string(f"{GOLDFISH} 0 0 10 20 {TENCH} 5 6 7 8") == [
-        Box(0, 0, 10, 20, GOLDFISH), Box(5, 6, 7, 8, TENCH)]
+        Box(0, 0, 10, 20, GOLDFISH),
+        Box(5, 6, 7, 8, TENCH),
+    ]
 
 
 def test_non_integer_coordinates_are_rounded_not_truncated():
@@ -41,11 +43,14 @@ def test_malformed_strings_are_value_errors(text):
 
 
 def test_the_file_reader_keeps_first_rows_and_parses_lazily(tmp_path):
-    path = write_csv(tmp_path / "LOC_val_solution.csv", [
-        ("ILSVRC2012_val_00000001", f"{GOLDFISH} 1 2 30 40"),
-        ("ILSVRC2012_val_00000002", f"{TENCH} 1 2"),
-        ("ILSVRC2012_val_00000001", f"{GOLDFISH} 9 9 99 99"),
-    ])
+    path = write_csv(
+        tmp_path / "LOC_val_solution.csv",
+        [
+            ("ILSVRC2012_val_00000001", f"{GOLDFISH} 1 2 30 40"),
+            ("ILSVRC2012_val_00000002", f"{TENCH} 1 2"),
+            ("ILSVRC2012_val_00000001", f"{GOLDFISH} 9 9 99 99"),
+        ],
+    )
     solution = read_loc_solution(path)
     assert solution.ids() == {"ILSVRC2012_val_00000001", "ILSVRC2012_val_00000002"}
     assert solution.duplicates == [("ILSVRC2012_val_00000001", 4)]
@@ -64,8 +69,11 @@ def test_extract_and_scores_read_the_same_boxes(tmp_path):
     path = write_csv(tmp_path / "LOC_val_solution.csv", [row])
     assert read_loc_boxes(path) == {"ILSVRC2012_val_00000001": [Box(11, 10, 100, 100, GOLDFISH)]}
     xml = tmp_path / "a.xml"
-    xml.write_text(f"<annotation><object><name>{GOLDFISH}</name><bndbox><xmin>10.6</xmin><ymin>10.4</ymin>"
-                   "<xmax>99.5</xmax><ymax>100.5</ymax></bndbox></object></annotation>", "utf-8")
+    xml.write_text(
+        f"<annotation><object><name>{GOLDFISH}</name><bndbox><xmin>10.6</xmin><ymin>10.4</ymin>"
+        "<xmax>99.5</xmax><ymax>100.5</ymax></bndbox></object></annotation>",
+        "utf-8",
+    )
     assert parse_voc_xml(xml) == [Box(11, 10, 100, 100, GOLDFISH)]
 
 

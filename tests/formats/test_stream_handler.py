@@ -6,12 +6,10 @@ import io
 import tarfile
 
 import pytest
-
-from builder.formats.stream import StreamError
+from release_factory import make_composed_dataset
 
 from builder.core.shards import ShardReadError, collect_read_errors, iter_shard
-from builder.formats.stream import stream
-from release_factory import make_composed_dataset
+from builder.formats.stream import StreamError, stream
 
 
 def add_unsafe_member(shard):

@@ -41,19 +41,62 @@ def build_everything(work: Path) -> dict[str, str]:
 
     assert main(["demo", "--out", str(work / "demo"), "--no-progress"]) == 0
     write_tree(work / "imagenet", bad=True, count=12)
-    assert main(["extract", "--source", str(work / "imagenet"), "--out", str(work / "fake"), "--shard-size", "5",
-                 "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "extract",
+                "--source",
+                str(work / "imagenet"),
+                "--out",
+                str(work / "fake"),
+                "--shard-size",
+                "5",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     parts = str(work / "fake" / "parts")
     datasets = str(work / "fake" / "datasets")
-    for extra in (["--variant", "hard-spurious-imagenet", "--shard-size", "40"],
-                  ["--variant", "hard-spurious-imagenet-ar"],
-                  ["--variant", "hard-spurious-imagenet", "--name", "custom", "--positions",
-                   "bottom-left,random-corner,left,xy:0.25,0.75", "--backgrounds", "original,random,gray,noise",
-                   "--sizes", "40,72", "--paste", "mask", "--margin", "4", "--seed", "7"]):
+    for extra in (
+        ["--variant", "hard-spurious-imagenet", "--shard-size", "40"],
+        ["--variant", "hard-spurious-imagenet-ar"],
+        [
+            "--variant",
+            "hard-spurious-imagenet",
+            "--name",
+            "custom",
+            "--positions",
+            "bottom-left,random-corner,left,xy:0.25,0.75",
+            "--backgrounds",
+            "original,random,gray,noise",
+            "--sizes",
+            "40,72",
+            "--paste",
+            "mask",
+            "--margin",
+            "4",
+            "--seed",
+            "7",
+        ],
+    ):
         assert main(["compose", "--parts", parts, "--out", datasets, *extra, "--no-progress"]) == 0
     pairs = dict(load_variant("hard-spurious-imagenet-10").subset.pairs)
     images = fake_images(sorted(pairs), per_class=6, image_size=(64, 48), box=(8, 8, 39, 31))
     write_parts(work / "ten" / "parts", {"val": images}, shard_size=16)
-    assert main(["compose", "--parts", str(work / "ten" / "parts"), "--out", str(work / "ten" / "datasets"),
-                 "--variant", "hard-spurious-imagenet-10", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "compose",
+                "--parts",
+                str(work / "ten" / "parts"),
+                "--out",
+                str(work / "ten" / "datasets"),
+                "--variant",
+                "hard-spurious-imagenet-10",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     return digest_tree(work)

@@ -22,8 +22,18 @@ from hsi.cli import main
 from validation.integrity import check_dataset
 
 WNIDS = ["n01443537", "n02437312", "n01440764", "n01484850"]  # goldfish, camel, tench, great white shark
-TEN = ["n01443537", "n02437312", "n02134084", "n02391049", "n02690373", "n04273569", "n01614925", "n04146614",
-       "n04310018", "n04465501"]  # the -10 subset's classes
+TEN = [
+    "n01443537",
+    "n02437312",
+    "n02134084",
+    "n02391049",
+    "n02690373",
+    "n04273569",
+    "n01614925",
+    "n04146614",
+    "n04310018",
+    "n04465501",
+]  # the -10 subset's classes
 EXTRA = ["n01440764", "n01484850"]  # in the parts, not in the -10 subset
 
 
@@ -32,8 +42,13 @@ def built(tmp_path_factory):
     """The paper's set from 4 classes x 2 flat-colour images (96 composites, 4 shards) and its parts."""
     root = tmp_path_factory.mktemp("meaning")
     write_parts(root / "extract" / "parts", {"val": fake_images(WNIDS, per_class=2)}, shard_size=4)
-    summary = compose_dataset(root / "extract" / "parts", "hard-spurious-imagenet", root / "composed",
-                              overrides={"shard_size": 24}, options=RunOptions(progress=False))
+    summary = compose_dataset(
+        root / "extract" / "parts",
+        "hard-spurious-imagenet",
+        root / "composed",
+        overrides={"shard_size": 24},
+        options=RunOptions(progress=False),
+    )
     return summary.dataset_dir, root / "extract" / "parts"
 
 
@@ -46,8 +61,11 @@ def copy(built, tmp_path):
 
 
 def tree_digest(folder: Path) -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def rewrite(dataset: Path, change) -> None:
@@ -68,9 +86,15 @@ def rewrite(dataset: Path, change) -> None:
 
 
 def relabel_as_own_background(meta: dict) -> dict:
-    return {**meta, "group": "CeO", "tier": "Easy", "background": "original",
-            "background_source_id": meta["source_id"], "background_wnid": meta["wnid"],
-            "background_class_index": meta["class_index"]}
+    return {
+        **meta,
+        "group": "CeO",
+        "tier": "Easy",
+        "background": "original",
+        "background_source_id": meta["source_id"],
+        "background_wnid": meta["wnid"],
+        "background_class_index": meta["class_index"],
+    }
 
 
 def found(dataset: Path, parts: Path | None = None) -> set[tuple[str, str | None]]:
@@ -194,8 +218,9 @@ def test_parts_of_another_build_are_refused_and_the_earlier_report_kept(copy, tm
 
 def test_scores_and_the_parts_grid_cover_only_the_datasets_own_sources(tmp_path):
     parts = tmp_path / "parts"
-    write_parts(parts, {"val": fake_images(TEN, per_class=4) + fake_images(EXTRA, per_class=4, prefix="extra")},
-                shard_size=8)
+    write_parts(
+        parts, {"val": fake_images(TEN, per_class=4) + fake_images(EXTRA, per_class=4, prefix="extra")}, shard_size=8
+    )
     summary = compose_dataset(parts, "hard-spurious-imagenet-10", tmp_path / "out", options=RunOptions(progress=False))
     dataset = summary.dataset_dir
     assert main(["validate", str(dataset), "--parts", str(parts)]) == 0
@@ -244,8 +269,22 @@ def test_boxes_past_their_image_are_clipped_and_reported(tmp_path):
         rows.append((image_id, [(wnid, 40, 30, 400, 300), (wnid, 200, 150, 300, 250)]))
     csv_path = write_loc(tmp_path / "LOC_val_solution.csv", rows)
     out = tmp_path / "report"
-    assert main(["validate", "--scores", "--boxes-csv", str(csv_path), "--sizes-from", str(images),
-                 "--out", str(out), "--no-previews"]) == 0
+    assert (
+        main(
+            [
+                "validate",
+                "--scores",
+                "--boxes-csv",
+                str(csv_path),
+                "--sizes-from",
+                str(images),
+                "--out",
+                str(out),
+                "--no-previews",
+            ]
+        )
+        == 0
+    )
     report = json.loads((out / "validation.json").read_text())["scores"]
     assert report["box_issues"]["by_reason"] == {"box-empty": 8, "box-outside-image": 8}
     assert report["summary"]["boxes_clipped"] == 8 and report["summary"]["boxes_dropped"] == 8
@@ -268,8 +307,12 @@ def test_correlations_carry_p_values_and_bootstrap_intervals(tmp_path):
 
     from validation.scores import ClassScore, correlate_with_accuracy
 
-    classes = [ClassScore(w, "", 3, centre, size) for w, centre, size in
-               zip("abcdef", [0.9, 0.8, 0.5, 0.6, 0.3, 0.2], [0.5, 0.4, 0.45, 0.2, 0.1, 0.15], strict=True)]
+    classes = [
+        ClassScore(w, "", 3, centre, size)
+        for w, centre, size in zip(
+            "abcdef", [0.9, 0.8, 0.5, 0.6, 0.3, 0.2], [0.5, 0.4, 0.45, 0.2, 0.1, 0.15], strict=True
+        )
+    ]
     accuracy = dict(zip("abcdef", [0.95, 0.9, 0.7, 0.6, 0.4, 0.5], strict=True))
     result = correlate_with_accuracy(classes, accuracy)
     centres, acc = [c.centre for c in classes], list(accuracy.values())
@@ -336,8 +379,9 @@ def test_row_labels_fit_and_thumbnails_span_classes(tmp_path):
 
     parts = tmp_path / "parts"
     write_parts(parts, {"val": fake_images(WNIDS, per_class=3)})
-    dataset = compose_dataset(parts, "hard-spurious-imagenet", tmp_path / "out",
-                              options=RunOptions(progress=False)).dataset_dir
+    dataset = compose_dataset(
+        parts, "hard-spurious-imagenet", tmp_path / "out", options=RunOptions(progress=False)
+    ).dataset_dir
     cells = collect_cells(dataset, "val", per_cell=3, seed=0)
     assert all(len({p.wnid for p in picks}) == len(picks) == 3 for picks in cells.values())
     assert all(p.class_name and p.tier for picks in cells.values() for p in picks)
@@ -376,8 +420,10 @@ def test_a_scores_only_report_names_what_was_scored(tmp_path):
     Image.new("RGB", (100, 80)).save(images / "ILSVRC2012_val_00000001.JPEG")
     csv_path = write_loc(tmp_path / "LOC_val_solution.csv", [("ILSVRC2012_val_00000001", [(WNIDS[0], 10, 10, 50, 40)])])
     out = tmp_path / "report"
-    assert main(["validate", "--scores", "--boxes-csv", str(csv_path), "--sizes-from", str(images),
-                 "--out", str(out)]) == 0
+    assert (
+        main(["validate", "--scores", "--boxes-csv", str(csv_path), "--sizes-from", str(images), "--out", str(out)])
+        == 0
+    )
     text = (out / "validation.md").read_text()
     assert "None" not in text.split("## ")[0]
     assert "Scored: boxes of `LOC_val_solution.csv`" in text
