@@ -70,7 +70,7 @@ def _tar_info(name: str, size: int) -> tarfile.TarInfo:
 
 # The ustar header of a member is fixed but for its name, size and checksum, so it is written
 # directly: building TarInfo objects through tarfile was a quarter of compose time. The bytes are
-# those of tarfile's USTAR_FORMAT with the fields of `_tar_info` (tests/test_shard_writer_bytes.py).
+# those of tarfile's USTAR_FORMAT with the fields of `_tar_info` (tests/formats/test_jpeg_and_ustar_bytes.py).
 _BLOCK = tarfile.BLOCKSIZE
 _RECORD = tarfile.RECORDSIZE
 _NAME_FIELD = 100

@@ -18,7 +18,7 @@ from builder.compose.geometry import resize_rgb
 from builder.core.shards import _ustar_header, iter_shard, sha256_file, write_shard
 from builder.formats.composites import encode_jpeg
 
-DEMO_PHOTOS = sorted((Path(__file__).parents[1] / "builder" / "demo_data" / "imagenet" / "val").glob("*/*.JPEG"))
+DEMO_PHOTOS = sorted((Path(__file__).parents[2] / "builder" / "demo_data" / "imagenet" / "val").glob("*/*.JPEG"))
 
 
 # --- the shard writer against tarfile ---------------------------------------------------------
@@ -162,6 +162,7 @@ def pil_jpeg(array: np.ndarray, quality: int) -> bytes:
 def varied_images() -> list[tuple[str, np.ndarray]]:
     rng = np.random.default_rng(0)
     images = []
+    assert len(DEMO_PHOTOS) == 4, "the demo's four real photos must be found"
     for path in DEMO_PHOTOS:  # real photos, whole, resized to canvas sizes and cropped oddly
         with Image.open(path) as image:
             photo = image.convert("RGB")
