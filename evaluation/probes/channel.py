@@ -56,6 +56,8 @@ def degeneracies(thresholds: np.ndarray, a: float, mu: float, sigma: float) -> l
     reasons = []
     if len(set(thresholds.tolist())) == 1:
         reasons.append(f"every band has the same threshold ({int(thresholds[0])}): there is no peak to fit")
+    if int((thresholds > 0).sum()) == 1:
+        reasons.append("only one band has a non-zero threshold: the channel's width is not determined")
     if a <= A_BOUNDS[0] + 1e-6:
         reasons.append("the amplitude sits at its lower bound 0: no band is more sensitive than another")
     if not -0.5 <= mu <= bands - 0.5:
