@@ -69,6 +69,7 @@ def _probes(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _eval_link(args: argparse.Namespace):
+    from evaluation.bootstrap import BootstrapSettings
     from evaluation.pipeline import RunSettings
     from evaluation.probes.zoo import EvalLink
     from hsi.commands.eval import _default_split
@@ -81,7 +82,7 @@ def _eval_link(args: argparse.Namespace):
         return EvalLink(args.eval_dir)
     split = args.eval_split or _default_split(args.eval_source, args.eval_config)
     run = RunSettings(config=args.eval_config, split=split, batch_size=args.batch_size, device=args.device,
-                      workers=0, progress=False)
+                      workers=0, progress=False, bootstrap=BootstrapSettings(resamples=args.bootstrap, seed=args.seed))
     return EvalLink(args.eval_dir, args.eval_source, run)
 
 

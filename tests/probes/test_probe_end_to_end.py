@@ -30,10 +30,10 @@ def inputs(tmp_path_factory) -> dict:
     for seed in range(3):
         torch.manual_seed(seed)
         path = root / f"tiny{seed}.pth"
-        torch.save(timm.create_model("test_resnet", pretrained=False).state_dict(), path)
+        torch.save(timm.create_model("test_efficientnet", pretrained=False).state_dict(), path)
         checkpoints.append(path)
     models = root / "models.yaml"
-    models.write_text(yaml.safe_dump([{"model": str(p), "arch": "test_resnet"} for p in checkpoints]))
+    models.write_text(yaml.safe_dump([{"model": str(p), "arch": "test_efficientnet"} for p in checkpoints]))
     images = [FakeImage(f"ILSVRC2012_val_{n + 1:08d}", wnid, (255, 255, 205 - 50 * n), distinct_color(n))
               for n, wnid in enumerate(["n01443537", "n02437312", "n02134084"])]
     write_parts(root / "parts", {"val": images}, shard_size=3)
@@ -50,9 +50,8 @@ def _common(inputs, out: Path) -> list[str]:
 
 def test_one_model_runs_every_probe(inputs, tmp_path, capsys):
     out = tmp_path / "out"
-    args = ["probe", "--model", str(inputs["checkpoints"][0]), "--arch", "test_resnet", *_common(inputs, out)]
+    args = ["probe", "--model", str(inputs["checkpoints"][0]), "--arch", "test_efficientnet", *_common(inputs, out)]
     assert main(args) == 0
-    folder = out / "tiny0.pth_timm_test_resnet_"
     folders = [p for p in out.iterdir() if p.is_dir()]
     assert len(folders) == 1
     report = json.loads((folders[0] / "probes.json").read_text())
@@ -73,14 +72,21 @@ def test_one_model_runs_every_probe(inputs, tmp_path, capsys):
     capsys.readouterr()
     assert main(args) == 0  # same weights and settings: read back, not re-run
     assert "already probed" in capsys.readouterr().err
-    assert folder.name or True
 
 
-def test_three_models_with_on_the_fly_evaluation(inputs, tmp_path, capsys):
-    out, evals = tmp_path / "out", tmp_path / "evals"
-    assert main(["probe", "--models", str(inputs["models"]), "--probes", "spectral,shape", *_common(inputs, out),
-                 "--eval-dir", str(evals), "--eval-source", str(inputs["composed"]), "--bootstrap", "50"]) == 0
-    assert len(list(evals.glob("*/eval.json"))) == 3
+@pytest.fixture(scope="module")
+def evaluated(inputs, tmp_path_factory) -> Path:
+    """`hsi eval` outputs of the three models, as a user would have them before `hsi probe`."""
+    evals = tmp_path_factory.mktemp("evals")
+    assert main(["eval", str(inputs["composed"]), "--models", str(inputs["models"]), "--out", str(evals),
+                 "--workers", "0", "--no-progress", "--device", "cpu", "--bootstrap", "20"]) == 0
+    return evals
+
+
+def test_three_models_read_from_eval_outputs(inputs, evaluated, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["probe", "--models", str(inputs["models"]), "--probes", "shape", *_common(inputs, out),
+                 "--eval-dir", str(evaluated), "--bootstrap", "50"]) == 0
     table = (out / "probe_table.csv").read_text().splitlines()
     assert len(table) == 4 and "shape_bias" in table[0] and "worst_group_top1" in table[0] and "CoR_top1" in table[0]
     result = json.loads((out / "correlations.json").read_text())
@@ -100,12 +106,13 @@ def test_missing_evaluations_are_refused_before_any_probe(inputs, tmp_path, caps
     assert not list(out.glob("*/probes.json"))
 
 
-def test_two_models_say_there_is_no_correlation(inputs, tmp_path, capsys):
+def test_two_models_evaluated_on_the_fly_say_there_is_no_correlation(inputs, tmp_path, capsys):
     two = tmp_path / "two.yaml"
-    two.write_text(yaml.safe_dump([{"model": str(p), "arch": "test_resnet"} for p in inputs["checkpoints"][:2]]))
+    two.write_text(yaml.safe_dump([{"model": str(p), "arch": "test_efficientnet"} for p in inputs["checkpoints"][:2]]))
     out, evals = tmp_path / "out", tmp_path / "evals"
     assert main(["probe", "--models", str(two), "--probes", "shape", *_common(inputs, out), "--eval-dir", str(evals),
                  "--eval-source", str(inputs["composed"]), "--bootstrap", "20"]) == 0
+    assert len(list(evals.glob("*/eval.json"))) == 2
     assert "at least 3 models" in (out / "correlations.md").read_text()
     assert "at least 3 models" in capsys.readouterr().out
 
@@ -113,7 +120,7 @@ def test_two_models_say_there_is_no_correlation(inputs, tmp_path, capsys):
 def test_bad_inputs_are_usage_errors(inputs, tmp_path, capsys):
     bad = write_cue_conflict(tmp_path / "bad")
     (bad / "cat" / "cat1.jpg").write_bytes(b"x")
-    base = ["probe", "--model", str(inputs["checkpoints"][0]), "--arch", "test_resnet", "--device", "cpu",
+    base = ["probe", "--model", str(inputs["checkpoints"][0]), "--arch", "test_efficientnet", "--device", "cpu",
             "--out", str(tmp_path / "out")]
     assert main([*base, "--cue-conflict", str(bad)]) == 2
     assert "cat/cat1.jpg" in capsys.readouterr().err
