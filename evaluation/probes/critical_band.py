@@ -100,20 +100,22 @@ def accuracy_matrix(model, val, batch_size: int = 64, seed: int = 0) -> np.ndarr
     published script evaluates SD 0 only once."""
     from PIL import Image
 
-    from .runner import batches_of
-
     gray = np.stack([np.asarray(Image.fromarray(im).convert("L")) for im in val.images])
 
-    def conditions(sd, band):
+    def condition(sd, band):
         def transform(chunk, start):
             planes = [stimulus(gray[start + i], sd, band, _rng(seed, start + i, sd, band)) for i in range(len(chunk))]
             return np.repeat(np.stack(planes)[:, None], 3, axis=1)
 
         return transform
 
+    conditions = {(0, 0): condition(0.0, 0)}
+    conditions.update({(row, band): condition(sd, band) for row, sd in enumerate(NOISE_SDS) if row
+                       for band in range(N_BANDS)})
+    accuracy = model.accuracies(val, conditions, batch_size)
     matrix = np.zeros((len(NOISE_SDS), N_BANDS))
-    matrix[0, :] = model.accuracy(batches_of(val, batch_size, conditions(0.0, 0)))
-    for row, sd in enumerate(NOISE_SDS[1:], start=1):
-        for band in range(N_BANDS):
-            matrix[row, band] = model.accuracy(batches_of(val, batch_size, conditions(sd, band)))
+    matrix[0, :] = accuracy[(0, 0)]
+    for (row, band), value in accuracy.items():
+        if row:
+            matrix[row, band] = value
     return matrix

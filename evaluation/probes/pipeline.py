@@ -104,7 +104,8 @@ def probe_model(loaded: LoadedModel, settings: ProbeSettings, out_dir: Path, val
                                    **channel.summarise(matrix, settings.criterion, settings.criterion_level)}
     if "shape" in settings.probes:
         announce(f"{loaded.spec}: shape bias on {settings.cue_conflict}")
-        report["shape"] = run_shape(model, settings.cue_conflict, loaded.preprocessing, settings.batch_size)
+        report["shape"] = run_shape(model, settings.cue_conflict, probe_preprocessing(loaded.preprocessing, crop=False),
+                                    settings.batch_size)
     folder.mkdir(parents=True, exist_ok=True)
     write_model_report(folder, report)
     return folder, report

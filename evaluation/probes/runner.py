@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 
@@ -21,7 +21,9 @@ from ..labels import resolve_label_space
 from ..models import LoadedModel, Preprocessing, count_outputs
 from ..predict import Classifier, resolve_device
 
-# Both published scripts resize the shorter side to 256 and centre-crop 224 before any filtering.
+# Both published scripts resize the shorter side to 256 and centre-crop 224 before any filtering, for
+# every model whatever its native input size: the critical band's cycles per image assume 224 pixels.
+PROBE_SIZE = (224, 224)
 PROBE_CROP_PCT = 224 / 256
 
 
@@ -37,9 +39,12 @@ class ValImages:
     errors: list[dict] = field(default_factory=list)
 
 
-def probe_preprocessing(pre: Preprocessing) -> Preprocessing:
-    """The model's own filter, input size and normalisation, with the 256 -> 224 resize-and-crop."""
-    return replace(pre, crop_pct=PROBE_CROP_PCT, source=f"{pre.source}; resize-and-centre-crop {PROBE_CROP_PCT:.4f}")
+def probe_preprocessing(pre: Preprocessing, crop: bool = True) -> Preprocessing:
+    """The model's own filter and normalisation at the published geometry: resize 256, centre crop
+    224 (`crop`), or a 224 x 224 image as it is (the cue-conflict stimuli)."""
+    geometry = f"resize 256, centre crop 224 ({PROBE_CROP_PCT:.4f})" if crop else "224 x 224, no crop"
+    return replace(pre, input_size=PROBE_SIZE, crop_pct=PROBE_CROP_PCT if crop else None,
+                   source=f"{pre.source}; probe geometry: {geometry}")
 
 
 def load_val_images(root: Path, split: str, limit: int | None, pre: Preprocessing, boxes: Path | None = None,
@@ -80,7 +85,6 @@ class ProbeModel:
         space = resolve_label_space(count_outputs(loaded.module, loaded.preprocessing), loaded.classes, wnids, "imagenet")
         self.classifier = Classifier(loaded, space, resolve_device(device), announce=announce)
         self.batch_size = batch_size
-        self.input_size = loaded.preprocessing.input_size
 
     def probabilities(self, images) -> np.ndarray:
         """Softmax of float [0, 1] images (a torch tensor or array, N x 3 x H x W) over ImageNet."""
@@ -92,18 +96,28 @@ class ProbeModel:
         full[:, self.classifier.class_index] = scored
         return full
 
-    def accuracy(self, batches: Iterator[tuple[np.ndarray, np.ndarray]]) -> float:
-        """Top-1 accuracy over (images, labels) batches."""
-        correct = total = 0
-        for images, labels in batches:
-            correct += int((self.probabilities(images).argmax(1) == labels).sum())
-            total += len(labels)
-        return correct / total if total else float("nan")
+    def accuracies(self, val: ValImages, conditions: dict, batch_size: int) -> dict:
+        """Top-1 accuracy of every condition (key -> transform of a float N x H x W x 3 [0, 1] chunk
+        and its first image's index, to N x 3 x H x W). Images of several conditions share a forward
+        pass, so a handful of images under 50 conditions costs a few passes, not 50."""
+        correct = {key: 0 for key in conditions}
+        pending: list[tuple[object, np.ndarray, np.ndarray]] = []  # (key, images, labels)
 
+        def flush():
+            images = np.concatenate([item[1] for item in pending])
+            hits = self.probabilities(images).argmax(1) == np.concatenate([item[2] for item in pending])
+            offset = 0
+            for key, chunk, _ in pending:
+                correct[key] += int(hits[offset:offset + len(chunk)].sum())
+                offset += len(chunk)
+            pending.clear()
 
-def batches_of(val: ValImages, batch_size: int, transform: Callable[[np.ndarray, int], np.ndarray]):
-    """(transformed float images N x 3 x H x W, labels) per batch; transform gets a float
-    N x H x W x 3 [0, 1] batch and the index of its first image."""
-    for start in range(0, len(val.labels), batch_size):
-        chunk = val.images[start:start + batch_size].astype(np.float32) / 255.0
-        yield transform(chunk, start), val.labels[start:start + batch_size]
+        for key, transform in conditions.items():
+            for start in range(0, len(val.labels), batch_size):
+                chunk = val.images[start:start + batch_size].astype(np.float32) / 255.0
+                pending.append((key, transform(chunk, start), val.labels[start:start + batch_size]))
+                if sum(len(item[2]) for item in pending) >= batch_size:
+                    flush()
+        if pending:
+            flush()
+        return {key: hits / len(val.labels) for key, hits in correct.items()}

@@ -132,8 +132,8 @@ def shape_bias(decisions: list[str], shapes: list[str], textures: list[str]) -> 
 
 
 def run_shape(model, folder: Path, preprocessing, batch_size: int = 64) -> dict:
-    """Shape bias of `model` (a ProbeModel) on the folder, through the model's own preprocessing
-    (the 224 stimuli as they are, resized only if the model's input size differs)."""
+    """Shape bias of `model` (a ProbeModel) on the folder; `preprocessing` puts the stimuli at the
+    model's input (the 224 PNGs as they are, at the probes' 224 input)."""
     from PIL import Image
 
     from ..data import prepare_image

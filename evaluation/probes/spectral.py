@@ -75,19 +75,16 @@ def summarise(clean: float, lowpass: dict[float, float], highpass: dict[float, f
 
 def run_spectral(model, val, batch_size: int = 64, cutoffs=CUTOFFS) -> dict:
     """Accuracy of `model` (a ProbeModel) on `val` (ValImages) clean, low- and high-passed."""
-    from .runner import batches_of
-
     def to_chw(chunk, _start):
         return np.ascontiguousarray(chunk.transpose(0, 3, 1, 2))
 
-    clean = model.accuracy(batches_of(val, batch_size, to_chw))
-    accuracies: dict[bool, dict[float, float]] = {True: {}, False: {}}
-    for lowpass in (True, False):
-        for c in cutoffs:
-            def filtered(chunk, _start, c=c, lowpass=lowpass):
-                return bandpass(to_chw(chunk, 0), c, lowpass).numpy()
+    def filtered(c, lowpass):
+        return lambda chunk, _start: bandpass(to_chw(chunk, 0), c, lowpass).numpy()
 
-            accuracies[lowpass][c] = model.accuracy(batches_of(val, batch_size, filtered))
-    result = summarise(clean, accuracies[True], accuracies[False])
+    conditions = {"clean": to_chw}
+    conditions.update({(lowpass, c): filtered(c, lowpass) for lowpass in (True, False) for c in cutoffs})
+    accuracy = model.accuracies(val, conditions, batch_size)
+    result = summarise(accuracy["clean"], {c: accuracy[(True, c)] for c in cutoffs},
+                       {c: accuracy[(False, c)] for c in cutoffs})
     result["images"] = len(val.labels)
     return result

@@ -19,7 +19,7 @@ from fake_imagenet import write_tree
 from hsi.cli import main
 from parts_factory import FakeImage, distinct_color, write_parts
 
-VAL_IMAGES = 3
+VAL_IMAGES = 2
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +67,7 @@ def test_one_model_runs_every_probe(inputs, tmp_path, capsys):
     assert shape["shape_hits"] + shape["texture_hits"] + shape["neither"] == 16
     assert "1280" in " ".join(shape["notes"])
     assert report["preprocessing"]["crop_pct"] == pytest.approx(224 / 256)
+    assert report["preprocessing"]["input_size"] == [224, 224]  # the published geometry, not timm's 160
     text = (folders[0] / "probes.md").read_text()
     assert "Spectral bias" in text and "Critical band" in text and "Shape bias" in text
     capsys.readouterr()
