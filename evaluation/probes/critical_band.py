@@ -37,7 +37,13 @@ def rms(image: np.ndarray) -> float:
 
 
 def laplacian_pyramid(noise: np.ndarray):
-    import pyrtools as pt
+    try:
+        import pyrtools as pt
+    except ImportError:
+        from .runner import ProbeInputError
+
+        raise ProbeInputError("the critical-band probe needs pyrtools: pip install 'pyrtools==1.1.1' "
+                              "(part of the toolkit's eval extra)") from None
 
     pyramid = pt.pyramids.LaplacianPyramid(noise, height=N_BANDS)
     if pyramid.num_scales != N_BANDS:

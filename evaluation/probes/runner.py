@@ -82,7 +82,8 @@ class ProbeModel:
     def __init__(self, loaded: LoadedModel, device: str = "auto", batch_size: int = 64,
                  announce: Callable[[str], None] = print):
         wnids = tuple(c.wnid for c in imagenet_classes())
-        space = resolve_label_space(count_outputs(loaded.module, loaded.preprocessing), loaded.classes, wnids, "imagenet")
+        outputs = count_outputs(loaded.module, loaded.preprocessing)
+        space = resolve_label_space(outputs, loaded.classes, wnids, "imagenet")
         self.classifier = Classifier(loaded, space, resolve_device(device), announce=announce)
         self.batch_size = batch_size
 

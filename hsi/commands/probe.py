@@ -16,34 +16,45 @@ from builder.core.errors import UsageError
 from hsi.commands.common import positive_int
 from hsi.commands.eval import add_model_arguments, model_entries, model_options
 
-HELP = "bias probes (spectral, critical band, shape) per model, and their correlation with Hard-Spurious accuracy"
+HELP = "bias probes (spectral, critical band, shape) per model and their correlation with Hard-Spurious accuracy"
 EXIT_OK = 0
 PROBE_NAMES = ("spectral", "critical-band", "shape")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_model_arguments(parser, crop=False)
+    add_model_arguments(parser, eval_only=False)
     data = parser.add_argument_group("stimuli")
-    data.add_argument("--source", type=Path, help="ImageNet root whose val images feed the spectral and critical-band probes")
+    data.add_argument("--source", type=Path,
+                      help="ImageNet root whose val images feed the spectral and critical-band probes")
     data.add_argument("--split", default="val", help="split of --source (default val)")
-    data.add_argument("--boxes", type=Path, help="box annotations of --source when not found automatically (labels of a flat val folder)")
+    data.add_argument("--boxes", type=Path,
+                      help="box annotations of --source when not found automatically (they label a flat val folder)")
     data.add_argument("--limit", type=positive_int, help="use only the first N images of --source (sorted by id)")
-    data.add_argument("--cue-conflict", type=Path, help="model-vs-human cue-conflict folder (16 class folders of PNGs) for the shape bias")
-    data.add_argument("--probes", help="comma-separated subset of spectral,critical-band,shape (default: every probe whose stimuli are given)")
+    data.add_argument("--cue-conflict", type=Path,
+                      help="model-vs-human cue-conflict folder (16 class folders of PNGs) for the shape bias")
+    data.add_argument("--probes", help="comma-separated subset of spectral,critical-band,shape "
+                                       "(default: every probe whose stimuli are given)")
     band = parser.add_argument_group("critical band")
-    band.add_argument("--criterion", choices=("absolute", "relative"), default="absolute", help="threshold: accuracy above LEVEL (absolute, default) or above LEVEL x the noise-free accuracy (relative)")
+    band.add_argument("--criterion", choices=("absolute", "relative"), default="absolute",
+                      help="a band's threshold: accuracy above LEVEL (absolute, default) or above LEVEL x the "
+                           "noise-free accuracy (relative)")
     band.add_argument("--criterion-level", type=float, default=0.5, help="LEVEL of --criterion (default 0.5)")
     zoo = parser.add_argument_group("across models")
-    zoo.add_argument("--eval-dir", type=Path, help="an `hsi eval` output folder holding <model>/eval.json: adds the table, correlations and scatter plots")
-    zoo.add_argument("--eval-source", help="evaluate models missing from --eval-dir on the fly on this release / dataset folder / hf:// address")
+    zoo.add_argument("--eval-dir", type=Path,
+                     help="an `hsi eval` output folder holding <model>/eval.json: adds the table, the "
+                          "correlations and the scatter plots")
+    zoo.add_argument("--eval-source", help="evaluate models missing from --eval-dir on the fly on this release, "
+                                           "dataset folder or hf:// address")
     zoo.add_argument("--eval-config", help="config of --eval-source (default: its default)")
     zoo.add_argument("--eval-split", help="split of --eval-source (default: test if present)")
-    zoo.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples over models (default 1000)")
+    zoo.add_argument("--bootstrap", type=positive_int, default=1000,
+                     help="bootstrap resamples over models (default 1000)")
     run = parser.add_argument_group("running")
     run.add_argument("--out", type=Path, default=Path("probe-output"), help="output folder (default probe-output)")
     run.add_argument("--batch-size", type=positive_int, default=64, help="images per forward pass (default 64)")
     run.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
-    run.add_argument("--seed", type=int, default=0, help="seed of the critical-band noise and the bootstrap (default 0)")
+    run.add_argument("--seed", type=int, default=0,
+                     help="seed of the critical-band noise and of the bootstraps (default 0)")
     run.add_argument("--overwrite", action="store_true", help="re-run a model already probed with the same settings")
 
 
@@ -82,7 +93,8 @@ def _eval_link(args: argparse.Namespace):
         return EvalLink(args.eval_dir)
     split = args.eval_split or _default_split(args.eval_source, args.eval_config)
     run = RunSettings(config=args.eval_config, split=split, batch_size=args.batch_size, device=args.device,
-                      workers=0, progress=False, bootstrap=BootstrapSettings(resamples=args.bootstrap, seed=args.seed))
+                      workers=0, progress=False,
+                      bootstrap=BootstrapSettings(resamples=args.bootstrap, seed=args.seed))
     return EvalLink(args.eval_dir, args.eval_source, run)
 
 

@@ -66,7 +66,6 @@ def test_spearman_with_bootstrap_intervals(tmp_path):
     assert json.dumps(again, sort_keys=True) == json.dumps(result, sort_keys=True)
     csv_path, md_path = correlate.write_table(tmp_path, rows)
     assert "CoR@56_top1" in csv_path.read_text() and "m5" in md_path.read_text()
-    assert correlate.write_scatter(tmp_path, rows).stat().st_size > 1000
     assert np.isfinite(pair["p"])
 
 
