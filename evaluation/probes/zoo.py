@@ -35,9 +35,10 @@ def eval_report(loaded: LoadedModel, link: EvalLink, announce: Callable[[str], N
         # evaluate_model itself reuses an evaluation of the same data revision and weights
         return evaluate_model(loaded, link.source, link.eval_dir, link.run or RunSettings(), announce=announce).report
     if not path.is_file():
+        flags = f"--model {loaded.spec}" if " " not in loaded.spec else "the same --model/--models flags"
         raise MissingEvaluation(
-            f"{loaded.spec} has no {EVAL_JSON} in {folder}; run `hsi eval SOURCE --model {loaded.spec} "
-            f"--out {link.eval_dir}` first, or pass --eval-source SOURCE to evaluate it on the fly")
+            f"{loaded.spec} has no {EVAL_JSON} in {folder}; run `hsi eval SOURCE` with {flags} and "
+            f"--out {link.eval_dir} first, or pass --eval-source SOURCE to evaluate it on the fly")
     report = load_existing(folder)
     expected = loaded.describe()
     for key in ("spec", "checkpoint_sha256"):

@@ -103,7 +103,7 @@ def test_missing_evaluations_are_refused_before_any_probe(inputs, tmp_path, caps
                  "--eval-dir", str(tmp_path / "none")])
     assert code == 2
     err = capsys.readouterr().err
-    assert "hsi eval SOURCE --model" in err and "--eval-source" in err
+    assert "run `hsi eval SOURCE` with the same --model/--models flags" in err and "--eval-source" in err
     assert not list(out.glob("*/probes.json"))
 
 
