@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, str] = {
     "release": "hsi.commands.release",
     "publish": "hsi.commands.publish",
     "verify": "hsi.commands.verify",
+    "probe": "hsi.commands.probe",
 }
 
 

@@ -18,20 +18,9 @@ HELP = "evaluate models on a composed config: predictions, per-group metrics wit
 EXIT_OK, EXIT_USAGE = 0, 2
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "source",
-        nargs="?",
-        help="a release folder, a composed dataset folder (OUT/<config>) or hf://datasets/ORG/NAME@REVISION",
-    )
-    parser.add_argument("--config", help="config of a release (default: its default config)")
-    parser.add_argument("--split", help="split to evaluate (default: test if present, else the only or first split)")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path("eval-output"),
-        help="output folder (default eval-output): one subfolder per model, plus the leaderboard",
-    )
+def add_model_arguments(parser: argparse.ArgumentParser, eval_only: bool) -> None:
+    """The model flags of `hsi eval`, shared with `hsi probe`; `eval_only` adds the ones the probes do
+    not take (they fix their own geometry and score all 1000 classes)."""
     models = parser.add_argument_group("models")
     models.add_argument(
         "--model", help="timm:NAME (or a bare timm name), tv:NAME, ts:FILE, or a state_dict FILE with --arch"
@@ -51,25 +40,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     models.add_argument(
         "--classes", type=Path, help="wnids of the model's outputs in order, one a line (a model trained on a subset)"
     )
-    models.add_argument(
-        "--label-space",
-        choices=("imagenet", "subset"),
-        default="imagenet",
-        help="how a 1000-way model is scored on a subset config: argmax over all 1000 classes (default) or over the "
-        "config's classes",
-    )
+    if eval_only:
+        models.add_argument(
+            "--label-space",
+            choices=("imagenet", "subset"),
+            default="imagenet",
+            help="how a 1000-way model is scored on a subset config: argmax over all 1000 classes (default) or over "
+                 "the config's classes",
+        )
     pre = parser.add_argument_group("preprocessing (default: the model's data config, on the canvas as it is)")
-    pre.add_argument(
-        "--crop-pct", type=float, help="reproduce a resize-then-centre-crop protocol, e.g. 0.875 (default: no crop)"
-    )
+    if eval_only:
+        pre.add_argument(
+            "--crop-pct", type=float, help="reproduce a resize-then-centre-crop protocol, e.g. 0.875 (default: no crop)"
+        )
     pre.add_argument("--mean", help="normalisation mean, 3 comma-separated values (default: the model's)")
     pre.add_argument("--std", help="normalisation std, 3 comma-separated values (default: the model's)")
-    pre.add_argument("--input-size", help="model input size: S, or H,W (default: the model's)")
+    if eval_only:
+        pre.add_argument("--input-size", help="model input size: S, or H,W (default: the model's)")
     pre.add_argument(
         "--interpolation",
         choices=("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming"),
         help="resize filter (default: the model's)",
     )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "source",
+        nargs="?",
+        help="a release folder, a composed dataset folder (OUT/<config>) or hf://datasets/ORG/NAME@REVISION",
+    )
+    parser.add_argument("--config", help="config of a release (default: its default config)")
+    parser.add_argument("--split", help="split to evaluate (default: test if present, else the only or first split)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("eval-output"),
+        help="output folder (default eval-output): one subfolder per model, plus the leaderboard",
+    )
+    add_model_arguments(parser, eval_only=True)
     run = parser.add_argument_group("running")
     run.add_argument(
         "--batch-size",
@@ -170,7 +179,7 @@ def model_options(entry: dict, args: argparse.Namespace):
 
     mean, std = pick("mean"), pick("std")
     classes = pick("classes")
-    size = entry.get("input_size", args.input_size)
+    size = entry.get("input_size", getattr(args, "input_size", None))
     return ModelOptions(
         checkpoint=Path(pick("checkpoint")) if pick("checkpoint") else None,
         arch=pick("arch"),

@@ -1,0 +1,229 @@
+"""Across models: each model's biases beside its Hard-Spurious-ImageNet numbers (read from its
+`hsi eval` eval.json), Spearman correlations with bootstrap intervals over models, scatter plots.
+
+Written to OUT/probe_table.csv and .md, OUT/correlations.json and .md, OUT/plots/probe_scatter.png.
+A correlation needs at least 3 models with both values; below that the files say so, no number.
+"""
+
+from __future__ import annotations
+
+import csv
+import warnings
+import zlib
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from ..report import md_table, write_json
+
+MIN_MODELS = 3
+TABLE_CSV, TABLE_MD = "probe_table.csv", "probe_table.md"
+CORRELATIONS_JSON, CORRELATIONS_MD = "correlations.json", "correlations.md"
+SCATTER_PNG = "plots/probe_scatter.png"
+BIASES = ("shape_bias", "spectral_bias", "lpp", "hpp", "cb_bandwidth", "cb_centre_frequency", "cb_peak_sensitivity")
+
+
+def bias_values(probes: dict) -> dict:
+    """The per-model bias numbers; a degenerate critical-band fit contributes none."""
+    values = {name: None for name in BIASES}
+    if probes.get("shape"):
+        values["shape_bias"] = probes["shape"]["shape_bias"]
+    if probes.get("spectral"):
+        for key in ("spectral_bias", "lpp", "hpp"):
+            values[key] = probes["spectral"][key]
+    band = probes.get("critical_band")
+    if band and band.get("fit") and not band["degenerate"]:
+        values.update(
+            cb_bandwidth=band["bandwidth_octaves"],
+            cb_centre_frequency=band["centre_frequency"],
+            cb_peak_sensitivity=band["peak_noise_sensitivity"],
+        )
+    return values
+
+
+def eval_values(report: dict) -> dict:
+    """Group accuracies (per group and per group@size), worst group, background-class share of the
+    errors on foreign backgrounds, overall and clean top-1 from one eval.json."""
+    metrics = report["metrics"]
+    values: dict = {"top1": (metrics.get("overall") or {}).get("top1", {}).get("value")}
+    for row in metrics.get("by_group") or []:
+        values[f"{row['group']}_top1"] = row["top1"]["value"]
+    for row in metrics.get("by_group_size") or []:
+        values[f"{row['group']}@{row['size']}_top1"] = row["top1"]["value"]
+    summary = metrics.get("groups_summary")
+    values["worst_group"] = summary["worst_group"]["group"] if summary else None
+    values["worst_group_top1"] = summary["worst_group"]["value"] if summary else None
+    background = metrics.get("background_class")
+    values["background_class_share"] = background["overall"]["share_of_errors"]["value"] if background else None
+    clean = report.get("clean")
+    values["clean_top1"] = clean["top1"]["value"] if clean else None
+    return values
+
+
+def table_rows(entries: list[tuple[str, dict, dict]]) -> list[dict]:
+    """One row per (model spec, probes report, eval report)."""
+    return [{"model": spec, **bias_values(probes), **eval_values(report)} for spec, probes, report in entries]
+
+
+def _numeric_columns(rows: list[dict], exclude: tuple[str, ...]) -> list[str]:
+    columns: list[str] = []
+    for row in rows:
+        columns += [
+            c
+            for c, v in row.items()
+            if c not in columns and c not in exclude and isinstance(v, (int, float)) and not isinstance(v, bool)
+        ]
+    return columns
+
+
+def _rank_correlation(a, b, axis=-1):
+    """Spearman's rho of each resample, vectorised: Pearson's r of scipy's average ranks (NaN for a
+    constant resample)."""
+    ra = stats.rankdata(a, axis=axis)
+    rb = stats.rankdata(b, axis=axis)
+    ra = ra - ra.mean(axis=axis, keepdims=True)
+    rb = rb - rb.mean(axis=axis, keepdims=True)
+    return (ra * rb).sum(axis=axis) / np.sqrt((ra**2).sum(axis=axis) * (rb**2).sum(axis=axis))
+
+
+def spearman(x: np.ndarray, y: np.ndarray, resamples: int, seed: int, name: str, level: float = 0.95) -> dict:
+    """Spearman's rho, its p-value and a percentile bootstrap interval over models (scipy.stats);
+    resamples whose rho is undefined (a constant resample) are left out and counted."""
+    result: dict = {"n": int(len(x)), "rho": None, "p": None, "low": None, "high": None, "undefined_resamples": None}
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        result["note"] = "undefined: one of the two is constant across these models"
+        return result
+    rho, p = stats.spearmanr(x, y)
+    result.update(rho=float(rho), p=float(p))
+    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore")
+        boot = stats.bootstrap(
+            (x, y),
+            _rank_correlation,
+            paired=True,
+            vectorized=True,
+            n_resamples=resamples,
+            method="percentile",
+            confidence_level=level,
+            rng=rng,
+        )
+    distribution = np.asarray(boot.bootstrap_distribution, dtype=float)
+    finite = distribution[np.isfinite(distribution)]
+    result["undefined_resamples"] = int(len(distribution) - len(finite))
+    if len(finite):
+        tail = (1 - level) / 2 * 100
+        result["low"], result["high"] = (float(v) for v in np.percentile(finite, [tail, 100 - tail]))
+    return result
+
+
+def correlations(rows: list[dict], resamples: int = 1000, seed: int = 0) -> dict:
+    """Every bias against every Hard-Spurious number, over the models that have both."""
+    biases = [b for b in BIASES if any(row.get(b) is not None for row in rows)]
+    targets = _numeric_columns(rows, exclude=BIASES)
+    result: dict = {
+        "models": len(rows),
+        "min_models": MIN_MODELS,
+        "resamples": resamples,
+        "seed": seed,
+        "method": "Spearman rank correlation (scipy.stats.spearmanr); 95% percentile bootstrap "
+        "over models (scipy.stats.bootstrap, paired)",
+        "pairs": [],
+    }
+    if len(rows) < MIN_MODELS:
+        result["note"] = (
+            f"{len(rows)} model(s): a rank correlation needs at least {MIN_MODELS} models, so none is reported"
+        )
+        return result
+    for bias in biases:
+        for target in targets:
+            kept = [(r[bias], r[target]) for r in rows if r.get(bias) is not None and r.get(target) is not None]
+            pair = {"bias": bias, "metric": target}
+            if len(kept) < MIN_MODELS:
+                pair.update(n=len(kept), note=f"only {len(kept)} model(s) have both values (at least {MIN_MODELS})")
+            else:
+                x, y = (np.asarray(v, dtype=float) for v in zip(*kept))
+                pair.update(spearman(x, y, resamples, seed, f"{bias}:{target}"))
+            result["pairs"].append(pair)
+    return result
+
+
+def write_table(out_dir: Path, rows: list[dict]) -> tuple[Path, Path]:
+    columns: list[str] = []
+    for row in rows:
+        columns += [c for c in row if c not in columns]
+    csv_path, md_path = Path(out_dir) / TABLE_CSV, Path(out_dir) / TABLE_MD
+
+    def cell(value):
+        return "" if value is None else (f"{value:.4f}" if isinstance(value, float) else value)
+
+    with open(csv_path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows([{k: cell(v) for k, v in row.items()} for row in rows])
+    lines = [
+        "# Biases and Hard-Spurious-ImageNet accuracy per model",
+        "",
+        md_table(columns, [[cell(row.get(c)) for c in columns] for row in rows]),
+    ]
+    md_path.write_text("\n".join(lines) + "\n", "utf-8")
+    return csv_path, md_path
+
+
+def write_correlations(out_dir: Path, result: dict) -> Path:
+    write_json(Path(out_dir) / CORRELATIONS_JSON, result)
+    lines = ["# Do the biases predict Hard-Spurious-ImageNet accuracy?", "", result["method"] + ".", ""]
+    if result.get("note"):
+        lines.append(f"**{result['note']}.**")
+    else:
+
+        def num(v):
+            return "n/a" if v is None else f"{v:.3f}"
+
+        rows = [
+            [
+                p["bias"],
+                p["metric"],
+                p["n"],
+                num(p.get("rho")),
+                f"[{num(p.get('low'))}, {num(p.get('high'))}]",
+                num(p.get("p")),
+                p.get("note", ""),
+            ]
+            for p in result["pairs"]
+        ]
+        lines.append(md_table(["bias", "metric", "models", "Spearman rho", "95% interval", "p", "note"], rows))
+    path = Path(out_dir) / CORRELATIONS_MD
+    path.write_text("\n".join(lines) + "\n", "utf-8")
+    return path
+
+
+def write_scatter(out_dir: Path, rows: list[dict]) -> Path | None:
+    """Each bias (rows of panels) against the main Hard-Spurious numbers (columns)."""
+    from ..plots import _pyplot
+
+    biases = [b for b in BIASES if any(r.get(b) is not None for r in rows)]
+    wanted = ("worst_group_top1", "CoR_top1", "CoR@56_top1", "background_class_share", "clean_top1", "top1")
+    targets = [t for t in wanted if any(r.get(t) is not None for r in rows)]
+    if not biases or not targets:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(biases), len(targets), figsize=(3 * len(targets), 2.6 * len(biases)), squeeze=False)
+    for i, bias in enumerate(biases):
+        for j, target in enumerate(targets):
+            ax = axes[i][j]
+            points = [
+                (r[bias], r[target], r["model"]) for r in rows if r.get(bias) is not None and r.get(target) is not None
+            ]
+            for x, y, name in points:
+                ax.scatter([x], [y], s=18)
+                ax.annotate(name.split(":")[-1][:18], (x, y), fontsize=6)
+            ax.set_xlabel(bias, fontsize=8)
+            ax.set_ylabel(target, fontsize=8)
+    fig.tight_layout()
+    path = Path(out_dir) / SCATTER_PNG
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,128 @@
+"""One model through the requested probes into OUT/<model>/probes.json and probes.md; a model
+already probed with the same settings and weights is read back instead of re-run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from builder import __version__
+
+from ..models import LoadedModel, model_slug
+from .report import PROBES_JSON, write_model_report
+from .runner import ProbeModel, ValImages, load_val_images, probe_preprocessing
+
+PROBES = ("spectral", "critical-band", "shape")
+PROBE_SCHEMA = "hsi-probe/1"
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    probes: tuple[str, ...] = PROBES
+    source: Path | None = None  # ImageNet root (spectral, critical band)
+    split: str = "val"
+    boxes: Path | None = None
+    limit: int | None = None
+    cue_conflict: Path | None = None
+    criterion: str = "absolute"
+    criterion_level: float = 0.5
+    batch_size: int = 64
+    device: str = "auto"
+    seed: int = 0
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["probes"] = list(self.probes)
+        for key in ("source", "boxes", "cue_conflict"):
+            data[key] = Path(data[key]).name if data[key] is not None else None
+        data.pop("device")
+        data.pop("batch_size")
+        return data
+
+
+def _identity(loaded: LoadedModel, settings: ProbeSettings) -> dict:
+    return {
+        "model": {k: loaded.describe()[k] for k in ("spec", "checkpoint_sha256")},
+        "preprocessing": {
+            k: v for k, v in probe_preprocessing(loaded.preprocessing).to_json().items() if k != "description"
+        },
+        "settings": settings.to_json(),
+    }
+
+
+def read_existing(folder: Path, identity: dict) -> dict | None:
+    path = folder / PROBES_JSON
+    if not path.is_file():
+        return None
+    try:
+        report = json.loads(path.read_text("utf-8"))
+    except ValueError:
+        return None
+    return report if report.get("identity") == identity else None
+
+
+class ValCache:
+    """Val images decoded once per (input size, filter), shared by every model that needs them."""
+
+    def __init__(self, settings: ProbeSettings, announce: Callable[[str], None]):
+        self.settings, self.announce, self.cache = settings, announce, {}
+
+    def get(self, loaded: LoadedModel) -> ValImages:
+        pre = probe_preprocessing(loaded.preprocessing)
+        key = (pre.input_size, pre.interpolation)
+        if key not in self.cache:
+            s = self.settings
+            self.cache[key] = load_val_images(s.source, s.split, s.limit, pre, s.boxes, self.announce)
+        return self.cache[key]
+
+
+def probe_model(
+    loaded: LoadedModel,
+    settings: ProbeSettings,
+    out_dir: Path,
+    val_cache: ValCache,
+    overwrite: bool = False,
+    announce: Callable[[str], None] = print,
+) -> tuple[Path, dict]:
+    """Run the probes of `settings` on one model; returns its folder and report."""
+    from . import channel, critical_band, spectral
+    from .shape import run_shape
+
+    folder = Path(out_dir) / model_slug(loaded.spec)
+    identity = _identity(loaded, settings)
+    existing = None if overwrite else read_existing(folder, identity)
+    if existing is not None:
+        announce(f"{loaded.spec}: already probed with these settings in {folder.name}/ (pass --overwrite to redo it)")
+        return folder, existing
+    model = ProbeModel(loaded, settings.device, settings.batch_size, announce)
+    report: dict = {
+        "schema": PROBE_SCHEMA,
+        "toolkit": __version__,
+        "identity": identity,
+        "model": loaded.describe(),
+        "settings": settings.to_json(),
+        "preprocessing": probe_preprocessing(loaded.preprocessing).to_json(),
+    }
+    if "spectral" in settings.probes or "critical-band" in settings.probes:
+        val = val_cache.get(loaded)
+        report["val_images"] = {"images": len(val.labels), "errors": val.errors}
+    if "spectral" in settings.probes:
+        announce(f"{loaded.spec}: spectral bias on {len(val.labels)} images")
+        report["spectral"] = spectral.run_spectral(model, val, settings.batch_size)
+    if "critical-band" in settings.probes:
+        announce(f"{loaded.spec}: critical band on {len(val.labels)} images")
+        matrix = critical_band.accuracy_matrix(model, val, settings.batch_size, settings.seed)
+        report["critical_band"] = {
+            "images": len(val.labels),
+            **channel.summarise(matrix, settings.criterion, settings.criterion_level),
+        }
+    if "shape" in settings.probes:
+        announce(f"{loaded.spec}: shape bias on {settings.cue_conflict}")
+        report["shape"] = run_shape(
+            model, settings.cue_conflict, probe_preprocessing(loaded.preprocessing, crop=False), settings.batch_size
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    write_model_report(folder, report)
+    return folder, report

@@ -1,0 +1,108 @@
+"""probes.json (every number) and probes.md (what a person reads) of one model, rendered from the
+same dict; the cross-model files are written by `correlate`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..report import md_table, write_json
+
+PROBES_JSON, PROBES_MD = "probes.json", "probes.md"
+
+
+def _num(value, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _spectral_lines(result: dict) -> list[str]:
+    out = [
+        "## Spectral bias",
+        "",
+        f"Clean top-1 after resize 256 / centre crop 224: {_num(result['clean_accuracy'])} "
+        f"on {result['images']} images. LPP = {_num(result['lpp'])}, HPP = {_num(result['hpp'])} "
+        f"(mean relative accuracy over c in {result['summary_cutoffs']}); "
+        f"**spectral bias HPP / (LPP + HPP) = {_num(result['spectral_bias'])}** "
+        "(above 0.5: relies more on high frequencies).",
+        "",
+    ]
+    high = {row["cutoff"]: row for row in result["highpass"]}
+    rows = [
+        [
+            row["cutoff"],
+            _num(row["accuracy"]),
+            _num(row["relative"]),
+            _num(high.get(row["cutoff"], {}).get("accuracy")),
+            _num(high.get(row["cutoff"], {}).get("relative")),
+        ]
+        for row in result["lowpass"]
+    ]
+    out += [md_table(["c", "low-pass top-1", "relative", "high-pass top-1", "relative"], rows), ""]
+    return out + [f"- note: {note}" for note in result.get("notes") or []]
+
+
+def _critical_band_lines(result: dict) -> list[str]:
+    out = ["## Critical band", ""]
+    rows = [[sd, *[_num(v) for v in row]] for sd, row in zip(result["noise_sds"], result["accuracy"])]
+    out += [md_table(["noise SD", *[f"{c:g} c/img" for c in result["band_centres"]]], rows), ""]
+    crit = result["criterion"]
+    rule = (
+        f"accuracy above {crit['level']:.0%}"
+        if crit["kind"] == "absolute"
+        else f"accuracy above {crit['level']:.0%} of the noise-free accuracy"
+    )
+    out.append(f"Thresholds per band (0 = the strongest noise is tolerated; {rule}): {result['thresholds']}.")
+    if result.get("fit"):
+        fit = result["fit"]
+        out.append(
+            f"Gaussian fit: A = {fit['A']:.3f}, mu = {fit['mu']:.3f}, sigma = {fit['sigma']:.3f}: "
+            f"**bandwidth {result['bandwidth_octaves']:.2f} octaves, centre frequency "
+            f"{result['centre_frequency']:.1f} cycles/image, peak noise sensitivity "
+            f"{result['peak_noise_sensitivity']:.3f}**."
+        )
+    if result["degenerate"]:
+        out.append("**Degenerate fit** (do not read these as a channel): " + "; ".join(result["degenerate"]) + ".")
+    return out + [""]
+
+
+def _shape_lines(result: dict) -> list[str]:
+    out = [
+        "## Shape bias",
+        "",
+        f"{result['cue_conflict_images']} cue-conflict images ({result['dropped_same_cue']} with shape = texture "
+        f"dropped): {result['shape_hits']} shape hits, {result['texture_hits']} texture hits, {result['neither']} "
+        f"neither; **shape bias {_num(result['shape_bias'])}** (1 = always the shape).",
+        "",
+    ]
+    rows = [
+        [c, v["images"], v["shape_hits"], v["texture_hits"], _num(v["shape_bias"])]
+        for c, v in result["per_category"].items()
+    ]
+    out += [md_table(["shape category", "images", "shape hits", "texture hits", "shape bias"], rows), ""]
+    return out + [f"- note: {note}" for note in result.get("notes") or []]
+
+
+def render_model_markdown(report: dict) -> str:
+    model = report["model"]
+    out = [
+        f"# Bias probes of `{model['spec']}`",
+        "",
+        f"- weights: {model.get('checkpoint') or 'as loaded'}"
+        + (f" (sha256 `{model['checkpoint_sha256']}`)" if model.get("checkpoint_sha256") else ""),
+        f"- preprocessing: {report['preprocessing']['description']}",
+        "",
+    ]
+    if "val_images" in report:
+        errors = report["val_images"]["errors"]
+        out += [f"- ImageNet images: {report['val_images']['images']} ({len(errors)} undecodable)", ""]
+    if "spectral" in report:
+        out += _spectral_lines(report["spectral"])
+    if "critical_band" in report:
+        out += _critical_band_lines(report["critical_band"])
+    if "shape" in report:
+        out += _shape_lines(report["shape"])
+    return "\n".join(out).rstrip() + "\n"
+
+
+def write_model_report(folder: Path, report: dict) -> None:
+    write_json(Path(folder) / PROBES_JSON, report)
+    (Path(folder) / PROBES_MD).write_text(render_model_markdown(report), "utf-8")

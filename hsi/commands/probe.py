@@ -1,0 +1,170 @@
+"""`hsi probe`: spectral bias, critical band and shape bias of one or several models, and, with
+--eval-dir, their Spearman correlations with each model's Hard-Spurious-ImageNet accuracies.
+
+Writes OUT/<model>/probes.json and probes.md; with --eval-dir also OUT/probe_table.csv/.md,
+OUT/correlations.json/.md and OUT/plots/probe_scatter.png. Exit status 0, or 2 for usage errors
+(a model that cannot be loaded, a malformed cue-conflict folder, a missing evaluation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from builder.core.errors import UsageError
+from hsi.commands.common import positive_int
+from hsi.commands.eval import add_model_arguments, model_entries, model_options
+
+HELP = "bias probes (spectral, critical band, shape) per model and their correlation with Hard-Spurious accuracy"
+EXIT_OK = 0
+PROBE_NAMES = ("spectral", "critical-band", "shape")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser, eval_only=False)
+    data = parser.add_argument_group("stimuli")
+    data.add_argument(
+        "--source", type=Path, help="ImageNet root whose val images feed the spectral and critical-band probes"
+    )
+    data.add_argument("--split", default="val", help="split of --source (default val)")
+    data.add_argument(
+        "--boxes",
+        type=Path,
+        help="box annotations of --source when not found automatically (they label a flat val folder)",
+    )
+    data.add_argument("--limit", type=positive_int, help="use only the first N images of --source (sorted by id)")
+    data.add_argument(
+        "--cue-conflict",
+        type=Path,
+        help="model-vs-human cue-conflict folder (16 class folders of PNGs) for the shape bias",
+    )
+    data.add_argument(
+        "--probes",
+        help="comma-separated subset of spectral,critical-band,shape (default: every probe whose stimuli are given)",
+    )
+    band = parser.add_argument_group("critical band")
+    band.add_argument(
+        "--criterion",
+        choices=("absolute", "relative"),
+        default="absolute",
+        help="a band's threshold: accuracy above LEVEL (absolute, default) or above LEVEL x the "
+        "noise-free accuracy (relative)",
+    )
+    band.add_argument("--criterion-level", type=float, default=0.5, help="LEVEL of --criterion (default 0.5)")
+    zoo = parser.add_argument_group("across models")
+    zoo.add_argument(
+        "--eval-dir",
+        type=Path,
+        help="an `hsi eval` output folder holding <model>/eval.json: adds the table, the "
+        "correlations and the scatter plots",
+    )
+    zoo.add_argument(
+        "--eval-source",
+        help="evaluate models missing from --eval-dir on the fly on this release, dataset folder or hf:// address",
+    )
+    zoo.add_argument("--eval-config", help="config of --eval-source (default: its default)")
+    zoo.add_argument("--eval-split", help="split of --eval-source (default: test if present)")
+    zoo.add_argument(
+        "--bootstrap", type=positive_int, default=1000, help="bootstrap resamples over models (default 1000)"
+    )
+    run = parser.add_argument_group("running")
+    run.add_argument("--out", type=Path, default=Path("probe-output"), help="output folder (default probe-output)")
+    run.add_argument("--batch-size", type=positive_int, default=64, help="images per forward pass (default 64)")
+    run.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+    run.add_argument(
+        "--seed", type=int, default=0, help="seed of the critical-band noise and of the bootstraps (default 0)"
+    )
+    run.add_argument("--overwrite", action="store_true", help="re-run a model already probed with the same settings")
+
+
+def _probes(args: argparse.Namespace) -> tuple[str, ...]:
+    if args.probes:
+        chosen = tuple(p.strip() for p in args.probes.split(",") if p.strip())
+        unknown = sorted(set(chosen) - set(PROBE_NAMES))
+        if unknown or not chosen:
+            raise UsageError(f"--probes takes a subset of {','.join(PROBE_NAMES)}, got {args.probes!r}")
+    else:
+        chosen = (("spectral", "critical-band") if args.source else ()) + (("shape",) if args.cue_conflict else ())
+        if not chosen:
+            raise UsageError(
+                "nothing to probe: pass --source IMAGENET_ROOT (spectral, critical band) and/or "
+                "--cue-conflict FOLDER (shape bias)"
+            )
+    needs_source = {"spectral", "critical-band"} & set(chosen)
+    if needs_source and args.source is None:
+        raise UsageError(f"{', '.join(sorted(needs_source))} need --source IMAGENET_ROOT")
+    if args.source is not None and not args.source.is_dir():
+        raise UsageError(f"--source {args.source} is not a folder")
+    if "shape" in chosen and args.cue_conflict is None:
+        raise UsageError("shape needs --cue-conflict FOLDER (model-vs-human's cue-conflict stimuli)")
+    return tuple(p for p in PROBE_NAMES if p in chosen)
+
+
+def _eval_link(args: argparse.Namespace):
+    from evaluation.bootstrap import BootstrapSettings
+    from evaluation.pipeline import RunSettings
+    from evaluation.probes.zoo import EvalLink
+    from hsi.commands.eval import _default_split
+
+    if args.eval_dir is None:
+        if args.eval_source:
+            raise UsageError("--eval-source needs --eval-dir (where the evaluations are written)")
+        return None
+    if args.eval_source is None:
+        return EvalLink(args.eval_dir)
+    split = args.eval_split or _default_split(args.eval_source, args.eval_config)
+    run = RunSettings(
+        config=args.eval_config,
+        split=split,
+        batch_size=args.batch_size,
+        device=args.device,
+        workers=0,
+        progress=False,
+        bootstrap=BootstrapSettings(resamples=args.bootstrap, seed=args.seed),
+    )
+    return EvalLink(args.eval_dir, args.eval_source, run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from evaluation.models import load_model
+    from evaluation.probes.pipeline import ProbeSettings
+    from evaluation.probes.zoo import probe_zoo
+
+    if not 0 < args.criterion_level < 1:
+        raise UsageError(f"--criterion-level must be in (0, 1), got {args.criterion_level}")
+    settings = ProbeSettings(
+        probes=_probes(args),
+        source=args.source,
+        split=args.split,
+        boxes=args.boxes,
+        limit=args.limit,
+        cue_conflict=args.cue_conflict,
+        criterion=args.criterion,
+        criterion_level=args.criterion_level,
+        batch_size=args.batch_size,
+        device=args.device,
+        seed=args.seed,
+    )
+    link = _eval_link(args)
+    models = [load_model(entry["model"], model_options(entry, args)) for entry in model_entries(args)]
+    summary = probe_zoo(
+        models,
+        settings,
+        args.out,
+        link,
+        args.bootstrap,
+        args.seed,
+        args.overwrite,
+        announce=lambda text: print(text, file=sys.stderr),
+    )
+    for entry in summary["models"]:
+        print(f"{entry['spec']}: {args.out / entry['folder'] / 'probes.md'} and probes.json")
+    if link is not None:
+        print(
+            f"table: {summary['table'][1]}; correlations: {summary['correlations']}"
+            + (f" ({summary['correlation_note']})" if summary.get("correlation_note") else "")
+        )
+        if summary.get("scatter"):
+            print(f"scatter plots: {summary['scatter']}")
+    return EXIT_OK

@@ -1,0 +1,90 @@
+"""The cross-model table and Spearman correlations with bootstrap intervals."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from evaluation.probes import correlate
+
+
+def _eval(cor: float, worst: float, share: float | None = 0.4, clean: float | None = 0.8) -> dict:
+    metrics = {
+        "overall": {"top1": {"value": 0.6}},
+        "by_group": [{"group": "CeO", "top1": {"value": 0.9}}, {"group": "CoR", "top1": {"value": cor}}],
+        "by_group_size": [{"group": "CoR", "size": 56, "top1": {"value": cor / 2}}],
+        "groups_summary": {"worst_group": {"group": "CoR", "value": worst}},
+        "background_class": {"overall": {"share_of_errors": {"value": share}}} if share is not None else None,
+    }
+    return {"metrics": metrics, **({"clean": {"top1": {"value": clean}}} if clean is not None else {})}
+
+
+def _probes(shape: float, spectral: float, degenerate: bool = False) -> dict:
+    return {
+        "shape": {"shape_bias": shape},
+        "spectral": {"spectral_bias": spectral, "lpp": 0.5, "hpp": 0.2},
+        "critical_band": {
+            "fit": {"A": 1, "mu": 2, "sigma": 1},
+            "bandwidth_octaves": 2.4,
+            "centre_frequency": 7.0,
+            "peak_noise_sensitivity": 0.1,
+            "degenerate": ["flat"] if degenerate else [],
+        },
+    }
+
+
+def test_eval_values_read_from_eval_json():
+    values = correlate.eval_values(_eval(0.3, 0.3))
+    assert values["CoR_top1"] == 0.3 and values["CoR@56_top1"] == 0.15 and values["worst_group"] == "CoR"
+    assert values["background_class_share"] == 0.4 and values["clean_top1"] == 0.8 and values["top1"] == 0.6
+    bare = correlate.eval_values(_eval(0.3, 0.3, share=None, clean=None))
+    assert bare["background_class_share"] is None and bare["clean_top1"] is None
+
+
+def test_degenerate_critical_band_fits_are_left_out():
+    assert correlate.bias_values(_probes(0.2, 0.3, degenerate=True))["cb_bandwidth"] is None
+    assert correlate.bias_values(_probes(0.2, 0.3))["cb_bandwidth"] == 2.4
+
+
+def test_fewer_than_three_models_give_no_number(tmp_path):
+    rows = correlate.table_rows([("a", _probes(0.1, 0.2), _eval(0.3, 0.3)), ("b", _probes(0.2, 0.1), _eval(0.4, 0.4))])
+    result = correlate.correlations(rows)
+    assert result["pairs"] == [] and "at least 3 models" in result["note"]
+    text = correlate.write_correlations(tmp_path, result).read_text()
+    assert "at least 3 models" in text and "rho" not in text.split("\n", 4)[-1]
+
+
+def test_spearman_with_bootstrap_intervals(tmp_path):
+    shape = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+    cor = [0.2, 0.3, 0.35, 0.5, 0.55, 0.7]  # rank-identical to shape
+    spectral = [0.6, 0.1, 0.5, 0.2, 0.4, 0.3]
+    entries = [(f"m{i}", _probes(s, p), _eval(c, c)) for i, (s, p, c) in enumerate(zip(shape, spectral, cor))]
+    rows = correlate.table_rows(entries)
+    result = correlate.correlations(rows, resamples=200, seed=1)
+    pair = next(p for p in result["pairs"] if p["bias"] == "shape_bias" and p["metric"] == "CoR_top1")
+    assert pair["rho"] == pytest.approx(1.0) and pair["n"] == 6
+    assert pair["low"] is not None and pair["low"] <= pair["rho"] <= pair["high"] <= 1.0
+    other = next(p for p in result["pairs"] if p["bias"] == "spectral_bias" and p["metric"] == "CoR_top1")
+    from scipy.stats import spearmanr
+
+    assert other["rho"] == pytest.approx(spearmanr(spectral, cor).statistic)
+    assert other["low"] < other["high"]
+    constant = next(p for p in result["pairs"] if p["bias"] == "lpp")
+    assert constant["rho"] is None and "constant" in constant["note"]
+    again = correlate.correlations(rows, resamples=200, seed=1)
+    assert json.dumps(again, sort_keys=True) == json.dumps(result, sort_keys=True)
+    csv_path, md_path = correlate.write_table(tmp_path, rows)
+    assert "CoR@56_top1" in csv_path.read_text() and "m5" in md_path.read_text()
+    assert np.isfinite(pair["p"])
+
+
+def test_vectorised_rank_correlation_equals_scipy_spearman():
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 4, (50, 7)).astype(float), rng.normal(size=(50, 7))  # ties in a
+    got = correlate._rank_correlation(a, b)
+    want = [spearmanr(x, y).statistic for x, y in zip(a, b)]
+    np.testing.assert_allclose(got, want, equal_nan=True)
