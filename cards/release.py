@@ -200,6 +200,33 @@ def read_release_meta(release_dir: Path) -> dict | None:
     return json.loads(path.read_text("utf-8")) if path.is_file() else None
 
 
+def published_base(previous_release: Path | None, replaced: dict | None, version: str | None) -> dict | None:
+    """The last *published* release (one whose `_release.json` has a version) to compare against:
+    `previous_release` when given; else the folder being overwritten when it holds another version;
+    else (an unversioned folder, or the same version rebuilt) the release that folder was compared
+    against, recorded in its `previous` field. The folder being replaced is never its own base."""
+    if previous_release is not None:
+        meta = read_release_meta(previous_release)
+        if meta is None:
+            raise ReleaseError(f"--previous {previous_release} is not a release folder (no {RELEASE_META})")
+        if meta.get("version") is None:
+            raise ReleaseError(f"--previous {previous_release} is an unversioned build, not a published release; "
+                               "give the folder of the last release made with --version")
+        return meta
+    if replaced is None:
+        return None
+    if replaced.get("version") is not None and replaced.get("version") != version:
+        return replaced
+    return replaced.get("previous")
+
+
+def base_record(base: dict | None) -> dict | None:
+    """What a release keeps of its base, so that a rebuild of it compares against the same one."""
+    if base is None:
+        return None
+    return {"version": base.get("version"), "configs": base.get("configs", {}), "changelog": base.get("changelog", [])}
+
+
 def build_release(
     release_dir: Path,
     dataset_dirs: list[Path],
@@ -214,7 +241,8 @@ def build_release(
     """Gather validated composed datasets into the release folder `release_dir` and return it.
 
     The folder's name is the dataset name users load (`load_dataset("hard-spurious-imagenet")` from
-    its parent). `previous_release` (or the folder being overwritten) supplies the changelog so far.
+    its parent). `previous_release`, else the folder being overwritten when it holds another published
+    version, supplies the changelog so far (see `published_base`).
     `results_dirs`: `hsi eval` outputs whose reports become the card's Results section.
     """
     release_dir = Path(release_dir)
@@ -239,8 +267,8 @@ def build_release(
     results = load_results(list(results_dirs)) if results_dirs else []
     check_results(results, {i.config: i.manifest.get("fingerprint") for i in inputs})
 
-    previous = read_release_meta(previous_release) if previous_release else (
-        read_release_meta(release_dir) if release_dir.exists() else None)
+    replaced = read_release_meta(release_dir) if release_dir.exists() else None
+    previous = published_base(previous_release, replaced, version)
     configs_meta = {
         i.config: {"fingerprint": i.manifest.get("fingerprint"), "splits": shard_index(i.manifest)} for i in sorted(inputs, key=lambda i: i.config)
     }
@@ -266,6 +294,7 @@ def build_release(
             "default_config": default,
             "configs": configs_meta,
             "changelog": [{"version": e.version, "changes": list(e.changes)} for e in changelog],
+            "previous": base_record(previous),
             "tool": {"name": DATASET_NAME, "version": __version__},
         })
         if release_dir.exists():

@@ -1,0 +1,64 @@
+"""Issue 10 hardening of releases, cards and publishing: what the card says is what was built, a
+release compares against the last published release only, the dry run works offline."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cards.release import ReleaseError, build_release
+from release_factory import make_composed_dataset
+
+NAME = "hard-spurious-imagenet"
+
+
+def release_meta(release):
+    return json.loads((release / "_release.json").read_text("utf-8"))
+
+
+# ---------------------------------------------------------------- 10.13: the last published release
+
+
+def test_overwriting_an_unversioned_build_leaves_no_stale_unreleased_entry(tmp_path):
+    release = tmp_path / "out" / NAME
+    first = make_composed_dataset(tmp_path / "a", splits={"test": 3})
+    build_release(release, [first])  # a trial build, never published
+    build_release(release, [first], overwrite=True, version="v1.0.0")
+    assert [e["version"] for e in release_meta(release)["changelog"]] == ["v1.0.0"]
+    changed = make_composed_dataset(tmp_path / "b", splits={"test": 4})
+    build_release(release, [changed], overwrite=True, version="v1.1.0")
+    changelog = release_meta(release)["changelog"]
+    assert [e["version"] for e in changelog] == ["v1.1.0", "v1.0.0"]
+    assert any("samples changed (3 -> 4 samples)" in line for line in changelog[0]["changes"])
+    assert "unreleased" not in (release / "README.md").read_text("utf-8")
+
+
+def test_rebuilding_the_same_version_compares_with_the_release_before_it(tmp_path):
+    release = tmp_path / "out" / NAME
+    build_release(release, [make_composed_dataset(tmp_path / "a", splits={"test": 3})], version="v1.0.0")
+    # v1.0.0 was never published: a rebuild with other samples keeps v1.0.0 (it is not its own base)
+    build_release(release, [make_composed_dataset(tmp_path / "b", splits={"test": 5})], overwrite=True, version="v1.0.0")
+    meta = release_meta(release)
+    assert meta["version"] == "v1.0.0" and meta["previous"] is None
+    assert meta["changelog"] == [{"version": "v1.0.0", "changes": ["first release"]}]
+    # v1.0.0 is the base of v1.1.0; rebuilding v1.1.0 compares with v1.0.0 again, not with itself
+    build_release(release, [make_composed_dataset(tmp_path / "c", splits={"test": 6})], overwrite=True,
+                  version="v1.1.0")
+    build_release(release, [make_composed_dataset(tmp_path / "d", splits={"test": 7})], overwrite=True,
+                  version="v1.1.0")
+    meta = release_meta(release)
+    assert [e["version"] for e in meta["changelog"]] == ["v1.1.0", "v1.0.0"]
+    assert meta["changelog"][0]["changes"] == ["hard-spurious-imagenet/test: samples changed (5 -> 7 samples)"]
+    assert meta["previous"]["version"] == "v1.0.0"
+    # a patch of the published v1.1.0 with other samples is still refused
+    with pytest.raises(ReleaseError, match="must raise the minor or major version"):
+        build_release(release, [make_composed_dataset(tmp_path / "e", splits={"test": 2})], overwrite=True,
+                      version="v1.1.1")
+
+
+def test_previous_must_be_a_published_release(tmp_path):
+    trial = build_release(tmp_path / "trial" / NAME, [make_composed_dataset(tmp_path / "a", splits={"test": 3})])
+    with pytest.raises(ReleaseError, match="unversioned build, not a published release"):
+        build_release(tmp_path / "next" / NAME, [make_composed_dataset(tmp_path / "b", splits={"test": 3})],
+                      version="v1.0.0", previous_release=trial)
