@@ -62,3 +62,38 @@ def test_previous_must_be_a_published_release(tmp_path):
     with pytest.raises(ReleaseError, match="unversioned build, not a published release"):
         build_release(tmp_path / "next" / NAME, [make_composed_dataset(tmp_path / "b", splits={"test": 3})],
                       version="v1.0.0", previous_release=trial)
+
+
+# ---------------------------------------------------------------- 10.5: publish offline, unversioned
+
+
+def hsi_offline(args, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf-home"), HF_ENDPOINT="http://127.0.0.1:9")
+    return subprocess.run([sys.executable, "-m", "hsi.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=Path(__file__).resolve().parents[2])
+
+
+def test_publish_dry_run_offline_says_what_it_cannot_check_and_refuses_yes(tmp_path):
+    release = build_release(tmp_path / "r" / NAME, [make_composed_dataset(tmp_path / "a", splits={"test": 3})],
+                            version="v1.0.0")
+    args = ["publish", str(release), "--repo", "lab/hsi", "--version", "v1.0.0"]
+    dry = hsi_offline(args, tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert "Traceback" not in dry.stderr and "OfflineModeIsEnabled" not in dry.stderr
+    assert "offline (HF_HUB_OFFLINE is set)" in dry.stdout and "cannot check whether the repo exists" in dry.stdout
+    assert "upload data/hard-spurious-imagenet/test-00000.tar" in dry.stdout and "dry run: nothing changed" in dry.stdout
+    real = hsi_offline(args + ["--yes"], tmp_path)
+    assert real.returncode != 0 and "Traceback" not in real.stderr
+    assert "cannot publish to lab/hsi offline" in real.stderr
+
+
+def test_publishing_an_unversioned_release_names_the_fix_not_none(tmp_path):
+    release = build_release(tmp_path / "r" / NAME, [make_composed_dataset(tmp_path / "a", splits={"test": 3})])
+    result = hsi_offline(["publish", str(release), "--repo", "lab/hsi", "--version", "v1.0.0"], tmp_path)
+    assert result.returncode != 0 and "None" not in result.stderr and "Traceback" not in result.stderr
+    assert "was built without a version" in result.stderr and "hsi release --version v1.0.0" in result.stderr
