@@ -74,6 +74,25 @@ def _read_json(url: str) -> dict | None:
 UNEVEN = ("drop", "pad")
 
 
+def source_manifest(source: str | os.PathLike, config: str | None = None) -> tuple[str, dict]:
+    """(dataset folder, its `_info.json`) of a release's config (default: its default config) or of a
+    composed dataset folder: where a reader learns the splits, class names and shard lengths."""
+    base = str(source)
+    release = _read_json(_join(base, RELEASE_META))
+    try:
+        if release is not None:
+            config = check_config_name(config or release.get("default_config"))
+            if config not in release.get("configs", {}):
+                raise StreamError(f"config {config!r} is not in this release; it has {sorted(release.get('configs', {}))}")
+            base = _join(base, "data", config)
+        manifest = _read_json(_join(base, MANIFEST_NAME))
+    except UnsafeNameError as exc:
+        raise StreamError(f"{source}: {exc}") from None
+    if manifest is None:
+        raise FileNotFoundError(f"{source}: neither a release folder ({RELEASE_META}) nor a dataset folder ({MANIFEST_NAME})")
+    return base, manifest
+
+
 def resolve_shards(source: str | os.PathLike | Sequence[str], config: str | None, split: str) -> tuple[list[str], int | None]:
     """(shard urls, number of samples or None) for a source, read from its manifests."""
     shards, num_samples, _ = resolve_shard_lengths(source, config, split)
@@ -85,17 +104,8 @@ def resolve_shard_lengths(source: str | os.PathLike | Sequence[str], config: str
     """(shard urls, number of samples, samples per shard): the counts are None when unknown."""
     if isinstance(source, (list, tuple)):
         return [str(s) for s in source], None, None
-    base = str(source)
-    release = _read_json(_join(base, RELEASE_META))
+    base, manifest = source_manifest(source, config)
     try:
-        if release is not None:
-            config = check_config_name(config or release.get("default_config"))
-            if config not in release.get("configs", {}):
-                raise StreamError(f"config {config!r} is not in this release; it has {sorted(release.get('configs', {}))}")
-            base = _join(base, "data", config)
-        manifest = _read_json(_join(base, MANIFEST_NAME))
-        if manifest is None:
-            raise FileNotFoundError(f"{source}: neither a release folder ({RELEASE_META}) nor a dataset folder ({MANIFEST_NAME})")
         splits = manifest.get("splits")
         check_split_name(split)
         if not isinstance(splits, dict) or split not in splits:

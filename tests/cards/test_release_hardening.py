@@ -97,3 +97,37 @@ def test_publishing_an_unversioned_release_names_the_fix_not_none(tmp_path):
     result = hsi_offline(["publish", str(release), "--repo", "lab/hsi", "--version", "v1.0.0"], tmp_path)
     assert result.returncode != 0 and "None" not in result.stderr and "Traceback" not in result.stderr
     assert "was built without a version" in result.stderr and "hsi release --version v1.0.0" in result.stderr
+
+
+# ---------------------------------------------------------------- 10.15: examples/train_stream.py
+
+
+def run_example(args, cwd):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "examples" / "train_stream.py"
+    env = dict(os.environ, PYTHONPATH=str(script.parents[1]))
+    return subprocess.run([sys.executable, str(script), *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_train_stream_example_reads_splits_and_classes_from_the_manifest(tmp_path):
+    # a release whose default config has only `val` and 3 classes, a second config with train and test
+    main = make_composed_dataset(tmp_path / "a", splits={"val": 6}, num_classes=3)
+    ten = make_composed_dataset(tmp_path / "a", config="hard-spurious-imagenet-10", splits={"train": 4, "test": 4},
+                                num_classes=2)
+    release = build_release(tmp_path / "r" / NAME, [main, ten], version="v1.0.0")
+    plain = run_example([NAME, "--steps", "2", "--batch-size", "2", "--workers", "0"], release.parent)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    assert "training on split val of hard-spurious-imagenet: 3 classes" in plain.stdout
+    assert "epoch 0 step 2" in plain.stdout
+    other = run_example([NAME, "--config", "hard-spurious-imagenet-10", "--steps", "1", "--workers", "0"],
+                        release.parent)
+    assert other.returncode == 0, other.stderr[-2000:]
+    assert "training on split train of hard-spurious-imagenet-10: 2 classes" in other.stdout
+    wrong = run_example([NAME, "--split", "train", "--steps", "1", "--workers", "0"], release.parent)
+    assert wrong.returncode == 2 and "Traceback" not in wrong.stderr
+    assert "split 'train' is not in hard-spurious-imagenet; it has val" in wrong.stderr
