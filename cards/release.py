@@ -26,7 +26,7 @@ from pathlib import Path
 from builder import __version__
 from builder.core.manifest import Manifest
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
-from builder.core.shards import MANIFEST_NAME, read_manifest, sha256_file, write_json_atomic
+from builder.core.shards import MANIFEST_NAME, iter_shard, read_manifest, sha256_file, write_json_atomic
 
 from cards.render import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary, render_card, table
 from cards.results import check_results, copy_plots, load_results, render_results
@@ -237,6 +237,8 @@ def build_release(
     default_config: str | None = None,
     previous_release: Path | None = None,
     results_dirs: list[Path] | tuple[Path, ...] = (),
+    title: str | None = None,
+    description: str | None = None,
 ) -> Path:
     """Gather validated composed datasets into the release folder `release_dir` and return it.
 
@@ -244,6 +246,8 @@ def build_release(
     its parent). `previous_release`, else the folder being overwritten when it holds another published
     version, supplies the changelog so far (see `published_base`).
     `results_dirs`: `hsi eval` outputs whose reports become the card's Results section.
+    `title`/`description`: the card's heading and introduction (by default they say whether the
+    configs are the paper's benchmark or a custom build).
     """
     release_dir = Path(release_dir)
     if version is not None:
@@ -287,7 +291,8 @@ def build_release(
         # The default config comes first in the card, the rest in the order given.
         summaries.sort(key=lambda s: not s.default)
         section = render_results(results, copy_plots(results, staging), table) if results else None
-        (staging / "README.md").write_text(render_card(summaries, changelog, version, section), "utf-8")
+        card = render_card(summaries, changelog, version, section, title, description)
+        (staging / "README.md").write_text(card, "utf-8")
         write_json_atomic(staging / RELEASE_META, {
             "name": DATASET_NAME,
             "version": version,
@@ -346,10 +351,12 @@ def _stage_config(staging: Path, item: ReleaseInput, default: bool) -> ConfigSum
     # Names were checked in load_release_input; `inside` also catches a link planted on the way.
     data_dir = inside(staging, "data", item.config)
     data_dir.mkdir(parents=True)
+    classes: set = set()
     for split, entry in sorted(item.manifest["splits"].items()):
         for shard in entry["shards"]:
             name = shard["filename"]
             copy_verified(inside(item.path, name), inside(data_dir, name), shard["sha256"], shard["bytes"])
+            classes |= shard_classes(inside(data_dir, name))
     write_json_atomic(data_dir / MANIFEST_NAME, item.manifest)
     write_json_atomic(data_dir / VALIDATION_JSON, item.validation)
     if (item.path / VALIDATION_MD).exists() or (item.path / VALIDATION_MD).is_symlink():
@@ -362,4 +369,18 @@ def _stage_config(staging: Path, item: ReleaseInput, default: bool) -> ConfigSum
             target.mkdir(parents=True, exist_ok=True)
             copy_new_file(png, target / png.name)
             previews.append(f"{PREVIEWS_DIR}/{item.config}/{png.name}")
-    return ConfigSummary(item.config, item.manifest, item.validation, tuple(previews), default)
+    return ConfigSummary(item.config, item.manifest, item.validation, tuple(previews), default, len(classes))
+
+
+def shard_classes(shard: Path) -> set:
+    """The distinct `class_index` of a shard's samples: the manifest counts groups and sizes, not
+    classes, and the card must say how many classes a config really holds (a verified copy is read
+    anyway, so this costs one sequential pass)."""
+    found = set()
+    try:
+        for _, members in iter_shard(shard):
+            found.add(json.loads(members["json"].decode("utf-8")).get("class_index"))
+    except (OSError, ValueError, KeyError, AttributeError) as exc:
+        raise ReleaseError(f"{shard}: a sample's json does not read ({type(exc).__name__}: {exc}); "
+                           "rebuild the dataset") from None
+    return found

@@ -16,6 +16,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--default-config", default=None, help="config loaded when none is named (default: hard-spurious-imagenet if given, else the first)")
     parser.add_argument("--previous", type=Path, default=None, help="the previous release folder, for the changelog and the version check")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing release folder")
+    parser.add_argument("--title", default=None,
+                        help="the card's title (default: the paper's benchmark name, or 'a custom build')")
+    parser.add_argument("--description", default=None,
+                        help="the card's introduction (default: rendered from the configs' specs)")
     parser.add_argument("--results", nargs="+", type=Path, default=[], metavar="DIR", help="hsi eval output folders (or model folders): their eval.json reports become the card's Results section")
 
 
@@ -25,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     release = build_release(
         args.out, args.datasets, overwrite=args.overwrite, version=args.release_version,
         changes=args.change, default_config=args.default_config, previous_release=args.previous,
-        results_dirs=args.results,
+        results_dirs=args.results, title=args.title, description=args.description,
     )
     print(f"release written to {release} (load it with load_dataset({release.name!r}) from {release.parent})")
     return 0

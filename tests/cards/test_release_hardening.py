@@ -131,3 +131,117 @@ def test_train_stream_example_reads_splits_and_classes_from_the_manifest(tmp_pat
     wrong = run_example([NAME, "--split", "train", "--steps", "1", "--workers", "0"], release.parent)
     assert wrong.returncode == 2 and "Traceback" not in wrong.stderr
     assert "split 'train' is not in hard-spurious-imagenet; it has val" in wrong.stderr
+
+
+# ---------------------------------------------------------------- 10.12: the card says what was built
+
+
+def composed(tmp_path, name: str, overrides=None, wnids=("n01440764", "n01443537", "n01484850")):
+    """A real compose of fake parts (one image per class), with a passing validation report."""
+    from builder.compose.stage import compose_dataset
+    from builder.core.manifest import Manifest
+    from builder.core.shards import write_json_atomic
+    from builder.core.stage import RunOptions
+    from parts_factory import fake_images, write_parts
+
+    parts = tmp_path / f"parts-{name}"
+    if not parts.exists():
+        write_parts(parts, {"val": fake_images(list(wnids), per_class=1)})
+    summary = compose_dataset(parts, "hard-spurious-imagenet", tmp_path / f"out-{name}", overrides=overrides,
+                              options=RunOptions(progress=False))
+    manifest = Manifest.read(summary.dataset_dir)
+    write_json_atomic(summary.dataset_dir / "validation.json",
+                      {"ok": True, "fingerprint": manifest.fingerprint, "shards": manifest.shard_sha256()})
+    return summary.dataset_dir
+
+
+def card_of(release):
+    return (release / "README.md").read_text("utf-8")
+
+
+def test_card_counts_the_classes_present_and_names_the_backends(tmp_path):
+    import yaml
+
+    release = build_release(tmp_path / "r" / NAME, [composed(tmp_path, "paper")], version="v1.0.0")
+    card = card_of(release)
+    # 3 images of 3 classes: not "1000"
+    assert "| hard-spurious-imagenet | yes | val | 36 | 3 of 1000 labels |" in card
+    assert "# Hard-Spurious-ImageNet (v1.0.0)" in card and "It is the benchmark of" in card
+    assert yaml.safe_load(card.split("---\n")[1])["pretty_name"] == "Hard-Spurious-ImageNet"
+    backends = json.loads((release / "data" / NAME / "_info.json").read_text())["parts"]["backends"]
+    masker, inpainter = backends["masker"]["name"], backends["inpainter"]["name"]
+    assert (masker, inpainter) != ("sam", "lama")  # the fake parts: so the prose must say so
+    assert "Objects were cut out with" in card and "The paper used SAM masks and LaMa inpainting" in card
+    assert "errors (skipped inputs)" not in card
+    assert "| compose issues (inputs skipped or composites dropped) | 0 |" in card
+
+
+def test_custom_release_is_not_titled_or_described_as_the_papers_benchmark(tmp_path):
+    import yaml
+
+    overrides = {"positions": ["bottom-left", "left"], "backgrounds": ["original", "gray"], "sizes": [56, 84]}
+    dataset = composed(tmp_path, "custom", overrides)
+    release = build_release(tmp_path / "r" / NAME, [dataset], version="v1.0.0")
+    card = card_of(release)
+    assert "# Hard-Spurious-ImageNet toolkit: a custom build (v1.0.0)" in card
+    assert yaml.safe_load(card.split("---\n")[1])["pretty_name"] == "Hard-Spurious-ImageNet toolkit: a custom build"
+    assert "It is the benchmark of" not in card and "CeO (centre, own" not in card
+    assert "It is not that benchmark" in card and "bottom-left/gray" in card
+    # the spec kept the paper's description; the card describes what this spec holds instead
+    assert json.loads((release / "data" / dataset.name / "_info.json").read_text())["spec"]["description"].startswith(
+        "ImageNet objects pasted at 56, 84 or 112 px")
+    assert "ImageNet objects pasted at 56, 84 or 112 px" not in card
+    assert "A custom spec: objects at 56 and 84 px (square) on a 224 px canvas; placed at bottom-left and left; " \
+           "on original and gray backgrounds." in card
+
+
+def test_release_title_and_description_options(tmp_path):
+    from hsi.cli import main as hsi_main
+
+    dataset = composed(tmp_path, "paper")
+    out = tmp_path / "r" / NAME
+    assert hsi_main(["release", str(dataset), "--out", str(out), "--version", "v1.0.0", "--title", "Gray corners",
+                     "--description", "Our lab's gray-background corner set."]) == 0
+    card = card_of(out)
+    assert "# Gray corners (v1.0.0)\n\nOur lab's gray-background corner set.\n" in card
+    assert "pretty_name: Gray corners" in card and "It is the benchmark of" not in card
+
+
+def test_compose_issues_are_named_by_reason(tmp_path):
+    from builder.core.shards import read_manifest
+    from cards.render import ConfigSummary, render_card
+
+    manifest = read_manifest(make_composed_dataset(tmp_path))
+    manifest["errors"] = {"total": 3, "by_reason": {"no-foreign-background": 2, "unreadable-parts": 1}}
+    card = render_card([ConfigSummary(NAME, manifest, {"ok": True}, (), True, 3)])
+    assert "| compose issues (inputs skipped or composites dropped) | 3 (no-foreign-background: 2, " \
+           "unreadable-parts: 1) |" in card
+
+
+def test_bibtex_key_is_the_same_in_readme_and_card(tmp_path):
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text("utf-8")
+    card = card_of(build_release(tmp_path / "r" / NAME, [make_composed_dataset(tmp_path / "a")], version="v1.0.0"))
+    keys = [re.findall(r"@article\{([^,]+),", text) for text in (readme, card)]
+    assert keys[0] and keys[0] == keys[1]
+
+
+def test_card_webdataset_snippet_runs_without_the_shardshuffle_warning(tmp_path, monkeypatch):
+    import re
+    import warnings
+
+    release = build_release(tmp_path / "r" / NAME, [make_composed_dataset(tmp_path / "a", splits={"test": 9})],
+                            version="v1.0.0")
+    card = card_of(release)
+    snippet = re.search(r"With WebDataset.*?```python\n(.*?)```", card, re.S)[1]
+    assert "{00000..00002}" in snippet  # the three shards the manifest lists
+    monkeypatch.chdir(release.parent)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scope: dict = {}
+        exec(snippet, scope)  # noqa: S102 - the card's own snippet, as a user would paste it
+        rows = list(scope["ds"])
+    assert len(rows) == 9 and rows[0][2]["group"] == "CeO"
+    assert not [w for w in caught if "shardshuffle" in str(w.message)], [str(w.message) for w in caught]
