@@ -245,3 +245,37 @@ def test_card_webdataset_snippet_runs_without_the_shardshuffle_warning(tmp_path,
         rows = list(scope["ds"])
     assert len(rows) == 9 and rows[0][2]["group"] == "CeO"
     assert not [w for w in caught if "shardshuffle" in str(w.message)], [str(w.message) for w in caught]
+
+
+# ---------------------------------------------------------------- 10.18: the git mirror stores shards in LFS
+
+
+def test_git_mirror_keeps_shards_in_lfs_with_pointers_and_gitattributes(tmp_path, capsys):
+    import hashlib
+    import subprocess
+
+    from hf_scripts.git_mirror import git, lfs_object_path
+    from hsi.cli import main as hsi_main
+
+    release = build_release(tmp_path / "r" / NAME, [make_composed_dataset(tmp_path / "a", splits={"test": 9})],
+                            version="v1.0.0")
+    mirror = tmp_path / "mirror"
+    assert hsi_main(["publish", str(release), "--to-git", str(mirror), "--version", "v1.0.0"]) == 0
+    assert "git LFS for *.tar (.gitattributes" in capsys.readouterr().out
+    assert hsi_main(["publish", str(release), "--to-git", str(mirror), "--version", "v1.0.0", "--yes"]) == 0
+    assert git(mirror, "show", "v1.0.0:.gitattributes") == "*.tar filter=lfs diff=lfs merge=lfs -text"
+    shards = sorted((release / "data" / NAME).glob("*.tar"))
+    assert len(shards) == 3
+    for shard in shards:
+        data = shard.read_bytes()
+        oid = hashlib.sha256(data).hexdigest()
+        pointer = subprocess.run(["git", "-C", str(mirror), "show", f"v1.0.0:data/{NAME}/{shard.name}"],
+                                 capture_output=True, check=True).stdout
+        assert pointer == f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {len(data)}\n".encode()
+        assert lfs_object_path(mirror, oid).read_bytes() == data
+        assert (mirror / "data" / NAME / shard.name).read_bytes() == pointer  # the checkout holds pointers too
+    # no git object holds a shard's bytes
+    listing = git(mirror, "cat-file", "--batch-all-objects", "--batch-check=%(objecttype) %(objectsize)")
+    blob_sizes = {int(size) for kind, size in (line.split() for line in listing.splitlines()) if kind == "blob"}
+    assert not blob_sizes & {shard.stat().st_size for shard in shards}
+    assert git(mirror, "status", "--porcelain", "--untracked-files=all") == ""
