@@ -105,6 +105,39 @@ def load_release_input(dataset_dir: Path) -> ReleaseInput:
     return ReleaseInput(dataset_dir, manifest, validation)
 
 
+def load_composed(dataset_dir: Path, split: str | None = None, config: str | None = None, **kwargs):
+    """`datasets.load_dataset` for a composed dataset folder (`OUT/<config>`) or a release folder.
+
+    A plain `load_dataset("OUT/<config>")` fails: with no card to declare its configs, `datasets`
+    infers splits from file names, takes `validation.json` for a `validation` split and `_info.json`
+    for JSON data. Here the shards come from the manifest, as explicit `data_files` of the webdataset
+    builder, with the declared features (so labels are class names). A release folder is loaded by its
+    card (`config` names one of its configs). `kwargs` go to `load_dataset` (e.g. `streaming=True`).
+    """
+    from datasets import load_dataset
+
+    from cards.render import composite_features
+
+    dataset_dir = Path(dataset_dir)
+    if (dataset_dir / RELEASE_META).is_file():
+        return load_dataset(str(dataset_dir), config, split=split, **kwargs)
+    try:
+        manifest = read_manifest(dataset_dir)
+    except (FileNotFoundError, ValueError) as exc:
+        raise ReleaseError(f"{dataset_dir} is neither a composed dataset folder nor a release ({exc}); compose one "
+                           "with `hsi compose`, or gather datasets into a loadable folder with `hsi release`") from None
+    if manifest.get("stage") != "compose" or "class_names" not in manifest:
+        raise ReleaseError(f"{dataset_dir} holds the output of stage {manifest.get('stage')!r}, not a composed dataset; "
+                           "load a composed dataset folder (OUT/<config>) or a folder made by `hsi release`")
+    check_release_names(dataset_dir, manifest)
+    if split is not None and split not in manifest["splits"]:
+        raise ReleaseError(f"split {split!r} is not in {dataset_dir}; it has {', '.join(sorted(manifest['splits']))}")
+    files = {name: [str(inside(dataset_dir, f)) for f in entry["filenames"]]
+             for name, entry in sorted(manifest["splits"].items())}
+    return load_dataset("webdataset", data_files=files, features=composite_features(manifest["class_names"]),
+                        split=split, **kwargs)
+
+
 def check_validated_shards(dataset_dir: Path, validation: dict, listed: dict[str, str]) -> None:
     """The report must vouch for exactly the shards the manifest lists: a report left over from an
     earlier build (or a crashed validate) must not ship other bytes."""

@@ -279,3 +279,35 @@ def test_git_mirror_keeps_shards_in_lfs_with_pointers_and_gitattributes(tmp_path
     blob_sizes = {int(size) for kind, size in (line.split() for line in listing.splitlines()) if kind == "blob"}
     assert not blob_sizes & {shard.stat().st_size for shard in shards}
     assert git(mirror, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+# ---------------------------------------------------------------- 10.17: loading a composed folder
+
+
+def test_a_composed_folder_loads_with_load_composed_and_other_folders_are_refused(tmp_path):
+    from datasets import load_dataset
+
+    from cards.release import load_composed
+    from parts_factory import fake_images, write_parts
+
+    dataset = make_composed_dataset(tmp_path / "out", splits={"test": 5, "train": 3}, shard_size=2)
+    with pytest.raises(ValueError, match="validation"):  # why: datasets takes validation.json for a split
+        load_dataset(str(dataset), cache_dir=str(tmp_path / "cache0"))
+    loaded = load_composed(dataset, cache_dir=str(tmp_path / "cache1"))
+    assert {name: ds.num_rows for name, ds in loaded.items()} == {"test": 5, "train": 3}
+    assert loaded["test"].features["cls"].names == ["tench", "cock", "indigo bunting"]
+    assert loaded["test"][0]["json"]["group"] == "CeO" and loaded["test"][0]["__key__"] == "test_000000"
+    one = load_composed(dataset, split="train", cache_dir=str(tmp_path / "cache2"))
+    assert one.num_rows == 3
+    with pytest.raises(ReleaseError, match="split 'val' is not in .*; it has test, train"):
+        load_composed(dataset, split="val")
+    # a release folder loads by its card
+    release = build_release(tmp_path / "r" / NAME, [dataset], version="v1.0.0")
+    assert load_composed(release, split="test", cache_dir=str(tmp_path / "cache3")).num_rows == 5
+    # not a composed dataset: the message says what it is and points to `hsi release`
+    with pytest.raises(ReleaseError, match="neither a composed dataset folder nor a release.*hsi release"):
+        load_composed(tmp_path / "out")
+    parts = tmp_path / "parts"
+    write_parts(parts, {"val": fake_images(["n01440764"], per_class=1)})
+    with pytest.raises(ReleaseError, match="holds the output of stage 'extract', not a composed dataset"):
+        load_composed(parts)
