@@ -127,8 +127,8 @@ def load_composed(dataset_dir: Path, split: str | None = None, config: str | Non
         raise ReleaseError(f"{dataset_dir} is neither a composed dataset folder nor a release ({exc}); compose one "
                            "with `hsi compose`, or gather datasets into a loadable folder with `hsi release`") from None
     if manifest.get("stage") != "compose" or "class_names" not in manifest:
-        raise ReleaseError(f"{dataset_dir} holds the output of stage {manifest.get('stage')!r}, not a composed dataset; "
-                           "load a composed dataset folder (OUT/<config>) or a folder made by `hsi release`")
+        raise ReleaseError(f"{dataset_dir} holds the output of stage {manifest.get('stage')!r}, not a composed "
+                           "dataset; load a composed dataset folder (OUT/<config>) or a folder made by `hsi release`")
     check_release_names(dataset_dir, manifest)
     if split is not None and split not in manifest["splits"]:
         raise ReleaseError(f"split {split!r} is not in {dataset_dir}; it has {', '.join(sorted(manifest['splits']))}")
