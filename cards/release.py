@@ -26,7 +26,7 @@ from pathlib import Path
 from builder import __version__
 from builder.core.manifest import Manifest
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
-from builder.core.shards import MANIFEST_NAME, read_manifest, sha256_file, write_json_atomic
+from builder.core.shards import MANIFEST_NAME, iter_shard, read_manifest, sha256_file, write_json_atomic
 
 from cards.render import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary, render_card, table
 from cards.results import check_results, copy_plots, load_results, render_results
@@ -103,6 +103,39 @@ def load_release_input(dataset_dir: Path) -> ReleaseInput:
         )
     check_validated_shards(dataset_dir, validation, typed.shard_sha256())
     return ReleaseInput(dataset_dir, manifest, validation)
+
+
+def load_composed(dataset_dir: Path, split: str | None = None, config: str | None = None, **kwargs):
+    """`datasets.load_dataset` for a composed dataset folder (`OUT/<config>`) or a release folder.
+
+    A plain `load_dataset("OUT/<config>")` fails: with no card to declare its configs, `datasets`
+    infers splits from file names, takes `validation.json` for a `validation` split and `_info.json`
+    for JSON data. Here the shards come from the manifest, as explicit `data_files` of the webdataset
+    builder, with the declared features (so labels are class names). A release folder is loaded by its
+    card (`config` names one of its configs). `kwargs` go to `load_dataset` (e.g. `streaming=True`).
+    """
+    from datasets import load_dataset
+
+    from cards.render import composite_features
+
+    dataset_dir = Path(dataset_dir)
+    if (dataset_dir / RELEASE_META).is_file():
+        return load_dataset(str(dataset_dir), config, split=split, **kwargs)
+    try:
+        manifest = read_manifest(dataset_dir)
+    except (FileNotFoundError, ValueError) as exc:
+        raise ReleaseError(f"{dataset_dir} is neither a composed dataset folder nor a release ({exc}); compose one "
+                           "with `hsi compose`, or gather datasets into a loadable folder with `hsi release`") from None
+    if manifest.get("stage") != "compose" or "class_names" not in manifest:
+        raise ReleaseError(f"{dataset_dir} holds the output of stage {manifest.get('stage')!r}, not a composed "
+                           "dataset; load a composed dataset folder (OUT/<config>) or a folder made by `hsi release`")
+    check_release_names(dataset_dir, manifest)
+    if split is not None and split not in manifest["splits"]:
+        raise ReleaseError(f"split {split!r} is not in {dataset_dir}; it has {', '.join(sorted(manifest['splits']))}")
+    files = {name: [str(inside(dataset_dir, f)) for f in entry["filenames"]]
+             for name, entry in sorted(manifest["splits"].items())}
+    return load_dataset("webdataset", data_files=files, features=composite_features(manifest["class_names"]),
+                        split=split, **kwargs)
 
 
 def check_validated_shards(dataset_dir: Path, validation: dict, listed: dict[str, str]) -> None:
@@ -200,6 +233,33 @@ def read_release_meta(release_dir: Path) -> dict | None:
     return json.loads(path.read_text("utf-8")) if path.is_file() else None
 
 
+def published_base(previous_release: Path | None, replaced: dict | None, version: str | None) -> dict | None:
+    """The last *published* release (one whose `_release.json` has a version) to compare against:
+    `previous_release` when given; else the folder being overwritten when it holds another version;
+    else (an unversioned folder, or the same version rebuilt) the release that folder was compared
+    against, recorded in its `previous` field. The folder being replaced is never its own base."""
+    if previous_release is not None:
+        meta = read_release_meta(previous_release)
+        if meta is None:
+            raise ReleaseError(f"--previous {previous_release} is not a release folder (no {RELEASE_META})")
+        if meta.get("version") is None:
+            raise ReleaseError(f"--previous {previous_release} is an unversioned build, not a published release; "
+                               "give the folder of the last release made with --version")
+        return meta
+    if replaced is None:
+        return None
+    if replaced.get("version") is not None and replaced.get("version") != version:
+        return replaced
+    return replaced.get("previous")
+
+
+def base_record(base: dict | None) -> dict | None:
+    """What a release keeps of its base, so that a rebuild of it compares against the same one."""
+    if base is None:
+        return None
+    return {"version": base.get("version"), "configs": base.get("configs", {}), "changelog": base.get("changelog", [])}
+
+
 def build_release(
     release_dir: Path,
     dataset_dirs: list[Path],
@@ -210,12 +270,17 @@ def build_release(
     default_config: str | None = None,
     previous_release: Path | None = None,
     results_dirs: list[Path] | tuple[Path, ...] = (),
+    title: str | None = None,
+    description: str | None = None,
 ) -> Path:
     """Gather validated composed datasets into the release folder `release_dir` and return it.
 
     The folder's name is the dataset name users load (`load_dataset("hard-spurious-imagenet")` from
-    its parent). `previous_release` (or the folder being overwritten) supplies the changelog so far.
+    its parent). `previous_release`, else the folder being overwritten when it holds another published
+    version, supplies the changelog so far (see `published_base`).
     `results_dirs`: `hsi eval` outputs whose reports become the card's Results section.
+    `title`/`description`: the card's heading and introduction (by default they say whether the
+    configs are the paper's benchmark or a custom build).
     """
     release_dir = Path(release_dir)
     if version is not None:
@@ -239,8 +304,8 @@ def build_release(
     results = load_results(list(results_dirs)) if results_dirs else []
     check_results(results, {i.config: i.manifest.get("fingerprint") for i in inputs})
 
-    previous = read_release_meta(previous_release) if previous_release else (
-        read_release_meta(release_dir) if release_dir.exists() else None)
+    replaced = read_release_meta(release_dir) if release_dir.exists() else None
+    previous = published_base(previous_release, replaced, version)
     configs_meta = {
         i.config: {"fingerprint": i.manifest.get("fingerprint"), "splits": shard_index(i.manifest)} for i in sorted(inputs, key=lambda i: i.config)
     }
@@ -259,13 +324,15 @@ def build_release(
         # The default config comes first in the card, the rest in the order given.
         summaries.sort(key=lambda s: not s.default)
         section = render_results(results, copy_plots(results, staging), table) if results else None
-        (staging / "README.md").write_text(render_card(summaries, changelog, version, section), "utf-8")
+        card = render_card(summaries, changelog, version, section, title, description)
+        (staging / "README.md").write_text(card, "utf-8")
         write_json_atomic(staging / RELEASE_META, {
             "name": DATASET_NAME,
             "version": version,
             "default_config": default,
             "configs": configs_meta,
             "changelog": [{"version": e.version, "changes": list(e.changes)} for e in changelog],
+            "previous": base_record(previous),
             "tool": {"name": DATASET_NAME, "version": __version__},
         })
         if release_dir.exists():
@@ -317,10 +384,12 @@ def _stage_config(staging: Path, item: ReleaseInput, default: bool) -> ConfigSum
     # Names were checked in load_release_input; `inside` also catches a link planted on the way.
     data_dir = inside(staging, "data", item.config)
     data_dir.mkdir(parents=True)
+    classes: set = set()
     for split, entry in sorted(item.manifest["splits"].items()):
         for shard in entry["shards"]:
             name = shard["filename"]
             copy_verified(inside(item.path, name), inside(data_dir, name), shard["sha256"], shard["bytes"])
+            classes |= shard_classes(inside(data_dir, name))
     write_json_atomic(data_dir / MANIFEST_NAME, item.manifest)
     write_json_atomic(data_dir / VALIDATION_JSON, item.validation)
     if (item.path / VALIDATION_MD).exists() or (item.path / VALIDATION_MD).is_symlink():
@@ -333,4 +402,18 @@ def _stage_config(staging: Path, item: ReleaseInput, default: bool) -> ConfigSum
             target.mkdir(parents=True, exist_ok=True)
             copy_new_file(png, target / png.name)
             previews.append(f"{PREVIEWS_DIR}/{item.config}/{png.name}")
-    return ConfigSummary(item.config, item.manifest, item.validation, tuple(previews), default)
+    return ConfigSummary(item.config, item.manifest, item.validation, tuple(previews), default, len(classes))
+
+
+def shard_classes(shard: Path) -> set:
+    """The distinct `class_index` of a shard's samples: the manifest counts groups and sizes, not
+    classes, and the card must say how many classes a config really holds (a verified copy is read
+    anyway, so this costs one sequential pass)."""
+    found = set()
+    try:
+        for _, members in iter_shard(shard):
+            found.add(json.loads(members["json"].decode("utf-8")).get("class_index"))
+    except (OSError, ValueError, KeyError, AttributeError) as exc:
+        raise ReleaseError(f"{shard}: a sample's json does not read ({type(exc).__name__}: {exc}); "
+                           "rebuild the dataset") from None
+    return found

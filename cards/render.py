@@ -28,7 +28,7 @@ LICENSE_LINK = "https://image-net.org/download.php"
 TASK_CATEGORIES = ["image-classification"]
 TAGS = ["imagenet", "robustness", "spurious-correlations", "distribution-shift", "webdataset"]
 
-CITATION = """@article{fatima2025corner,
+CITATION = """@article{fatima2025cornercases,
   title   = {Corner Cases: How Size and Position of Objects Challenge ImageNet-Trained Models},
   author  = {Fatima, Mishal and Jung, Steffen and Keuper, Margret},
   journal = {Transactions on Machine Learning Research},
@@ -51,6 +51,7 @@ class ConfigSummary:
     validation: dict
     previews: tuple[str, ...] = ()  # release-relative paths of preview sheets
     default: bool = False
+    classes_present: int | None = None  # distinct class_index of the samples (counted by cards.release)
 
     @property
     def splits(self) -> list[str]:
@@ -62,6 +63,24 @@ class ConfigSummary:
     @property
     def class_names(self) -> list[str]:
         return list(self.manifest["class_names"])
+
+    @property
+    def num_classes(self) -> int | None:
+        """Classes that have samples: the manifest's per-class counts when it has them, else what the
+        release counted in the shards; None when neither is known."""
+        per_class = set()
+        for split in self.splits:
+            counts = (self.manifest["splits"][split].get("counts") or {}).get("class", {})
+            per_class |= {k for k, n in counts.items() if n}
+        return len(per_class) if per_class else self.classes_present
+
+    @property
+    def groups(self) -> list[str]:
+        found = set()
+        for split in self.splits:
+            counts = (self.manifest["splits"][split].get("counts") or {}).get("group", {})
+            found |= {g for g, n in counts.items() if n}
+        return sorted_groups(found)
 
 
 @dataclass(frozen=True)
@@ -107,7 +126,7 @@ def size_category(total: int) -> str:
     return "10M<n<100M"
 
 
-def card_metadata(configs: list[ConfigSummary]) -> dict:
+def card_metadata(configs: list[ConfigSummary], title: str | None = None) -> dict:
     """The card's YAML header as a plain dict (huggingface_hub's DatasetCardData field names)."""
     from huggingface_hub import DatasetCardData
 
@@ -116,7 +135,7 @@ def card_metadata(configs: list[ConfigSummary]) -> dict:
         raise CardError(f"exactly one config must be the default, got {defaults or 'none'}")
     total = sum(c.manifest["splits"][s]["num_samples"] for c in configs for s in c.splits)
     data = DatasetCardData(
-        pretty_name=PRETTY_NAME,
+        pretty_name=title or default_title(configs),
         license="other",
         license_name=LICENSE_NAME,
         license_link=LICENSE_LINK,
@@ -245,16 +264,52 @@ def provenance(summary: ConfigSummary) -> str:
         ["parts fingerprint", parts.get("fingerprint", "")],
         ["seed", spec.get("seed", "")],
         ["schema version", manifest.get("schema_version", SCHEMA_VERSION)],
-        ["errors (skipped inputs)", manifest.get("errors", {}).get("total", 0)],
+        ["compose issues (inputs skipped or composites dropped)", issues_cell(manifest.get("errors") or {})],
     ]
-    text = table(["", ""], rows)
+    text = backends_prose(parts.get("backends") or {}) + "\n\n" + table(["", ""], rows)
     backends = parts.get("backends") or {}
     if backends:
         text += "\n\nBackends (models, checkpoints and their sha256, parameters):\n\n"
         text += code_block(yaml.safe_dump(backends, sort_keys=True, allow_unicode=True), "yaml")
     if spec:
-        text += "\n\nVariant spec:\n\n" + code_block(yaml.safe_dump(spec, sort_keys=True, allow_unicode=True), "yaml")
+        shown, note = dict(spec), ""
+        if inherited_description(spec):
+            shown.pop("description")
+            note = " (its `description`, kept from the variant it was derived from, is left out: it does not fit)"
+        spec_yaml = yaml.safe_dump(shown, sort_keys=True, allow_unicode=True)
+        text += f"\n\nVariant spec{note}:\n\n" + code_block(spec_yaml, "yaml")
     return text
+
+
+def issues_cell(errors: dict) -> str:
+    """The compose issues by reason: a reason names whether an input was skipped (unreadable parts)
+    or composites were dropped (no background of the kind)."""
+    total = errors.get("total", 0)
+    by_reason = errors.get("by_reason") or {}
+    reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(by_reason.items()))
+    return f"{total}" + (f" ({reasons})" if total and reasons else "")
+
+
+BACKEND_WORDS = {
+    "box": "box masks (the whole ground-truth box, no segmentation)",
+    "sam": "Segment Anything (SAM) masks",
+    "telea": "OpenCV's Telea inpainting (classical, no model)",
+    "lama": "LaMa inpainting",
+}
+
+
+def backends_prose(backends: dict) -> str:
+    """The parts' masker and inpainter in words, and whether they are the paper's (SAM and LaMa)."""
+    if not backends:
+        return "The parts' manifest names no backends, so how objects were masked and erased is not recorded."
+    names = {role: (backends.get(role) or {}).get("name") for role in ("masker", "inpainter")}
+    words = {role: BACKEND_WORDS.get(name, f"`{name}`") if name else "an unrecorded backend"
+             for role, name in names.items()}
+    text = f"Objects were cut out with {words['masker']} and erased with {words['inpainter']}."
+    if (names["masker"], names["inpainter"]) == ("sam", "lama"):
+        return text + " These are the paper's backends."
+    return text + (" The paper used SAM masks and LaMa inpainting, so backgrounds (and masked pastes) differ from "
+                   "the paper's; numbers are comparable in trend, not pixel for pixel.")
 
 
 def _score(value) -> str:
@@ -293,6 +348,7 @@ def validation_summary(summary: ConfigSummary) -> str:
 def usage(default: str, configs: list[ConfigSummary]) -> str:
     other = next((c.name for c in configs if not c.default), default)
     split = configs[0].splits[0] if configs and configs[0].splits else "test"
+    shards = len(configs[0].manifest["splits"][split]["filenames"]) if configs and configs[0].splits else 1
     return "\n\n".join(
         [
             "With `datasets` (from the folder's parent directory, or a Hub repo id):",
@@ -314,8 +370,9 @@ def usage(default: str, configs: list[ConfigSummary]) -> str:
             "With WebDataset (each sample has `jpg`, `cls` and `json` members):",
             code_block(
                 "import webdataset as wds\n\n"
-                f'urls = "{DATASET_NAME}/data/{default}/{split}-{{00000..00000}}.tar"  # see _info.json for the shard list\n'
-                'ds = wds.WebDataset(urls).decode("pil").to_tuple("jpg", "cls", "json")',
+                f'urls = "{DATASET_NAME}/data/{default}/{split}-{{00000..{shards - 1:05d}}}.tar"  # see _info.json\n'
+                '# shardshuffle: True (or a buffer size) shuffles shards for training; say which, or webdataset warns\n'
+                'ds = wds.WebDataset(urls, shardshuffle=False).decode("pil").to_tuple("jpg", "cls", "json")',
                 "python",
             ),
             "Regenerating with new positions or sizes re-runs only the cheap compose stage on the parts:",
@@ -324,6 +381,15 @@ def usage(default: str, configs: list[ConfigSummary]) -> str:
         ]
     )
 
+
+PAPER_INTRO = (
+    "ImageNet objects made small (56, 84 or 112 px on a 224 px canvas) and moved off-centre, on their own "
+    "inpainted background (O) or on another class's (R). ImageNet-trained models collapse on small objects "
+    "in the corner of a foreign background; this benchmark measures that, in the groups CeO (centre, own "
+    "background), CoO (corner, own), CeR (centre, random) and CoR (corner, random). It is the benchmark of "
+    "*Corner Cases: How Size and Position of Objects Challenge ImageNet-Trained Models* (TMLR 2025), "
+    f"rebuilt reproducibly with the `{DATASET_NAME}` toolkit."
+)
 
 LIMITATIONS = """- The objects are cut out by ImageNet's ground-truth boxes and pasted back; box crops carry some
   of their own background, and the inpainted holes can leave visible traces.
@@ -334,27 +400,89 @@ LIMITATIONS = """- The objects are cut out by ImageNet's ground-truth boxes and 
   research and education)."""
 
 
+def shipped_variant(spec: dict | None) -> str | None:
+    """The shipped variant whose spec this is (name and shard size aside), or None for a custom spec."""
+    from builder.variants.spec import NAMED_VARIANTS, load_variant
+
+    ignored = {"name", "shard_size"}
+    own = {k: v for k, v in (spec or {}).items() if k not in ignored}
+    for name in NAMED_VARIANTS:
+        if {k: v for k, v in load_variant(name).to_json().items() if k not in ignored} == own:
+            return name
+    return None
+
+
+def is_paper_benchmark(configs: list[ConfigSummary]) -> bool:
+    return all(shipped_variant(c.manifest.get("spec")) is not None for c in configs)
+
+
+def default_title(configs: list[ConfigSummary]) -> str:
+    return PRETTY_NAME if is_paper_benchmark(configs) else f"{PRETTY_NAME} toolkit: a custom build"
+
+
+def _words(values) -> str:
+    values = [str(v) for v in values]
+    return ", ".join(values[:-1]) + f" and {values[-1]}" if len(values) > 1 else "".join(values)
+
+
+def inherited_description(spec: dict) -> bool:
+    """True when a custom spec still carries a shipped variant's description (overrides keep it)."""
+    from builder.variants.spec import NAMED_VARIANTS, load_variant
+
+    own = str(spec.get("description") or "").strip()
+    shipped = {load_variant(n).description.strip() for n in NAMED_VARIANTS}
+    return bool(own) and own in shipped and shipped_variant(spec) is None
+
+
+def config_description(summary: ConfigSummary) -> str:
+    """What the config holds, in words: the spec's own description when it is a shipped variant's, or
+    one the user wrote; otherwise (a spec that kept its parent's description) from its fields."""
+    spec = summary.manifest.get("spec") or {}
+    own = str(spec.get("description") or "").strip()
+    if own and not inherited_description(spec):
+        return own
+    fields = []
+    if spec.get("sizes"):
+        fields.append(f"objects at {_words(spec['sizes'])} px" + (f" ({spec['mode']})" if spec.get("mode") else "")
+                      + (f" on a {spec['canvas']} px canvas" if spec.get("canvas") else ""))
+    if spec.get("positions"):
+        fields.append(f"placed at {_words(spec['positions'])}")
+    if spec.get("backgrounds"):
+        fields.append(f"on {_words(spec['backgrounds'])} backgrounds")
+    groups = summary.groups
+    text = "A custom spec" + (": " + "; ".join(fields) if fields else "")
+    return text + (f". Groups: {_words(groups)}." if groups else ".")
+
+
+def classes_cell(summary: ConfigSummary) -> str:
+    present = summary.num_classes
+    labels = len(summary.class_names)
+    if present is None:
+        return f"unknown (the manifest has no per-class counts; {labels} labels)"
+    return f"{present}" + (f" of {labels} labels" if present != labels else "")
+
+
 def render_body(configs: list[ConfigSummary], changelog: list[ChangelogEntry], version: str | None,
-                results: str | None = None) -> str:
+                results: str | None = None, title: str | None = None, description: str | None = None) -> str:
     default = next(c.name for c in configs if c.default)
+    groups = sorted_groups({g for c in configs for g in c.groups})
+    custom = (f"A custom build made with the `{DATASET_NAME}` toolkit, which rebuilds the benchmark of *Corner Cases: "
+              "How Size and Position of Objects Challenge ImageNet-Trained Models* (TMLR 2025). It is not that "
+              "benchmark: its sizes, positions or backgrounds differ (each config below says what it holds)"
+              + (f"; its groups are {_words(groups)}." if groups else "."))
     sections = [
-        f"# {PRETTY_NAME}" + (f" ({version})" if version else ""),
-        "ImageNet objects made small (56, 84 or 112 px on a 224 px canvas) and moved off-centre, on their own "
-        "inpainted background (O) or on another class's (R). ImageNet-trained models collapse on small objects "
-        "in the corner of a foreign background; this benchmark measures that, in the groups CeO (centre, own "
-        "background), CoO (corner, own), CeR (centre, random) and CoR (corner, random). It is the benchmark of "
-        "*Corner Cases: How Size and Position of Objects Challenge ImageNet-Trained Models* (TMLR 2025), "
-        f"rebuilt reproducibly with the `{DATASET_NAME}` toolkit.",
+        f"# {title or default_title(configs)}" + (f" ({version})" if version else ""),
+        description or (PAPER_INTRO if is_paper_benchmark(configs) else custom),
         "## Configs\n\n" + table(
             ["config", "default", "splits", "samples", "classes"],
             [[c.name, "yes" if c.default else "", ", ".join(c.splits),
-              sum(c.manifest["splits"][s]["num_samples"] for s in c.splits), len(c.class_names)] for c in configs],
+              sum(c.manifest["splits"][s]["num_samples"] for s in c.splits), classes_cell(c)] for c in configs],
         ),
         "Each sample holds `jpg` (the 224 px composite), `cls` (the label) and `json` (where and how the object "
         "was pasted: " + ", ".join(f"`{k}`" for k in COMPOSITE_FIELDS) + "; nulls where a field does not apply).",
     ]
     for c in configs:
-        sections.append(f"## {c.name}\n\n### Groups, sizes and tiers\n\n{groups_table(c)}")
+        sections.append(f"## {c.name}\n\n{config_description(c)}\n\n### Groups, sizes and tiers\n\n{groups_table(c)}")
         if c.previews:
             sections.append("### Previews\n\n" + "\n\n".join(f"![{p.rsplit('/', 1)[-1]}]({p})" for p in c.previews))
         sections.append("### How it was built\n\n" + provenance(c))
@@ -376,12 +504,14 @@ def render_body(configs: list[ConfigSummary], changelog: list[ChangelogEntry], v
 
 
 def render_card(configs: list[ConfigSummary], changelog: list[ChangelogEntry] = (), version: str | None = None,
-                results: str | None = None) -> str:
+                results: str | None = None, title: str | None = None, description: str | None = None) -> str:
     """The full README.md text, checked with datasets' parsers; raises CardError if it would not load.
-    `results`: the rendered Results section (cards.results), if any."""
+    `results`: the rendered Results section (cards.results), if any. `title`/`description` replace
+    the heading and introduction, which otherwise say whether this is the paper's benchmark."""
     from huggingface_hub import DatasetCard
 
-    text = f"---\n{dump_metadata(card_metadata(configs))}---\n\n{render_body(configs, list(changelog), version, results)}"
+    body = render_body(configs, list(changelog), version, results, title, description)
+    text = f"---\n{dump_metadata(card_metadata(configs, title))}---\n\n{body}"
     check_card(text, configs)
     DatasetCard(text)  # huggingface_hub's own parse of the header, as the Hub does on upload
     return text

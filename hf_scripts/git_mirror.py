@@ -12,6 +12,12 @@ Safety (issue 11):
 - One run per mirror: an exclusive `fcntl.flock` on `.git/hsi-publish.lock`; a second run is
   refused with the first one's pid.
 - Before the commit, every shard blob is hashed again and compared with `_release.json`.
+- Shards (`*.tar`) are stored the way Hub repos store them, in git LFS: the tree holds a
+  `.gitattributes` (`*.tar filter=lfs diff=lfs merge=lfs -text`) and, for each shard, an LFS pointer
+  (`version https://git-lfs.github.com/spec/v1`, `oid sha256:...`, `size N`); the bytes go to
+  `.git/lfs/objects/aa/bb/<oid>`, where `git lfs push` (to push the mirror) and olah (to serve it)
+  find them. The pointers are written here rather than by git-lfs, so no git-lfs is needed to build
+  or serve a mirror; pushing it needs git-lfs on the pushing machine.
 - A kill leaves the mirror recoverable: main moves by one compare-and-swap `update-ref`; when main
   is already exactly this release (a kill between commit and tag) the next run only tags it; a
   working-tree checkout of ours that was killed (marked by `.git/hsi-checkout`) is finished and its
@@ -21,15 +27,16 @@ Safety (issue 11):
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from builder.core.shards import sha256_file
 from cards.release import VERSION_PATTERN, parse_version
 
 from hf_scripts.publish import KEEP_REMOTE, PublishError, check_release_folder, release_files, release_shards
@@ -40,6 +47,41 @@ GIT_IDENTITY = {"GIT_AUTHOR_NAME": "hsi publish", "GIT_AUTHOR_EMAIL": "hsi@local
 LOCK_NAME = "hsi-publish.lock"  # inside .git: held (flock) for the whole run
 CHECKOUT_MARK = "hsi-checkout"  # inside .git: present while we update the working tree
 PRIVATE_INDEX = re.compile(r"hsi-index\.[0-9]+(\.lock)?")
+GITATTRIBUTES = ".gitattributes"
+LFS_PATTERN = "*.tar"
+LFS_ATTRIBUTES = f"{LFS_PATTERN} filter=lfs diff=lfs merge=lfs -text\n"
+LFS_SPEC = "https://git-lfs.github.com/spec/v1"
+
+
+def lfs_pointer(sha256: str, size: int) -> str:
+    """The git LFS pointer of a file: what the tree holds in place of its bytes."""
+    return f"version {LFS_SPEC}\noid sha256:{sha256}\nsize {size}\n"
+
+
+def lfs_object_path(git_dir: Path, sha256: str) -> Path:
+    return git_dir / ".git" / "lfs" / "objects" / sha256[:2] / sha256[2:4] / sha256
+
+
+def in_lfs(path: str) -> bool:
+    return path.endswith(".tar")
+
+
+def store_lfs_object(git_dir: Path, source: Path, expected: str, path: str) -> None:
+    """Copy `source` into the mirror's LFS store under its sha256, checking the copy is `expected`."""
+    target = lfs_object_path(git_dir, expected)
+    if target.is_file() and not target.is_symlink() and sha256_file(target) == expected:
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    try:
+        with open(source, "rb") as src, open(partial, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        if sha256_file(partial) != expected:
+            raise PublishError(f"{path} as staged in {git_dir} differs from its sha256 in _release.json; the release "
+                               "folder changed while publishing or is damaged: rebuild it, nothing was committed")
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _env(extra: dict | None = None) -> dict:
@@ -120,7 +162,9 @@ def _plan(release_dir: Path, git_dir: Path, version: str, write: bool) -> tuple[
     lines = check_mirror_folder(git_dir)
     files = release_files(release_dir, meta)
     if not _is_mirror(git_dir):
-        return lines + [f"  upload {path} ({size} bytes)" for path, size in files] + [f"commit and tag {version}"], None, False
+        lines += [f"  upload {path} ({size} bytes)" for path, size in files]
+        lfs = f"  git LFS for {LFS_PATTERN} ({GITATTRIBUTES}; the shards' bytes in .git/lfs/objects)"
+        return lines + [lfs, f"commit and tag {version}"], None, False
     if version in git(git_dir, "tag", "--list", version).split():
         raise PublishError(f"{git_dir} already has tag {version}; a published version is never moved or reused")
     head = _head(git_dir)
@@ -132,39 +176,44 @@ def _plan(release_dir: Path, git_dir: Path, version: str, write: bool) -> tuple[
         raise PublishError(f"{git_dir}: main moved past the latest release; refusing to publish over it")
     old = set(git(git_dir, "ls-tree", "-r", "--name-only", head).splitlines()) if head else set()
     lines += [f"  upload {path} ({size} bytes)" for path, size in files]
+    lines.append(f"  git LFS for {LFS_PATTERN} ({GITATTRIBUTES}; the shards' bytes in .git/lfs/objects)")
     lines += [f"  delete {path}" for path in sorted(old - {path for path, _ in files} - KEEP_REMOTE)]
     return lines + [f"commit and tag {version}"], tree, False
 
 
 def _release_tree(git_dir: Path, release_dir: Path, files: list[tuple[str, int]], meta: dict, write: bool) -> str:
-    """The tree of exactly the release's files, built in a private index. With `write`, the blobs
-    are written into the mirror and every shard blob's sha256 is checked against `_release.json`."""
+    """The tree of exactly the release's files (shards as LFS pointers, plus `.gitattributes`), built in
+    a private index. With `write`, the blobs are written into the mirror, every shard is copied into
+    its LFS store and the copy's sha256 checked against `_release.json`; without, the pointers are
+    made from `_release.json` (a dry run reads no shard)."""
+    shards = release_shards(meta)
     with tempfile.TemporaryDirectory(prefix="hsi-index-") as scratch:
         index = git_dir / ".git" / f"hsi-index.{os.getpid()}" if write else Path(scratch) / "index"
         env = {"GIT_INDEX_FILE": str(index)}
+        sources = []  # what each tree entry's blob is made of
+        for number, (path, size) in enumerate(files):
+            if not in_lfs(path):
+                sources.append(release_dir.resolve() / path)
+                continue
+            expected = shards.get(path)
+            if expected is None:
+                raise PublishError(f"{path} is a .tar that _release.json does not list; rebuild the release")
+            if write:
+                store_lfs_object(git_dir, release_dir / path, expected, path)
+            pointer = Path(scratch) / f"pointer-{number}"
+            pointer.write_text(lfs_pointer(expected, size), "ascii")
+            sources.append(pointer)
+        attributes = Path(scratch) / "gitattributes"
+        attributes.write_text(LFS_ATTRIBUTES, "ascii")
+        entries = [path for path, _ in files] + [GITATTRIBUTES]
         try:
             oids = git(git_dir, "hash-object", *(["-w"] if write else []), "--no-filters", "--stdin-paths",
-                       stdin="".join(f"{release_dir.resolve() / path}\n" for path, _ in files)).split()
+                       stdin="".join(f"{source}\n" for source in [*sources, attributes])).split()
             git(git_dir, "update-index", "--add", "--index-info", env=env,
-                stdin="".join(f"100644 blob {oid}\t{path}\n" for oid, (path, _) in zip(oids, files)))
-            staged = dict(zip((path for path, _ in files), oids))
-            for path, expected in sorted(release_shards(meta).items()) if write else ():
-                if _blob_sha256(git_dir, staged[path]) != expected:
-                    raise PublishError(f"{path} as staged in {git_dir} differs from its sha256 in _release.json; the "
-                                       "release folder changed while publishing or is damaged: rebuild it, nothing was committed")
+                stdin="".join(f"100644 blob {oid}\t{path}\n" for oid, path in zip(oids, entries)))
             return git(git_dir, "write-tree", *([] if write else ["--missing-ok"]), env=env)
         finally:
             index.unlink(missing_ok=True)
-
-
-def _blob_sha256(git_dir: Path, oid: str) -> str:
-    digest = hashlib.sha256()
-    with subprocess.Popen(["git", "-C", str(git_dir), "cat-file", "blob", oid], env=_env(), stdout=subprocess.PIPE) as proc:
-        while block := proc.stdout.read(1 << 20):
-            digest.update(block)
-    if proc.returncode != 0:
-        raise PublishError(f"git cat-file blob {oid} failed in {git_dir}")
-    return digest.hexdigest()
 
 
 @contextmanager

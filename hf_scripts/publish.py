@@ -51,8 +51,18 @@ class PublishPlan:
     uploads: list[tuple[str, int]] = field(default_factory=list)  # (path in repo, bytes)
     deletes: list[str] = field(default_factory=list)
     tag_only: bool = False  # main is already this release (a run stopped before its tag)
+    offline: bool = False  # the Hub could not be read (HF_HUB_OFFLINE): a dry run only
 
     def describe(self, private: bool = False) -> list[str]:
+        if self.offline:
+            return [
+                f"offline (HF_HUB_OFFLINE is set): {self.repo_id} was not read, so this dry run cannot check whether "
+                f"the repo exists, whether tag {self.version} is free, which release it follows, or which of its "
+                "files a commit would delete; the release folder itself was checked (version, card, files)",
+                "commit on top of the repo's latest release (unknown offline):",
+                *[f"  upload {path} ({size} bytes)" for path, size in self.uploads],
+                f"tag the commit {self.version}",
+            ]
         if self.tag_only:
             return [f"main of {self.repo_id} ({self.parent_commit}) is already this release: tag it {self.version}"]
         lines = []
@@ -139,6 +149,12 @@ def check_release_folder(release_dir: Path, version: str) -> dict:
         parse_version(version)
     except ReleaseError as exc:
         raise PublishError(str(exc)) from None
+    if meta.get("version") is None:
+        raise PublishError(
+            f"{release_dir} was built without a version (`hsi release` without --version), so it cannot be "
+            f"published; rebuild it with `hsi release --version {version} --overwrite` so the card and changelog "
+            "name the version"
+        )
     if meta.get("version") != version:
         raise PublishError(
             f"{release_dir} was released as {meta.get('version')!r}, not {version}; rebuild it with "
@@ -223,7 +239,7 @@ def plan_publish(api, release_dir: Path, repo_id: str, version: str) -> PublishP
 
 def _plan_publish(api, release_dir: Path, repo_id: str, version: str) -> PublishPlan:
     from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import RepositoryNotFoundError
+    from huggingface_hub.errors import OfflineModeIsEnabled, RepositoryNotFoundError
 
     meta = check_release_folder(release_dir, version)
     uploads = release_files(release_dir, meta)
@@ -231,6 +247,8 @@ def _plan_publish(api, release_dir: Path, repo_id: str, version: str) -> Publish
         refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
     except RepositoryNotFoundError:
         return PublishPlan(repo_id, version, release_dir, False, None, None, uploads)
+    except OfflineModeIsEnabled:
+        return PublishPlan(repo_id, version, release_dir, False, None, None, uploads, offline=True)
     tags = version_tags(refs)
     if version in tags:
         raise PublishError(f"{repo_id} already has tag {version} (commit {tags[version]}); a published version is never moved or reused, release a new version")
@@ -268,6 +286,10 @@ def perform_publish(api, plan: PublishPlan, private: bool = False) -> str:
 def _perform_publish(api, plan: PublishPlan, private: bool) -> str:
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
     from huggingface_hub.errors import HfHubHTTPError
+
+    if plan.offline:
+        raise PublishError(f"cannot publish to {plan.repo_id} offline (HF_HUB_OFFLINE is set); unset it and run again, "
+                           "or publish into a local git mirror with --to-git")
 
     if plan.tag_only:
         _create_tag(api, plan, plan.parent_commit)

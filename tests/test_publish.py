@@ -110,8 +110,11 @@ def test_git_mirror_commits_and_tags(releases, tmp_path):
     listed = git(mirror, "ls-tree", "-r", "--name-only", "v1.0.0").splitlines()
     assert "data/hard-spurious-imagenet/test-00002.tar" in listed and "README.md" in listed
     assert "data/hard-spurious-imagenet/test-00002.tar" not in git(mirror, "ls-tree", "-r", "--name-only", "v1.1.0").splitlines()
-    blob = subprocess.run(["git", "-C", str(mirror), "show", "v1.0.0:data/hard-spurious-imagenet/test-00000.tar"], capture_output=True).stdout
-    assert blob == (v1 / "data/hard-spurious-imagenet/test-00000.tar").read_bytes()
+    from hf_scripts.git_mirror import lfs_object_path
+
+    pointer = git(mirror, "show", "v1.0.0:data/hard-spurious-imagenet/test-00000.tar")  # a shard is in git LFS
+    oid = pointer.split("oid sha256:")[1].split()[0]
+    assert lfs_object_path(mirror, oid).read_bytes() == (v1 / "data/hard-spurious-imagenet/test-00000.tar").read_bytes()
     with pytest.raises(PublishError, match="never moved"):
         publish_to_git(v2, mirror, "v1.1.0")
 

@@ -3,9 +3,16 @@
 Sources: a release folder (`hard-spurious-imagenet/`), a composed dataset folder (`OUT/<config>/`),
 an `hf://datasets/ORG/NAME@REVISION` address (through huggingface_hub's fsspec filesystem), or an
 explicit list of shard paths/URLs. The shard list comes from the `_info.json` manifest, never from a
-directory listing. Shards are split first across nodes (rank, world size) and then across DataLoader
-workers; when there are fewer shards than readers, every reader reads all shards and keeps every
-n-th sample, so each sample is still yielded exactly once per epoch.
+directory listing.
+
+When the manifest gives each shard's length, the epoch's samples (shards in their per-epoch order,
+one after the other) are cut into equal, contiguous ranges, one per node (rank, world size), and each
+node's range into one per DataLoader worker: every node gets the same number of samples, so DDP ranks
+take the same number of steps. `uneven="drop"` (the default) leaves out the last `N % world_size`
+samples of the epoch (which ones changes with the shuffled shard order); `uneven="pad"` gives every
+node `ceil(N / world_size)` samples, the extra ones repeated from the start of the epoch. `len()` is
+the per-node count. For an explicit shard list (lengths unknown) shards are split across readers, and
+when there are fewer shards than readers every reader keeps every n-th sample.
 
 Shards are read with `builder.core.shards.iter_shard` over a byte stream: one sequential pass per shard,
 no index, as fast as a hand-written decode loop (see benchmarks/read.py).
@@ -64,10 +71,12 @@ def _read_json(url: str) -> dict | None:
     return data
 
 
-def resolve_shards(source: str | os.PathLike | Sequence[str], config: str | None, split: str) -> tuple[list[str], int | None]:
-    """(shard urls, number of samples or None) for a source, read from its manifests."""
-    if isinstance(source, (list, tuple)):
-        return [str(s) for s in source], None
+UNEVEN = ("drop", "pad")
+
+
+def source_manifest(source: str | os.PathLike, config: str | None = None) -> tuple[str, dict]:
+    """(dataset folder, its `_info.json`) of a release's config (default: its default config) or of a
+    composed dataset folder: where a reader learns the splits, class names and shard lengths."""
     base = str(source)
     release = _read_json(_join(base, RELEASE_META))
     try:
@@ -77,8 +86,26 @@ def resolve_shards(source: str | os.PathLike | Sequence[str], config: str | None
                 raise StreamError(f"config {config!r} is not in this release; it has {sorted(release.get('configs', {}))}")
             base = _join(base, "data", config)
         manifest = _read_json(_join(base, MANIFEST_NAME))
-        if manifest is None:
-            raise FileNotFoundError(f"{source}: neither a release folder ({RELEASE_META}) nor a dataset folder ({MANIFEST_NAME})")
+    except UnsafeNameError as exc:
+        raise StreamError(f"{source}: {exc}") from None
+    if manifest is None:
+        raise FileNotFoundError(f"{source}: neither a release folder ({RELEASE_META}) nor a dataset folder ({MANIFEST_NAME})")
+    return base, manifest
+
+
+def resolve_shards(source: str | os.PathLike | Sequence[str], config: str | None, split: str) -> tuple[list[str], int | None]:
+    """(shard urls, number of samples or None) for a source, read from its manifests."""
+    shards, num_samples, _ = resolve_shard_lengths(source, config, split)
+    return shards, num_samples
+
+
+def resolve_shard_lengths(source: str | os.PathLike | Sequence[str], config: str | None,
+                          split: str) -> tuple[list[str], int | None, list[int] | None]:
+    """(shard urls, number of samples, samples per shard): the counts are None when unknown."""
+    if isinstance(source, (list, tuple)):
+        return [str(s) for s in source], None, None
+    base, manifest = source_manifest(source, config)
+    try:
         splits = manifest.get("splits")
         check_split_name(split)
         if not isinstance(splits, dict) or split not in splits:
@@ -87,7 +114,12 @@ def resolve_shards(source: str | os.PathLike | Sequence[str], config: str | None
         names = entry.get("filenames") if isinstance(entry, dict) else None
         if not isinstance(names, list):
             raise StreamError(f"{_join(base, MANIFEST_NAME)}: splits.{split}.filenames must be a list of shard filenames")
-        return [_join(base, check_shard_filename(name, split)) for name in names], entry.get("num_samples")
+        lengths = entry.get("shard_lengths")
+        if not (isinstance(lengths, list) and len(lengths) == len(names)
+                and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lengths)):
+            lengths = None
+        urls = [_join(base, check_shard_filename(name, split)) for name in names]
+        return urls, entry.get("num_samples"), lengths
     except UnsafeNameError as exc:
         raise StreamError(f"{source}: {exc}") from None
 
@@ -139,10 +171,17 @@ class ShardStream(_IterableBase):
     def __init__(self, shards: list[str], num_samples: int | None, *, shuffle_buffer: int = 0, seed: int = 0,
                  transform: Callable | None = None, keep_json: bool = False,
                  rank: int | None = None, world_size: int | None = None,
-                 handler: ReadErrorHandler = raise_read_error):
+                 handler: ReadErrorHandler = raise_read_error, shard_lengths: Sequence[int] | None = None,
+                 uneven: str = "drop"):
         if not shards:
             raise ValueError("no shards to read")
+        if uneven not in UNEVEN:
+            raise ValueError(f"uneven={uneven!r}; use one of {', '.join(UNEVEN)}")
+        if shard_lengths is not None and len(shard_lengths) != len(shards):
+            raise ValueError(f"{len(shard_lengths)} shard lengths for {len(shards)} shards")
         self.shards = list(shards)
+        self.shard_lengths = list(shard_lengths) if shard_lengths is not None else None
+        self.uneven = uneven
         self.num_samples = num_samples
         self.shuffle_buffer = shuffle_buffer
         self.seed = seed
@@ -157,19 +196,69 @@ class ShardStream(_IterableBase):
         self.epoch = epoch
 
     def __len__(self) -> int:
+        """Samples per epoch on this node (rank): the same on every node when shard lengths are known."""
         if self.num_samples is None:
             raise TypeError("the sample count is unknown for an explicit shard list")
-        return self.num_samples
+        if self.shard_lengths is None:
+            return self.num_samples
+        return self._per_node(self._node()[1])
+
+    def _per_node(self, world: int) -> int:
+        total = sum(self.shard_lengths or ())
+        return total // world if self.uneven == "drop" else -(-total // world)
+
+    def _node(self) -> tuple[int, int]:
+        rank, world = (self.rank, self.world_size) if self.rank is not None else node_rank_and_count()
+        return rank, world or 1
 
     def _reader(self) -> tuple[int, int]:
         """(index, count) of this reader among all nodes x workers."""
         from torch.utils.data import get_worker_info
 
-        rank, world = (self.rank, self.world_size) if self.rank is not None else node_rank_and_count()
-        world = world or 1
+        rank, world = self._node()
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         return rank * workers + worker, world * workers
+
+    def _epoch_shards(self) -> list[tuple[str, int]]:
+        """(shard, its length) in this epoch's order, the same on every node."""
+        order = list(zip(self.shards, self.shard_lengths or [0] * len(self.shards)))
+        if self.shuffle_buffer:
+            _rng(self.seed, "shards", self.epoch).shuffle(order)
+        return order
+
+    def _ranges(self) -> list[tuple[int, int]]:
+        """This reader's [start, end) ranges of epoch positions (positions >= N wrap to the start)."""
+        from torch.utils.data import get_worker_info
+
+        rank, world = self._node()
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        total, quota = sum(self.shard_lengths or ()), self._per_node(world)
+        start = rank * quota + worker * quota // workers
+        end = rank * quota + (worker + 1) * quota // workers
+        if total == 0 or start == end:
+            return []
+        if end <= total:
+            return [(start, end)]
+        # padding: the tail of the epoch, then its beginning again (quota <= total, so one wrap)
+        return [(start, total), (0, end - total)] if start < total else [(start - total, end - total)]
+
+    def _balanced(self) -> Iterator[tuple[str, str, dict[str, bytes]]]:
+        """(shard url, key, members) of this reader's ranges, reading only the shards they cover."""
+        shards = self._epoch_shards()
+        for low, high in self._ranges():
+            first = 0
+            for url, length in shards:
+                if first + length > low and first < high:
+                    position = first
+                    for url_, key, members in self._read(url):
+                        if position >= high:
+                            break
+                        if position >= low:
+                            yield url_, key, members
+                        position += 1
+                first += length
 
     def _assignment(self) -> tuple[list[str], int, int]:
         """(this reader's shards, sample stride, sample offset)."""
@@ -183,18 +272,25 @@ class ShardStream(_IterableBase):
 
     def _raw(self) -> Iterator[tuple[str, str, dict[str, bytes]]]:
         """(shard url, key, members): the shard travels with each sample so errors can name it."""
+        if self.shard_lengths is not None:
+            yield from self._balanced()
+            return
         shards, stride, offset = self._assignment()
         position = 0
         for url in shards:
-            key = None
-            try:
-                for key, members in iter_tar_samples(url, self.handler):
-                    if position % stride == offset:
-                        yield url, key, members
-                    position += 1
-            except SAMPLE_ERRORS as exc:
-                where = f"after sample {key!r}" if key is not None else "before its first sample"
-                raise StreamError(f"shard {url}: cannot be read {where} ({type(exc).__name__}: {exc})") from exc
+            for item in self._read(url):
+                if position % stride == offset:
+                    yield item
+                position += 1
+
+    def _read(self, url: str) -> Iterator[tuple[str, str, dict[str, bytes]]]:
+        key = None
+        try:
+            for key, members in iter_tar_samples(url, self.handler):
+                yield url, key, members
+        except SAMPLE_ERRORS as exc:
+            where = f"after sample {key!r}" if key is not None else "before its first sample"
+            raise StreamError(f"shard {url}: cannot be read {where} ({type(exc).__name__}: {exc})") from exc
 
     def __iter__(self) -> Iterator[dict]:
         raw = self._raw()
@@ -234,16 +330,20 @@ def stream(
     rank: int | None = None,
     world_size: int | None = None,
     handler: ReadErrorHandler = raise_read_error,
+    uneven: str = "drop",
 ):
     """A torch IterableDataset of dicts {key, image, label, group, size, position, background[, json]}.
 
     `transform` is applied to the PIL image (e.g. torchvision transforms). Pass `rank`/`world_size`
     to override what torch.distributed or the RANK/WORLD_SIZE variables say. `handler` decides
     what a broken shard does (see `builder.core.shards.iter_shard`): raise (the default), or e.g.
-    `collect_read_errors(errors)` to skip bad members and record why.
+    `collect_read_errors(errors)` to skip bad members and record why. `uneven`: when the samples do
+    not divide among the nodes, "drop" the last `N % world_size` of the epoch or "pad" by repeating
+    its first ones, so every node yields `len()` samples (see the module's docstring).
     """
     if isinstance(source, Path):
         source = str(source)
-    shards, num_samples = resolve_shards(source, config, split)
+    shards, num_samples, lengths = resolve_shard_lengths(source, config, split)
     return ShardStream(shards, num_samples, shuffle_buffer=shuffle_buffer, seed=seed, transform=transform,
-                         keep_json=keep_json, rank=rank, world_size=world_size, handler=handler)
+                         keep_json=keep_json, rank=rank, world_size=world_size, handler=handler,
+                         shard_lengths=lengths, uneven=uneven)

@@ -42,6 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing release folder")
     parser.add_argument(
+        "--title", default=None, help="the card's title (default: the paper's benchmark name, or 'a custom build')"
+    )
+    parser.add_argument(
+        "--description", default=None, help="the card's introduction (default: rendered from the configs' specs)"
+    )
+    parser.add_argument(
         "--results",
         nargs="+",
         type=Path,
@@ -63,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
         default_config=args.default_config,
         previous_release=args.previous,
         results_dirs=args.results,
+        title=args.title,
+        description=args.description,
     )
     print(f"release written to {release} (load it with load_dataset({release.name!r}) from {release.parent})")
     return 0

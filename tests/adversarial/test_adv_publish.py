@@ -38,7 +38,8 @@ def release_paths(release: Path) -> set[str]:
 
 
 def tree(mirror: Path, rev: str) -> set[str]:
-    return set(git(mirror, "ls-tree", "-r", "--name-only", rev).splitlines())
+    """The release's paths in a mirror commit (its .gitattributes, the LFS setup, is not one)."""
+    return set(git(mirror, "ls-tree", "-r", "--name-only", rev).splitlines()) - {".gitattributes"}
 
 
 def test_a_folder_with_foreign_files_is_refused_by_the_dry_run_and_the_run(releases, tmp_path, capsys):
