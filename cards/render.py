@@ -267,6 +267,10 @@ def provenance(summary: ConfigSummary) -> str:
         ["compose issues (inputs skipped or composites dropped)", issues_cell(manifest.get("errors") or {})],
     ]
     text = backends_prose(parts.get("backends") or {}) + "\n\n" + table(["", ""], rows)
+    missing = manifest.get("allowed_missing")
+    if missing:
+        text += ("\n\n**Incomplete by request** (built with `--allow-missing`): this config lacks what its spec "
+                 "promises, so its groups are not all balanced: " + "; ".join(str(m) for m in missing) + ".")
     backends = parts.get("backends") or {}
     if backends:
         text += "\n\nBackends (models, checkpoints and their sha256, parameters):\n\n"

@@ -22,7 +22,7 @@ the commit content, not git's object ids.
 
 It plays no part in the git mirror (`hsi publish --to-git`): the read side of that path is covered by
 a real Hugging Face-compatible mirror, olah serving the local git repository, in
-tests/test_git_mirror_olah.py.
+tests/hf_scripts/test_git_mirror_olah.py.
 """
 
 from __future__ import annotations

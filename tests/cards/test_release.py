@@ -17,7 +17,7 @@ from builder.core.shards import iter_shard, read_manifest
 from cards.release import ReleaseError, build_release, check_version_bump
 from release_factory import make_composed_dataset
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ def hsi(args: list[str], endpoint: str, home: Path) -> subprocess.CompletedProce
     env = dict(os.environ, HF_ENDPOINT=endpoint, HF_HUB_OFFLINE="0", HF_DATASETS_OFFLINE="0",
                HF_TOKEN="hf_loopback_test_token", HF_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1")
     return subprocess.run([sys.executable, "-m", "hsi.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=300, cwd=Path(__file__).resolve().parents[1])
+                          timeout=300, cwd=Path(__file__).resolve().parents[2])
 
 
 @pytest.fixture
