@@ -14,8 +14,6 @@ another build is refused. The folder is built under a temporary name and renamed
 
 from __future__ import annotations
 
-from builder.core.errors import HsiError
-
 import json
 import os
 import re
@@ -24,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import __version__
+from builder.core.errors import HsiError
 from builder.core.manifest import Manifest
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
 from builder.core.shards import MANIFEST_NAME, iter_shard, read_manifest, sha256_file, write_json_atomic
-
 from cards.render import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary, render_card, table
 from cards.results import check_results, copy_plots, load_results, render_results
 
@@ -124,18 +122,25 @@ def load_composed(dataset_dir: Path, split: str | None = None, config: str | Non
     try:
         manifest = read_manifest(dataset_dir)
     except (FileNotFoundError, ValueError) as exc:
-        raise ReleaseError(f"{dataset_dir} is neither a composed dataset folder nor a release ({exc}); compose one "
-                           "with `hsi compose`, or gather datasets into a loadable folder with `hsi release`") from None
+        raise ReleaseError(
+            f"{dataset_dir} is neither a composed dataset folder nor a release ({exc}); compose one "
+            "with `hsi compose`, or gather datasets into a loadable folder with `hsi release`"
+        ) from None
     if manifest.get("stage") != "compose" or "class_names" not in manifest:
-        raise ReleaseError(f"{dataset_dir} holds the output of stage {manifest.get('stage')!r}, not a composed "
-                           "dataset; load a composed dataset folder (OUT/<config>) or a folder made by `hsi release`")
+        raise ReleaseError(
+            f"{dataset_dir} holds the output of stage {manifest.get('stage')!r}, not a composed "
+            "dataset; load a composed dataset folder (OUT/<config>) or a folder made by `hsi release`"
+        )
     check_release_names(dataset_dir, manifest)
     if split is not None and split not in manifest["splits"]:
         raise ReleaseError(f"split {split!r} is not in {dataset_dir}; it has {', '.join(sorted(manifest['splits']))}")
-    files = {name: [str(inside(dataset_dir, f)) for f in entry["filenames"]]
-             for name, entry in sorted(manifest["splits"].items())}
-    return load_dataset("webdataset", data_files=files, features=composite_features(manifest["class_names"]),
-                        split=split, **kwargs)
+    files = {
+        name: [str(inside(dataset_dir, f)) for f in entry["filenames"]]
+        for name, entry in sorted(manifest["splits"].items())
+    }
+    return load_dataset(
+        "webdataset", data_files=files, features=composite_features(manifest["class_names"]), split=split, **kwargs
+    )
 
 
 def check_validated_shards(dataset_dir: Path, validation: dict, listed: dict[str, str]) -> None:
@@ -143,13 +148,17 @@ def check_validated_shards(dataset_dir: Path, validation: dict, listed: dict[str
     earlier build (or a crashed validate) must not ship other bytes."""
     recorded = validation.get("shards")
     if not isinstance(recorded, dict):
-        raise ReleaseError(f"{dataset_dir}: validation is stale ({VALIDATION_JSON} records no shard sha256); "
-                           f"re-run `hsi validate {dataset_dir}`")
+        raise ReleaseError(
+            f"{dataset_dir}: validation is stale ({VALIDATION_JSON} records no shard sha256); "
+            f"re-run `hsi validate {dataset_dir}`"
+        )
     differing = sorted(name for name in set(recorded) | set(listed) if recorded.get(name) != listed.get(name))
     if differing:
         shown = ", ".join(differing[:5]) + (f" and {len(differing) - 5} more" if len(differing) > 5 else "")
-        raise ReleaseError(f"{dataset_dir}: validation is stale: {VALIDATION_JSON} checked other bytes than the "
-                           f"manifest lists for {shown}; re-run `hsi validate {dataset_dir}`")
+        raise ReleaseError(
+            f"{dataset_dir}: validation is stale: {VALIDATION_JSON} checked other bytes than the "
+            f"manifest lists for {shown}; re-run `hsi validate {dataset_dir}`"
+        )
 
 
 def check_release_names(dataset_dir: Path, manifest: dict) -> None:
@@ -224,7 +233,9 @@ def describe_changes(previous: dict | None, configs: dict[str, dict]) -> list[st
                     lines.append(f"{name}: added split {split}")
                 elif old[split] != new[split]:
                     count = lambda shards: sum(s["num_samples"] for s in shards)  # noqa: E731
-                    lines.append(f"{name}/{split}: samples changed ({count(old[split])} -> {count(new[split])} samples)")
+                    lines.append(
+                        f"{name}/{split}: samples changed ({count(old[split])} -> {count(new[split])} samples)"
+                    )
     return lines
 
 
@@ -243,8 +254,10 @@ def published_base(previous_release: Path | None, replaced: dict | None, version
         if meta is None:
             raise ReleaseError(f"--previous {previous_release} is not a release folder (no {RELEASE_META})")
         if meta.get("version") is None:
-            raise ReleaseError(f"--previous {previous_release} is an unversioned build, not a published release; "
-                               "give the folder of the last release made with --version")
+            raise ReleaseError(
+                f"--previous {previous_release} is an unversioned build, not a published release; "
+                "give the folder of the last release made with --version"
+            )
         return meta
     if replaced is None:
         return None
@@ -291,7 +304,9 @@ def build_release(
     if release_dir.exists() and not overwrite:
         raise ReleaseError(f"{release_dir} exists; use --overwrite to replace it")
     if release_dir.exists() and any(release_dir.iterdir()) and not (release_dir / RELEASE_META).is_file():
-        raise ReleaseError(f"{release_dir} is not empty and is not a release folder; --overwrite only replaces a release")
+        raise ReleaseError(
+            f"{release_dir} is not empty and is not a release folder; --overwrite only replaces a release"
+        )
     inputs = [load_release_input(Path(d)) for d in dataset_dirs]
     names = [i.config for i in inputs]
     duplicated = sorted({n for n in names if names.count(n) > 1})
@@ -307,14 +322,17 @@ def build_release(
     replaced = read_release_meta(release_dir) if release_dir.exists() else None
     previous = published_base(previous_release, replaced, version)
     configs_meta = {
-        i.config: {"fingerprint": i.manifest.get("fingerprint"), "splits": shard_index(i.manifest)} for i in sorted(inputs, key=lambda i: i.config)
+        i.config: {"fingerprint": i.manifest.get("fingerprint"), "splits": shard_index(i.manifest)}
+        for i in sorted(inputs, key=lambda i: i.config)
     }
     auto_changes = describe_changes(previous, configs_meta)
     previous_version = previous.get("version") if previous else None
     check_version_bump(previous_version, version, data_changed=bool(auto_changes))
     changelog = [ChangelogEntry(e["version"], tuple(e["changes"])) for e in (previous or {}).get("changelog", [])]
     if not (previous and version == previous_version):  # re-releasing the same version keeps its entry
-        changelog.insert(0, ChangelogEntry(version or "unreleased", tuple(changes) + tuple(auto_changes) or ("first release",)))
+        changelog.insert(
+            0, ChangelogEntry(version or "unreleased", tuple(changes) + tuple(auto_changes) or ("first release",))
+        )
 
     release_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = release_dir.with_name(f".{release_dir.name}.{os.getpid()}.tmp")
@@ -326,15 +344,18 @@ def build_release(
         section = render_results(results, copy_plots(results, staging), table) if results else None
         card = render_card(summaries, changelog, version, section, title, description)
         (staging / "README.md").write_text(card, "utf-8")
-        write_json_atomic(staging / RELEASE_META, {
-            "name": DATASET_NAME,
-            "version": version,
-            "default_config": default,
-            "configs": configs_meta,
-            "changelog": [{"version": e.version, "changes": list(e.changes)} for e in changelog],
-            "previous": base_record(previous),
-            "tool": {"name": DATASET_NAME, "version": __version__},
-        })
+        write_json_atomic(
+            staging / RELEASE_META,
+            {
+                "name": DATASET_NAME,
+                "version": version,
+                "default_config": default,
+                "configs": configs_meta,
+                "changelog": [{"version": e.version, "changes": list(e.changes)} for e in changelog],
+                "previous": base_record(previous),
+                "tool": {"name": DATASET_NAME, "version": __version__},
+            },
+        )
         if release_dir.exists():
             # A kill between these renames leaves the old release as `.NAME.PID.old`, which the next
             # run puts back (recover_leftovers): the history is never lost.
@@ -385,7 +406,7 @@ def _stage_config(staging: Path, item: ReleaseInput, default: bool) -> ConfigSum
     data_dir = inside(staging, "data", item.config)
     data_dir.mkdir(parents=True)
     classes: set = set()
-    for split, entry in sorted(item.manifest["splits"].items()):
+    for _split, entry in sorted(item.manifest["splits"].items()):
         for shard in entry["shards"]:
             name = shard["filename"]
             copy_verified(inside(item.path, name), inside(data_dir, name), shard["sha256"], shard["bytes"])
@@ -414,6 +435,7 @@ def shard_classes(shard: Path) -> set:
         for _, members in iter_shard(shard):
             found.add(json.loads(members["json"].decode("utf-8")).get("class_index"))
     except (OSError, ValueError, KeyError, AttributeError) as exc:
-        raise ReleaseError(f"{shard}: a sample's json does not read ({type(exc).__name__}: {exc}); "
-                           "rebuild the dataset") from None
+        raise ReleaseError(
+            f"{shard}: a sample's json does not read ({type(exc).__name__}: {exc}); rebuild the dataset"
+        ) from None
     return found

@@ -9,14 +9,14 @@ of tables generated from the same data.
 
 from __future__ import annotations
 
-from builder.core.errors import HsiError
-
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
 from builder import __version__
+from builder.core.errors import HsiError
 from builder.core.taxonomy import sorted_groups, tier_sort_key
 from builder.formats.composites import COMPOSITE_FIELDS, SCHEMA_VERSION
 
@@ -119,8 +119,13 @@ def composite_features(class_names: list[str]):
 
 
 def size_category(total: int) -> str:
-    for bound, label in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
-                         (1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M")):
+    for bound, label in (
+        (1_000, "n<1K"),
+        (10_000, "1K<n<10K"),
+        (100_000, "10K<n<100K"),
+        (1_000_000, "100K<n<1M"),
+        (10_000_000, "1M<n<10M"),
+    ):
         if total < bound:
             return label
     return "10M<n<100M"
@@ -244,7 +249,9 @@ def groups_table(summary: ConfigSummary) -> str:
         # keys are "<group>/<size>"; groups such as "bottom-left/gray" hold a slash themselves
         sizes = sorted({int(k.rsplit("/", 1)[1]) for k in group_size})
         groups = sorted_groups(k.rsplit("/", 1)[0] for k in group_size)
-        rows = [[g] + [group_size.get(f"{g}/{s}", 0) for s in sizes] + [counts.get("group", {}).get(g, 0)] for g in groups]
+        rows = [
+            [g] + [group_size.get(f"{g}/{s}", 0) for s in sizes] + [counts.get("group", {}).get(g, 0)] for g in groups
+        ]
         text = f"**{split}** ({summary.manifest['splits'][split]['num_samples']} samples)\n\n"
         text += table(["group"] + [f"{s} px" for s in sizes] + ["total"], rows) if rows else "(no group counts)"
         tiers = counts.get("tier", {})
@@ -269,8 +276,10 @@ def provenance(summary: ConfigSummary) -> str:
     text = backends_prose(parts.get("backends") or {}) + "\n\n" + table(["", ""], rows)
     missing = manifest.get("allowed_missing")
     if missing:
-        text += ("\n\n**Incomplete by request** (built with `--allow-missing`): this config lacks what its spec "
-                 "promises, so its groups are not all balanced: " + "; ".join(str(m) for m in missing) + ".")
+        text += (
+            "\n\n**Incomplete by request** (built with `--allow-missing`): this config lacks what its spec "
+            "promises, so its groups are not all balanced: " + "; ".join(str(m) for m in missing) + "."
+        )
     backends = parts.get("backends") or {}
     if backends:
         text += "\n\nBackends (models, checkpoints and their sha256, parameters):\n\n"
@@ -307,13 +316,16 @@ def backends_prose(backends: dict) -> str:
     if not backends:
         return "The parts' manifest names no backends, so how objects were masked and erased is not recorded."
     names = {role: (backends.get(role) or {}).get("name") for role in ("masker", "inpainter")}
-    words = {role: BACKEND_WORDS.get(name, f"`{name}`") if name else "an unrecorded backend"
-             for role, name in names.items()}
+    words = {
+        role: BACKEND_WORDS.get(name, f"`{name}`") if name else "an unrecorded backend" for role, name in names.items()
+    }
     text = f"Objects were cut out with {words['masker']} and erased with {words['inpainter']}."
     if (names["masker"], names["inpainter"]) == ("sam", "lama"):
         return text + " These are the paper's backends."
-    return text + (" The paper used SAM masks and LaMa inpainting, so backgrounds (and masked pastes) differ from "
-                   "the paper's; numbers are comparable in trend, not pixel for pixel.")
+    return text + (
+        " The paper used SAM masks and LaMa inpainting, so backgrounds (and masked pastes) differ from "
+        "the paper's; numbers are comparable in trend, not pixel for pixel."
+    )
 
 
 def _score(value) -> str:
@@ -326,26 +338,42 @@ def validation_summary(summary: ConfigSummary) -> str:
     integrity = report.get("integrity") or {}
     rows = [["overall", "passed" if report.get("ok") else "FAILED"]]
     if integrity:
-        rows.append(["integrity", (
-            f"{'passed' if integrity.get('ok') else 'FAILED'}: {integrity.get('shards_checked', 0)} shards and "
-            f"{integrity.get('samples_checked', 0)} samples checked against the manifest and schema; "
-            f"{integrity.get('placements_compared', 0)} pasted boxes compared with their parts"
-        )])
+        rows.append(
+            [
+                "integrity",
+                (
+                    f"{'passed' if integrity.get('ok') else 'FAILED'}: {integrity.get('shards_checked', 0)} shards and "
+                    f"{integrity.get('samples_checked', 0)} samples checked against the manifest and schema; "
+                    f"{integrity.get('placements_compared', 0)} pasted boxes compared with their parts"
+                ),
+            ]
+        )
     detection = report.get("detection")
     if detection:
-        rows.append(["box re-detection", (
-            f"Grounding DINO `{detection.get('detector')}`: mean IoU {_score(detection.get('mean_iou'))} over "
-            f"{detection.get('images', 0)} images (the paper reports 0.875); "
-            f"{len(detection.get('below_threshold') or [])} below IoU {detection.get('iou_threshold')}"
-        )])
+        rows.append(
+            [
+                "box re-detection",
+                (
+                    f"Grounding DINO `{detection.get('detector')}`: mean IoU {_score(detection.get('mean_iou'))} over "
+                    f"{detection.get('images', 0)} images (the paper reports 0.875); "
+                    f"{len(detection.get('below_threshold') or [])} below IoU {detection.get('iou_threshold')}"
+                ),
+            ]
+        )
     else:
         rows.append(["box re-detection", "not run for this release (`hsi validate --boxes`)"])
     scores = (report.get("scores") or {}).get("summary")
     if scores:
-        rows.append(["centre / size scores", (
-            f"class means {_score(scores.get('centre_class_mean'))} / {_score(scores.get('size_class_mean'))} over "
-            f"{scores.get('images', 0)} source images (ImageNet val: 0.747 / 0.418)"
-        )])
+        rows.append(
+            [
+                "centre / size scores",
+                (
+                    f"class means {_score(scores.get('centre_class_mean'))} / {_score(scores.get('size_class_mean'))} "
+                    "over "
+                    f"{scores.get('images', 0)} source images (ImageNet val: 0.747 / 0.418)"
+                ),
+            ]
+        )
     return table(["check", "result"], rows) + f"\n\nFull report: `data/{summary.name}/validation.json`."
 
 
@@ -375,13 +403,16 @@ def usage(default: str, configs: list[ConfigSummary]) -> str:
             code_block(
                 "import webdataset as wds\n\n"
                 f'urls = "{DATASET_NAME}/data/{default}/{split}-{{00000..{shards - 1:05d}}}.tar"  # see _info.json\n'
-                '# shardshuffle: True (or a buffer size) shuffles shards for training; say which, or webdataset warns\n'
+                "# shardshuffle: True (or a buffer size) shuffles shards for training; say which, or webdataset warns\n"
                 'ds = wds.WebDataset(urls, shardshuffle=False).decode("pil").to_tuple("jpg", "cls", "json")',
                 "python",
             ),
             "Regenerating with new positions or sizes re-runs only the cheap compose stage on the parts:",
-            code_block("hsi compose --parts PARTS_DIR --variant SPEC.yaml --out OUT\nhsi validate OUT/CONFIG\n"
-                       f"hsi release --out {DATASET_NAME} OUT/CONFIG ...", "bash"),
+            code_block(
+                "hsi compose --parts PARTS_DIR --variant SPEC.yaml --out OUT\nhsi validate OUT/CONFIG\n"
+                f"hsi release --out {DATASET_NAME} OUT/CONFIG ...",
+                "bash",
+            ),
         ]
     )
 
@@ -447,8 +478,11 @@ def config_description(summary: ConfigSummary) -> str:
         return own
     fields = []
     if spec.get("sizes"):
-        fields.append(f"objects at {_words(spec['sizes'])} px" + (f" ({spec['mode']})" if spec.get("mode") else "")
-                      + (f" on a {spec['canvas']} px canvas" if spec.get("canvas") else ""))
+        fields.append(
+            f"objects at {_words(spec['sizes'])} px"
+            + (f" ({spec['mode']})" if spec.get("mode") else "")
+            + (f" on a {spec['canvas']} px canvas" if spec.get("canvas") else "")
+        )
     if spec.get("positions"):
         fields.append(f"placed at {_words(spec['positions'])}")
     if spec.get("backgrounds"):
@@ -466,21 +500,38 @@ def classes_cell(summary: ConfigSummary) -> str:
     return f"{present}" + (f" of {labels} labels" if present != labels else "")
 
 
-def render_body(configs: list[ConfigSummary], changelog: list[ChangelogEntry], version: str | None,
-                results: str | None = None, title: str | None = None, description: str | None = None) -> str:
+def render_body(
+    configs: list[ConfigSummary],
+    changelog: list[ChangelogEntry],
+    version: str | None,
+    results: str | None = None,
+    title: str | None = None,
+    description: str | None = None,
+) -> str:
     default = next(c.name for c in configs if c.default)
     groups = sorted_groups({g for c in configs for g in c.groups})
-    custom = (f"A custom build made with the `{DATASET_NAME}` toolkit, which rebuilds the benchmark of *Corner Cases: "
-              "How Size and Position of Objects Challenge ImageNet-Trained Models* (TMLR 2025). It is not that "
-              "benchmark: its sizes, positions or backgrounds differ (each config below says what it holds)"
-              + (f"; its groups are {_words(groups)}." if groups else "."))
+    custom = (
+        f"A custom build made with the `{DATASET_NAME}` toolkit, which rebuilds the benchmark of *Corner Cases: "
+        "How Size and Position of Objects Challenge ImageNet-Trained Models* (TMLR 2025). It is not that "
+        "benchmark: its sizes, positions or backgrounds differ (each config below says what it holds)"
+        + (f"; its groups are {_words(groups)}." if groups else ".")
+    )
     sections = [
         f"# {title or default_title(configs)}" + (f" ({version})" if version else ""),
         description or (PAPER_INTRO if is_paper_benchmark(configs) else custom),
-        "## Configs\n\n" + table(
+        "## Configs\n\n"
+        + table(
             ["config", "default", "splits", "samples", "classes"],
-            [[c.name, "yes" if c.default else "", ", ".join(c.splits),
-              sum(c.manifest["splits"][s]["num_samples"] for s in c.splits), classes_cell(c)] for c in configs],
+            [
+                [
+                    c.name,
+                    "yes" if c.default else "",
+                    ", ".join(c.splits),
+                    sum(c.manifest["splits"][s]["num_samples"] for s in c.splits),
+                    classes_cell(c),
+                ]
+                for c in configs
+            ],
         ),
         "Each sample holds `jpg` (the 224 px composite), `cls` (the label) and `json` (where and how the object "
         "was pasted: " + ", ".join(f"`{k}`" for k in COMPOSITE_FIELDS) + "; nulls where a field does not apply).",
@@ -500,15 +551,26 @@ def render_body(configs: list[ConfigSummary], changelog: list[ChangelogEntry], v
         f"[ImageNet's terms of access]({LICENSE_LINK}): non-commercial research and education only. "
         f"The toolkit that built them ({DATASET_NAME} {__version__}) is open source.",
         "## Citation\n\n" + code_block(CITATION, "bibtex"),
-        "## Changelog\n\n" + ("\n".join(
-            f"- **{e.version}**" + ("".join(f"\n  - {line}" for line in e.changes) if e.changes else "")
-            for e in changelog) or "- first release"),
+        "## Changelog\n\n"
+        + (
+            "\n".join(
+                f"- **{e.version}**" + ("".join(f"\n  - {line}" for line in e.changes) if e.changes else "")
+                for e in changelog
+            )
+            or "- first release"
+        ),
     ]
     return "\n\n".join(sections) + "\n"
 
 
-def render_card(configs: list[ConfigSummary], changelog: list[ChangelogEntry] = (), version: str | None = None,
-                results: str | None = None, title: str | None = None, description: str | None = None) -> str:
+def render_card(
+    configs: list[ConfigSummary],
+    changelog: list[ChangelogEntry] = (),
+    version: str | None = None,
+    results: str | None = None,
+    title: str | None = None,
+    description: str | None = None,
+) -> str:
     """The full README.md text, checked with datasets' parsers; raises CardError if it would not load.
     `results`: the rendered Results section (cards.results), if any. `title`/`description` replace
     the heading and introduction, which otherwise say whether this is the paper's benchmark."""

@@ -8,13 +8,13 @@ release is refused, so a card never shows numbers measured on other data.
 
 from __future__ import annotations
 
-from builder.core.errors import InputError
-
 import json
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+
+from builder.core.errors import InputError
 
 RESULTS_DIR = "results"
 EVAL_JSON = "eval.json"
@@ -45,7 +45,9 @@ def load_results(dirs: list[Path]) -> list[ModelResult]:
         folder = Path(folder)
         reports = [folder / EVAL_JSON] if (folder / EVAL_JSON).is_file() else sorted(folder.glob(f"*/{EVAL_JSON}"))
         if not reports:
-            raise ResultsError(f"--results {folder.name}: no eval.json in it or in its subfolders (write them with hsi eval)")
+            raise ResultsError(
+                f"--results {folder.name}: no eval.json in it or in its subfolders (write them with hsi eval)"
+            )
         for path in reports:
             report = json.loads(path.read_text("utf-8"))
             if report.get("schema") != "hsi-eval/1" or "metrics" not in report:
@@ -59,14 +61,21 @@ def check_results(results: list[ModelResult], fingerprints: dict[str, str | None
     for result in results:
         data = result.report["data"]
         if result.config not in fingerprints:
-            raise ResultsError(f"results of {result.report['model']['spec']} are for config {result.config!r}, "
-                               f"which is not in this release ({sorted(fingerprints)})")
+            raise ResultsError(
+                f"results of {result.report['model']['spec']} are for config {result.config!r}, "
+                f"which is not in this release ({sorted(fingerprints)})"
+            )
         if data.get("fingerprint") != fingerprints[result.config]:
-            raise ResultsError(f"results of {result.report['model']['spec']} were measured on another build of "
-                               f"{result.config} (fingerprint {data.get('fingerprint')}, released {fingerprints[result.config]}); re-run hsi eval")
+            raise ResultsError(
+                f"results of {result.report['model']['spec']} were measured on another build of "
+                f"{result.config} (fingerprint {data.get('fingerprint')}, released {fingerprints[result.config]}); "
+                "re-run hsi eval"
+            )
         if data.get("limit"):
-            raise ResultsError(f"results of {result.report['model']['spec']} cover only the first {data['limit']} samples (--limit); "
-                               "a card shows full evaluations only")
+            raise ResultsError(
+                f"results of {result.report['model']['spec']} cover only the first {data['limit']} samples (--limit); "
+                "a card shows full evaluations only"
+            )
 
 
 def copy_plots(results: list[ModelResult], staging: Path) -> dict[str, str]:
@@ -98,11 +107,15 @@ def _preprocessing(report: dict) -> str:
 
 def render_results(results: list[ModelResult], plots: dict[str, str], table) -> str:
     """The markdown of the Results section (`table` is the card's own table renderer)."""
-    lines = ["Top-1 accuracy with 95% bootstrap intervals over source images, from `hsi eval` reports "
-             "(rendered from their eval.json)."]
+    lines = [
+        "Top-1 accuracy with 95% bootstrap intervals over source images, from `hsi eval` reports "
+        "(rendered from their eval.json)."
+    ]
     for config in sorted({r.config for r in results}):
-        rows_of = sorted((r for r in results if r.config == config),
-                         key=lambda r: -(r.report["metrics"].get("groups_summary", {}).get("worst_group", {}).get("value") or 0.0))
+        rows_of = sorted(
+            (r for r in results if r.config == config),
+            key=lambda r: -(r.report["metrics"].get("groups_summary", {}).get("worst_group", {}).get("value") or 0.0),
+        )
         groups: list[str] = []
         for r in rows_of:
             groups += [g for g in r.report["metrics"].get("groups_summary", {}).get("groups", []) if g not in groups]
@@ -112,16 +125,33 @@ def render_results(results: list[ModelResult], plots: dict[str, str], table) -> 
             by_group = {g["group"]: g["top1"] for g in metrics.get("by_group", [])}
             summary = metrics.get("groups_summary", {})
             worst = summary.get("worst_group")
-            rows.append([f"`{r.report['model']['spec']}`", r.report["data"]["split"], _fmt(metrics.get("overall", {}).get("top1")),
-                         *[_fmt(by_group.get(g)) for g in groups], _fmt(summary.get("mean_over_groups")),
-                         f"{worst['group']} {_fmt(worst)}" if worst else "n/a"])
-        lines.append(f"### {config}\n\n" + table(["model", "split", "top-1", *groups, "mean over groups", "worst group"], rows))
+            rows.append(
+                [
+                    f"`{r.report['model']['spec']}`",
+                    r.report["data"]["split"],
+                    _fmt(metrics.get("overall", {}).get("top1")),
+                    *[_fmt(by_group.get(g)) for g in groups],
+                    _fmt(summary.get("mean_over_groups")),
+                    f"{worst['group']} {_fmt(worst)}" if worst else "n/a",
+                ]
+            )
+        lines.append(
+            f"### {config}\n\n" + table(["model", "split", "top-1", *groups, "mean over groups", "worst group"], rows)
+        )
         details = []
         for r in rows_of:
             model, pre = r.report["model"], r.report["preprocessing"]
-            details.append([f"`{model['spec']}`", model.get("checkpoint") or "", f"`{model.get('checkpoint_sha256') or 'n/a'}`",
-                            _preprocessing(r.report), f"{pre['input_size'][0]}x{pre['input_size'][1]} {pre['interpolation']}",
-                            r.report["label_space"]["name"], r.report["toolkit"]["version"]])
+            details.append(
+                [
+                    f"`{model['spec']}`",
+                    model.get("checkpoint") or "",
+                    f"`{model.get('checkpoint_sha256') or 'n/a'}`",
+                    _preprocessing(r.report),
+                    f"{pre['input_size'][0]}x{pre['input_size'][1]} {pre['interpolation']}",
+                    r.report["label_space"]["name"],
+                    r.report["toolkit"]["version"],
+                ]
+            )
         lines.append(table(["model", "weights", "sha256", "preprocessing", "input", "label space", "toolkit"], details))
         for r in rows_of:
             if r.slug in plots:

@@ -41,8 +41,11 @@ def main() -> None:
     splits = sorted(manifest.get("splits") or {})
     split = args.split or ("train" if "train" in splits else (splits or ["test"])[0])
     if split not in splits:
-        parser.error(f"split {split!r} is not in {args.source}" + (f" (config {args.config})" if args.config else "")
-                     + f"; it has {', '.join(splits) or 'none'}")
+        parser.error(
+            f"split {split!r} is not in {args.source}"
+            + (f" (config {args.config})" if args.config else "")
+            + f"; it has {', '.join(splits) or 'none'}"
+        )
     classes = len(manifest.get("class_names") or []) or 1000  # labels index the config's own class list
     print(f"training on split {split} of {manifest.get('config')}: {classes} classes")
     data = stream(args.source, args.config, split, shuffle_buffer=256, transform=to_tensor)

@@ -32,18 +32,21 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from builder.core.shards import sha256_file
 from cards.release import VERSION_PATTERN, parse_version
-
 from hf_scripts.publish import KEEP_REMOTE, PublishError, check_release_folder, release_files, release_shards
 
 # A fixed identity: the mirror's history should not depend on who ran the command.
-GIT_IDENTITY = {"GIT_AUTHOR_NAME": "hsi publish", "GIT_AUTHOR_EMAIL": "hsi@localhost",
-                "GIT_COMMITTER_NAME": "hsi publish", "GIT_COMMITTER_EMAIL": "hsi@localhost"}
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "hsi publish",
+    "GIT_AUTHOR_EMAIL": "hsi@localhost",
+    "GIT_COMMITTER_NAME": "hsi publish",
+    "GIT_COMMITTER_EMAIL": "hsi@localhost",
+}
 LOCK_NAME = "hsi-publish.lock"  # inside .git: held (flock) for the whole run
 CHECKOUT_MARK = "hsi-checkout"  # inside .git: present while we update the working tree
 PRIVATE_INDEX = re.compile(r"hsi-index\.[0-9]+(\.lock)?")
@@ -77,8 +80,10 @@ def store_lfs_object(git_dir: Path, source: Path, expected: str, path: str) -> N
         with open(source, "rb") as src, open(partial, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         if sha256_file(partial) != expected:
-            raise PublishError(f"{path} as staged in {git_dir} differs from its sha256 in _release.json; the release "
-                               "folder changed while publishing or is damaged: rebuild it, nothing was committed")
+            raise PublishError(
+                f"{path} as staged in {git_dir} differs from its sha256 in _release.json; the release "
+                "folder changed while publishing or is damaged: rebuild it, nothing was committed"
+            )
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)
@@ -89,16 +94,25 @@ def _env(extra: dict | None = None) -> dict:
 
 
 def git(repo: Path, *args: str, env: dict | None = None, stdin: str | None = None) -> str:
-    result = subprocess.run(["git", "--no-optional-locks", "-C", str(repo), *args], env=_env(env), capture_output=True,
-                            text=True, input=stdin)
+    result = subprocess.run(
+        ["git", "--no-optional-locks", "-C", str(repo), *args],
+        env=_env(env),
+        capture_output=True,
+        text=True,
+        input=stdin,
+    )
     if result.returncode != 0:
         raise PublishError(f"git {' '.join(args)} failed in {repo}: {result.stderr.strip()}")
     return result.stdout.strip()
 
 
 def _head(git_dir: Path) -> str | None:
-    result = subprocess.run(["git", "-C", str(git_dir), "rev-parse", "--verify", "-q", "HEAD^{commit}"], env=_env(),
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["git", "-C", str(git_dir), "rev-parse", "--verify", "-q", "HEAD^{commit}"],
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
     return result.stdout.strip() or None
 
 
@@ -114,8 +128,10 @@ def check_mirror_folder(git_dir: Path) -> list[str]:
         raise PublishError(f"{git_dir} is not a folder")
     if not _is_mirror(git_dir):
         if any(git_dir.iterdir()):
-            raise PublishError(f"{git_dir} is not empty and is not a git mirror; give a new or empty folder, or a mirror "
-                               "that `hsi publish --to-git` made")
+            raise PublishError(
+                f"{git_dir} is not empty and is not a git mirror; give a new or empty folder, or a mirror "
+                "that `hsi publish --to-git` made"
+            )
         return [f"git init {git_dir}"]
     if (git_dir / ".git" / CHECKOUT_MARK).exists():
         return [f"finish the interrupted checkout of {git_dir}"]  # its dirt is ours: it is redone first
@@ -123,11 +139,15 @@ def check_mirror_folder(git_dir: Path) -> list[str]:
     entries = [e for e in status.split("\0") if e]
     untracked = sorted(e[3:] for e in entries if e.startswith("??"))
     if untracked:
-        raise PublishError(f"{git_dir} has files that are not part of any release: {', '.join(untracked[:10])}; "
-                           "move them out of the mirror (nothing in it is committed but the release's own files)")
+        raise PublishError(
+            f"{git_dir} has files that are not part of any release: {', '.join(untracked[:10])}; "
+            "move them out of the mirror (nothing in it is committed but the release's own files)"
+        )
     if entries:
-        raise PublishError(f"{git_dir} has uncommitted changes to {', '.join(e[3:] for e in entries[:10])}; inspect them, "
-                           f"then `git -C {git_dir} reset --hard` to return the mirror to its last release")
+        raise PublishError(
+            f"{git_dir} has uncommitted changes to {', '.join(e[3:] for e in entries[:10])}; inspect them, "
+            f"then `git -C {git_dir} reset --hard` to return the mirror to its last release"
+        )
     return []
 
 
@@ -207,10 +227,22 @@ def _release_tree(git_dir: Path, release_dir: Path, files: list[tuple[str, int]]
         attributes.write_text(LFS_ATTRIBUTES, "ascii")
         entries = [path for path, _ in files] + [GITATTRIBUTES]
         try:
-            oids = git(git_dir, "hash-object", *(["-w"] if write else []), "--no-filters", "--stdin-paths",
-                       stdin="".join(f"{source}\n" for source in [*sources, attributes])).split()
-            git(git_dir, "update-index", "--add", "--index-info", env=env,
-                stdin="".join(f"100644 blob {oid}\t{path}\n" for oid, path in zip(oids, entries)))
+            oids = git(
+                git_dir,
+                "hash-object",
+                *(["-w"] if write else []),
+                "--no-filters",
+                "--stdin-paths",
+                stdin="".join(f"{source}\n" for source in [*sources, attributes]),
+            ).split()
+            git(
+                git_dir,
+                "update-index",
+                "--add",
+                "--index-info",
+                env=env,
+                stdin="".join(f"100644 blob {oid}\t{path}\n" for oid, path in zip(oids, entries)),
+            )
             return git(git_dir, "write-tree", *([] if write else ["--missing-ok"]), env=env)
         finally:
             index.unlink(missing_ok=True)
@@ -226,8 +258,10 @@ def mirror_lock(git_dir: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            raise PublishError(f"{git_dir} is being published by another `hsi publish` (pid {holder}); wait for it to "
-                               "finish, then run again") from None
+            raise PublishError(
+                f"{git_dir} is being published by another `hsi publish` (pid {holder}); wait for it to "
+                "finish, then run again"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
@@ -265,8 +299,10 @@ def publish_to_git(release_dir: Path, git_dir: Path, version: str) -> str:
     with mirror_lock(git_dir):
         _recover(git_dir)
         if (git_dir / ".git" / "index.lock").exists():
-            raise PublishError(f"{git_dir}/.git/index.lock exists: a git command runs in the mirror, or one was killed; "
-                               "if none runs, remove the file and publish again")
+            raise PublishError(
+                f"{git_dir}/.git/index.lock exists: a git command runs in the mirror, or one was killed; "
+                "if none runs, remove the file and publish again"
+            )
         _, tree, tag_only = _plan(release_dir, git_dir, version, write=True)  # every refusal, now under the lock
         head = _head(git_dir)
         commit = head

@@ -13,22 +13,30 @@ finds (HF_TOKEN or `hf auth login`); it is never printed or stored here.
 
 from __future__ import annotations
 
-from builder.core.errors import HsiError
-
 import hashlib
 import json
 import os
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
+from builder.core.errors import HsiError
 from builder.core.manifest import MANIFEST_NAME
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename
 from builder.core.shards import sha256_file
-from cards.release import (PREVIEWS_DIR, RELEASE_META, VALIDATION_JSON, VALIDATION_MD, ReleaseError, check_version_bump,
-                           describe_changes, parse_version, read_release_meta)
+from cards.release import (
+    PREVIEWS_DIR,
+    RELEASE_META,
+    VALIDATION_JSON,
+    VALIDATION_MD,
+    ReleaseError,
+    check_version_bump,
+    describe_changes,
+    parse_version,
+    read_release_meta,
+)
 from cards.render import CardError, check_card
 
 REPO_TYPE = "dataset"
@@ -68,8 +76,11 @@ class PublishPlan:
         lines = []
         if not self.repo_exists:
             lines.append(f"create dataset repo {self.repo_id}" + (" (private)" if private else ""))
-        base = f"previous release {self.previous_version} ({self.parent_commit})" if self.previous_version else (
-            f"current main ({self.parent_commit})" if self.parent_commit else "an empty repo")
+        base = (
+            f"previous release {self.previous_version} ({self.parent_commit})"
+            if self.previous_version
+            else (f"current main ({self.parent_commit})" if self.parent_commit else "an empty repo")
+        )
         lines.append(f"commit on top of {base}:")
         lines += [f"  upload {path} ({size} bytes)" for path, size in self.uploads]
         lines += [f"  delete {path}" for path in self.deletes]
@@ -87,7 +98,9 @@ def release_shards(meta: dict) -> dict[str, str]:
                 for shard in listed:
                     shards[f"data/{config}/{check_shard_filename(shard['filename'], split)}"] = shard["sha256"]
     except (UnsafeNameError, KeyError, TypeError, AttributeError) as exc:
-        raise PublishError(f"{RELEASE_META} cannot be trusted ({exc}); rebuild the release with `hsi release`") from None
+        raise PublishError(
+            f"{RELEASE_META} cannot be trusted ({exc}); rebuild the release with `hsi release`"
+        ) from None
     return shards
 
 
@@ -120,11 +133,15 @@ def release_files(release_dir: Path, meta: dict) -> list[tuple[str, int]]:
                 strays.append(relative)
             files.append((relative, path.stat().st_size))
     if strays:
-        raise PublishError(f"{release_dir} holds files that are not part of the release: {', '.join(sorted(strays)[:10])}; "
-                           "remove them or rebuild the folder with `hsi release`")
+        raise PublishError(
+            f"{release_dir} holds files that are not part of the release: {', '.join(sorted(strays)[:10])}; "
+            "remove them or rebuild the folder with `hsi release`"
+        )
     missing = sorted(set(shards) - {path for path, _ in files})
     if missing:
-        raise PublishError(f"{release_dir} lacks shards its {RELEASE_META} lists: {', '.join(missing[:10])}; rebuild it")
+        raise PublishError(
+            f"{release_dir} lacks shards its {RELEASE_META} lists: {', '.join(missing[:10])}; rebuild it"
+        )
     return sorted(files)
 
 
@@ -174,8 +191,10 @@ def check_repo_id(repo_id: str) -> str:
     """ORG/NAME as the Hub allows them; anything else (a path with `..`, a URL) is refused before
     a request is made."""
     if not isinstance(repo_id, str) or not REPO_ID.fullmatch(repo_id) or ".." in repo_id or "--" in repo_id:
-        raise PublishError(f"repo id {repo_id!r} is not of the form ORG/NAME (letters, digits, '-', '_', '.'; no '..' "
-                           "or '--'), e.g. lab/hard-spurious-imagenet")
+        raise PublishError(
+            f"repo id {repo_id!r} is not of the form ORG/NAME (letters, digits, '-', '_', '.'; no '..' "
+            "or '--'), e.g. lab/hard-spurious-imagenet"
+        )
     return repo_id
 
 
@@ -206,8 +225,11 @@ def _same_files(api, repo_id: str, revision: str, release_dir: Path, files: list
     content hashes): a commit of this release whose tag was never created."""
     from huggingface_hub.hf_api import RepoFile
 
-    remote = {e.path: e for e in api.list_repo_tree(repo_id, repo_type=REPO_TYPE, revision=revision, recursive=True)
-              if isinstance(e, RepoFile) and e.path not in KEEP_REMOTE}
+    remote = {
+        e.path: e
+        for e in api.list_repo_tree(repo_id, repo_type=REPO_TYPE, revision=revision, recursive=True)
+        if isinstance(e, RepoFile) and e.path not in KEEP_REMOTE
+    }
     if set(remote) != {path for path, _ in files}:
         return False
     for path, size in files:
@@ -251,7 +273,10 @@ def _plan_publish(api, release_dir: Path, repo_id: str, version: str) -> Publish
         return PublishPlan(repo_id, version, release_dir, False, None, None, uploads, offline=True)
     tags = version_tags(refs)
     if version in tags:
-        raise PublishError(f"{repo_id} already has tag {version} (commit {tags[version]}); a published version is never moved or reused, release a new version")
+        raise PublishError(
+            f"{repo_id} already has tag {version} (commit {tags[version]}); a published version is never moved or "
+            "reused, release a new version"
+        )
     main = next((b.target_commit for b in refs.branches if b.name == "main"), None)
     previous_version = max(tags, key=parse_version) if tags else None
     parent = main
@@ -259,7 +284,9 @@ def _plan_publish(api, release_dir: Path, repo_id: str, version: str) -> Publish
         parent = tags[previous_version]
         if parse_version(version) <= parse_version(previous_version):
             raise PublishError(f"{version} is not newer than the latest release {previous_version}")
-        previous_meta_path = hf_hub_download(repo_id, RELEASE_META, repo_type=REPO_TYPE, revision=parent, token=api.token)
+        previous_meta_path = hf_hub_download(
+            repo_id, RELEASE_META, repo_type=REPO_TYPE, revision=parent, token=api.token
+        )
         previous_meta = json.loads(Path(previous_meta_path).read_text("utf-8"))
         try:
             check_version_bump(previous_version, version, bool(describe_changes(previous_meta, meta["configs"])))
@@ -271,7 +298,10 @@ def _plan_publish(api, release_dir: Path, repo_id: str, version: str) -> Publish
         if _same_files(api, repo_id, main, release_dir, uploads):
             return PublishPlan(repo_id, version, release_dir, True, main, previous_version, tag_only=True)
         if main != parent:
-            raise PublishError(f"main of {repo_id} ({main}) moved past the latest release {previous_version} ({parent}); refusing to publish over changes that are not a release")
+            raise PublishError(
+                f"main of {repo_id} ({main}) moved past the latest release {previous_version} ({parent}); refusing to "
+                "publish over changes that are not a release"
+            )
     remote = set(api.list_repo_files(repo_id, repo_type=REPO_TYPE, revision=parent)) if parent else set()
     deletes = sorted(remote - {path for path, _ in uploads} - KEEP_REMOTE)
     return PublishPlan(repo_id, version, release_dir, True, parent, previous_version, uploads, deletes)
@@ -288,8 +318,10 @@ def _perform_publish(api, plan: PublishPlan, private: bool) -> str:
     from huggingface_hub.errors import HfHubHTTPError
 
     if plan.offline:
-        raise PublishError(f"cannot publish to {plan.repo_id} offline (HF_HUB_OFFLINE is set); unset it and run again, "
-                           "or publish into a local git mirror with --to-git")
+        raise PublishError(
+            f"cannot publish to {plan.repo_id} offline (HF_HUB_OFFLINE is set); unset it and run again, "
+            "or publish into a local git mirror with --to-git"
+        )
 
     if plan.tag_only:
         _create_tag(api, plan, plan.parent_commit)
@@ -305,14 +337,20 @@ def _perform_publish(api, plan: PublishPlan, private: bool) -> str:
         parent = next((b.target_commit for b in refs.branches if b.name == "main"), None)
     try:
         info = api.create_commit(
-            plan.repo_id, operations, repo_type=REPO_TYPE, parent_commit=parent,
+            plan.repo_id,
+            operations,
+            repo_type=REPO_TYPE,
+            parent_commit=parent,
             commit_message=f"Release {plan.version}",
             commit_description=f"hsi publish: {len(plan.uploads)} files, {len(plan.deletes)} deleted",
         )
     except HfHubHTTPError as exc:
         status = getattr(exc.response, "status_code", None)
         if status == 412:
-            raise PublishError(f"{plan.repo_id} changed since the plan was made (parent {parent} is no longer the head); nothing was committed, run again") from None
+            raise PublishError(
+                f"{plan.repo_id} changed since the plan was made (parent {parent} is no longer the head); nothing was "
+                "committed, run again"
+            ) from None
         raise
     _create_tag(api, plan, info.oid)
     return info.oid
@@ -322,11 +360,21 @@ def _create_tag(api, plan: PublishPlan, commit: str) -> None:
     from huggingface_hub.errors import HfHubHTTPError
 
     try:
-        api.create_tag(plan.repo_id, tag=plan.version, revision=commit, repo_type=REPO_TYPE,
-                       tag_message=f"Hard-Spurious-ImageNet {plan.version}")
+        api.create_tag(
+            plan.repo_id,
+            tag=plan.version,
+            revision=commit,
+            repo_type=REPO_TYPE,
+            tag_message=f"Hard-Spurious-ImageNet {plan.version}",
+        )
     except HfHubHTTPError as exc:
         if getattr(exc.response, "status_code", None) == 409:
-            raise PublishError(f"tag {plan.version} appeared on {plan.repo_id} meanwhile; it is not moved. The commit {commit} is untagged") from None
-        raise PublishError(f"commit {commit} of {plan.repo_id} holds the release but tagging it failed "
-                           f"(HTTP {getattr(exc.response, 'status_code', None)}: {exc.server_message or exc}); "
-                           "run the same publish again: it finds the commit and only tags it") from None
+            raise PublishError(
+                f"tag {plan.version} appeared on {plan.repo_id} meanwhile; it is not moved. The commit {commit} is "
+                "untagged"
+            ) from None
+        raise PublishError(
+            f"commit {commit} of {plan.repo_id} holds the release but tagging it failed "
+            f"(HTTP {getattr(exc.response, 'status_code', None)}: {exc.server_message or exc}); "
+            "run the same publish again: it finds the commit and only tags it"
+        ) from None

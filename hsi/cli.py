@@ -26,11 +26,8 @@ SUBCOMMANDS: dict[str, str] = {
 }
 
 
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="hsi", description="Build, validate and publish Hard-Spurious-ImageNet."
-    )
+    parser = argparse.ArgumentParser(prog="hsi", description="Build, validate and publish Hard-Spurious-ImageNet.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module_name in SUBCOMMANDS.items():

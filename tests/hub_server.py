@@ -56,7 +56,9 @@ class Repo:
     tags: dict[str, str] = field(default_factory=dict)
 
     def commit(self, parent: str | None, files: dict[str, bytes], message: str) -> str:
-        digest = hashlib.sha1(json.dumps([parent, message, sorted((p, hashlib.sha256(b).hexdigest()) for p, b in files.items())]).encode())
+        digest = hashlib.sha1(
+            json.dumps([parent, message, sorted((p, hashlib.sha256(b).hexdigest()) for p, b in files.items())]).encode()
+        )
         sha = digest.hexdigest()
         self.commits[sha] = Commit(parent, files, message)
         self.branches["main"] = sha
@@ -108,7 +110,11 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
     def error(self, status: int, message: str, code: str | None = None) -> None:
-        self.reply(status, {"error": message}, {"X-Error-Code": code, "X-Error-Message": message} if code else {"X-Error-Message": message})
+        self.reply(
+            status,
+            {"error": message},
+            {"X-Error-Code": code, "X-Error-Message": message} if code else {"X-Error-Message": message},
+        )
 
     def body(self) -> bytes:
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -187,7 +193,13 @@ class Handler(BaseHTTPRequestHandler):
         if self.repo_or_404(repo) is None:
             return
         files = json.loads(self.body())["files"]
-        self.reply(200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files], "commitOid": None})
+        self.reply(
+            200,
+            {
+                "files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files],
+                "commitOid": None,
+            },
+        )
 
     def commit(self, repo: str, rev: str, query) -> None:
         target = self.repo_or_404(repo)
@@ -210,7 +222,14 @@ class Handler(BaseHTTPRequestHandler):
             elif line["key"] != "header":
                 return self.error(400, f"the loopback hub does not support {line['key']!r} operations")
         sha = target.commit(head, files, header.get("summary", ""))
-        self.reply(200, {"success": True, "commitOid": sha, "commitUrl": f"http://{self.headers['Host']}/datasets/{repo}/commit/{sha}"})
+        self.reply(
+            200,
+            {
+                "success": True,
+                "commitOid": sha,
+                "commitUrl": f"http://{self.headers['Host']}/datasets/{repo}/commit/{sha}",
+            },
+        )
 
     def tag(self, repo: str, rev: str, query) -> None:
         target = self.repo_or_404(repo)
@@ -232,11 +251,14 @@ class Handler(BaseHTTPRequestHandler):
         if target is None:
             return
         ref = lambda kind, name, sha: {"name": name, "ref": f"refs/{kind}/{name}", "targetCommit": sha}  # noqa: E731
-        self.reply(200, {
-            "branches": [ref("heads", n, s) for n, s in sorted(target.branches.items())],
-            "tags": [ref("tags", n, s) for n, s in sorted(target.tags.items())],
-            "converts": [],
-        })
+        self.reply(
+            200,
+            {
+                "branches": [ref("heads", n, s) for n, s in sorted(target.branches.items())],
+                "tags": [ref("tags", n, s) for n, s in sorted(target.tags.items())],
+                "converts": [],
+            },
+        )
 
     def info(self, repo: str, query, rev: str | None = None) -> None:
         target = self.repo_or_404(repo)
@@ -246,12 +268,23 @@ class Handler(BaseHTTPRequestHandler):
         if found is None:
             return
         sha, commit = found
-        self.reply(200, {
-            "id": repo, "_id": hashlib.sha1(repo.encode()).hexdigest()[:24], "author": repo.split("/")[0],
-            "sha": sha, "private": target.private, "disabled": False, "gated": False, "downloads": 0, "likes": 0,
-            "tags": [], "lastModified": "2025-01-01T00:00:00.000Z",
-            "siblings": [{"rfilename": p, "size": len(b)} for p, b in sorted(commit.files.items())],
-        })
+        self.reply(
+            200,
+            {
+                "id": repo,
+                "_id": hashlib.sha1(repo.encode()).hexdigest()[:24],
+                "author": repo.split("/")[0],
+                "sha": sha,
+                "private": target.private,
+                "disabled": False,
+                "gated": False,
+                "downloads": 0,
+                "likes": 0,
+                "tags": [],
+                "lastModified": "2025-01-01T00:00:00.000Z",
+                "siblings": [{"rfilename": p, "size": len(b)} for p, b in sorted(commit.files.items())],
+            },
+        )
 
     def entries(self, commit: Commit, sub: str, recursive: bool) -> list[dict]:
         prefix = f"{sub.strip('/')}/" if sub.strip("/") else ""
@@ -259,11 +292,19 @@ class Handler(BaseHTTPRequestHandler):
         for path, data in sorted(commit.files.items()):
             if not path.startswith(prefix):
                 continue
-            rest = path[len(prefix):].split("/")
+            rest = path[len(prefix) :].split("/")
             for depth in range(1, len(rest)):
                 folder = prefix + "/".join(rest[:depth])
                 if recursive or depth == 1:
-                    out.setdefault(folder, {"type": "directory", "path": folder, "oid": hashlib.sha1(folder.encode()).hexdigest(), "size": 0})
+                    out.setdefault(
+                        folder,
+                        {
+                            "type": "directory",
+                            "path": folder,
+                            "oid": hashlib.sha1(folder.encode()).hexdigest(),
+                            "size": 0,
+                        },
+                    )
                 if not recursive:
                     break
             if recursive or len(rest) == 1:
@@ -295,9 +336,18 @@ class Handler(BaseHTTPRequestHandler):
         for path in paths:
             path = path.strip("/")
             if path in commit.files:
-                result.append({"type": "file", "path": path, "size": len(commit.files[path]), "oid": git_blob_sha(commit.files[path])})
+                result.append(
+                    {
+                        "type": "file",
+                        "path": path,
+                        "size": len(commit.files[path]),
+                        "oid": git_blob_sha(commit.files[path]),
+                    }
+                )
             elif any(p.startswith(path + "/") for p in commit.files) or path == "":
-                result.append({"type": "directory", "path": path, "oid": hashlib.sha1(path.encode()).hexdigest(), "size": 0})
+                result.append(
+                    {"type": "directory", "path": path, "oid": hashlib.sha1(path.encode()).hexdigest(), "size": 0}
+                )
         self.reply(200, result)
 
     def resolve_file(self, repo: str, rev: str, file: str, query) -> None:
@@ -309,14 +359,18 @@ class Handler(BaseHTTPRequestHandler):
         if file not in commit.files:
             return self.error(404, f"Entry {file} not found", "EntryNotFound")
         data = commit.files[file]
-        headers = {"X-Repo-Commit": sha, "ETag": f'"{git_blob_sha(data)}"', "Accept-Ranges": "bytes",
-                   "Content-Type": "application/octet-stream"}
+        headers = {
+            "X-Repo-Commit": sha,
+            "ETag": f'"{git_blob_sha(data)}"',
+            "Accept-Ranges": "bytes",
+            "Content-Type": "application/octet-stream",
+        }
         match = re.fullmatch(r"bytes=(\d*)-(\d*)", self.headers.get("Range", "") or "")
         if match and data:
             start = int(match.group(1)) if match.group(1) else max(0, len(data) - int(match.group(2)))
             end = int(match.group(2)) if match.group(1) and match.group(2) else len(data) - 1
             end = min(end, len(data) - 1)
-            chunk = data[start:end + 1]
+            chunk = data[start : end + 1]
             headers.update({"Content-Range": f"bytes {start}-{end}/{len(data)}", "Content-Length": str(len(chunk))})
             return self.reply(206, headers=headers, body=chunk)
         headers["Content-Length"] = str(len(data))
@@ -336,7 +390,7 @@ class LoopbackHub:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def __enter__(self) -> "LoopbackHub":
+    def __enter__(self) -> LoopbackHub:
         self.thread.start()
         return self
 

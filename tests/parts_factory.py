@@ -13,20 +13,26 @@ photo-like content instead (for benchmarks: realistic PNG sizes and decode costs
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 
+from builder import __version__
+from builder.compose.backgrounds import canvas_background
 from builder.core.classes import class_of
 from builder.core.config import fingerprint
-from builder.compose.backgrounds import canvas_background
-from builder import __version__
 from builder.core.manifest import ERRORS_NAME, ErrorCounts, Manifest, SplitEntry, write_jsonl_atomic
 from builder.core.records import Box
 from builder.core.shards import write_shard
-from builder.formats.parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, PARTS_SCHEMA_VERSION, encode_parts_members, parts_metadata
+from builder.formats.parts import (
+    PARTS_CANVAS_FILTER,
+    PARTS_CANVAS_SIZE,
+    PARTS_SCHEMA_VERSION,
+    encode_parts_members,
+    parts_metadata,
+)
 
 FAKE_BACKENDS = {
     "masker": {"name": "box", "params": {}, "checkpoint": None, "checkpoint_sha256": None},
@@ -95,9 +101,16 @@ def parts_sample(image: FakeImage) -> tuple[str, dict[str, bytes]]:
     cls = class_of(image.wnid)
     width, height = image.image_size
     meta = parts_metadata(
-        source_id=image.source_id, wnid=image.wnid, class_index=cls.index, class_name=cls.name,
-        width=width, height=height, boxes=[Box(*image.box, wnid=image.wnid)], object_box_index=0,
-        object_box_rule="largest", conversions=[],
+        source_id=image.source_id,
+        wnid=image.wnid,
+        class_index=cls.index,
+        class_name=cls.name,
+        width=width,
+        height=height,
+        boxes=[Box(*image.box, wnid=image.wnid)],
+        object_box_index=0,
+        object_box_rule="largest",
+        conversions=[],
         provenance={"backends": FAKE_BACKENDS, "dilation": 0, "tool_version": __version__},
     )
     canvas = canvas_background(arrays["background"], PARTS_CANVAS_SIZE, PARTS_CANVAS_FILTER)
@@ -112,9 +125,16 @@ def distinct_color(n: int, offset: int = 0) -> tuple[int, int, int]:
     return (45 * (n % 3), 45 * ((n // 3) % 3), 45 * ((n // 9) % 3))
 
 
-def fake_images(wnids: Sequence[str], per_class: int = 2, *, prefix: str = "ILSVRC2012_val", textured: bool = False,
-                image_size: tuple[int, int] = (160, 120), box: tuple[int, int, int, int] = (40, 30, 99, 89),
-                mask: str = "full") -> list[FakeImage]:
+def fake_images(
+    wnids: Sequence[str],
+    per_class: int = 2,
+    *,
+    prefix: str = "ILSVRC2012_val",
+    textured: bool = False,
+    image_size: tuple[int, int] = (160, 120),
+    box: tuple[int, int, int, int] = (40, 30, 99, 89),
+    mask: str = "full",
+) -> list[FakeImage]:
     """`per_class` images of each wnid, ids `<prefix>_00000001`..., with a distinct crop colour per
     image (all bright: luminance >= 200) and a distinct dark background colour per class (so a
     random background reveals its class)."""
@@ -122,17 +142,24 @@ def fake_images(wnids: Sequence[str], per_class: int = 2, *, prefix: str = "ILSV
     for c, wnid in enumerate(wnids):
         for i in range(per_class):
             n = c * per_class + i
-            images.append(FakeImage(
-                f"{prefix}_{n + 1:08d}", wnid,
-                crop_color=(255, 255 - 3 * (n % 20), 200 + (n // 20) % 18),
-                background_color=distinct_color(c),
-                image_size=image_size, box=box, mask=mask, textured=textured,
-            ))
+            images.append(
+                FakeImage(
+                    f"{prefix}_{n + 1:08d}",
+                    wnid,
+                    crop_color=(255, 255 - 3 * (n % 20), 200 + (n // 20) % 18),
+                    background_color=distinct_color(c),
+                    image_size=image_size,
+                    box=box,
+                    mask=mask,
+                    textured=textured,
+                )
+            )
     return images
 
 
-def write_parts(parts_dir: Path, splits: Mapping[str, Sequence[FakeImage]], *, shard_size: int = 4,
-                errors: Sequence[dict] = ()) -> dict:
+def write_parts(
+    parts_dir: Path, splits: Mapping[str, Sequence[FakeImage]], *, shard_size: int = 4, errors: Sequence[dict] = ()
+) -> dict:
     """Write `<parts_dir>/<split>-%05d.tar`, errors.jsonl and `_info.json` (last); return the manifest."""
     parts_dir = Path(parts_dir)
     parts_dir.mkdir(parents=True, exist_ok=True)
@@ -144,13 +171,24 @@ def write_parts(parts_dir: Path, splits: Mapping[str, Sequence[FakeImage]], *, s
             samples = [parts_sample(im) for im in ordered[start : start + shard_size]]
             stats.append(write_shard(parts_dir / f"{split}-{index:05d}.tar", samples))
         split_entries[split] = SplitEntry(split, stats)
-    settings = {"stage": "extract", "fake": True, "images": {s: [im.source_id for im in ims] for s, ims in splits.items()}}
+    settings = {
+        "stage": "extract",
+        "fake": True,
+        "images": {s: [im.source_id for im in ims] for s, ims in splits.items()},
+    }
     write_jsonl_atomic(parts_dir / ERRORS_NAME, list(errors))
     by_reason: dict[str, int] = {}
     for row in errors:
         by_reason[row["reason"]] = by_reason.get(row["reason"], 0) + 1
-    manifest = Manifest(stage="extract", fingerprint=fingerprint(settings), settings=settings, backends=FAKE_BACKENDS,
-                        splits=split_entries, errors=ErrorCounts.of(by_reason), schema_version=PARTS_SCHEMA_VERSION)
+    manifest = Manifest(
+        stage="extract",
+        fingerprint=fingerprint(settings),
+        settings=settings,
+        backends=FAKE_BACKENDS,
+        splits=split_entries,
+        errors=ErrorCounts.of(by_reason),
+        schema_version=PARTS_SCHEMA_VERSION,
+    )
     manifest.write(parts_dir)
     return manifest.to_json()
 

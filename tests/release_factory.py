@@ -23,15 +23,33 @@ def composite_json(config: str, split: str, index: int, label: int, class_index:
     group, size = PAPER_GROUPS[index % 4], SIZES[index % 3]
     corner = group.startswith("Co")
     meta = {
-        "wnid": cls.wnid, "class_index": cls.index, "class_name": cls.name, "label": label,
-        "source_id": f"{cls.wnid}_{index}", "variant": config, "split": split, "canvas": 224,
-        "size": size, "effective_size": size, "mode": "square", "paste": "box",
-        "requested_position": "top-right" if corner else "center", "position": "top-right" if corner else "center",
-        "box_x": 224 - size if corner else 112 - size // 2, "box_y": 0 if corner else 112 - size // 2,
-        "box_w": size, "box_h": size, "background": "random" if group.endswith("R") else "original",
-        "background_source_id": f"bg_{index}", "background_wnid": cls.wnid,
-        "background_class_index": cls.index, "paired_wnid": None, "group": group, "tier": tier_of(group, size, 224),
-        "seed": seed, "schema_version": SCHEMA_VERSION,
+        "wnid": cls.wnid,
+        "class_index": cls.index,
+        "class_name": cls.name,
+        "label": label,
+        "source_id": f"{cls.wnid}_{index}",
+        "variant": config,
+        "split": split,
+        "canvas": 224,
+        "size": size,
+        "effective_size": size,
+        "mode": "square",
+        "paste": "box",
+        "requested_position": "top-right" if corner else "center",
+        "position": "top-right" if corner else "center",
+        "box_x": 224 - size if corner else 112 - size // 2,
+        "box_y": 0 if corner else 112 - size // 2,
+        "box_w": size,
+        "box_h": size,
+        "background": "random" if group.endswith("R") else "original",
+        "background_source_id": f"bg_{index}",
+        "background_wnid": cls.wnid,
+        "background_class_index": cls.index,
+        "paired_wnid": None,
+        "group": group,
+        "tier": tier_of(group, size, 224),
+        "seed": seed,
+        "schema_version": SCHEMA_VERSION,
     }
     assert list(meta) == list(COMPOSITE_FIELDS)
     return meta
@@ -78,16 +96,27 @@ def make_composed_dataset(
     write_jsonl_atomic(dataset / ERRORS_NAME, [])
     fingerprint = f"{config[:6]}{seed:010d}"
     manifest = Manifest(
-        stage="compose", config=config,
+        stage="compose",
+        config=config,
         tool={"name": "hard-spurious-imagenet", "version": "0.1.0"},
-        fingerprint=fingerprint, spec={"name": config, "seed": seed, "sizes": list(SIZES)},
-        parts={"fingerprint": "parts0000000000", "backends": {"masker": {"name": "box"}, "inpainter": {"name": "telea"}}},
-        schema_version=SCHEMA_VERSION, splits=manifest_splits, errors=ErrorCounts(),
+        fingerprint=fingerprint,
+        spec={"name": config, "seed": seed, "sizes": list(SIZES)},
+        parts={
+            "fingerprint": "parts0000000000",
+            "backends": {"masker": {"name": "box"}, "inpainter": {"name": "telea"}},
+        },
+        schema_version=SCHEMA_VERSION,
+        splits=manifest_splits,
+        errors=ErrorCounts(),
         class_names=[imagenet_classes()[c].name for c in classes],
     )
     manifest.write(dataset)
-    report = {"ok": True, "fingerprint": fingerprint, "integrity": {"ok": True, "samples": sum(splits.values())},
-              "shards": manifest.shard_sha256()}
+    report = {
+        "ok": True,
+        "fingerprint": fingerprint,
+        "integrity": {"ok": True, "samples": sum(splits.values())},
+        "shards": manifest.shard_sha256(),
+    }
     write_json_atomic(dataset / "validation.json", report if validation is None else validation)
     (dataset / "validation.md").write_text("# Validation\n\nall checks passed\n", "utf-8")
     return dataset
@@ -97,9 +126,16 @@ def two_releases(root: Path) -> tuple[Path, Path]:
     """v1.0.0 (5 samples, 3 shards) and v1.1.0 (6 samples, 2 shards, another seed) of one release."""
     from cards.release import build_release
 
-    v1 = build_release(root / "v1" / "hard-spurious-imagenet",
-                       [make_composed_dataset(root / "a", splits={"test": 5}, shard_size=2)], version="v1.0.0")
-    v2 = build_release(root / "v2" / "hard-spurious-imagenet",
-                       [make_composed_dataset(root / "b", splits={"test": 6}, shard_size=4, seed=1)],
-                       version="v1.1.0", previous_release=v1, changes=["new seed"])
+    v1 = build_release(
+        root / "v1" / "hard-spurious-imagenet",
+        [make_composed_dataset(root / "a", splits={"test": 5}, shard_size=2)],
+        version="v1.0.0",
+    )
+    v2 = build_release(
+        root / "v2" / "hard-spurious-imagenet",
+        [make_composed_dataset(root / "b", splits={"test": 6}, shard_size=4, seed=1)],
+        version="v1.1.0",
+        previous_release=v1,
+        changes=["new seed"],
+    )
     return v1, v2

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -37,8 +37,9 @@ def cache_file_name(split: str) -> str:
     return f"backgrounds-{split}.u8"
 
 
-def cache_backgrounds(parts_dir: str, cache_dir: str, canvas: int, resize_filter: str,
-                      refs: Sequence[PartsRef]) -> list[tuple[str, str, str]]:
+def cache_backgrounds(
+    parts_dir: str, cache_dir: str, canvas: int, resize_filter: str, refs: Sequence[PartsRef]
+) -> list[tuple[str, str, str]]:
     """Decode, resize and store the backgrounds of `refs` (one parts shard); return failures."""
     failures = []
     reader = MemberReader(Path(parts_dir))
@@ -57,8 +58,16 @@ def cache_backgrounds(parts_dir: str, cache_dir: str, canvas: int, resize_filter
     return failures
 
 
-def fill_background_cache(parts_dir: Path, cache_dir: Path, index: Mapping[str, list[PartsRef]], donors: Iterable[PartsRef],
-                          canvas: int, resize_filter: str, workers: int, progress: bool) -> tuple[tuple[str, str, str], ...]:
+def fill_background_cache(
+    parts_dir: Path,
+    cache_dir: Path,
+    index: Mapping[str, list[PartsRef]],
+    donors: Iterable[PartsRef],
+    canvas: int,
+    resize_filter: str,
+    workers: int,
+    progress: bool,
+) -> tuple[tuple[str, str, str], ...]:
     """Cache the canvas-sized background of every donor, in parallel by parts shard (a cache file
     per parts split, sparse, one row per image); return (split, key, why) of those that failed."""
     needed = {(donor.split, donor.key): donor for donor in donors}

@@ -29,10 +29,10 @@ shards are built: every draw is seeded by (seed, key) or by a sort on such seede
 from __future__ import annotations
 
 import bisect
-import os
 import hashlib
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -46,13 +46,13 @@ GRAY_LEVEL = 128
 
 def sample_rng(seed: int, key: str) -> np.random.Generator:
     """A generator that depends only on (seed, key): the same sample gets the same draws anywhere."""
-    digest = hashlib.sha256(f"{seed}:{key}".encode("utf-8")).digest()
+    digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
     return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
 def stable_rank(seed: int, purpose: str, key: str) -> str:
     """A sort key that shuffles items reproducibly and independently of their listing order."""
-    return hashlib.sha256(f"{seed}:{purpose}:{key}".encode("utf-8")).hexdigest()
+    return hashlib.sha256(f"{seed}:{purpose}:{key}".encode()).hexdigest()
 
 
 def gray_background(canvas: int) -> np.ndarray:
@@ -76,7 +76,7 @@ class DonorPool:
     entries: tuple[tuple[int, str], ...]  # (class_index, key), sorted
 
     @classmethod
-    def build(cls, items: Sequence[tuple[int, str]]) -> "DonorPool":
+    def build(cls, items: Sequence[tuple[int, str]]) -> DonorPool:
         return cls(tuple(sorted(items)))
 
     def class_run(self, class_index: int) -> tuple[int, int]:
@@ -102,8 +102,9 @@ class DonorPool:
         return self.entries[lo + draw]
 
 
-def assign_foreign_donors(items: Sequence[tuple[int, str]], seed: int,
-                          scheme: str = "per-image") -> dict[str, tuple[int, str] | None]:
+def assign_foreign_donors(
+    items: Sequence[tuple[int, str]], seed: int, scheme: str = "per-image"
+) -> dict[str, tuple[int, str] | None]:
     """key -> (class, key) of its random-background donor, for every (class, key) in `items`, by
     `scheme` (see the module docstring); None where no image of another class exists."""
     pool = DonorPool.build(items)
@@ -138,8 +139,10 @@ def balanced_donors(pool: DonorPool, seed: int) -> dict[str, tuple[int, str] | N
             unfixed.setdefault(class_index, []).append(key)
     for class_index, keys in sorted(unfixed.items()):
         # those images take the least used backgrounds of other classes, in turn
-        foreign = sorted((e for e in pool.entries if e[0] != class_index),
-                         key=lambda e: (uses.get(e, 0), stable_rank(seed, "balanced-donor", e[1])))
+        foreign = sorted(
+            (e for e in pool.entries if e[0] != class_index),
+            key=lambda e: (uses.get(e, 0), stable_rank(seed, "balanced-donor", e[1])),
+        )
         for n, key in enumerate(keys):
             assigned[key] = foreign[n % len(foreign)] if foreign else None
     return assigned

@@ -65,8 +65,10 @@ def check_layout(manifest: Manifest, splits: list[str], layout: str) -> None:
     groups = {g for s in splits for g in (manifest.splits[s].counts or {}).get("group", {})}
     other = [g for g in sorted_groups(groups) if g not in PAPER_GROUPS]
     if other:
-        raise InputError(f"the paper's layout numbers only its groups {', '.join(PAPER_GROUPS)} (Group_1-4); this "
-                         f"dataset also holds {', '.join(other)}: export it with --layout groups")
+        raise InputError(
+            f"the paper's layout numbers only its groups {', '.join(PAPER_GROUPS)} (Group_1-4); this "
+            f"dataset also holds {', '.join(other)}: export it with --layout groups"
+        )
 
 
 def claim_folder(folder: Path, overwrite: bool) -> None:
@@ -76,14 +78,17 @@ def claim_folder(folder: Path, overwrite: bool) -> None:
     if not folder.is_dir() or not any(folder.iterdir()):
         return
     if not (folder / EXPORT_MANIFEST).is_file():
-        raise SettingsError(f"{folder} is not empty and holds no {EXPORT_MANIFEST}: it is not an export of this "
-                            "toolkit, so nothing is written there; choose an empty or new --imagefolder")
+        raise SettingsError(
+            f"{folder} is not empty and holds no {EXPORT_MANIFEST}: it is not an export of this "
+            "toolkit, so nothing is written there; choose an empty or new --imagefolder"
+        )
     if not overwrite:
         raise SettingsError(f"{folder} already holds an export; pass --overwrite to replace it")
 
 
-def export_imagefolder(dataset_dir: Path, folder: Path, *, layout: str = "paper", splits: list[str] | None = None,
-                       overwrite: bool = False) -> ExportSummary:
+def export_imagefolder(
+    dataset_dir: Path, folder: Path, *, layout: str = "paper", splits: list[str] | None = None, overwrite: bool = False
+) -> ExportSummary:
     """Write the composites of `dataset_dir` as image folders under `folder` (see the module docstring)."""
     dataset_dir, folder = Path(dataset_dir), Path(folder)
     manifest = Manifest.read(dataset_dir)
@@ -99,11 +104,19 @@ def export_imagefolder(dataset_dir: Path, folder: Path, *, layout: str = "paper"
     staging.mkdir(parents=True)
     try:
         files = write_splits(dataset_dir, manifest, chosen, layout, staging)
-        write_json_atomic(staging / EXPORT_MANIFEST, {
-            "tool": dict(manifest.tool), "dataset": str(dataset_dir), "config": manifest.config,
-            "fingerprint": manifest.fingerprint, "layout": layout,
-            "group_numbers": GROUP_NUMBERS if layout == "paper" else None, "splits": chosen, "files": files,
-        })
+        write_json_atomic(
+            staging / EXPORT_MANIFEST,
+            {
+                "tool": dict(manifest.tool),
+                "dataset": str(dataset_dir),
+                "config": manifest.config,
+                "fingerprint": manifest.fingerprint,
+                "layout": layout,
+                "group_numbers": GROUP_NUMBERS if layout == "paper" else None,
+                "splits": chosen,
+                "files": files,
+            },
+        )
         if folder.is_dir():
             shutil.rmtree(folder) if any(folder.iterdir()) else folder.rmdir()
         os.replace(staging, folder)
@@ -116,28 +129,40 @@ def export_imagefolder(dataset_dir: Path, folder: Path, *, layout: str = "paper"
     return ExportSummary(folder, len(files), by_split)
 
 
-def write_splits(dataset_dir: Path, manifest: Manifest, splits: list[str], layout: str,
-                 staging: Path) -> list[dict[str, Any]]:
+def write_splits(
+    dataset_dir: Path, manifest: Manifest, splits: list[str], layout: str, staging: Path
+) -> list[dict[str, Any]]:
     files: list[dict[str, Any]] = []
     written: dict[str, str] = {}
     for split in splits:
         for stats in manifest.split(split).shards:
             shard = dataset_dir / stats.filename
             if Path(stats.filename).name != stats.filename or sha256_file(shard) != stats.sha256:
-                raise InputError(f"shard {stats.filename} of {dataset_dir} does not match its manifest; "
-                                 "validate the dataset (hsi validate) or rebuild it before exporting")
+                raise InputError(
+                    f"shard {stats.filename} of {dataset_dir} does not match its manifest; "
+                    "validate the dataset (hsi validate) or rebuild it before exporting"
+                )
             for key, members in iter_shard(shard):
                 meta = decode_composite_json(members)
                 path = f"{split}/{exported_path(meta, key, layout)}"
                 if path in written:
-                    raise InputError(f"samples {written[path]} and {key} both map to {path} in the paper's layout "
-                                     "(two placements in one group); export with --layout groups")
+                    raise InputError(
+                        f"samples {written[path]} and {key} both map to {path} in the paper's layout "
+                        "(two placements in one group); export with --layout groups"
+                    )
                 written[path] = key
                 target = staging / path
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(members["jpg"])
-                files.append({"path": path, "sha256": hashlib.sha256(members["jpg"]).hexdigest(),
-                              "shard": stats.filename, "key": key, "split": split})
+                files.append(
+                    {
+                        "path": path,
+                        "sha256": hashlib.sha256(members["jpg"]).hexdigest(),
+                        "shard": stats.filename,
+                        "key": key,
+                        "split": split,
+                    }
+                )
     return sorted(files, key=lambda row: row["path"])
 
 

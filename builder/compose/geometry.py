@@ -14,14 +14,14 @@ short side pasted (the sample's `effective_size`) is then smaller than s.
 
 from __future__ import annotations
 
-from builder.core.errors import UsageError
-
 import math
 import re
 from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image
+
+from builder.core.errors import UsageError
 
 MODES = ("square", "ar")
 CROPS = ("inclusive", "exclusive")
@@ -105,7 +105,9 @@ def object_size(crop_w: int, crop_h: int, size: int, canvas: int, mode: str, mar
     return (short, long) if crop_w <= crop_h else (long, short)
 
 
-def place(position: str, w: int, h: int, canvas: int, margin: int = 0, rng: np.random.Generator | None = None) -> Placement:
+def place(
+    position: str, w: int, h: int, canvas: int, margin: int = 0, rng: np.random.Generator | None = None
+) -> Placement:
     """The pixel box of a w x h object at `position` (random-corner draws from `rng`)."""
     if w + 2 * margin > canvas or h + 2 * margin > canvas:
         raise GeometryError(f"a {w}x{h} object with margin {margin} does not fit a {canvas} px canvas")
@@ -162,8 +164,9 @@ def float32_normalised_box(box: tuple[int, int, int, int], width: int, height: i
     return tuple(int(np.float32(np.float32(v / s) * np.float32(s))) for v, s in zip(box, scale, strict=True))  # type: ignore
 
 
-def crop_window(box: tuple[int, int, int, int], width: int, height: int, crop: str,
-                box_rounding: str) -> tuple[tuple[int, int, int, int], bool]:
+def crop_window(
+    box: tuple[int, int, int, int], width: int, height: int, crop: str, box_rounding: str
+) -> tuple[tuple[int, int, int, int], bool]:
     """The window (x0, y0, x1, y1, end exclusive) to take out of the parts' crop of `box` (the
     inclusive VOC box, so the crop is (x1 - x0 + 1) x (y1 - y0 + 1)), and whether it had to be
     clipped to that crop. `exclusive` crops [x0:x1] as the paper does; `float32-normalised` first

@@ -36,8 +36,10 @@ def check_parts_shard_name(filename: str, split: str) -> None:
     """A parts shard is named `<split>-NNNNN.tar`, one path component, under the split that lists it."""
     match = PARTS_SHARD_NAME.fullmatch(filename) if isinstance(filename, str) else None
     if match is None or match["split"] != split:
-        raise InputError(f"the parts manifest lists {filename!r} under split {split!r}: a parts shard must be named "
-                         f"{split}-NNNNN.tar (one file name, no folder); the manifest was not written by hsi extract")
+        raise InputError(
+            f"the parts manifest lists {filename!r} under split {split!r}: a parts shard must be named "
+            f"{split}-NNNNN.tar (one file name, no folder); the manifest was not written by hsi extract"
+        )
 
 
 def read_parts_manifest_checked(parts_dir: Path, splits: Sequence[str]) -> Manifest:
@@ -47,8 +49,9 @@ def read_parts_manifest_checked(parts_dir: Path, splits: Sequence[str]) -> Manif
         raise InputError(f"{parts_dir} holds a {manifest.stage!r} manifest, not the parts written by `hsi extract`")
     missing = [s for s in splits if s not in manifest.splits]
     if missing:
-        raise InputError(f"parts in {parts_dir} have no split {missing}; they have {sorted(manifest.splits)} "
-                         "(choose with --splits)")
+        raise InputError(
+            f"parts in {parts_dir} have no split {missing}; they have {sorted(manifest.splits)} (choose with --splits)"
+        )
     seen: dict[str, str] = {}
     for split in splits:
         for filename in manifest.splits[split].filenames:
@@ -66,16 +69,20 @@ def verify_parts_shards(parts_dir: Path, manifest: Manifest, splits: Sequence[st
         for stats in manifest.splits[split].shards:
             path = Path(parts_dir) / stats.filename
             if path.is_symlink() or not path.is_file() or path.resolve().parent != root:
-                raise InputError(f"parts shard {stats.filename} listed in {parts_dir}/_info.json is missing or not a "
-                                 "regular file in that folder; re-run hsi extract (with --overwrite) to rebuild it")
+                raise InputError(
+                    f"parts shard {stats.filename} listed in {parts_dir}/_info.json is missing or not a "
+                    "regular file in that folder; re-run hsi extract (with --overwrite) to rebuild it"
+                )
             size = path.stat().st_size
             digest = sha256_file(path) if size == stats.bytes else None
             if digest != stats.sha256:
                 found = f"sha256 {digest}" if digest else f"{size} bytes"
                 expected = f"sha256 {stats.sha256}" if digest else f"{stats.bytes} bytes"
-                raise InputError(f"parts shard {stats.filename} in {parts_dir} does not match the parts manifest "
-                                 f"({found}, the manifest says {expected}): it was changed or corrupted after "
-                                 "extract wrote it; restore it or rebuild the parts with hsi extract --overwrite")
+                raise InputError(
+                    f"parts shard {stats.filename} in {parts_dir} does not match the parts manifest "
+                    f"({found}, the manifest says {expected}): it was changed or corrupted after "
+                    "extract wrote it; restore it or rebuild the parts with hsi extract --overwrite"
+                )
 
 
 def scan_members(path: Path) -> tuple[dict[str, list[str]], dict[str, tuple[int, int]]]:
@@ -111,8 +118,9 @@ def is_plain_key(key: str | None) -> bool:
     return bool(key) and not any(ch in key for ch in "/\\") and not key.startswith(".")
 
 
-def index_checked_parts(parts_dir: Path, manifest: Manifest,
-                        splits: Sequence[str]) -> tuple[dict[str, list[PartsRef]], list[Issue]]:
+def index_checked_parts(
+    parts_dir: Path, manifest: Manifest, splits: Sequence[str]
+) -> tuple[dict[str, list[PartsRef]], list[Issue]]:
     """The parts index of `splits`, with member-level problems as `unreadable-parts` rows."""
     index: dict[str, list[PartsRef]] = {}
     issues: list[Issue] = []
@@ -124,20 +132,49 @@ def index_checked_parts(parts_dir: Path, manifest: Manifest,
                 unsafe, json_members = scan_members(path)
                 shard_refs, shard_issues = index_parts_shard(path, split)
             except (tarfile.TarError, OSError, EOFError) as exc:
-                issues.append(Issue(filename, "unreadable-parts", f"{filename}: not a readable tar ({exc}); "
-                                    "its images are skipped", "compose", split=split, shard=filename))
+                issues.append(
+                    Issue(
+                        filename,
+                        "unreadable-parts",
+                        f"{filename}: not a readable tar ({exc}); its images are skipped",
+                        "compose",
+                        split=split,
+                        shard=filename,
+                    )
+                )
                 continue
             for key, problems in sorted(unsafe.items()):
-                issues.append(Issue(key, "unreadable-parts", f"{filename}: {'; '.join(problems)}", "compose",
-                                    split=split, shard=filename, key=key))
+                issues.append(
+                    Issue(
+                        key,
+                        "unreadable-parts",
+                        f"{filename}: {'; '.join(problems)}",
+                        "compose",
+                        split=split,
+                        shard=filename,
+                        key=key,
+                    )
+                )
             known = {ref.key for ref in refs}
             for ref in shard_refs:
                 if ref.key in known:
-                    issues.append(Issue(ref.key, "unreadable-parts", f"{filename}: sample {ref.key} is also in an "
-                                        "earlier shard of this split; the first is kept", "compose",
-                                        split=split, shard=filename, key=ref.key))
-            refs += [replace(ref, members=tuple(sorted((*ref.members, ("json", *json_members[ref.key])))))
-                     for ref in shard_refs if ref.key not in unsafe and ref.key not in known]
+                    issues.append(
+                        Issue(
+                            ref.key,
+                            "unreadable-parts",
+                            f"{filename}: sample {ref.key} is also in an "
+                            "earlier shard of this split; the first is kept",
+                            "compose",
+                            split=split,
+                            shard=filename,
+                            key=ref.key,
+                        )
+                    )
+            refs += [
+                replace(ref, members=tuple(sorted((*ref.members, ("json", *json_members[ref.key])))))
+                for ref in shard_refs
+                if ref.key not in unsafe and ref.key not in known
+            ]
             # a key index_parts_shard derived from an unsafe name (`/tmp/x`, ``) is reported above
             issues += [issue for issue in shard_issues if issue.key not in unsafe and is_plain_key(issue.key)]
         index[split] = [replace(ref, row=row) for row, ref in enumerate(sorted(refs, key=lambda ref: ref.key))]

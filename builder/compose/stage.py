@@ -13,35 +13,32 @@ The manifest (`_info.json`) is written last, with per-split counts by group, siz
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
 import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
-from PIL import Image
 
-from builder import __version__
-from builder.compose.backgrounds import DONOR_KINDS, gray_background, noise_background, sample_rng
-from builder.core.classes import class_of, imagenet_classes
-from builder.core.taxonomy import group_name, sorted_groups, tier_of
-from builder.compose.planning import ImageJob, check_has_work, coverage_report, images_per_shard, plan_jobs
-from builder.compose.tables import format_table
-from builder.core.config import canonical_json, fingerprint
-from builder.compose.geometry import crop_window, object_size, paste, place, resize_mask, resize_rgb
 from builder.compose.background_cache import (
     CACHE_DIR,
     fill_background_cache,
     read_cached_background,
     read_canvas_background,
 )
+from builder.compose.backgrounds import DONOR_KINDS, gray_background, noise_background, sample_rng
+from builder.compose.geometry import crop_window, object_size, paste, place, resize_mask, resize_rgb
 from builder.compose.parts_input import index_checked_parts, read_parts_manifest_checked, verify_parts_shards
-from builder.formats.parts_index import MemberReader, PartsRef, read_object, resolve_parts_dir
+from builder.compose.planning import ImageJob, check_has_work, coverage_report, images_per_shard, plan_jobs
+from builder.compose.tables import format_table
+from builder.core.classes import class_of, imagenet_classes
+from builder.core.config import canonical_json, fingerprint
 from builder.core.errors import InputError
+from builder.core.manifest import COMPOSITES, ErrorCounts, Manifest, SplitEntry
 from builder.core.records import Issue, count_by_reason
 from builder.core.runner import (
     ShardPlan,
@@ -49,10 +46,11 @@ from builder.core.runner import (
     load_finished,
     plan_shards,
     prepare_output,
-    remove_stale_temporaries,
     report_progress,
-    run_shards,
 )
+from builder.core.shards import write_shard
+from builder.core.stage import RunOptions, Stage, run_stage
+from builder.core.taxonomy import group_name, sorted_groups, tier_of
 from builder.formats.composites import (
     SCHEMA_VERSION,
     composite_members,
@@ -61,9 +59,7 @@ from builder.formats.composites import (
     merge_counts,
     sample_key,
 )
-from builder.core.manifest import COMPOSITES, ErrorCounts, Manifest, SplitEntry
-from builder.core.shards import write_shard
-from builder.core.stage import RunOptions, Stage, run_stage
+from builder.formats.parts_index import MemberReader, PartsRef, read_object, resolve_parts_dir
 from builder.variants import VariantSpec, load_variant
 
 TOOL_NAME = "hard-spurious-imagenet"
@@ -166,26 +162,39 @@ class ComposeShardBuilder:
             return None
         return Cutout(crop, mask, self.spec.resize_filter)
 
-    def paper_window(self, reader: MemberReader, job: ImageJob, crop: np.ndarray, mask: np.ndarray | None,
-                     issues: list[Issue]) -> tuple[np.ndarray, np.ndarray | None]:
+    def paper_window(
+        self, reader: MemberReader, job: ImageJob, crop: np.ndarray, mask: np.ndarray | None, issues: list[Issue]
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """The part of the inclusive crop the paper's crop takes (see geometry.crop_window)."""
         meta = json.loads(reader.read(job.ref, "json"))
         box = tuple(int(v) for v in meta["object_box"])
-        (x0, y0, x1, y1), clipped = crop_window(box, int(meta["width"]), int(meta["height"]), self.spec.crop,
-                                                self.spec.box_rounding)
+        (x0, y0, x1, y1), clipped = crop_window(
+            box, int(meta["width"]), int(meta["height"]), self.spec.crop, self.spec.box_rounding
+        )
         if clipped:
-            issues.append(Issue(job.ref.key, "paper-crop-clipped", f"the paper's box for {list(box)} reaches past "
-                                "the stored crop; its object pixels are clipped to the box", "compose"))
+            issues.append(
+                Issue(
+                    job.ref.key,
+                    "paper-crop-clipped",
+                    f"the paper's box for {list(box)} reaches past "
+                    "the stored crop; its object pixels are clipped to the box",
+                    "compose",
+                )
+            )
         return crop[y0:y1, x0:x1], (mask[y0:y1, x0:x1] if mask is not None else None)
 
-    def load_background(self, reader: MemberReader, job: ImageJob, kind: str, donor: PartsRef | None,
-                        issues: list[Issue]):
+    def load_background(
+        self, reader: MemberReader, job: ImageJob, kind: str, donor: PartsRef | None, issues: list[Issue]
+    ):
         """The canvas-sized background of `kind` (None for noise, drawn per sample), or
         `_NO_BACKGROUND` with an issue recorded when there is none or it does not read."""
         if kind in ("random", "paired") and donor is None:
             reason = "no-foreign-background" if kind == "random" else "no-paired-background"
-            detail = ("no image of another class in this split" if kind == "random"
-                      else f"no image of paired class {job.paired_wnid} in split {job.split}")
+            detail = (
+                "no image of another class in this split"
+                if kind == "random"
+                else f"no image of paired class {job.paired_wnid} in split {job.split}"
+            )
             issues.append(Issue(job.ref.key, reason, detail, "compose"))
             return _NO_BACKGROUND
         if kind == "noise":
@@ -193,11 +202,26 @@ class ComposeShardBuilder:
         try:
             return self.background_for(reader, kind, donor)
         except (OSError, ValueError, KeyError) as exc:
-            issues.append(Issue(job.ref.key, "unreadable-parts", f"{kind} background from {donor.key if donor else '-'}: {exc}", "compose"))
+            issues.append(
+                Issue(
+                    job.ref.key,
+                    "unreadable-parts",
+                    f"{kind} background from {donor.key if donor else '-'}: {exc}",
+                    "compose",
+                )
+            )
             return _NO_BACKGROUND
 
-    def composite(self, job: ImageJob, kind: str, donor: PartsRef | None, background: np.ndarray | None,
-                  cutout: Cutout, size: int, position: str) -> ComposedSample:
+    def composite(
+        self,
+        job: ImageJob,
+        kind: str,
+        donor: PartsRef | None,
+        background: np.ndarray | None,
+        cutout: Cutout,
+        size: int,
+        position: str,
+    ) -> ComposedSample:
         """One composite: the object at `size` and `position` on a copy of `background`."""
         spec = self.spec
         w, h = object_size(cutout.width, cutout.height, size, spec.canvas, spec.mode, spec.margin)
@@ -208,8 +232,11 @@ class ComposeShardBuilder:
         draw = f"corner:{job.ref.key}:{size}" + (f":{kind}" if spec.corner_draw == "per-composite" else "")
         rng = sample_rng(spec.seed, draw) if position == "random-corner" else None
         placed = place(position, w, h, spec.canvas, spec.margin, rng)
-        canvas = (noise_background(spec.canvas, sample_rng(spec.seed, f"noise:{key}"))
-                  if kind == "noise" else background.copy())
+        canvas = (
+            noise_background(spec.canvas, sample_rng(spec.seed, f"noise:{key}"))
+            if kind == "noise"
+            else background.copy()
+        )
         paste(canvas, obj, placed, obj_mask)
         meta = self.metadata(job, size, position, placed, kind, donor if kind in DONOR_KINDS else None)
         return key, composite_members(encode_jpeg(canvas, spec.jpeg_quality), job.label, meta), meta
@@ -255,11 +282,16 @@ def summary_table(manifest: dict) -> str:
         by_pair = entry["counts"]["group_size"]
         groups = sorted_groups(entry["counts"]["group"])
         header = [f"{manifest['config']} / {split}", *sizes, "total"]
-        rows = [[g, *[str(by_pair.get(f"{g}/{s}", 0)) for s in sizes], str(entry["counts"]["group"][g])] for g in groups]
+        rows = [
+            [g, *[str(by_pair.get(f"{g}/{s}", 0)) for s in sizes], str(entry["counts"]["group"][g])] for g in groups
+        ]
         rows.append(["total", *[str(entry["counts"]["size"].get(s, 0)) for s in sizes], str(entry["num_samples"])])
         lines += [*format_table(header, rows), ""]
     errors = manifest["errors"]
-    lines.append(f"errors: {errors['total']}" + (f" ({', '.join(f'{k}: {v}' for k, v in errors['by_reason'].items())})" if errors["total"] else ""))
+    lines.append(
+        f"errors: {errors['total']}"
+        + (f" ({', '.join(f'{k}: {v}' for k, v in errors['by_reason'].items())})" if errors["total"] else "")
+    )
     return "\n".join(lines)
 
 
@@ -292,8 +324,10 @@ def build_notes(spec: VariantSpec, parts_manifest: dict) -> list[str]:
     notes = []
     masker = ((parts_manifest.get("backends") or {}).get("masker") or {}).get("name")
     if spec.paste == "mask" and masker == "box":
-        notes.append("--paste mask on parts from the box masker: every mask is the whole box, so these composites "
-                     "are identical to --paste box; extract with a segmenting masker (sam) for object-shaped pastes")
+        notes.append(
+            "--paste mask on parts from the box masker: every mask is the whole box, so these composites "
+            "are identical to --paste box; extract with a segmenting masker (sam) for object-shaped pastes"
+        )
     return notes
 
 
@@ -302,7 +336,9 @@ def write_spec(dataset_dir: Path, spec: VariantSpec) -> None:
     import yaml
 
     text = yaml.safe_dump(spec.to_json(), sort_keys=True, allow_unicode=True)
-    (dataset_dir / SPEC_NAME).write_text(f"# resolved spec of {spec.name}; fingerprint {spec.fingerprint}\n{text}", "utf-8")
+    (dataset_dir / SPEC_NAME).write_text(
+        f"# resolved spec of {spec.name}; fingerprint {spec.fingerprint}\n{text}", "utf-8"
+    )
 
 
 class ComposeStage(Stage):
@@ -311,8 +347,14 @@ class ComposeStage(Stage):
     name: ClassVar[str] = "compose"
     holds: ClassVar[str] = COMPOSITES
 
-    def __init__(self, parts_dir: Path, variant: str, out_root: Path, overrides: Mapping | None = None,
-                 allow_missing: bool = False) -> None:
+    def __init__(
+        self,
+        parts_dir: Path,
+        variant: str,
+        out_root: Path,
+        overrides: Mapping | None = None,
+        allow_missing: bool = False,
+    ) -> None:
         self.spec = load_variant(variant, dict(overrides or {}))
         self.parts_dir = resolve_parts_dir(Path(parts_dir))
         typed_parts = read_parts_manifest_checked(self.parts_dir, self.spec.splits)
@@ -326,9 +368,12 @@ class ComposeStage(Stage):
         self.notes = build_notes(self.spec, self.parts_manifest)
         self.coverage, self.missing = coverage_report(self.spec, self.jobs)
         if self.missing and not allow_missing:
-            raise InputError(f"the parts cannot give what {self.spec.name} promises: " + "; ".join(self.missing)
-                             + f".\n{self.coverage}Extract the missing classes (e.g. add --splits train,val), or pass "
-                             "--allow-missing to build it anyway (the manifest then lists what is missing).")
+            raise InputError(
+                f"the parts cannot give what {self.spec.name} promises: "
+                + "; ".join(self.missing)
+                + f".\n{self.coverage}Extract the missing classes (e.g. add --splits train,val), or pass "
+                "--allow-missing to build it anyway (the manifest then lists what is missing)."
+            )
         self._plans: list[ShardPlan] = []
         for split in self.spec.output_splits:
             split_jobs = self.jobs.get(split, [])
@@ -364,24 +409,42 @@ class ComposeStage(Stage):
         # Backgrounds are decoded once into a disk cache, only for shards still to be built.
         unfinished = [job for plan in plans if load_finished(self.out_dir, plan) is None for job in plan.items]
         donors = [donor for job in unfinished for _, donor in job.donors if donor is not None]
-        self.cache_failures = fill_background_cache(self.parts_dir, self.cache_dir, self.index, donors, self.spec.canvas,
-                                                    self.spec.resize_filter, options.workers, options.progress)
+        self.cache_failures = fill_background_cache(
+            self.parts_dir,
+            self.cache_dir,
+            self.index,
+            donors,
+            self.spec.canvas,
+            self.spec.resize_filter,
+            options.workers,
+            options.progress,
+        )
 
     def after_run(self) -> None:
         shutil.rmtree(self.cache_dir, ignore_errors=True)
 
     def shard_builder(self) -> ComposeShardBuilder:
-        return ComposeShardBuilder(self.spec, str(self.parts_dir), str(self.out_dir), str(self.cache_dir), self.cache_failures)
+        return ComposeShardBuilder(
+            self.spec, str(self.parts_dir), str(self.out_dir), str(self.cache_dir), self.cache_failures
+        )
 
-    def manifest(self, plans: Sequence[ShardPlan], results: Sequence[ShardResult], issues: Sequence[Issue],
-                 previous: Manifest | None) -> Manifest:
+    def manifest(
+        self,
+        plans: Sequence[ShardPlan],
+        results: Sequence[ShardResult],
+        issues: Sequence[Issue],
+        previous: Manifest | None,
+    ) -> Manifest:
         spec, parts_manifest = self.spec, self.parts_manifest
         splits: dict[str, SplitEntry] = {}
         for split in spec.output_splits:
             split_results = [r for plan, r in zip(plans, results) if plan.split == split]
-            splits[split] = SplitEntry(split, [r.stats for r in split_results],
-                                       counts=merge_counts([r.counts for r in split_results]),
-                                       source_images=len(self.jobs.get(split, [])))
+            splits[split] = SplitEntry(
+                split,
+                [r.stats for r in split_results],
+                counts=merge_counts([r.counts for r in split_results]),
+                source_images=len(self.jobs.get(split, [])),
+            )
         return Manifest(
             stage=self.name,
             config=spec.name,
@@ -402,8 +465,15 @@ class ComposeStage(Stage):
         )
 
 
-def compose_dataset(parts_dir: Path, variant: str, out_root: Path, *, options: RunOptions = RunOptions(),
-                    overrides: Mapping | None = None, allow_missing: bool = False) -> ComposeSummary:
+def compose_dataset(
+    parts_dir: Path,
+    variant: str,
+    out_root: Path,
+    *,
+    options: RunOptions = RunOptions(),
+    overrides: Mapping | None = None,
+    allow_missing: bool = False,
+) -> ComposeSummary:
     """Compose `variant` (a name or a YAML spec path, with `overrides`) from the parts in
     `parts_dir` into `out_root/<config>`; finished shards of an earlier run are reused. A variant
     that promises classes or groups the parts lack is refused unless `allow_missing`."""
@@ -413,5 +483,6 @@ def compose_dataset(parts_dir: Path, variant: str, out_root: Path, *, options: R
     manifest = run.manifest.to_json()
     missing = "".join(f"missing (--allow-missing): {line}\n" for line in stage.missing)
     notes = "".join(f"note: {line}\n" for line in stage.notes)
-    return ComposeSummary(stage.out_dir, manifest, stage.coverage + missing + notes + summary_table(manifest),
-                          run.shards_reused)
+    return ComposeSummary(
+        stage.out_dir, manifest, stage.coverage + missing + notes + summary_table(manifest), run.shards_reused
+    )

@@ -24,14 +24,15 @@ import hashlib
 import json
 import os
 import tarfile
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
 from builder.core.errors import InputError
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
-from builder.core.shards import MANIFEST_NAME, ReadErrorHandler, ShardReadError, iter_shard, raise_read_error
+from builder.core.shards import MANIFEST_NAME, ReadErrorHandler, iter_shard, raise_read_error
 from builder.formats.composites import decode_composite_image, decode_composite_json, decode_label
 
 try:  # torch is the models extra; without it ShardStream still iterates, just not as a torch dataset
@@ -65,7 +66,9 @@ def _read_json(url: str) -> dict | None:
     except FileNotFoundError:
         return None
     except (UnicodeDecodeError, ValueError) as exc:
-        raise StreamError(f"{url} is not valid JSON ({exc}); rebuild the folder with the command that wrote it") from None
+        raise StreamError(
+            f"{url} is not valid JSON ({exc}); rebuild the folder with the command that wrote it"
+        ) from None
     if not isinstance(data, dict):
         raise StreamError(f"{url} must hold a JSON object, not {type(data).__name__}")
     return data
@@ -83,40 +86,54 @@ def source_manifest(source: str | os.PathLike, config: str | None = None) -> tup
         if release is not None:
             config = check_config_name(config or release.get("default_config"))
             if config not in release.get("configs", {}):
-                raise StreamError(f"config {config!r} is not in this release; it has {sorted(release.get('configs', {}))}")
+                raise StreamError(
+                    f"config {config!r} is not in this release; it has {sorted(release.get('configs', {}))}"
+                )
             base = _join(base, "data", config)
         manifest = _read_json(_join(base, MANIFEST_NAME))
     except UnsafeNameError as exc:
         raise StreamError(f"{source}: {exc}") from None
     if manifest is None:
-        raise FileNotFoundError(f"{source}: neither a release folder ({RELEASE_META}) nor a dataset folder ({MANIFEST_NAME})")
+        raise FileNotFoundError(
+            f"{source}: neither a release folder ({RELEASE_META}) nor a dataset folder ({MANIFEST_NAME})"
+        )
     return base, manifest
 
 
-def resolve_shards(source: str | os.PathLike | Sequence[str], config: str | None, split: str) -> tuple[list[str], int | None]:
+def resolve_shards(
+    source: str | os.PathLike | Sequence[str], config: str | None, split: str
+) -> tuple[list[str], int | None]:
     """(shard urls, number of samples or None) for a source, read from its manifests."""
     shards, num_samples, _ = resolve_shard_lengths(source, config, split)
     return shards, num_samples
 
 
-def resolve_shard_lengths(source: str | os.PathLike | Sequence[str], config: str | None,
-                          split: str) -> tuple[list[str], int | None, list[int] | None]:
+def resolve_shard_lengths(
+    source: str | os.PathLike | Sequence[str], config: str | None, split: str
+) -> tuple[list[str], int | None, list[int] | None]:
     """(shard urls, number of samples, samples per shard): the counts are None when unknown."""
-    if isinstance(source, (list, tuple)):
+    if not isinstance(source, (str, os.PathLike)):  # an explicit list of shards: no counts known
         return [str(s) for s in source], None, None
     base, manifest = source_manifest(source, config)
     try:
         splits = manifest.get("splits")
         check_split_name(split)
         if not isinstance(splits, dict) or split not in splits:
-            raise StreamError(f"split {split!r} is not in {base}; it has {sorted(splits) if isinstance(splits, dict) else 'none'}")
+            raise StreamError(
+                f"split {split!r} is not in {base}; it has {sorted(splits) if isinstance(splits, dict) else 'none'}"
+            )
         entry = splits[split]
         names = entry.get("filenames") if isinstance(entry, dict) else None
         if not isinstance(names, list):
-            raise StreamError(f"{_join(base, MANIFEST_NAME)}: splits.{split}.filenames must be a list of shard filenames")
+            raise StreamError(
+                f"{_join(base, MANIFEST_NAME)}: splits.{split}.filenames must be a list of shard filenames"
+            )
         lengths = entry.get("shard_lengths")
-        if not (isinstance(lengths, list) and len(lengths) == len(names)
-                and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lengths)):
+        if not (
+            isinstance(lengths, list)
+            and len(lengths) == len(names)
+            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lengths)
+        ):
             lengths = None
         urls = [_join(base, check_shard_filename(name, split)) for name in names]
         return urls, entry.get("num_samples"), lengths
@@ -168,11 +185,21 @@ def decode_sample(key: str, members: dict[str, bytes], transform: Callable | Non
 class ShardStream(_IterableBase):
     """A torch IterableDataset over the decoded samples of a list of shards."""
 
-    def __init__(self, shards: list[str], num_samples: int | None, *, shuffle_buffer: int = 0, seed: int = 0,
-                 transform: Callable | None = None, keep_json: bool = False,
-                 rank: int | None = None, world_size: int | None = None,
-                 handler: ReadErrorHandler = raise_read_error, shard_lengths: Sequence[int] | None = None,
-                 uneven: str = "drop"):
+    def __init__(
+        self,
+        shards: list[str],
+        num_samples: int | None,
+        *,
+        shuffle_buffer: int = 0,
+        seed: int = 0,
+        transform: Callable | None = None,
+        keep_json: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        handler: ReadErrorHandler = raise_read_error,
+        shard_lengths: Sequence[int] | None = None,
+        uneven: str = "drop",
+    ):
         if not shards:
             raise ValueError("no shards to read")
         if uneven not in UNEVEN:
@@ -300,7 +327,9 @@ class ShardStream(_IterableBase):
             try:
                 sample = decode_sample(key, members, self.transform, self.keep_json)
             except SAMPLE_ERRORS as exc:
-                raise StreamError(f"shard {url}: sample {key!r} failed to decode or transform ({type(exc).__name__}: {exc})") from exc
+                raise StreamError(
+                    f"shard {url}: sample {key!r} failed to decode or transform ({type(exc).__name__}: {exc})"
+                ) from exc
             yield sample
 
 
@@ -344,6 +373,16 @@ def stream(
     if isinstance(source, Path):
         source = str(source)
     shards, num_samples, lengths = resolve_shard_lengths(source, config, split)
-    return ShardStream(shards, num_samples, shuffle_buffer=shuffle_buffer, seed=seed, transform=transform,
-                         keep_json=keep_json, rank=rank, world_size=world_size, handler=handler,
-                         shard_lengths=lengths, uneven=uneven)
+    return ShardStream(
+        shards,
+        num_samples,
+        shuffle_buffer=shuffle_buffer,
+        seed=seed,
+        transform=transform,
+        keep_json=keep_json,
+        rank=rank,
+        world_size=world_size,
+        handler=handler,
+        shard_lengths=lengths,
+        uneven=uneven,
+    )

@@ -13,5 +13,11 @@ from builder.variants.spec import (
 )
 
 __all__ = [
-    "NAMED_VARIANTS", "SubsetSpec", "VariantSpec", "load_variant", "spec_mapping", "variant_folder", "variant_planning",
+    "NAMED_VARIANTS",
+    "SubsetSpec",
+    "VariantSpec",
+    "load_variant",
+    "spec_mapping",
+    "variant_folder",
+    "variant_planning",
 ]

@@ -46,7 +46,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, eval_only: bool) -> Non
             choices=("imagenet", "subset"),
             default="imagenet",
             help="how a 1000-way model is scored on a subset config: argmax over all 1000 classes (default) or over "
-                 "the config's classes",
+            "the config's classes",
         )
     pre = parser.add_argument_group("preprocessing (default: the model's data config, on the canvas as it is)")
     if eval_only:

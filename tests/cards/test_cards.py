@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from release_factory import make_composed_dataset
 
-from cards.render import (CardError, ConfigSummary, card_metadata, check_card, composite_features, render_card,
-                          unique_label_names)
+from builder.core.shards import read_manifest
 from builder.core.stage import RunOptions
 from builder.formats.composites import COMPOSITE_FIELDS
-from builder.core.shards import read_manifest
-from release_factory import make_composed_dataset
+from cards.render import (
+    CardError,
+    ConfigSummary,
+    card_metadata,
+    check_card,
+    composite_features,
+    render_card,
+    unique_label_names,
+)
 
 
 @pytest.fixture(scope="module")
@@ -18,8 +25,10 @@ def summaries(tmp_path_factory):
     root = tmp_path_factory.mktemp("datasets")
     main = make_composed_dataset(root, splits={"test": 6, "train": 3})
     ten = make_composed_dataset(root, config="hard-spurious-imagenet-10", splits={"test": 4}, num_classes=2)
-    return [ConfigSummary("hard-spurious-imagenet", read_manifest(main), {"ok": True}, ("previews/a.png",), True),
-            ConfigSummary("hard-spurious-imagenet-10", read_manifest(ten), {"ok": True}, (), False)]
+    return [
+        ConfigSummary("hard-spurious-imagenet", read_manifest(main), {"ok": True}, ("previews/a.png",), True),
+        ConfigSummary("hard-spurious-imagenet-10", read_manifest(ten), {"ok": True}, (), False),
+    ]
 
 
 def header(text: str) -> dict:
@@ -35,12 +44,16 @@ def test_card_yaml_declares_configs_splits_and_features(summaries):
     assert [c["config_name"] for c in meta["configs"]] == ["hard-spurious-imagenet", "hard-spurious-imagenet-10"]
     assert [c.get("default", False) for c in meta["configs"]] == [True, False]
     assert meta["configs"][0]["data_files"] == [
-        {"split": "test", "path": ["data/hard-spurious-imagenet/test-00000.tar", "data/hard-spurious-imagenet/test-00001.tar"]},
+        {
+            "split": "test",
+            "path": ["data/hard-spurious-imagenet/test-00000.tar", "data/hard-spurious-imagenet/test-00001.tar"],
+        },
         {"split": "train", "path": ["data/hard-spurious-imagenet/train-00000.tar"]},
     ]
     info = {i["config_name"]: i for i in meta["dataset_info"]}
     assert info["hard-spurious-imagenet-10"]["splits"] == [
-        {"name": "test", "num_bytes": summaries[1].manifest["splits"]["test"]["shards"][0]["bytes"], "num_examples": 4}]
+        {"name": "test", "num_bytes": summaries[1].manifest["splits"]["test"]["shards"][0]["bytes"], "num_examples": 4}
+    ]
     json_struct = next(f for f in info["hard-spurious-imagenet"]["features"] if f["name"] == "json")["struct"]
     assert [f["name"] for f in json_struct] == list(COMPOSITE_FIELDS)
     assert check_card(text, summaries) == meta
@@ -91,13 +104,16 @@ def test_card_without_features_or_with_wrong_ones_is_refused(summaries):
 def test_card_tables_for_new_positions_and_backgrounds(tmp_path):
     """Groups such as top/gray hold a slash, and composites outside the paper's groups have
     no tier: both must come out as readable table rows."""
-    from builder.compose.stage import compose_dataset
     from parts_factory import fake_images, write_parts
+
+    from builder.compose.stage import compose_dataset
 
     parts = tmp_path / "parts"
     write_parts(parts, {"val": fake_images(["n01440764", "n01443537"], per_class=1)})
     overrides = {"positions": ["top", "left"], "backgrounds": ["original", "gray"], "sizes": [56, 84]}
-    composed = compose_dataset(parts, "hard-spurious-imagenet", tmp_path / "out", overrides=overrides, options=RunOptions(progress=False))
+    composed = compose_dataset(
+        parts, "hard-spurious-imagenet", tmp_path / "out", overrides=overrides, options=RunOptions(progress=False)
+    )
     summary = ConfigSummary(composed.dataset_dir.name, composed.manifest, {"ok": True}, (), True)
     text = render_card([summary], version="v0.1.0")
     assert "| group | 56 px | 84 px | total |" in text

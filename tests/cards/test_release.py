@@ -10,12 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from hsi.cli import main as hsi
-from builder.core.stage import RunOptions
-from builder.core.shards import iter_shard, read_manifest
-from cards.release import ReleaseError, build_release, check_version_bump
 from release_factory import make_composed_dataset
+
+from builder.core.shards import iter_shard, read_manifest
+from builder.core.stage import RunOptions
+from cards.release import ReleaseError, build_release, check_version_bump
+from hsi.cli import main as hsi
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,9 +77,28 @@ def test_cli_release_refuses_overwrite_and_checks_versions(tmp_path, capsys):
     changed = make_composed_dataset(tmp_path / "ds2", splits={"test": 4})
     assert hsi(["release", "--out", str(out), "--overwrite", "--version", "v1.0.1", str(changed)]) == 2
     assert "must raise the minor or major version" in capsys.readouterr().err
-    assert hsi(["release", "--out", str(out), "--overwrite", "--version", "v1.1.0", "--change", "one more sample", str(changed)]) == 0
+    assert (
+        hsi(
+            [
+                "release",
+                "--out",
+                str(out),
+                "--overwrite",
+                "--version",
+                "v1.1.0",
+                "--change",
+                "one more sample",
+                str(changed),
+            ]
+        )
+        == 0
+    )
     card = (out / "README.md").read_text()
-    assert "- **v1.1.0**\n  - one more sample\n  - hard-spurious-imagenet/test: samples changed (3 -> 4 samples)\n- **v1.0.0**" in card
+    assert (
+        "- **v1.1.0**\n  - one more sample\n  - hard-spurious-imagenet/test: samples changed (3 -> 4 samples)\n- "
+        "**v1.0.0**"
+        in card
+    )
     check_version_bump("v1.1.0", "v1.1.1", data_changed=False)
     with pytest.raises(ReleaseError):
         check_version_bump("v1.1.0", "v2", data_changed=True)
@@ -103,11 +122,15 @@ def test_load_dataset_by_relative_name_per_config_and_streaming(release, tmp_pat
 
 def test_fresh_offline_session_loads_the_release(release, tmp_path):
     folder = release[0]
-    code = ("from datasets import load_dataset\n"
-            f"ds = load_dataset('hard-spurious-imagenet', split='test', cache_dir={str(tmp_path / 'c')!r})\n"
-            "print(ds.num_rows, ds[3]['json']['group'], ds.features['cls'].names[1])")
+    code = (
+        "from datasets import load_dataset\n"
+        f"ds = load_dataset('hard-spurious-imagenet', split='test', cache_dir={str(tmp_path / 'c')!r})\n"
+        "print(ds.num_rows, ds[3]['json']['group'], ds.features['cls'].names[1])"
+    )
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HOME=str(tmp_path / "home"))
-    result = subprocess.run([sys.executable, "-c", code], cwd=folder.parent, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=folder.parent, env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split()[-3:] == ["10", "CoR", "cock"]
 
@@ -131,7 +154,10 @@ def test_stream_with_two_workers_yields_each_sample_once(release):
     seen = []
     for rank in range(2):
         node = stream(folder, "hard-spurious-imagenet-10", "test", rank=rank, world_size=2, keep_json=True)
-        seen += [(s["key"], s["group"], s["json"]["size"]) for s in torch.utils.data.DataLoader(node, batch_size=None, num_workers=2)]
+        seen += [
+            (s["key"], s["group"], s["json"]["size"])
+            for s in torch.utils.data.DataLoader(node, batch_size=None, num_workers=2)
+        ]
     assert sorted(k for k, _, _ in seen) == [f"test_{i:06d}" for i in range(4)]
     assert dict((k, g) for k, g, _ in seen)["test_000003"] == "CoR"
 
@@ -148,13 +174,16 @@ def test_stream_transform_and_batches(release):
 
 
 def test_end_to_end_compose_validate_release_load(tmp_path, monkeypatch):
+    from parts_factory import fake_images, write_parts
+
     from builder.compose import stage as compose
     from validation import report
-    from parts_factory import fake_images, write_parts
 
     parts = tmp_path / "parts"
     write_parts(parts, {"val": fake_images(["n01440764", "n01443537"], per_class=2)})
-    summary = compose.compose_dataset(parts, "hard-spurious-imagenet", tmp_path / "composed", options=RunOptions(progress=False))
+    summary = compose.compose_dataset(
+        parts, "hard-spurious-imagenet", tmp_path / "composed", options=RunOptions(progress=False)
+    )
     dataset = summary.dataset_dir
     assert report.validate_dataset(dataset, parts_dir=parts).ok
     folder = build_release(tmp_path / "rel" / "hard-spurious-imagenet", [dataset])
@@ -180,10 +209,18 @@ def test_timm_reads_a_release_config_through_its_webdataset_reader(release):
     from timm.data import create_dataset
 
     folder, main, _ = release
-    expected = [int(members["cls"]) for path in sorted((folder / "data" / "hard-spurious-imagenet").glob("train-*.tar"))
-                for _, members in iter_shard(path)]
-    dataset = create_dataset("wds/hard-spurious-imagenet", root=str(folder / "data" / "hard-spurious-imagenet"),
-                             split="train", is_training=False, batch_size=1)
+    expected = [
+        int(members["cls"])
+        for path in sorted((folder / "data" / "hard-spurious-imagenet").glob("train-*.tar"))
+        for _, members in iter_shard(path)
+    ]
+    dataset = create_dataset(
+        "wds/hard-spurious-imagenet",
+        root=str(folder / "data" / "hard-spurious-imagenet"),
+        split="train",
+        is_training=False,
+        batch_size=1,
+    )
     assert len(dataset) == read_manifest(main)["splits"]["train"]["num_samples"] == 5
     seen = [(image.size, int(target)) for image, target in dataset]
     assert [target for _, target in seen] == expected

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from release_factory import make_composed_dataset
 
 from cards.release import ReleaseError, build_release
-from release_factory import make_composed_dataset
 
 NAME = "hard-spurious-imagenet"
 
@@ -38,31 +38,39 @@ def test_rebuilding_the_same_version_compares_with_the_release_before_it(tmp_pat
     release = tmp_path / "out" / NAME
     build_release(release, [make_composed_dataset(tmp_path / "a", splits={"test": 3})], version="v1.0.0")
     # v1.0.0 was never published: a rebuild with other samples keeps v1.0.0 (it is not its own base)
-    build_release(release, [make_composed_dataset(tmp_path / "b", splits={"test": 5})], overwrite=True,
-                  version="v1.0.0")
+    build_release(
+        release, [make_composed_dataset(tmp_path / "b", splits={"test": 5})], overwrite=True, version="v1.0.0"
+    )
     meta = release_meta(release)
     assert meta["version"] == "v1.0.0" and meta["previous"] is None
     assert meta["changelog"] == [{"version": "v1.0.0", "changes": ["first release"]}]
     # v1.0.0 is the base of v1.1.0; rebuilding v1.1.0 compares with v1.0.0 again, not with itself
-    build_release(release, [make_composed_dataset(tmp_path / "c", splits={"test": 6})], overwrite=True,
-                  version="v1.1.0")
-    build_release(release, [make_composed_dataset(tmp_path / "d", splits={"test": 7})], overwrite=True,
-                  version="v1.1.0")
+    build_release(
+        release, [make_composed_dataset(tmp_path / "c", splits={"test": 6})], overwrite=True, version="v1.1.0"
+    )
+    build_release(
+        release, [make_composed_dataset(tmp_path / "d", splits={"test": 7})], overwrite=True, version="v1.1.0"
+    )
     meta = release_meta(release)
     assert [e["version"] for e in meta["changelog"]] == ["v1.1.0", "v1.0.0"]
     assert meta["changelog"][0]["changes"] == ["hard-spurious-imagenet/test: samples changed (5 -> 7 samples)"]
     assert meta["previous"]["version"] == "v1.0.0"
     # a patch of the published v1.1.0 with other samples is still refused
     with pytest.raises(ReleaseError, match="must raise the minor or major version"):
-        build_release(release, [make_composed_dataset(tmp_path / "e", splits={"test": 2})], overwrite=True,
-                      version="v1.1.1")
+        build_release(
+            release, [make_composed_dataset(tmp_path / "e", splits={"test": 2})], overwrite=True, version="v1.1.1"
+        )
 
 
 def test_previous_must_be_a_published_release(tmp_path):
     trial = build_release(tmp_path / "trial" / NAME, [make_composed_dataset(tmp_path / "a", splits={"test": 3})])
     with pytest.raises(ReleaseError, match="unversioned build, not a published release"):
-        build_release(tmp_path / "next" / NAME, [make_composed_dataset(tmp_path / "b", splits={"test": 3})],
-                      version="v1.0.0", previous_release=trial)
+        build_release(
+            tmp_path / "next" / NAME,
+            [make_composed_dataset(tmp_path / "b", splits={"test": 3})],
+            version="v1.0.0",
+            previous_release=trial,
+        )
 
 
 # ---------------------------------------------------------------- 10.5: publish offline, unversioned
@@ -75,13 +83,20 @@ def hsi_offline(args, tmp_path):
     from pathlib import Path
 
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf-home"), HF_ENDPOINT="http://127.0.0.1:9")
-    return subprocess.run([sys.executable, "-m", "hsi.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=300, cwd=Path(__file__).resolve().parents[2])
+    return subprocess.run(
+        [sys.executable, "-m", "hsi.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )
 
 
 def test_publish_dry_run_offline_says_what_it_cannot_check_and_refuses_yes(tmp_path):
-    release = build_release(tmp_path / "r" / NAME, [make_composed_dataset(tmp_path / "a", splits={"test": 3})],
-                            version="v1.0.0")
+    release = build_release(
+        tmp_path / "r" / NAME, [make_composed_dataset(tmp_path / "a", splits={"test": 3})], version="v1.0.0"
+    )
     args = ["publish", str(release), "--repo", "lab/hsi", "--version", "v1.0.0"]
     dry = hsi_offline(args, tmp_path)
     assert dry.returncode == 0, dry.stderr
@@ -112,22 +127,25 @@ def run_example(args, cwd):
 
     script = Path(__file__).resolve().parents[2] / "examples" / "train_stream.py"
     env = dict(os.environ, PYTHONPATH=str(script.parents[1]))
-    return subprocess.run([sys.executable, str(script), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, str(script), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_train_stream_example_reads_splits_and_classes_from_the_manifest(tmp_path):
     # a release whose default config has only `val` and 3 classes, a second config with train and test
     main = make_composed_dataset(tmp_path / "a", splits={"val": 6}, num_classes=3)
-    ten = make_composed_dataset(tmp_path / "a", config="hard-spurious-imagenet-10", splits={"train": 4, "test": 4},
-                                num_classes=2)
+    ten = make_composed_dataset(
+        tmp_path / "a", config="hard-spurious-imagenet-10", splits={"train": 4, "test": 4}, num_classes=2
+    )
     release = build_release(tmp_path / "r" / NAME, [main, ten], version="v1.0.0")
     plain = run_example([NAME, "--steps", "2", "--batch-size", "2", "--workers", "0"], release.parent)
     assert plain.returncode == 0, plain.stderr[-2000:]
     assert "training on split val of hard-spurious-imagenet: 3 classes" in plain.stdout
     assert "epoch 0 step 2" in plain.stdout
-    other = run_example([NAME, "--config", "hard-spurious-imagenet-10", "--steps", "1", "--workers", "0"],
-                        release.parent)
+    other = run_example(
+        [NAME, "--config", "hard-spurious-imagenet-10", "--steps", "1", "--workers", "0"], release.parent
+    )
     assert other.returncode == 0, other.stderr[-2000:]
     assert "training on split train of hard-spurious-imagenet-10: 2 classes" in other.stdout
     wrong = run_example([NAME, "--split", "train", "--steps", "1", "--workers", "0"], release.parent)
@@ -140,20 +158,28 @@ def test_train_stream_example_reads_splits_and_classes_from_the_manifest(tmp_pat
 
 def composed(tmp_path, name: str, overrides=None, wnids=("n01440764", "n01443537", "n01484850")):
     """A real compose of fake parts (one image per class), with a passing validation report."""
+    from parts_factory import fake_images, write_parts
+
     from builder.compose.stage import compose_dataset
     from builder.core.manifest import Manifest
     from builder.core.shards import write_json_atomic
     from builder.core.stage import RunOptions
-    from parts_factory import fake_images, write_parts
 
     parts = tmp_path / f"parts-{name}"
     if not parts.exists():
         write_parts(parts, {"val": fake_images(list(wnids), per_class=1)})
-    summary = compose_dataset(parts, "hard-spurious-imagenet", tmp_path / f"out-{name}", overrides=overrides,
-                              options=RunOptions(progress=False))
+    summary = compose_dataset(
+        parts,
+        "hard-spurious-imagenet",
+        tmp_path / f"out-{name}",
+        overrides=overrides,
+        options=RunOptions(progress=False),
+    )
     manifest = Manifest.read(summary.dataset_dir)
-    write_json_atomic(summary.dataset_dir / "validation.json",
-                      {"ok": True, "fingerprint": manifest.fingerprint, "shards": manifest.shard_sha256()})
+    write_json_atomic(
+        summary.dataset_dir / "validation.json",
+        {"ok": True, "fingerprint": manifest.fingerprint, "shards": manifest.shard_sha256()},
+    )
     return summary.dataset_dir
 
 
@@ -191,10 +217,13 @@ def test_custom_release_is_not_titled_or_described_as_the_papers_benchmark(tmp_p
     assert "It is not that benchmark" in card and "bottom-left/gray" in card
     # the spec kept the paper's description; the card describes what this spec holds instead
     assert json.loads((release / "data" / dataset.name / "_info.json").read_text())["spec"]["description"].startswith(
-        "ImageNet objects pasted at 56, 84 or 112 px")
+        "ImageNet objects pasted at 56, 84 or 112 px"
+    )
     assert "ImageNet objects pasted at 56, 84 or 112 px" not in card
-    assert "A custom spec: objects at 56 and 84 px (square) on a 224 px canvas; placed at bottom-left and left; " \
-           "on original and gray backgrounds." in card
+    assert (
+        "A custom spec: objects at 56 and 84 px (square) on a 224 px canvas; placed at bottom-left and left; "
+        "on original and gray backgrounds." in card
+    )
 
 
 def test_release_title_and_description_options(tmp_path):
@@ -202,8 +231,23 @@ def test_release_title_and_description_options(tmp_path):
 
     dataset = composed(tmp_path, "paper")
     out = tmp_path / "r" / NAME
-    assert hsi_main(["release", str(dataset), "--out", str(out), "--version", "v1.0.0", "--title", "Gray corners",
-                     "--description", "Our lab's gray-background corner set."]) == 0
+    assert (
+        hsi_main(
+            [
+                "release",
+                str(dataset),
+                "--out",
+                str(out),
+                "--version",
+                "v1.0.0",
+                "--title",
+                "Gray corners",
+                "--description",
+                "Our lab's gray-background corner set.",
+            ]
+        )
+        == 0
+    )
     card = card_of(out)
     assert "# Gray corners (v1.0.0)\n\nOur lab's gray-background corner set.\n" in card
     assert "pretty_name: Gray corners" in card and "It is the benchmark of" not in card
@@ -216,8 +260,10 @@ def test_compose_issues_are_named_by_reason(tmp_path):
     manifest = read_manifest(make_composed_dataset(tmp_path))
     manifest["errors"] = {"total": 3, "by_reason": {"no-foreign-background": 2, "unreadable-parts": 1}}
     card = render_card([ConfigSummary(NAME, manifest, {"ok": True}, (), True, 3)])
-    assert "| compose issues (inputs skipped or composites dropped) | 3 (no-foreign-background: 2, " \
-           "unreadable-parts: 1) |" in card
+    assert (
+        "| compose issues (inputs skipped or composites dropped) | 3 (no-foreign-background: 2, "
+        "unreadable-parts: 1) |" in card
+    )
 
 
 def test_bibtex_key_is_the_same_in_readme_and_card(tmp_path):
@@ -234,8 +280,9 @@ def test_card_webdataset_snippet_runs_without_the_shardshuffle_warning(tmp_path,
     import re
     import warnings
 
-    release = build_release(tmp_path / "r" / NAME, [make_composed_dataset(tmp_path / "a", splits={"test": 9})],
-                            version="v1.0.0")
+    release = build_release(
+        tmp_path / "r" / NAME, [make_composed_dataset(tmp_path / "a", splits={"test": 9})], version="v1.0.0"
+    )
     card = card_of(release)
     snippet = re.search(r"With WebDataset.*?```python\n(.*?)```", card, re.S)[1]
     assert "{00000..00002}" in snippet  # the three shards the manifest lists
@@ -259,8 +306,9 @@ def test_git_mirror_keeps_shards_in_lfs_with_pointers_and_gitattributes(tmp_path
     from hf_scripts.git_mirror import git, lfs_object_path
     from hsi.cli import main as hsi_main
 
-    release = build_release(tmp_path / "r" / NAME, [make_composed_dataset(tmp_path / "a", splits={"test": 9})],
-                            version="v1.0.0")
+    release = build_release(
+        tmp_path / "r" / NAME, [make_composed_dataset(tmp_path / "a", splits={"test": 9})], version="v1.0.0"
+    )
     mirror = tmp_path / "mirror"
     assert hsi_main(["publish", str(release), "--to-git", str(mirror), "--version", "v1.0.0"]) == 0
     assert "git LFS for *.tar (.gitattributes" in capsys.readouterr().out
@@ -271,8 +319,9 @@ def test_git_mirror_keeps_shards_in_lfs_with_pointers_and_gitattributes(tmp_path
     for shard in shards:
         data = shard.read_bytes()
         oid = hashlib.sha256(data).hexdigest()
-        pointer = subprocess.run(["git", "-C", str(mirror), "show", f"v1.0.0:data/{NAME}/{shard.name}"],
-                                 capture_output=True, check=True).stdout
+        pointer = subprocess.run(
+            ["git", "-C", str(mirror), "show", f"v1.0.0:data/{NAME}/{shard.name}"], capture_output=True, check=True
+        ).stdout
         assert pointer == f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {len(data)}\n".encode()
         assert lfs_object_path(mirror, oid).read_bytes() == data
         assert (mirror / "data" / NAME / shard.name).read_bytes() == pointer  # the checkout holds pointers too
@@ -288,9 +337,9 @@ def test_git_mirror_keeps_shards_in_lfs_with_pointers_and_gitattributes(tmp_path
 
 def test_a_composed_folder_loads_with_load_composed_and_other_folders_are_refused(tmp_path):
     from datasets import load_dataset
+    from parts_factory import fake_images, write_parts
 
     from cards.release import load_composed
-    from parts_factory import fake_images, write_parts
 
     dataset = make_composed_dataset(tmp_path / "out", splits={"test": 5, "train": 3}, shard_size=2)
     with pytest.raises(ValueError, match="validation"):  # why: datasets takes validation.json for a split

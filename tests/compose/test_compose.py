@@ -16,17 +16,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from parts_factory import FakeImage, distinct_color, fake_images, rehash_parts, write_parts
 from PIL import Image
 
-from builder.core.stage import RunOptions
 from builder.compose.backgrounds import DonorPool, assign_foreign_donors
-from builder.core.classes import class_of
 from builder.compose.stage import compose_dataset
+from builder.core.classes import class_of
 from builder.core.config import SettingsMismatch
+from builder.core.shards import ERRORS_NAME, MANIFEST_NAME, iter_shard, sha256_file
+from builder.core.stage import RunOptions
 from builder.core.taxonomy import TIERS
 from builder.formats.composites import check_composite_json
-from builder.core.shards import ERRORS_NAME, MANIFEST_NAME, iter_shard, sha256_file
-from parts_factory import FakeImage, distinct_color, fake_images, rehash_parts, write_parts
 
 WNIDS = ["n01443537", "n02437312", "n02134084"]  # goldfish, Arabian camel, ice bear
 
@@ -46,7 +46,7 @@ def bright_box(image: np.ndarray) -> tuple[int, int, int, int]:
 def read_dataset(dataset_dir: Path) -> tuple[dict, list[tuple[str, dict, dict]]]:
     manifest = json.loads((dataset_dir / MANIFEST_NAME).read_text())
     samples = []
-    for split, entry in manifest["splits"].items():
+    for _split, entry in manifest["splits"].items():
         for name in entry["filenames"]:
             for key, members in iter_shard(dataset_dir / name):
                 samples.append((key, json.loads(members["json"]), members))
@@ -63,7 +63,9 @@ def parts_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def paper_set(parts_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("composed")
-    summary = compose_dataset(parts_dir, "hard-spurious-imagenet", out, overrides={"shard_size": 30}, options=RunOptions(progress=False))
+    summary = compose_dataset(
+        parts_dir, "hard-spurious-imagenet", out, overrides={"shard_size": 30}, options=RunOptions(progress=False)
+    )
     return summary, *read_dataset(summary.dataset_dir)
 
 
@@ -103,8 +105,10 @@ def test_backgrounds_original_is_own_random_is_another_class(paper_set):
     _, _, samples = paper_set
     colours = {wnid: distinct_color(c) for c, wnid in enumerate(WNIDS)}
     donors = {}
-    for key, meta, members in samples:
-        corner_far = decoded(members["jpg"])[200, 10] if meta["position"] == "top-right" else decoded(members["jpg"])[5, 5]
+    for _key, meta, members in samples:
+        corner_far = (
+            decoded(members["jpg"])[200, 10] if meta["position"] == "top-right" else decoded(members["jpg"])[5, 5]
+        )
         assert np.abs(corner_far - np.array(colours[meta["background_wnid"]])).max() <= 6
         if meta["background"] == "original":
             assert meta["background_source_id"] == meta["source_id"] and meta["background_wnid"] == meta["wnid"]
@@ -129,12 +133,15 @@ def test_foreign_donors_never_come_from_the_own_class_and_ignore_listing_order()
 
 def test_new_positions_and_neutral_backgrounds_are_one_override(parts_dir, tmp_path):
     overrides = {"positions": "bottom-left,left,xy:0.25,0.75", "backgrounds": "gray,noise", "sizes": "56"}
-    summary = compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path, overrides=overrides, options=RunOptions(progress=False))
+    summary = compose_dataset(
+        parts_dir, "hard-spurious-imagenet", tmp_path, overrides=overrides, options=RunOptions(progress=False)
+    )
     assert summary.dataset_dir.name.startswith("hard-spurious-imagenet-custom-")
     manifest, samples = read_dataset(summary.dataset_dir)
     assert manifest["spec"]["positions"] == ["bottom-left", "left", "xy:0.25,0.75"]
     assert manifest["splits"]["val"]["counts"]["group"] == {
-        f"{p}/{b}": 9 for p in ("bottom-left", "left", "xy:0.25,0.75") for b in ("gray", "noise")}
+        f"{p}/{b}": 9 for p in ("bottom-left", "left", "xy:0.25,0.75") for b in ("gray", "noise")
+    }
     expected = {"bottom-left": (0, 168), "left": (0, 84), "xy:0.25,0.75": (42, 126)}
     noise_images = {}
     for key, meta, members in samples:
@@ -156,15 +163,17 @@ def test_new_positions_and_neutral_backgrounds_are_one_override(parts_dir, tmp_p
 
 def test_aspect_ratio_variant_keeps_ratio_and_uses_seeded_corners(tmp_path):
     parts = tmp_path / "parts"
-    images = [FakeImage(f"img_{i}", wnid, (250, 250, 250), distinct_color(c), image_size=(200, 150), box=(10, 20, 89, 59))
-              for i, (c, wnid) in enumerate([(0, WNIDS[0]), (0, WNIDS[0]), (1, WNIDS[1]), (1, WNIDS[1])])]
+    images = [
+        FakeImage(f"img_{i}", wnid, (250, 250, 250), distinct_color(c), image_size=(200, 150), box=(10, 20, 89, 59))
+        for i, (c, wnid) in enumerate([(0, WNIDS[0]), (0, WNIDS[0]), (1, WNIDS[1]), (1, WNIDS[1])])
+    ]
     write_parts(parts, {"val": images})
     summary = compose_dataset(parts, "hard-spurious-imagenet-ar", tmp_path / "out", options=RunOptions(progress=False))
     manifest, samples = read_dataset(summary.dataset_dir)
     assert manifest["splits"]["val"]["num_samples"] == 4 * 3 * 2
     assert set(manifest["splits"]["val"]["counts"]["group"]) == {"CoO", "CoR"}
     corners = {}
-    for key, meta, members in samples:
+    for _key, meta, members in samples:
         size = meta["size"]
         assert (meta["box_w"], meta["box_h"]) == (min(224, 2 * size), size)  # the 80 x 40 box keeps 2:1
         assert meta["mode"] == "ar" and meta["position"] in ("top-left", "top-right", "bottom-left", "bottom-right")
@@ -176,10 +185,17 @@ def test_aspect_ratio_variant_keeps_ratio_and_uses_seeded_corners(tmp_path):
 
 def test_mask_paste_option(tmp_path):
     parts = tmp_path / "parts"
-    images = [FakeImage(f"img_{i}", WNIDS[i % 2], (250, 250, 250), distinct_color(i % 2), mask="ellipse") for i in range(2)]
+    images = [
+        FakeImage(f"img_{i}", WNIDS[i % 2], (250, 250, 250), distinct_color(i % 2), mask="ellipse") for i in range(2)
+    ]
     write_parts(parts, {"val": images})
-    summary = compose_dataset(parts, "hard-spurious-imagenet", tmp_path / "out",
-                              overrides={"paste": "mask", "sizes": "112", "positions": "center", "backgrounds": "original"}, options=RunOptions(progress=False))
+    summary = compose_dataset(
+        parts,
+        "hard-spurious-imagenet",
+        tmp_path / "out",
+        overrides={"paste": "mask", "sizes": "112", "positions": "center", "backgrounds": "original"},
+        options=RunOptions(progress=False),
+    )
     _, samples = read_dataset(summary.dataset_dir)
     assert len(samples) == 2
     for _, meta, members in samples:
@@ -191,20 +207,36 @@ def test_mask_paste_option(tmp_path):
 
 def test_output_is_byte_identical_for_any_worker_count(parts_dir, tmp_path):
     overrides = {"shard_size": 12}
-    one = compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path / "w1", overrides=overrides, options=RunOptions(workers=1, progress=False))
-    two = compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path / "w2", overrides=overrides, options=RunOptions(workers=2, progress=False))
+    one = compose_dataset(
+        parts_dir,
+        "hard-spurious-imagenet",
+        tmp_path / "w1",
+        overrides=overrides,
+        options=RunOptions(workers=1, progress=False),
+    )
+    two = compose_dataset(
+        parts_dir,
+        "hard-spurious-imagenet",
+        tmp_path / "w2",
+        overrides=overrides,
+        options=RunOptions(workers=2, progress=False),
+    )
     assert one.dataset_dir.name == two.dataset_dir.name
     names = one.manifest["splits"]["val"]["filenames"]
     assert len(names) == 9
     for name in names:
         assert sha256_file(one.dataset_dir / name) == sha256_file(two.dataset_dir / name)
     assert (one.dataset_dir / MANIFEST_NAME).read_bytes() == (two.dataset_dir / MANIFEST_NAME).read_bytes()
-    assert [s["sha256"] for s in one.manifest["splits"]["val"]["shards"]] == [sha256_file(one.dataset_dir / n) for n in names]
+    assert [s["sha256"] for s in one.manifest["splits"]["val"]["shards"]] == [
+        sha256_file(one.dataset_dir / n) for n in names
+    ]
 
 
 def test_resume_rebuilds_only_unfinished_shards_and_gives_the_same_bytes(parts_dir, tmp_path):
     overrides = {"shard_size": 24}
-    first = compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path, overrides=overrides, options=RunOptions(progress=False))
+    first = compose_dataset(
+        parts_dir, "hard-spurious-imagenet", tmp_path, overrides=overrides, options=RunOptions(progress=False)
+    )
     dataset = first.dataset_dir
     names = first.manifest["splits"]["val"]["filenames"]
     before = {name: (dataset / name).read_bytes() for name in names}
@@ -213,7 +245,9 @@ def test_resume_rebuilds_only_unfinished_shards_and_gives_the_same_bytes(parts_d
     (dataset / MANIFEST_NAME).unlink()
     (dataset / names[-1]).unlink()
     (dataset / f"{names[-1]}.1234.tmp").write_bytes(b"half a tar")
-    again = compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path, overrides=overrides, options=RunOptions(progress=False))
+    again = compose_dataset(
+        parts_dir, "hard-spurious-imagenet", tmp_path, overrides=overrides, options=RunOptions(progress=False)
+    )
     assert again.reused_shards == len(names) - 1
     assert (dataset / names[0]).stat().st_mtime_ns == kept_mtime
     assert {name: (dataset / name).read_bytes() for name in names} == before
@@ -222,12 +256,28 @@ def test_resume_rebuilds_only_unfinished_shards_and_gives_the_same_bytes(parts_d
 
 
 def test_other_settings_in_the_same_folder_are_refused(parts_dir, tmp_path):
-    compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path, overrides={"sizes": "56", "name": "mine"}, options=RunOptions(progress=False))
+    compose_dataset(
+        parts_dir,
+        "hard-spurious-imagenet",
+        tmp_path,
+        overrides={"sizes": "56", "name": "mine"},
+        options=RunOptions(progress=False),
+    )
     with pytest.raises(SettingsMismatch, match="seed"):
-        compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path,
-                        overrides={"sizes": "56", "name": "mine", "seed": 5}, options=RunOptions(progress=False))
-    rebuilt = compose_dataset(parts_dir, "hard-spurious-imagenet", tmp_path,
-                              overrides={"sizes": "56", "name": "mine", "seed": 5}, options=RunOptions(progress=False, overwrite=True))
+        compose_dataset(
+            parts_dir,
+            "hard-spurious-imagenet",
+            tmp_path,
+            overrides={"sizes": "56", "name": "mine", "seed": 5},
+            options=RunOptions(progress=False),
+        )
+    rebuilt = compose_dataset(
+        parts_dir,
+        "hard-spurious-imagenet",
+        tmp_path,
+        overrides={"sizes": "56", "name": "mine", "seed": 5},
+        options=RunOptions(progress=False, overwrite=True),
+    )
     assert rebuilt.manifest["spec"]["seed"] == 5
 
 
@@ -249,8 +299,10 @@ def test_bad_parts_and_missing_donors_become_counted_error_rows(tmp_path):
     assert manifest["errors"] == {"total": 3, "by_reason": {"no-foreign-background": 2, "unreadable-parts": 1}}
     rows = [json.loads(line) for line in (summary.dataset_dir / ERRORS_NAME).read_text().splitlines()]
     assert {(r["image_id"], r["reason"]) for r in rows} == {
-        (images[0].source_id, "no-foreign-background"), (images[1].source_id, "unreadable-parts"),
-        (images[2].source_id, "no-foreign-background")}
+        (images[0].source_id, "no-foreign-background"),
+        (images[1].source_id, "unreadable-parts"),
+        (images[2].source_id, "no-foreign-background"),
+    }
     assert all(r["stage"] == "compose" for r in rows)
 
 
@@ -269,7 +321,9 @@ def test_an_unreadable_background_drops_only_the_composites_that_need_it(tmp_pat
     rehash_parts(parts)
     donors = assign_foreign_donors([(class_of(im.wnid).index, im.source_id) for im in images], seed=0)
     receivers = [key for key, donor in donors.items() if donor[1] == broken]
-    summary = compose_dataset(parts, "hard-spurious-imagenet", tmp_path / "out", options=RunOptions(workers=2, progress=False))
+    summary = compose_dataset(
+        parts, "hard-spurious-imagenet", tmp_path / "out", options=RunOptions(workers=2, progress=False)
+    )
     assert summary.manifest["splits"]["val"]["num_samples"] == 4 * 12 - 6 - 6 * len(receivers)
     rows = [json.loads(line) for line in (summary.dataset_dir / ERRORS_NAME).read_text().splitlines()]
     assert sorted(r["image_id"] for r in rows) == sorted([broken, *receivers])
@@ -282,8 +336,19 @@ def test_compose_killed_with_sigkill_resumes_to_identical_output(tmp_path):
     write_parts(parts, {"val": fake_images(WNIDS, per_class=12, textured=True)}, shard_size=6)
 
     def command(out: Path) -> list[str]:
-        return [sys.executable, "-m", "hsi.cli", "compose", "--no-progress", "--parts", str(parts),
-                "--out", str(out), "--shard-size", "12"]  # one source image per shard: many shards
+        return [
+            sys.executable,
+            "-m",
+            "hsi.cli",
+            "compose",
+            "--no-progress",
+            "--parts",
+            str(parts),
+            "--out",
+            str(out),
+            "--shard-size",
+            "12",
+        ]  # one source image per shard: many shards
 
     assert subprocess.run(command(tmp_path / "clean"), check=False).returncode == 0
     process = subprocess.Popen(command(tmp_path / "killed"), start_new_session=True)

@@ -9,29 +9,37 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+from parts_factory import fake_images, write_parts
 
-from builder.core.stage import RunOptions
-from builder.core.classes import class_of
-from hsi.cli import main
 from builder.compose.stage import compose_dataset
+from builder.core.classes import class_of
 from builder.core.config import ConfigError
 from builder.core.shards import MANIFEST_NAME, iter_shard, sha256_file
+from builder.core.stage import RunOptions
 from builder.variants import NAMED_VARIANTS, load_variant
-from parts_factory import fake_images, write_parts
+from hsi.cli import main
 
 SUBSET_PAIRS = dict(load_variant("hard-spurious-imagenet-10").subset.pairs)
 
 
 def samples_of(dataset_dir: Path, split: str) -> list[tuple[str, dict, dict]]:
     manifest = json.loads((dataset_dir / MANIFEST_NAME).read_text())
-    return [(key, json.loads(m["json"]), m) for name in manifest["splits"][split]["filenames"]
-            for key, m in iter_shard(dataset_dir / name)]
+    return [
+        (key, json.loads(m["json"]), m)
+        for name in manifest["splits"][split]["filenames"]
+        for key, m in iter_shard(dataset_dir / name)
+    ]
 
 
 def test_named_variants_load_and_describe_the_paper_sets():
     paper = load_variant("hard-spurious-imagenet")
     assert (paper.sizes, paper.positions, paper.backgrounds, paper.mode, paper.canvas) == (
-        (56, 84, 112), ("center", "top-right"), ("original", "random"), "square", 224)
+        (56, 84, 112),
+        ("center", "top-right"),
+        ("original", "random"),
+        "square",
+        224,
+    )
     ar = load_variant("hard-spurious-imagenet-ar")
     assert (ar.mode, ar.positions) == ("ar", ("random-corner",))
     ten = load_variant("hard-spurious-imagenet-10")
@@ -53,18 +61,26 @@ def test_overrides_rename_the_config_and_a_user_spec_file_works(tmp_path):
     spec = tmp_path / "corners.yaml"
     spec.write_text("name: corners\nsizes: [64]\npositions: [top-left, 'xy:0.5,1']\nbackgrounds: [gray]\n")
     loaded = load_variant(str(spec))
-    assert (loaded.name, loaded.sizes, loaded.positions, loaded.backgrounds) == ("corners", (64,), ("top-left", "xy:0.5,1"), ("gray",))
+    assert (loaded.name, loaded.sizes, loaded.positions, loaded.backgrounds) == (
+        "corners",
+        (64,),
+        ("top-left", "xy:0.5,1"),
+        ("gray",),
+    )
 
 
-@pytest.mark.parametrize("overrides,message", [
-    ({"positions": "middle"}, "unknown position"),
-    ({"sizes": "300"}, "does not fit"),
-    ({"backgrounds": "sky"}, "unknown"),
-    ({"backgrounds": "paired"}, "subset"),
-    ({"mode": "stretch"}, "mode"),
-    ({"jpeg_quality": 0}, "jpeg_quality"),
-    ({"colour": "red"}, "unknown variant fields"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        ({"positions": "middle"}, "unknown position"),
+        ({"sizes": "300"}, "does not fit"),
+        ({"backgrounds": "sky"}, "unknown"),
+        ({"backgrounds": "paired"}, "subset"),
+        ({"mode": "stretch"}, "mode"),
+        ({"jpeg_quality": 0}, "jpeg_quality"),
+        ({"colour": "red"}, "unknown variant fields"),
+    ],
+)
 def test_bad_specs_are_refused_with_the_field_named(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_variant("hard-spurious-imagenet", overrides)
@@ -72,7 +88,9 @@ def test_bad_specs_are_refused_with_the_field_named(overrides, message):
 
 def test_subset_pairs_must_stay_inside_the_subset(tmp_path):
     spec = tmp_path / "bad10.yaml"
-    spec.write_text("name: bad10\nbackgrounds: [original, paired]\nsubset:\n  pairs: {n01443537: n02437312, n02437312: n02134084}\n")
+    spec.write_text(
+        "name: bad10\nbackgrounds: [original, paired]\nsubset:\n  pairs: {n01443537: n02437312, n02437312: n02134084}\n"
+    )
     with pytest.raises(ConfigError, match="must be one of the subset"):
         load_variant(str(spec))
     with pytest.raises(ConfigError, match="unknown variant"):
@@ -84,8 +102,13 @@ def subset_set(tmp_path_factory):
     root = tmp_path_factory.mktemp("ten")
     images = fake_images(sorted(SUBSET_PAIRS) + ["n01440764"], per_class=20, image_size=(64, 48), box=(8, 8, 39, 31))
     write_parts(root / "parts", {"val": images}, shard_size=64)
-    summary = compose_dataset(root / "parts", "hard-spurious-imagenet-10", root / "out",
-                              overrides={"sizes": "56", "positions": "center,top-right", "shard_size": 100}, options=RunOptions(progress=False))
+    summary = compose_dataset(
+        root / "parts",
+        "hard-spurious-imagenet-10",
+        root / "out",
+        overrides={"sizes": "56", "positions": "center,top-right", "shard_size": 100},
+        options=RunOptions(progress=False),
+    )
     return summary
 
 
@@ -94,8 +117,10 @@ def test_subset_train_split_is_spuriously_correlated(subset_set):
     assert manifest["class_names"] == [class_of(w).name for w in sorted(SUBSET_PAIRS)]
     train = samples_of(subset_set.dataset_dir, "train")
     kinds = defaultdict(Counter)
-    for key, meta, members in train:
-        assert meta["label"] == sorted(SUBSET_PAIRS).index(meta["wnid"]) and members["cls"] == str(meta["label"]).encode()
+    for _key, meta, members in train:
+        assert (
+            meta["label"] == sorted(SUBSET_PAIRS).index(meta["wnid"]) and members["cls"] == str(meta["label"]).encode()
+        )
         assert meta["class_index"] == class_of(meta["wnid"]).index
         assert meta["paired_wnid"] == SUBSET_PAIRS[meta["wnid"]]
         if meta["background"] == "original":
@@ -127,18 +152,47 @@ def test_subset_test_split_is_balanced_and_disjoint_from_train(subset_set):
 
 def test_hsi_compose_command(tmp_path, capsys):
     write_parts(tmp_path / "parts", {"val": fake_images(["n01443537", "n02437312"], per_class=2)})
-    status = main(["compose", "--parts", str(tmp_path / "parts"), "--out", str(tmp_path / "out"),
-                   "--positions", "bottom-left,left", "--sizes", "56,84", "--name", "corners", "--no-progress"])
+    status = main(
+        [
+            "compose",
+            "--parts",
+            str(tmp_path / "parts"),
+            "--out",
+            str(tmp_path / "out"),
+            "--positions",
+            "bottom-left,left",
+            "--sizes",
+            "56,84",
+            "--name",
+            "corners",
+            "--no-progress",
+        ]
+    )
     out = capsys.readouterr().out
     assert status == 0 and "CoO" in out and "left/random" in out  # an explicit flush corner is a corner group
     manifest = json.loads((tmp_path / "out" / "corners" / MANIFEST_NAME).read_text())
     assert manifest["splits"]["val"]["num_samples"] == 4 * 2 * 2 * 2
     assert (tmp_path / "out" / "corners" / "spec.yaml").is_file()
     # the saved resolved spec rebuilds the same dataset
-    assert main(["compose", "--parts", str(tmp_path / "parts"), "--out", str(tmp_path / "again"),
-                 "--variant", str(tmp_path / "out" / "corners" / "spec.yaml"), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "compose",
+                "--parts",
+                str(tmp_path / "parts"),
+                "--out",
+                str(tmp_path / "again"),
+                "--variant",
+                str(tmp_path / "out" / "corners" / "spec.yaml"),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     again = json.loads((tmp_path / "again" / "corners" / MANIFEST_NAME).read_text())
-    assert [s["sha256"] for s in again["splits"]["val"]["shards"]] == [s["sha256"] for s in manifest["splits"]["val"]["shards"]]
+    assert [s["sha256"] for s in again["splits"]["val"]["shards"]] == [
+        s["sha256"] for s in manifest["splits"]["val"]["shards"]
+    ]
     assert main(["compose", "--parts", str(tmp_path / "parts"), "--out", str(tmp_path / "x"), "--variant", "nope"]) == 2
     assert "unknown variant 'nope'" in capsys.readouterr().err
     assert main(["compose", "--parts", str(tmp_path / "missing"), "--out", str(tmp_path / "x")]) == 2
@@ -153,7 +207,16 @@ def test_extract_then_compose_on_the_embedded_demo_tree(tmp_path, capsys):
     parts_manifest = json.loads((tmp_path / "demo" / "parts" / MANIFEST_NAME).read_text())
     usable = parts_manifest["splits"]["val"]["num_samples"]
     assert usable >= 1
-    args = ["compose", "--parts", str(tmp_path / "demo"), "--out", str(tmp_path / "datasets"), "--no-progress", "--workers", "2"]
+    args = [
+        "compose",
+        "--parts",
+        str(tmp_path / "demo"),
+        "--out",
+        str(tmp_path / "datasets"),
+        "--no-progress",
+        "--workers",
+        "2",
+    ]
     assert main(args) == 0
     dataset = tmp_path / "datasets" / "hard-spurious-imagenet"
     manifest = json.loads((dataset / MANIFEST_NAME).read_text())
@@ -167,9 +230,10 @@ def test_extract_then_compose_on_the_embedded_demo_tree(tmp_path, capsys):
 
 
 def test_a_subset_without_any_of_its_classes_is_refused_before_writing(tmp_path):
+    from parts_factory import fake_images, write_parts
+
     from builder.compose.stage import compose_dataset
     from builder.core.config import ConfigError
-    from parts_factory import fake_images, write_parts
 
     parts = tmp_path / "parts"
     write_parts(parts, {"val": fake_images(["n01440764", "n01484850"], per_class=2)})  # tench, shark: not in -10
@@ -186,7 +250,20 @@ def test_overwrite_never_deletes_a_folder_the_toolkit_did_not_write(tmp_path, ca
     foreign = tmp_path / "out" / "notes"
     foreign.mkdir(parents=True)
     (foreign / "todo.txt").write_text("keep me")
-    code = main(["compose", "--parts", str(parts), "--out", str(tmp_path / "out"), "--name", "notes",
-                 "--sizes", "56", "--overwrite", "--no-progress"])
+    code = main(
+        [
+            "compose",
+            "--parts",
+            str(parts),
+            "--out",
+            str(tmp_path / "out"),
+            "--name",
+            "notes",
+            "--sizes",
+            "56",
+            "--overwrite",
+            "--no-progress",
+        ]
+    )
     assert code == 2 and "holds no dataset of this toolkit" in capsys.readouterr().err
     assert (foreign / "todo.txt").read_text() == "keep me"

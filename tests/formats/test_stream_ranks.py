@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from release_factory import composite_json, jpeg, make_composed_dataset
 
 from builder.core.shards import shard_filename, write_shard
 from builder.formats.composites import composite_members
 from builder.formats.stream import stream
-from release_factory import composite_json, jpeg, make_composed_dataset
 
 torch = pytest.importorskip("torch")
 

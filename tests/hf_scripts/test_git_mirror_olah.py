@@ -21,10 +21,10 @@ from pathlib import Path
 
 import olah  # noqa: F401  (the dev extra installs it: a missing olah fails here rather than skipping)
 import pytest
-
-from hsi.cli import main as hsi_main
-from cards.release import build_release
 from release_factory import make_composed_dataset
+
+from cards.release import build_release
+from hsi.cli import main as hsi_main
 
 ORG, NAME = "lab", "hard-spurious-imagenet"
 CONFIG = "hard-spurious-imagenet"
@@ -48,28 +48,34 @@ def olah_server(tmp_path):
     port, dead_port = free_port(), free_port()  # dead_port: nothing listens there
     netloc = f"127.0.0.1:{port}"
     config = tmp_path / "olah.toml"
-    config.write_text("\n".join([
-        "[basic]",
-        'host = "127.0.0.1"',
-        f"port = {port}",
-        f"repos-path = {toml_str(str(tmp_path / 'olah-cache'))}",
-        f"mirrors-path = [{toml_str(str(mirrors))}]",
-        'hf-scheme = "http"',
-        f'hf-netloc = "127.0.0.1:{dead_port}"',
-        f'hf-lfs-netloc = "127.0.0.1:{dead_port}"',
-        'mirror-scheme = "http"',
-        f'mirror-netloc = "{netloc}"',
-        f'mirror-lfs-netloc = "{netloc}"',
-        "",
-        "[accessibility]",
-        "offline = true",
-        "",
-    ]))
+    config.write_text(
+        "\n".join(
+            [
+                "[basic]",
+                'host = "127.0.0.1"',
+                f"port = {port}",
+                f"repos-path = {toml_str(str(tmp_path / 'olah-cache'))}",
+                f"mirrors-path = [{toml_str(str(mirrors))}]",
+                'hf-scheme = "http"',
+                f'hf-netloc = "127.0.0.1:{dead_port}"',
+                f'hf-lfs-netloc = "127.0.0.1:{dead_port}"',
+                'mirror-scheme = "http"',
+                f'mirror-netloc = "{netloc}"',
+                f'mirror-lfs-netloc = "{netloc}"',
+                "",
+                "[accessibility]",
+                "offline = true",
+                "",
+            ]
+        )
+    )
     log = tmp_path / "olah.out"
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "olah.server", "--config", str(config), "--log-path", str(tmp_path / "olah-logs")],
-            cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     try:
         deadline = time.monotonic() + 30
@@ -106,8 +112,13 @@ def load_revisions(endpoint: str, revisions: list[str], work: Path) -> dict[str,
     )
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_TOKEN")}
     env.update(HF_ENDPOINT=endpoint, HF_HOME=str(work / "hf-home"), HF_HUB_DISABLE_TELEMETRY="1")
-    result = subprocess.run([sys.executable, "-c", code, str(work / "datasets-cache"), *revisions],
-                            env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(work / "datasets-cache"), *revisions],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     loaded = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     return {item["rev"]: item for item in loaded}
@@ -121,10 +132,18 @@ def first_sample_json(release: Path) -> dict:
 
 def test_olah_serves_the_git_mirror_by_revision(olah_server, tmp_path):
     endpoint, mirrors, log = olah_server
-    v1 = build_release(tmp_path / "v1" / NAME, [make_composed_dataset(tmp_path / "a", splits={"test": 5}, shard_size=2)],
-                       version="v1.0.0")
-    v2 = build_release(tmp_path / "v2" / NAME, [make_composed_dataset(tmp_path / "b", splits={"test": 6}, shard_size=4, seed=1)],
-                       version="v1.1.0", previous_release=v1, changes=["new seed"])
+    v1 = build_release(
+        tmp_path / "v1" / NAME,
+        [make_composed_dataset(tmp_path / "a", splits={"test": 5}, shard_size=2)],
+        version="v1.0.0",
+    )
+    v2 = build_release(
+        tmp_path / "v2" / NAME,
+        [make_composed_dataset(tmp_path / "b", splits={"test": 6}, shard_size=4, seed=1)],
+        version="v1.1.0",
+        previous_release=v1,
+        changes=["new seed"],
+    )
     repo = mirrors / "datasets" / ORG / NAME
     assert hsi_main(["publish", str(v1), "--to-git", str(repo), "--version", "v1.0.0", "--yes"]) == 0
 
@@ -143,6 +162,7 @@ def test_olah_serves_the_git_mirror_by_revision(olah_server, tmp_path):
     # the files came through olah, from the tagged commits of the local repository
     served = log.read_text(errors="replace")
     for tag in ("v1.0.0", "v1.1.0"):
-        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", f"{tag}^{{commit}}"],
-                                capture_output=True, text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", f"{tag}^{{commit}}"], capture_output=True, text=True, check=True
+        ).stdout.strip()
         assert f"/datasets/{ORG}/{NAME}/resolve/{commit}/data/{CONFIG}/test-00000.tar" in served

@@ -9,20 +9,33 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from cards.release import build_release
 from hub_server import LoopbackHub
 from release_factory import make_composed_dataset, two_releases
+
+from cards.release import build_release
 
 REPO = "lab/hard-spurious-imagenet"
 
 
 def hsi(args: list[str], endpoint: str, home: Path) -> subprocess.CompletedProcess:
     """Run `hsi` in a fresh process pointed at the loopback hub (HF_ENDPOINT is read at import)."""
-    env = dict(os.environ, HF_ENDPOINT=endpoint, HF_HUB_OFFLINE="0", HF_DATASETS_OFFLINE="0",
-               HF_TOKEN="hf_loopback_test_token", HF_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1")
-    return subprocess.run([sys.executable, "-m", "hsi.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=300, cwd=Path(__file__).resolve().parents[2])
+    env = dict(
+        os.environ,
+        HF_ENDPOINT=endpoint,
+        HF_HUB_OFFLINE="0",
+        HF_DATASETS_OFFLINE="0",
+        HF_TOKEN="hf_loopback_test_token",
+        HF_HOME=str(home),
+        HF_HUB_DISABLE_TELEMETRY="1",
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "hsi.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )
 
 
 @pytest.fixture
@@ -39,12 +52,19 @@ def test_publish_tag_verify_and_refusals(releases, tmp_path):
         assert "dry run: nothing changed" in dry.stdout and hub.state.repos == {}
         assert all(r.startswith("GET") for r in hub.state.requests)
 
-        done = hsi(["publish", str(v1), "--repo", REPO, "--version", "v1.0.0", "--yes", "--private"], hub.endpoint, tmp_path / "h")
+        done = hsi(
+            ["publish", str(v1), "--repo", REPO, "--version", "v1.0.0", "--yes", "--private"],
+            hub.endpoint,
+            tmp_path / "h",
+        )
         assert done.returncode == 0, done.stderr
         repo = hub.state.repos[REPO]
         assert repo.private and repo.tags["v1.0.0"] == repo.branches["main"]
         files = repo.commits[repo.tags["v1.0.0"]].files
-        assert files["data/hard-spurious-imagenet/test-00000.tar"] == (v1 / "data/hard-spurious-imagenet/test-00000.tar").read_bytes()
+        assert (
+            files["data/hard-spurious-imagenet/test-00000.tar"]
+            == (v1 / "data/hard-spurious-imagenet/test-00000.tar").read_bytes()
+        )
         assert "hf_loopback_test_token" not in done.stdout + done.stderr
 
         again = hsi(["publish", str(v1), "--repo", REPO, "--version", "v1.0.0", "--yes"], hub.endpoint, tmp_path / "h")
@@ -71,12 +91,27 @@ def test_load_dataset_by_revision(releases, tmp_path):
     v1, v2 = releases
     with LoopbackHub() as hub:
         for release, version in ((v1, "v1.0.0"), (v2, "v1.1.0")):
-            assert hsi(["publish", str(release), "--repo", REPO, "--version", version, "--yes"], hub.endpoint, tmp_path / "h").returncode == 0
-        code = ("from datasets import load_dataset\n"
-                f"for rev in ('v1.0.0', 'v1.1.0'):\n"
-                f"    ds = load_dataset({REPO!r}, split='test', revision=rev, cache_dir={str(tmp_path / 'c')!r} + rev)\n"
-                "    print(rev, ds.num_rows, ds[0]['json']['seed'])\n")
-        env = dict(os.environ, HF_ENDPOINT=hub.endpoint, HF_HUB_OFFLINE="0", HF_DATASETS_OFFLINE="0", HF_HOME=str(tmp_path / "h2"))
+            assert (
+                hsi(
+                    ["publish", str(release), "--repo", REPO, "--version", version, "--yes"],
+                    hub.endpoint,
+                    tmp_path / "h",
+                ).returncode
+                == 0
+            )
+        code = (
+            "from datasets import load_dataset\n"
+            f"for rev in ('v1.0.0', 'v1.1.0'):\n"
+            f"    ds = load_dataset({REPO!r}, split='test', revision=rev, cache_dir={str(tmp_path / 'c')!r} + rev)\n"
+            "    print(rev, ds.num_rows, ds[0]['json']['seed'])\n"
+        )
+        env = dict(
+            os.environ,
+            HF_ENDPOINT=hub.endpoint,
+            HF_HUB_OFFLINE="0",
+            HF_DATASETS_OFFLINE="0",
+            HF_HOME=str(tmp_path / "h2"),
+        )
         result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
         assert result.stdout.splitlines()[-2:] == ["v1.0.0 5 0", "v1.1.0 6 1"]
@@ -105,11 +140,16 @@ def test_git_mirror_commits_and_tags(releases, tmp_path):
     mirror = tmp_path / "mirror"
     first = publish_to_git(v1, mirror, "v1.0.0")
     second = publish_to_git(v2, mirror, "v1.1.0")
-    assert git(mirror, "rev-parse", "v1.0.0^{commit}") == first and git(mirror, "rev-parse", "v1.1.0^{commit}") == second
+    assert (
+        git(mirror, "rev-parse", "v1.0.0^{commit}") == first and git(mirror, "rev-parse", "v1.1.0^{commit}") == second
+    )
     assert git(mirror, "rev-parse", "HEAD~1") == first
     listed = git(mirror, "ls-tree", "-r", "--name-only", "v1.0.0").splitlines()
     assert "data/hard-spurious-imagenet/test-00002.tar" in listed and "README.md" in listed
-    assert "data/hard-spurious-imagenet/test-00002.tar" not in git(mirror, "ls-tree", "-r", "--name-only", "v1.1.0").splitlines()
+    assert (
+        "data/hard-spurious-imagenet/test-00002.tar"
+        not in git(mirror, "ls-tree", "-r", "--name-only", "v1.1.0").splitlines()
+    )
     from hf_scripts.git_mirror import lfs_object_path
 
     pointer = git(mirror, "show", "v1.0.0:data/hard-spurious-imagenet/test-00000.tar")  # a shard is in git LFS
@@ -119,8 +159,10 @@ def test_git_mirror_commits_and_tags(releases, tmp_path):
         publish_to_git(v2, mirror, "v1.1.0")
 
 
-@pytest.mark.skipif(not (os.environ.get("HSI_HUB_TEST_REPO") and os.environ.get("HF_TOKEN")),
-                    reason="set HSI_HUB_TEST_REPO=ORG/NAME and HF_TOKEN to publish to the real Hub")
+@pytest.mark.skipif(
+    not (os.environ.get("HSI_HUB_TEST_REPO") and os.environ.get("HF_TOKEN")),
+    reason="set HSI_HUB_TEST_REPO=ORG/NAME and HF_TOKEN to publish to the real Hub",
+)
 def test_real_hub_publish_and_verify(tmp_path):
     import time
 
@@ -128,7 +170,10 @@ def test_real_hub_publish_and_verify(tmp_path):
     dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3})
     release = build_release(tmp_path / "hard-spurious-imagenet", [dataset], version=version)
     env = dict(os.environ, HF_HUB_OFFLINE="0", HF_DATASETS_OFFLINE="0")
-    run = lambda *a: subprocess.run([sys.executable, "-m", "hsi.cli", *a], env=env, capture_output=True, text=True, timeout=900)  # noqa: E731
+    def run(*a):
+        return subprocess.run(
+            [sys.executable, "-m", "hsi.cli", *a], env=env, capture_output=True, text=True, timeout=900
+        )  # noqa: E731
     repo = os.environ["HSI_HUB_TEST_REPO"]
     published = run("publish", str(release), "--repo", repo, "--version", version, "--yes", "--private")
     assert published.returncode == 0, published.stderr

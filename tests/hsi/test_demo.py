@@ -12,7 +12,9 @@ def test_demo_runs_every_stage_and_loads_the_release_back(tmp_path, capsys):
     printed = capsys.readouterr().out
     parts = json.loads((out / "parts" / "_info.json").read_text())
     assert parts["splits"]["val"]["num_samples"] == 4
-    assert [json.loads(line)["reason"] for line in (out / "parts" / "errors.jsonl").read_text().splitlines()] == ["grayscale-converted"]
+    assert [json.loads(line)["reason"] for line in (out / "parts" / "errors.jsonl").read_text().splitlines()] == [
+        "grayscale-converted"
+    ]
     dataset = out / "datasets" / "hard-spurious-imagenet"
     manifest = json.loads((dataset / "_info.json").read_text())
     assert manifest["splits"]["val"]["num_samples"] == 48  # 4 images x 3 sizes x 2 placements x 2 backgrounds
@@ -22,7 +24,9 @@ def test_demo_runs_every_stage_and_loads_the_release_back(tmp_path, capsys):
     assert (out / "hard-spurious-imagenet" / "README.md").is_file()
     assert "CoR" in printed and "total" in printed  # the group x size table
     assert 'load_dataset("hard-spurious-imagenet", split="val"): 48 rows' in printed
-    sample_rows = re.findall(r"^  hsi_demo_\w+ .* group (CeO|CoO|CeR|CoR) +size +\d+ tier (Easy|Medium|Hard) at", printed, re.M)
+    sample_rows = re.findall(
+        r"^  hsi_demo_\w+ .* group (CeO|CoO|CeR|CoR) +size +\d+ tier (Easy|Medium|Hard) at", printed, re.M
+    )
     assert len(sample_rows) == 4
 
 
