@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import tarfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -40,6 +41,9 @@ def shard_filename(split: str, index: int) -> str:
 KEY_RULE = "non-empty, without '.', '/', '\\', whitespace or control characters, and not starting with '_'"
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9-][A-Za-z0-9_-]*")
+
+
 def key_problem(key: str) -> str | None:
     """What makes `key` unusable as a sample key, or None. The one rule that writers (`check_key`)
     and readers (`split_member_name`) share, so a key that is written can always be read back:
@@ -48,6 +52,8 @@ def key_problem(key: str) -> str | None:
         return "is empty"
     if key.startswith("_"):
         return "starts with '_'"
+    if _PLAIN_KEY.fullmatch(key):  # the usual case, decided in one regex match
+        return None
     bad = sorted({c for c in key if c in "./\\" or c.isspace() or not c.isprintable()})
     return f"contains {''.join(bad)!r}" if bad else None
 
