@@ -28,12 +28,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jpeg-quality", type=int, help="JPEG quality of the composites (default 95)")
     parser.add_argument("--seed", type=int, help="seed of random backgrounds, corners, noise and the -10 splits")
     parser.add_argument("--splits", help="parts splits to compose, e.g. val or train,val")
+    parser.add_argument("--holdout", metavar="FROM:FRACTION:NAME",
+                        help="carve a split from an output split by source image, e.g. train:0.1:val (for -10: a "
+                             "group-balanced val beside train and test)")
     add_run_flags(parser, default_shard_size=1200)
     parser.set_defaults(shard_size=None)
 
 
 SPEC_FLAGS = ("name", "sizes", "positions", "backgrounds", "mode", "paste", "margin", "canvas", "resize_filter",
-              "jpeg_quality", "seed", "splits", "shard_size")
+              "jpeg_quality", "seed", "splits", "shard_size", "holdout")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ import numpy as np
 
 from builder.compose.backgrounds import DonorPool, stable_rank
 from builder.compose.geometry import round_half_up
+from builder.compose.holdout import carve_holdout
 from builder.compose.planning import ImageJob
 from builder.core.classes import class_of
 from builder.formats.parts_index import PartsRef
@@ -34,6 +35,9 @@ def draw_subset_splits(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -
         n_train = round_half_up(spec.subset.train_fraction * len(members))
         drawn["train"].extend(members[:n_train])
         drawn["test"].extend(members[n_train:])
+    if spec.holdout is not None:  # planned like test: both backgrounds, so the holdout is group-balanced
+        drawn[spec.holdout.source], drawn[spec.holdout.name] = carve_holdout(
+            drawn[spec.holdout.source], spec.holdout.fraction, spec.seed)
     return {split: sorted(refs, key=lambda r: r.key) for split, refs in drawn.items()}
 
 
@@ -46,7 +50,7 @@ def split_own_and_paired(keys: Sequence[str], majority: float, seed: int) -> dic
 
 
 def plan_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[str, list[ImageJob]]:
-    """Train: each image on one background (own or paired, by `majority`); test: on both."""
+    """Train: each image on one background (own or paired, by `majority`); test (and a holdout): on both."""
     subset = spec.subset
     assert subset is not None
     jobs: dict[str, list[ImageJob]] = {}
