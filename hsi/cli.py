@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, str] = {
     "release": "hsi.commands.release",
     "publish": "hsi.commands.publish",
     "verify": "hsi.commands.verify",
+    "train": "hsi.commands.train",
 }
 
 

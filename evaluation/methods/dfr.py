@@ -70,11 +70,11 @@ def fit_linear(x: np.ndarray, y: np.ndarray, c: float, num_classes: int) -> tupl
     weights = np.zeros((num_classes, x.shape[1]))
     bias = np.full(num_classes, -1e4)
     if len(classes) == 2:  # one binary model: logits [0, w.x + b]
-        model = LogisticRegression(l1_ratio=1.0, solver="liblinear", C=c).fit(x, y)
+        model = LogisticRegression(l1_ratio=1.0, solver="liblinear", C=c, random_state=0).fit(x, y)
         bias[classes] = [0.0, float(model.intercept_[0])]
         weights[classes[1]] = model.coef_[0]
         return weights, bias
-    model = OneVsRestClassifier(LogisticRegression(l1_ratio=1.0, solver="liblinear", C=c)).fit(x, y)
+    model = OneVsRestClassifier(LogisticRegression(l1_ratio=1.0, solver="liblinear", C=c, random_state=0)).fit(x, y)
     for cls, estimator in zip(model.classes_, model.estimators_):
         weights[cls], bias[cls] = estimator.coef_[0], estimator.intercept_[0]
     return weights, bias
