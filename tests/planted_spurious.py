@@ -25,7 +25,7 @@ def _jitter(source_id: str, spread: int) -> int:
     return int.from_bytes(hashlib.sha256(source_id.encode()).digest()[:2], "little") % (2 * spread + 1) - spread
 
 
-def planted_images(per_class: int, step: int = 14, spread: int = 10) -> list[FakeImage]:
+def planted_images(per_class: int, step: int = 6, spread: int = 10) -> list[FakeImage]:
     images = []
     for c, wnid in enumerate(CLASSES):
         for i in range(per_class):
