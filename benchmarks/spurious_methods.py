@@ -23,10 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from planted_spurious import compose_planted  # noqa: E402
+
 from evaluation.train import TrainSettings  # noqa: E402
 from evaluation.train_run import MethodOptions, run_seeds  # noqa: E402
 from evaluation.train_summary import method_line, summarise_method  # noqa: E402
-from planted_spurious import compose_planted  # noqa: E402
 
 QUICK = {"per_class": 48, "epochs": 4, "seeds": 1}
 

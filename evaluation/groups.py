@@ -10,7 +10,7 @@ correct predictions among the group's samples, the worst group the minimum over 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 

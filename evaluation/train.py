@@ -20,13 +20,12 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping
 
 import numpy as np
 
-from builder.core.config import fingerprint
 from builder.core.errors import InputError, UsageError
 
 from .data import read_dataset_manifest

@@ -7,9 +7,9 @@ Layout: OUT/<method>/seed-<s>/{predictions.parquet, scores.json, the method's ch
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 from .predictions import write_predictions
 from .train import TrainError, TrainSettings, evaluate_split, is_main_process, split_scores

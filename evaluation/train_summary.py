@@ -8,8 +8,8 @@ discordant images, pooled over seeds) on per-image correctness. Read from the ru
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 

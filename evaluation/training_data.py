@@ -10,8 +10,8 @@ object, so it is used only when asked for, with a floor on the kept area.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 

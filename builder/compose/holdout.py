@@ -7,7 +7,7 @@ so the holdout has every class the source split has whenever a class has two or 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from builder.compose.backgrounds import stable_rank
 from builder.compose.geometry import round_half_up

@@ -17,9 +17,9 @@ estimate); `scaler="heldout"` fits it on the held-out features, the data the hea
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -126,7 +126,7 @@ class DfrModel:
         import torch
 
         class Head(torch.nn.Module):
-            def __init__(inner, spec: "DfrModel"):
+            def __init__(inner, spec: DfrModel):
                 super().__init__()
                 inner.backbone = spec.backbone
                 inner.register_buffer("mean", torch.tensor(spec.mean, dtype=torch.float32))

@@ -3,8 +3,8 @@ with --train-groups / --train-sizes: the paper's ERM-easy trains on the Easy tie
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..train import FitResult, TrainSettings, fit
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
 
 import torch
 

@@ -30,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="run folder; runs go to OUT/<method>/seed-<s>/")
     parser.add_argument("--method", choices=["erm", "jtt", "dfr"], default="erm")
     parser.add_argument("--model", default="resnet18", help="a timm architecture (default resnet18)")
-    parser.add_argument("--pretrained", action="store_true", help="start from timm's pretrained weights (offline cache)")
+    parser.add_argument("--pretrained", action="store_true",
+                        help="start from timm's pretrained weights (offline cache)")
     parser.add_argument("--checkpoint", help="start from a local weights file (loaded by the evaluation loader)")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -63,13 +64,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-channels-last", action="store_true")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--jtt-epochs", type=int, default=1, help="JTT's T: stage-1 ERM epochs")
-    parser.add_argument("--jtt-upweight", type=int, default=50, help="JTT's lambda_up (error samples seen 1 + it times)")
+    parser.add_argument("--jtt-upweight", type=int, default=50,
+                        help="JTT's lambda_up (error samples seen 1 + it times)")
     parser.add_argument("--jtt-errors", choices=["train-pass", "eval"], default="train-pass",
                         help="error set from the last stage-1 training pass (the authors') or an eval-mode pass")
     parser.add_argument("--dfr-c", type=_floats, default=(1.0, 0.7, 0.3, 0.1, 0.07, 0.03, 0.01))
     parser.add_argument("--dfr-refits", type=int, default=20)
     parser.add_argument("--dfr-scaler", choices=["train", "heldout"], default="train",
-                        help="fit the final StandardScaler on the train split's features (the authors') or the held-out's")
+                        help="fit the final StandardScaler on the train split's features (the authors') "
+                             "or the held-out's")
     parser.add_argument("--erm-run", type=Path, help="DFR: reuse this finished ERM run folder instead of training one")
     parser.add_argument("--resume", action="store_true", help="continue a killed run from its last.pt")
     parser.add_argument("--overwrite", action="store_true", help="start again in a folder that holds a run")

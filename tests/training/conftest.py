@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import pytest
-
 from planted_spurious import compose_planted
 
 

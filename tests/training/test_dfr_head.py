@@ -23,7 +23,8 @@ def test_refits_are_averaged_over_fresh_balanced_subsamples():
     w, b = averaged_head(x, y, groups, 0.3, 4, 3, np.random.default_rng(5))
     rng = np.random.default_rng(5)
     fits = [fit_linear(x[idx], y[idx], 0.3, 3) for idx in (balanced_indices(groups, rng) for _ in range(4))]
-    assert np.allclose(w, np.mean([f[0] for f in fits], axis=0)) and np.allclose(b, np.mean([f[1] for f in fits], axis=0))
+    assert np.allclose(w, np.mean([f[0] for f in fits], axis=0))
+    assert np.allclose(b, np.mean([f[1] for f in fits], axis=0))
     assert not np.allclose(fits[0][0], fits[1][0])  # each refit saw another subsample
 
 

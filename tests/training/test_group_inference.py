@@ -11,7 +11,8 @@ from evaluation.groups import GroupMetadataError, balanced_indices, check_groups
 def test_groups_from_metadata():
     assert training_group({"wnid": "n01443537", "background": "paired", "paired_wnid": "n02437312",
                            "group": "CeR"}) == "paired|n01443537"
-    assert training_group({"wnid": "n01443537", "background": "original", "paired_wnid": "n02437312"}) == "own|n01443537"
+    own = {"wnid": "n01443537", "background": "original", "paired_wnid": "n02437312"}
+    assert training_group(own) == "own|n01443537"
     assert training_group({"wnid": "n01443537", "background": "random", "group": "CoR"}) == "CoR|n01443537"
     with pytest.raises(GroupMetadataError, match="no group metadata.*--method erm"):
         training_group({"source_id": "x", "wnid": "n01443537"})

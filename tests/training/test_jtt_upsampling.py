@@ -26,6 +26,7 @@ def test_error_samples_appear_one_plus_lambda_times(small_planted):
 
 def test_error_set_summary_and_bad_lambda():
     summary = error_set_summary({"b": "own|x", "a": "paired|x", "c": "paired|x"}, 20, "train-pass")
-    assert summary["size"] == 3 and summary["groups"] == {"own|x": 1, "paired|x": 2} and summary["keys"] == ["a", "b", "c"]
+    assert summary["size"] == 3 and summary["groups"] == {"own|x": 1, "paired|x": 2}
+    assert summary["keys"] == ["a", "b", "c"]
     with pytest.raises(TrainError, match="--jtt-upweight"):
         upsample_counts(["a"], -1)

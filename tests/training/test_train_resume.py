@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from planted_spurious import compose_planted
 
 from evaluation.groups import GroupMetadataError
 from evaluation.train import TrainError, TrainSettings, fit
-from planted_spurious import compose_planted
 
 
 def tiny(dataset, out, **changes):
