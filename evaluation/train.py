@@ -248,6 +248,9 @@ def train_manifest(settings: TrainSettings) -> dict:
 
     try:
         shards, _ = resolve_shards(settings.source, settings.config, settings.train_split)
+    except FileNotFoundError as exc:
+        raise TrainError(f"{exc}; pass a composed config folder (hsi compose --out OUT prints it), a release "
+                         "folder or an hf:// address") from None
     except StreamError as exc:
         raise TrainError(f"cannot train on {settings.train_split!r}: {exc}. Compose a config with a train split "
                          "(e.g. hsi compose --variant hard-spurious-imagenet-10 --holdout train:0.1:val, or "
