@@ -5,7 +5,7 @@ tells it strongly; train 95% on the own class's background, val (carved by sourc
 balanced. ERM keeps its best epoch by mean validation accuracy (plain ERM); JTT and DFR select on
 the validation worst group, as their papers do.
 
-    python benchmarks/spurious_methods.py [--seeds 3] [--epochs 8] [--quick]
+    python benchmarks/spurious_methods.py [--seeds 3] [--epochs 8] [--per-class 64] [--quick]
 
 Prints one line per method, e.g. `ERM  mean 71.2 ± 1.3  worst 35.0 ± 4.1` (percent, mean ± std over
 seeds), and whether the targets hold: DFR and JTT beat ERM's worst group by >= 10 points, and ERM's
@@ -29,17 +29,17 @@ from evaluation.train import TrainSettings  # noqa: E402
 from evaluation.train_run import MethodOptions, run_seeds  # noqa: E402
 from evaluation.train_summary import method_line, summarise_method  # noqa: E402
 
-QUICK = {"per_class": 48, "epochs": 4, "seeds": 1}
+QUICK = {"per_class": 40, "epochs": 8, "seeds": 1}
 
 
 def run_benchmark(root: Path, *, seeds: int, epochs: int, per_class: int, model: str = "resnet10t",
                   announce=lambda _: None) -> dict[str, dict]:
     dataset = compose_planted(root / "data", per_class=per_class)
     base = TrainSettings(source=str(dataset), out=str(root / "runs"), model=model, epochs=epochs, batch_size=32,
-                         lr=0.05, weight_decay=1e-4, device="cpu", shuffle_buffer=512, select="worst-group")
+                         lr=0.02, weight_decay=1e-4, device="cpu", shuffle_buffer=512, select="worst-group")
     plans = {
         "erm": (replace(base, select="mean"), MethodOptions("erm")),
-        "jtt": (base, MethodOptions("jtt", jtt_epochs=max(1, epochs // 4), jtt_upweight=20)),
+        "jtt": (base, MethodOptions("jtt", jtt_epochs=1, jtt_upweight=20)),
         "dfr": (replace(base, select="mean"), MethodOptions("dfr", dfr_refits=10)),
     }
     return {name: summarise_method(run_seeds(settings, options, root / "runs", range(seeds), announce=announce))
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=8)
-    parser.add_argument("--per-class", type=int, default=160)
+    parser.add_argument("--per-class", type=int, default=64)
     parser.add_argument("--quick", action="store_true", help="the test suite's small version")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
