@@ -31,10 +31,12 @@ def _verify_release(api, repo_id: str, version: str, cache_dir: str | None) -> t
     if version not in tags:
         raise PublishError(f"{repo_id} has no tag {version}; it has {sorted(tags) or 'none'}")
     commit = tags[version]
+
     def fetch(path):
         return hf_hub_download(
             repo_id, path, repo_type=REPO_TYPE, revision=commit, token=api.token, cache_dir=cache_dir
         )  # noqa: E731
+
     release = json.loads(Path(fetch("_release.json")).read_text("utf-8"))
     lines, problems = [f"{repo_id} {version} -> commit {commit}"], []
     if release.get("version") != version:

@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, str] = {
     "publish": "hsi.commands.publish",
     "verify": "hsi.commands.verify",
     "probe": "hsi.commands.probe",
+    "train": "hsi.commands.train",
 }
 
 

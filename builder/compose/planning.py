@@ -6,10 +6,11 @@ the same whatever the worker count or the order in which shards finish.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from builder.compose.backgrounds import assign_foreign_donors
+from builder.compose.holdout import carve_holdout
 from builder.core.classes import class_of
 from builder.core.config import ConfigError
 from builder.formats.parts_index import PartsRef
@@ -32,11 +33,21 @@ class ImageJob:
 
 def plan_standard_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[str, list[ImageJob]]:
     jobs: dict[str, list[ImageJob]] = {}
-    for split in spec.splits:
+    splits = spec.splits
+    if spec.holdout is not None:  # carved before donors are drawn: no background crosses the cut
+        index = dict(index)
+        index[spec.holdout.source], index[spec.holdout.name] = carve_holdout(
+            index[spec.holdout.source], spec.holdout.fraction, spec.seed
+        )
+        splits = splits + (spec.holdout.name,)
+    for split in splits:
         refs = index[split]
         by_key = {ref.key: ref for ref in refs}
-        foreign = (assign_foreign_donors([(ref.class_index, ref.key) for ref in refs], spec.seed, spec.donors)
-                   if "random" in spec.backgrounds else {})
+        foreign = (
+            assign_foreign_donors([(ref.class_index, ref.key) for ref in refs], spec.seed, spec.donors)
+            if "random" in spec.backgrounds
+            else {}
+        )
         split_jobs = []
         for ref in refs:
             donors = []

@@ -9,15 +9,14 @@ fingerprint of the resolved spec as a suffix, unless a new `name` is given expli
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import import_module, resources
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Mapping
+from typing import Any
 
 from builder.compose.backgrounds import BACKGROUND_KINDS, DONOR_SCHEMES
-from builder.core.classes import class_of, is_known_wnid
-from builder.core.config import ConfigError, fingerprint, load_yaml_mapping
 from builder.compose.geometry import (
     BOX_ROUNDINGS,
     CORNER_DRAWS,
@@ -28,13 +27,49 @@ from builder.compose.geometry import (
     GeometryError,
     check_position,
 )
+from builder.core.classes import class_of, is_known_wnid
+from builder.core.config import ConfigError, fingerprint, load_yaml_mapping
 from builder.formats.composites import position_token
 
 NAMED_VARIANTS = ("hard-spurious-imagenet", "hard-spurious-imagenet-ar", "hard-spurious-imagenet-10")
 # --paper-exact: the paper's object pixels and donor scheme (without its own-class draw)
-PAPER_EXACT = {"crop": "exclusive", "box_rounding": "float32-normalised", "donors": "per-class",
-               "corner_draw": "per-composite"}
+PAPER_EXACT = {
+    "crop": "exclusive",
+    "box_rounding": "float32-normalised",
+    "donors": "per-class",
+    "corner_draw": "per-composite",
+}
 LIST_FIELDS = ("sizes", "positions", "backgrounds", "splits")
+
+
+@dataclass(frozen=True)
+class HoldoutSpec:
+    """A split carved from another output split by source image (see builder.compose.holdout)."""
+
+    source: str  # the output split it is carved from (`from` in YAML)
+    fraction: float
+    name: str = "val"
+
+    def to_json(self) -> dict:
+        return {"from": self.source, "fraction": self.fraction, "name": self.name}
+
+
+def parse_holdout(value: Any) -> HoldoutSpec | None:
+    """`{from, fraction, name}` or the flag's `FROM:FRACTION[:NAME]` -> a HoldoutSpec."""
+    if value is None or isinstance(value, HoldoutSpec):
+        return value
+    if isinstance(value, str):
+        parts = value.split(":")
+        if len(parts) not in (2, 3):
+            _fail("holdout", f"{value!r}: write FROM:FRACTION:NAME, e.g. train:0.05:val")
+        value = dict(zip(("from", "fraction", "name"), parts))
+    if not isinstance(value, Mapping) or sorted(set(value) - {"from", "fraction", "name"}) or "from" not in value:
+        _fail("holdout", "must be a mapping {from: SPLIT, fraction: F, name: NAME} or FROM:FRACTION:NAME")
+    try:
+        fraction = float(value.get("fraction", 0.05))
+    except (TypeError, ValueError):
+        _fail("holdout", f"fraction {value.get('fraction')!r} is not a number")
+    return HoldoutSpec(str(value["from"]), fraction, str(value.get("name", "val")))
 
 
 @dataclass(frozen=True)
@@ -83,19 +118,30 @@ class VariantSpec:
     box_rounding: str = "none"
     # random-corner: one corner per (image, size), shared by O and R (ours), or drawn per composite
     corner_draw: str = "per-size"
+    holdout: HoldoutSpec | None = field(default=None)
 
     def __post_init__(self) -> None:
         _validate(self)
 
     @property
-    def output_splits(self) -> tuple[str, ...]:
+    def planned_splits(self) -> tuple[str, ...]:
+        """The output splits before any holdout is carved."""
         return ("train", "test") if self.subset else self.splits
+
+    @property
+    def output_splits(self) -> tuple[str, ...]:
+        return self.planned_splits + ((self.holdout.name,) if self.holdout else ())
 
     def to_json(self) -> dict:
         data = asdict(self)
         for name in LIST_FIELDS:
             data[name] = list(data[name])
         data["subset"] = self.subset.to_json() if self.subset else None
+        # Absent unless asked for: specs without a holdout keep their fingerprint (and bytes).
+        if self.holdout is None:
+            del data["holdout"]
+        else:
+            data["holdout"] = self.holdout.to_json()
         return data
 
     @property
@@ -144,14 +190,20 @@ def _validate(spec: VariantSpec) -> None:
         _fail("resize_filter", f"{spec.resize_filter!r}; use one of {', '.join(RESIZE_FILTERS)}")
     if not 1 <= spec.jpeg_quality <= 100:
         _fail("jpeg_quality", f"must lie in 1..100, got {spec.jpeg_quality}")
-    for name, allowed in (("donors", DONOR_SCHEMES), ("crop", CROPS), ("box_rounding", BOX_ROUNDINGS),
-                          ("corner_draw", CORNER_DRAWS)):
+    for name, allowed in (
+        ("donors", DONOR_SCHEMES),
+        ("crop", CROPS),
+        ("box_rounding", BOX_ROUNDINGS),
+        ("corner_draw", CORNER_DRAWS),
+    ):
         if getattr(spec, name) not in allowed:
             _fail(name, f"{getattr(spec, name)!r}; use one of {', '.join(allowed)}")
     if spec.shard_size < 1:
         _fail("shard_size", "must be at least 1")
     if not spec.splits or len(set(spec.splits)) != len(spec.splits):
         _fail("splits", f"{list(spec.splits)} must list each parts split once")
+    if spec.holdout is not None:
+        _validate_holdout(spec)
     if spec.subset is None:
         if "paired" in spec.backgrounds:
             _fail("backgrounds", "`paired` needs a `subset` with class pairs (see hard-spurious-imagenet-10)")
@@ -169,12 +221,29 @@ def _validate(spec: VariantSpec) -> None:
         if fg == bg:
             _fail("subset.pairs", f"{fg} is paired with itself")
         if bg not in foreground:
-            _fail("subset.pairs", f"paired class {bg} ({class_of(bg).name}) must be one of the subset's classes, "
-                  "so that predicting the background's class is a countable label")
+            _fail(
+                "subset.pairs",
+                f"paired class {bg} ({class_of(bg).name}) must be one of the subset's classes, "
+                "so that predicting the background's class is a countable label",
+            )
     if not 0.0 <= subset.majority <= 1.0:
         _fail("subset.majority", f"must lie in [0, 1], got {subset.majority}")
     if not 0.0 < subset.train_fraction < 1.0:
         _fail("subset.train_fraction", f"must lie in (0, 1), got {subset.train_fraction}")
+
+
+def _validate_holdout(spec: VariantSpec) -> None:
+    holdout = spec.holdout
+    if holdout.source not in spec.planned_splits:
+        _fail("holdout", f"from {holdout.source!r} is not an output split; use one of {list(spec.planned_splits)}")
+    if holdout.name in spec.planned_splits or not holdout.name or any(c in holdout.name for c in "/\\ .-"):
+        _fail(
+            "holdout",
+            f"name {holdout.name!r} must be a new split name (letters, digits, _), not one of "
+            f"{list(spec.planned_splits)}",
+        )
+    if not 0.0 < holdout.fraction < 1.0:
+        _fail("holdout", f"fraction must lie in (0, 1), got {holdout.fraction}")
 
 
 def _as_list(name: str, value: Any) -> list:
@@ -216,6 +285,8 @@ def _coerce(values: Mapping[str, Any]) -> dict:
                 data[name] = tuple(str(v) for v in data[name])
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"variant spec has a value of the wrong type: {exc}") from None
+    if "holdout" in data:
+        data["holdout"] = parse_holdout(data["holdout"])
     subset = data.get("subset")
     if isinstance(subset, Mapping):
         pairs = subset.get("pairs") or {}

@@ -74,6 +74,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="build a variant even when the parts lack classes or groups it promises (-10); "
         "the manifest lists what is missing",
     )
+    parser.add_argument(
+        "--holdout",
+        metavar="FROM:FRACTION:NAME",
+        help="carve a split from an output split by source image, e.g. train:0.1:val (for -10: a "
+        "group-balanced val beside train and test)",
+    )
     add_run_flags(parser, default_shard_size=1200)
     parser.set_defaults(shard_size=None)
 
@@ -92,6 +98,7 @@ SPEC_FLAGS = (
     "seed",
     "splits",
     "shard_size",
+    "holdout",
     "donors",
     "crop",
     "box_rounding",

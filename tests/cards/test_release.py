@@ -96,8 +96,7 @@ def test_cli_release_refuses_overwrite_and_checks_versions(tmp_path, capsys):
     card = (out / "README.md").read_text()
     assert (
         "- **v1.1.0**\n  - one more sample\n  - hard-spurious-imagenet/test: samples changed (3 -> 4 samples)\n- "
-        "**v1.0.0**"
-        in card
+        "**v1.0.0**" in card
     )
     check_version_bump("v1.1.0", "v1.1.1", data_changed=False)
     with pytest.raises(ReleaseError):

@@ -170,10 +170,12 @@ def test_real_hub_publish_and_verify(tmp_path):
     dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3})
     release = build_release(tmp_path / "hard-spurious-imagenet", [dataset], version=version)
     env = dict(os.environ, HF_HUB_OFFLINE="0", HF_DATASETS_OFFLINE="0")
+
     def run(*a):
         return subprocess.run(
             [sys.executable, "-m", "hsi.cli", *a], env=env, capture_output=True, text=True, timeout=900
         )  # noqa: E731
+
     repo = os.environ["HSI_HUB_TEST_REPO"]
     published = run("publish", str(release), "--repo", repo, "--version", version, "--yes", "--private")
     assert published.returncode == 0, published.stderr

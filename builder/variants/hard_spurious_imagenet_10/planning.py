@@ -6,12 +6,13 @@ from the same seeded pools as elsewhere, so the bytes depend only on (seed, key)
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from builder.compose.backgrounds import DonorPool, stable_rank
 from builder.compose.geometry import round_half_up
+from builder.compose.holdout import carve_holdout
 from builder.compose.planning import ImageJob
 from builder.compose.tables import format_table
 from builder.core.classes import class_of
@@ -31,10 +32,16 @@ def draw_subset_splits(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -
                 pooled.setdefault(ref.key, ref)
     drawn: dict[str, list[PartsRef]] = {"train": [], "test": []}
     for wnid in spec.subset.classes:
-        members = sorted((r for r in pooled.values() if r.wnid == wnid), key=lambda r: stable_rank(spec.seed, "subset-split", r.key))
+        members = sorted(
+            (r for r in pooled.values() if r.wnid == wnid), key=lambda r: stable_rank(spec.seed, "subset-split", r.key)
+        )
         n_train = round_half_up(spec.subset.train_fraction * len(members))
         drawn["train"].extend(members[:n_train])
         drawn["test"].extend(members[n_train:])
+    if spec.holdout is not None:  # planned like test: both backgrounds, so the holdout is group-balanced
+        drawn[spec.holdout.source], drawn[spec.holdout.name] = carve_holdout(
+            drawn[spec.holdout.source], spec.holdout.fraction, spec.seed
+        )
     return {split: sorted(refs, key=lambda r: r.key) for split, refs in drawn.items()}
 
 
@@ -47,7 +54,7 @@ def split_own_and_paired(keys: Sequence[str], majority: float, seed: int) -> dic
 
 
 def plan_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[str, list[ImageJob]]:
-    """Train: each image on one background (own or paired, by `majority`); test: on both."""
+    """Train: each image on one background (own or paired, by `majority`); test (and a holdout): on both."""
     subset = spec.subset
     assert subset is not None
     jobs: dict[str, list[ImageJob]] = {}
@@ -90,8 +97,12 @@ def coverage_problems(spec: VariantSpec, jobs: Mapping[str, Sequence[ImageJob]])
     split every kind its majority rule assigns to some image)."""
     from builder.core.taxonomy import group_name
 
-    problems = [f"class {wnid} ({class_of(wnid).name}) has no image in {split}"
-                for wnid, by_split in images_per_class(spec, jobs).items() for split, n in by_split.items() if n == 0]
+    problems = [
+        f"class {wnid} ({class_of(wnid).name}) has no image in {split}"
+        for wnid, by_split in images_per_class(spec, jobs).items()
+        for split, n in by_split.items()
+        if n == 0
+    ]
     for split in spec.output_splits:
         split_jobs = jobs.get(split, [])
         promised = set(spec.backgrounds) if split == "test" else {kind for job in split_jobs for kind, _ in job.donors}
@@ -106,6 +117,8 @@ def coverage_table(spec: VariantSpec, jobs: Mapping[str, Sequence[ImageJob]]) ->
     """Images per class and split, one row per class, as compose prints it."""
     counts = images_per_class(spec, jobs)
     header = ["class", *spec.output_splits]
-    rows = [[f"{wnid} {class_of(wnid).name}", *[str(by_split[s]) for s in spec.output_splits]]
-            for wnid, by_split in counts.items()]
+    rows = [
+        [f"{wnid} {class_of(wnid).name}", *[str(by_split[s]) for s in spec.output_splits]]
+        for wnid, by_split in counts.items()
+    ]
     return "\n".join(["images per class and split:", *format_table(header, rows), ""])

@@ -1,0 +1,133 @@
+"""One method for one or several seeds: train, score the test split into `predictions.parquet`
+(the evaluation package's format, so every analysis reads it), and record the run's scores.
+
+Layout: OUT/<method>/seed-<s>/{predictions.parquet, scores.json, the method's checkpoints}.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from .predictions import write_predictions
+from .train import TrainError, TrainSettings, evaluate_split, is_main_process, split_scores
+
+SCORES_NAME = "scores.json"
+
+
+@dataclass(frozen=True)
+class MethodOptions:
+    method: str = "erm"
+    jtt_epochs: int = 1
+    jtt_upweight: int = 50
+    jtt_errors: str = "train-pass"
+    dfr_c: tuple[float, ...] = (1.0, 0.7, 0.3, 0.1, 0.07, 0.03, 0.01)
+    dfr_refits: int = 20
+    dfr_scaler: str = "train"
+    erm_run: Path | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def train_method(
+    settings: TrainSettings,
+    options: MethodOptions,
+    out: Path,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    announce: Callable[[str], None] = print,
+):
+    from .methods.dfr import train_dfr
+    from .methods.erm import train_erm
+    from .methods.jtt import train_jtt
+
+    if options.method == "erm":
+        return train_erm(settings, out, resume=resume, overwrite=overwrite, announce=announce)
+    if options.method == "jtt":
+        return train_jtt(
+            settings,
+            out,
+            stage1_epochs=options.jtt_epochs,
+            lambda_up=options.jtt_upweight,
+            errors=options.jtt_errors,
+            resume=resume,
+            overwrite=overwrite,
+            announce=announce,
+        )
+    if options.method == "dfr":
+        return train_dfr(
+            settings,
+            out,
+            grid=options.dfr_c,
+            refits=options.dfr_refits,
+            scaler=options.dfr_scaler,
+            erm_run=options.erm_run,
+            resume=resume,
+            overwrite=overwrite,
+            announce=announce,
+        )
+    raise TrainError(f"--method must be erm, jtt or dfr, got {options.method!r}")
+
+
+def run_seed(
+    settings: TrainSettings,
+    options: MethodOptions,
+    out: Path,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    announce: Callable[[str], None] = print,
+) -> dict | None:
+    """Train `options.method` with `settings.seed` into `out`, score the test split; rank 0 returns scores."""
+    result, info = train_method(settings, options, out, resume=resume, overwrite=overwrite, announce=announce)
+    if not is_main_process():
+        return None
+    run = evaluate_split(result.model, result.preprocessing, settings, settings.test_split)
+    run.metadata["training"] = {
+        "method": options.method,
+        "seed": settings.seed,
+        "settings": settings.to_json(),
+        "method_info": info,
+    }
+    write_predictions(out / "predictions.parquet", run.rows, run.errors, run.metadata)
+    scores = {
+        "method": options.method,
+        "seed": settings.seed,
+        "test": split_scores(run.rows),
+        "val_best": result.best["val"] if result.best else None,
+        "info": info,
+    }
+    (out / SCORES_NAME).write_text(json.dumps(scores, indent=2, sort_keys=True) + "\n")
+    announce(
+        f"hsi train: {options.method} seed {settings.seed}: test mean {100 * scores['test']['mean']:.1f} "
+        f"worst {100 * scores['test']['worst_group']:.1f}"
+    )
+    return scores
+
+
+def run_seeds(
+    settings: TrainSettings,
+    options: MethodOptions,
+    out: Path,
+    seeds: Sequence[int],
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    announce: Callable[[str], None] = print,
+) -> list[dict]:
+    results = []
+    for seed in seeds:
+        folder = Path(out) / options.method / f"seed-{seed}"
+        scores = run_seed(
+            replace(settings, seed=seed, out=str(folder)),
+            options,
+            folder,
+            resume=resume,
+            overwrite=overwrite,
+            announce=announce,
+        )
+        if scores is not None:
+            results.append(scores)
+    return results

@@ -1,0 +1,163 @@
+"""Training batches from `stream()`: filtered by group or size, error samples repeated (JTT), shuffled
+through a seeded buffer after the repetition, and augmented on the batch with a per-epoch generator.
+
+Augmentation runs in the main process from a generator seeded by (seed, epoch, step), so a run is
+the same whatever the DataLoader's worker count, and a resumed epoch sees the same crops and flips.
+The default keeps the whole canvas (flips only): a random resized crop can cut away a corner
+object, so it is used only when asked for, with a floor on the kept area.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from builder.formats.stream import shuffled, stream
+
+from .data import prepare_image
+from .models import Preprocessing
+
+try:
+    from torch.utils.data import IterableDataset
+except ImportError:  # pragma: no cover - training needs the models extra
+    IterableDataset = object
+
+
+def derived_seed(*parts) -> int:
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+class _ToArray:
+    """PIL image -> the model's uint8 H x W x 3 input (a picklable transform for the workers)."""
+
+    def __init__(self, pre: Preprocessing):
+        self.pre = pre
+
+    def __call__(self, picture):
+        return prepare_image(picture.convert("RGB"), self.pre)
+
+
+class TrainSamples(IterableDataset):
+    """Samples {key, image, label, meta} of the training split; `repeats[key]` extra copies of a sample."""
+
+    def __init__(
+        self,
+        source,
+        config: str | None,
+        split: str,
+        pre: Preprocessing,
+        *,
+        seed: int,
+        shuffle_buffer: int,
+        groups: Sequence[str] | None = None,
+        sizes: Sequence[int] | None = None,
+        repeats: Mapping[str, int] | None = None,
+    ):
+        # shuffle_buffer=1: the stream shuffles shard order per epoch; the buffer is ours (after repeats).
+        self.stream = stream(
+            source, config, split, shuffle_buffer=1, seed=seed, transform=_ToArray(pre), keep_json=True
+        )
+        self.seed, self.buffer = seed, shuffle_buffer
+        self.groups = set(groups) if groups else None
+        self.sizes = set(int(s) for s in sizes) if sizes else None
+        self.repeats = dict(repeats or {})
+        self.epoch = 0
+
+    @property
+    def shards(self) -> list[str]:
+        return self.stream.shards
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.stream.set_epoch(epoch)
+
+    def keep(self, sample: dict) -> bool:
+        return (self.groups is None or sample["group"] in self.groups) and (
+            self.sizes is None or int(sample["size"]) in self.sizes
+        )
+
+    def _repeated(self) -> Iterator[dict]:
+        for sample in self.stream:
+            if not self.keep(sample):
+                continue
+            item = {
+                "key": sample["key"],
+                "image": sample["image"],
+                "label": int(sample["label"]),
+                "meta": sample["json"],
+            }
+            for _ in range(1 + self.repeats.get(sample["key"], 0)):
+                yield item
+
+    def __iter__(self) -> Iterator[dict]:
+        items = self._repeated()
+        if self.buffer > 1:
+            from torch.utils.data import get_worker_info
+
+            info = get_worker_info()
+            rng = np.random.default_rng(derived_seed(self.seed, "train-buffer", self.epoch, info.id if info else 0))
+            items = shuffled(items, self.buffer, rng)
+        yield from items
+
+
+@dataclass
+class TrainBatch:
+    images: object  # uint8 B x 3 x H x W
+    labels: object  # int64 B
+    keys: list[str]
+    metas: list[dict]
+
+
+def collate_train(items: list[dict]) -> TrainBatch:
+    import torch
+
+    images = torch.from_numpy(np.stack([it["image"] for it in items])).permute(0, 3, 1, 2).contiguous()
+    return TrainBatch(
+        images,
+        torch.tensor([it["label"] for it in items], dtype=torch.int64),
+        [it["key"] for it in items],
+        [it["meta"] for it in items],
+    )
+
+
+@dataclass(frozen=True)
+class Augmentation:
+    flip: bool = True
+    random_resized_crop: bool = False
+    crop_scale_min: float = 0.35  # the smallest kept share of the canvas area when cropping
+
+    def to_json(self) -> dict:
+        return {
+            "flip": self.flip,
+            "random_resized_crop": self.random_resized_crop,
+            "crop_scale_min": self.crop_scale_min,
+        }
+
+
+def augment(images, aug: Augmentation, generator):
+    """Flips and (only if asked) random resized crops of a uint8 batch, drawn from `generator`."""
+    import torch
+    import torch.nn.functional as F
+
+    images = images.clone()
+    n, _, h, w = images.shape
+    if aug.random_resized_crop:
+        out = torch.empty_like(images)
+        for i in range(n):
+            area = float(torch.empty(1).uniform_(aug.crop_scale_min, 1.0, generator=generator)) * h * w
+            ratio = float(torch.empty(1).uniform_(np.log(3 / 4), np.log(4 / 3), generator=generator).exp())
+            cw = min(w, max(1, int(round((area * ratio) ** 0.5))))
+            ch = min(h, max(1, int(round((area / ratio) ** 0.5))))
+            top = int(torch.randint(0, h - ch + 1, (1,), generator=generator))
+            left = int(torch.randint(0, w - cw + 1, (1,), generator=generator))
+            crop = images[i : i + 1, :, top : top + ch, left : left + cw].float()
+            out[i] = F.interpolate(crop, size=(h, w), mode="bilinear", align_corners=False).round().clamp(0, 255)[0]
+        images = out
+    if aug.flip:
+        flip = torch.rand(n, generator=generator) < 0.5
+        images[flip] = images[flip].flip(-1)
+    return images

@@ -1,0 +1,181 @@
+"""`hsi train`: train ERM, JTT or DFR on a config's train split (streamed shards), select on the
+held-out split per group, score the test split into predictions; `--seeds N` repeats it per seed,
+`--report DIR...` summarises runs (mean +- std, paired comparison) as Markdown and a plot.
+
+Multi-GPU / multi-node: `torchrun --nproc-per-node 8 -m hsi.cli train ...` (DDP; each rank streams its shards)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+HELP = "train baselines (ERM, JTT, DFR) on a config's train split, with seeds and worst-group model selection"
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in text.split(",") if v.strip())
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(v) for v in text.split(",") if v.strip())
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in text.split(",") if v.strip())
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", nargs="?", help="a composed dataset folder, a release folder or an hf:// address")
+    parser.add_argument("--config", help="the config of a release (default: its default config)")
+    parser.add_argument("--out", type=Path, help="run folder; runs go to OUT/<method>/seed-<s>/")
+    parser.add_argument("--method", choices=["erm", "jtt", "dfr"], default="erm")
+    parser.add_argument("--model", default="resnet18", help="a timm architecture (default resnet18)")
+    parser.add_argument(
+        "--pretrained", action="store_true", help="start from timm's pretrained weights (offline cache)"
+    )
+    parser.add_argument("--checkpoint", help="start from a local weights file (loaded by the evaluation loader)")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
+    parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--weight-decay", type=float, default=5e-4)
+    parser.add_argument("--schedule", choices=["cosine", "step", "constant"], default="cosine")
+    parser.add_argument("--warmup-epochs", type=int, default=0)
+    parser.add_argument("--step-epochs", type=int, default=30, help="epochs between step decays (--schedule step)")
+    parser.add_argument("--step-gamma", type=float, default=0.1)
+    parser.add_argument("--label-smoothing", type=float, default=0.0)
+    parser.add_argument("--no-flip", action="store_true", help="no horizontal flips")
+    parser.add_argument(
+        "--random-resized-crop",
+        action="store_true",
+        help="random resized crops (off by default: a crop can cut away a corner object)",
+    )
+    parser.add_argument("--crop-scale-min", type=float, default=0.35, help="smallest kept share of the canvas area")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, default=1, help="run seeds SEED .. SEED+N-1")
+    parser.add_argument(
+        "--select",
+        choices=["worst-group", "mean"],
+        default="worst-group",
+        help="keep the epoch with the best validation worst-group (default) or mean accuracy",
+    )
+    parser.add_argument("--train-split", default="train")
+    parser.add_argument("--val-split", default="val")
+    parser.add_argument("--test-split", default="test")
+    parser.add_argument("--train-groups", type=_names, help="ERM-easy: train only on these groups, e.g. CeO,CoO")
+    parser.add_argument("--train-sizes", type=_ints, help="ERM-easy: train only on these sizes, e.g. 84,112")
+    parser.add_argument("--shuffle-buffer", type=int, default=2000)
+    parser.add_argument("--input-size", type=int, help="model input side (default: the config's canvas, uncropped)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--no-amp", action="store_true", help="no mixed precision on CUDA")
+    parser.add_argument("--no-channels-last", action="store_true")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--jtt-epochs", type=int, default=1, help="JTT's T: stage-1 ERM epochs")
+    parser.add_argument(
+        "--jtt-upweight", type=int, default=50, help="JTT's lambda_up (error samples seen 1 + it times)"
+    )
+    parser.add_argument(
+        "--jtt-errors",
+        choices=["train-pass", "eval"],
+        default="train-pass",
+        help="error set from the last stage-1 training pass (the authors') or an eval-mode pass",
+    )
+    parser.add_argument("--dfr-c", type=_floats, default=(1.0, 0.7, 0.3, 0.1, 0.07, 0.03, 0.01))
+    parser.add_argument("--dfr-refits", type=int, default=20)
+    parser.add_argument(
+        "--dfr-scaler",
+        choices=["train", "heldout"],
+        default="train",
+        help="fit the final StandardScaler on the train split's features (the authors') or the held-out's",
+    )
+    parser.add_argument("--erm-run", type=Path, help="DFR: reuse this finished ERM run folder instead of training one")
+    parser.add_argument("--resume", action="store_true", help="continue a killed run from its last.pt")
+    parser.add_argument("--overwrite", action="store_true", help="start again in a folder that holds a run")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        nargs="+",
+        metavar="DIR",
+        help="summarise finished runs (OUT or OUT/<method>) into --out (Markdown + plot)",
+    )
+    parser.add_argument("--compare", nargs=2, metavar=("A", "B"), help="with --report: the two methods to compare")
+
+
+def settings_from(args: argparse.Namespace):
+    from evaluation.train import TrainSettings
+    from evaluation.training_data import Augmentation
+
+    return TrainSettings(
+        source=str(args.source),
+        out=str(args.out),
+        config=args.config,
+        model=args.model,
+        pretrained=args.pretrained,
+        checkpoint=args.checkpoint,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        optimizer=args.optimizer,
+        momentum=args.momentum,
+        weight_decay=args.weight_decay,
+        schedule=args.schedule,
+        warmup_epochs=args.warmup_epochs,
+        step_epochs=args.step_epochs,
+        step_gamma=args.step_gamma,
+        label_smoothing=args.label_smoothing,
+        augmentation=Augmentation(not args.no_flip, args.random_resized_crop, args.crop_scale_min),
+        seed=args.seed,
+        select=args.select,
+        train_split=args.train_split,
+        val_split=args.val_split,
+        test_split=args.test_split,
+        train_groups=args.train_groups,
+        train_sizes=args.train_sizes,
+        shuffle_buffer=args.shuffle_buffer,
+        input_size=args.input_size,
+        device=args.device,
+        amp=not args.no_amp,
+        channels_last=not args.no_channels_last,
+        workers=args.workers,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from evaluation.train import TrainError
+
+    if args.out is None:
+        raise TrainError("pass --out DIR: the run folder (or, with --report, where the summary goes)")
+    if args.report:
+        from evaluation.train_summary import write_summary
+
+        markdown = write_summary(args.report, args.out, compare=tuple(args.compare) if args.compare else None)
+        print(markdown)
+        return 0
+    if not args.source:
+        raise TrainError("pass the dataset to train on: hsi train SOURCE --out DIR (a composed config folder)")
+    from evaluation.train_run import MethodOptions, run_seeds
+
+    options = MethodOptions(
+        args.method,
+        args.jtt_epochs,
+        args.jtt_upweight,
+        args.jtt_errors,
+        args.dfr_c,
+        args.dfr_refits,
+        args.dfr_scaler,
+        args.erm_run,
+    )
+    results = run_seeds(
+        settings_from(args),
+        options,
+        args.out,
+        range(args.seed, args.seed + args.seeds),
+        resume=args.resume,
+        overwrite=args.overwrite,
+    )
+    if results:
+        from evaluation.train_summary import method_line, summarise_method
+
+        print(method_line(summarise_method(results)))
+    return 0
