@@ -23,7 +23,7 @@ from pathlib import Path
 
 from builder import __version__
 from builder.core.errors import HsiError
-from builder.core.manifest import Manifest
+from builder.core.manifest import COMPOSITES, Manifest, format_of
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
 from builder.core.shards import MANIFEST_NAME, iter_shard, read_manifest, sha256_file, write_json_atomic
 from cards.render import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary, render_card, table
@@ -81,7 +81,7 @@ def load_release_input(dataset_dir: Path) -> ReleaseInput:
         manifest = read_manifest(dataset_dir)
     except FileNotFoundError as exc:
         raise ReleaseError(str(exc)) from None
-    if manifest.get("stage") != "compose":
+    if format_of(manifest.get("stage")) != COMPOSITES:
         raise ReleaseError(f"{dataset_dir}: manifest stage is {manifest.get('stage')!r}, not a composed dataset")
     for key in ("config", "splits", "class_names"):
         if key not in manifest:
@@ -126,7 +126,7 @@ def load_composed(dataset_dir: Path, split: str | None = None, config: str | Non
             f"{dataset_dir} is neither a composed dataset folder nor a release ({exc}); compose one "
             "with `hsi compose`, or gather datasets into a loadable folder with `hsi release`"
         ) from None
-    if manifest.get("stage") != "compose" or "class_names" not in manifest:
+    if format_of(manifest.get("stage")) != COMPOSITES or "class_names" not in manifest:
         raise ReleaseError(
             f"{dataset_dir} holds the output of stage {manifest.get('stage')!r}, not a composed "
             "dataset; load a composed dataset folder (OUT/<config>) or a folder made by `hsi release`"

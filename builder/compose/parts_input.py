@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from builder.core.errors import InputError
-from builder.core.manifest import Manifest
+from builder.core.manifest import PARTS, Manifest
 from builder.core.records import Issue
 from builder.core.shards import sha256_file
 from builder.formats.parts_index import PartsRef, index_parts_shard
@@ -45,7 +45,7 @@ def check_parts_shard_name(filename: str, split: str) -> None:
 def read_parts_manifest_checked(parts_dir: Path, splits: Sequence[str]) -> Manifest:
     """The typed parts manifest, with the shard names of `splits` checked."""
     manifest = Manifest.read(parts_dir)
-    if manifest.stage != "extract":
+    if manifest.holds != PARTS:
         raise InputError(f"{parts_dir} holds a {manifest.stage!r} manifest, not the parts written by `hsi extract`")
     missing = [s for s in splits if s not in manifest.splits]
     if missing:

@@ -17,6 +17,7 @@ import numpy as np
 
 from builder.core.classes import class_of
 from builder.core.config import ConfigError
+from builder.core.manifest import PARTS, format_of
 from builder.core.records import Issue
 from builder.core.shards import MANIFEST_NAME, member_problem, read_manifest
 from builder.formats.parts import decode_mask, decode_png
@@ -57,7 +58,7 @@ def resolve_parts_dir(path: Path) -> Path:
 
 def read_parts_manifest(parts_dir: Path) -> dict:
     manifest = read_manifest(parts_dir)
-    if manifest.get("stage") != "extract":
+    if format_of(manifest.get("stage")) != PARTS:
         raise ConfigError(
             f"{parts_dir} holds a {manifest.get('stage')!r} manifest, not the parts written by `hsi extract`"
         )
