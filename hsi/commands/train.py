@@ -74,6 +74,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fit the final StandardScaler on the train split's features (the authors') "
                              "or the held-out's")
     parser.add_argument("--erm-run", type=Path, help="DFR: reuse this finished ERM run folder instead of training one")
+    parser.add_argument("--augment", choices=["none", "gradmix", "random-box"], default="none",
+                        help="GradMix (mask the LayerCAM peak of the model being trained) or its control, a random "
+                             "box of the same size distribution; runs go to OUT/<method>+<augment>/")
+    parser.add_argument("--gradmix-layers", type=_names,
+                        help="feature_info module names whose LayerCAM maps are summed (default: the last stage)")
+    parser.add_argument("--gradmix-area", type=_floats, default=(0.1, 0.5),
+                        help="range LOW,HIGH of the masked area fraction a = 1 - lambda (default 0.1,0.5)")
+    parser.add_argument("--gradmix-convention", choices=["paper", "code"], default="paper",
+                        help="paper: box filled from another sample, loss weighted by the masked fraction; code: "
+                             "uniform noise, weighted by the kept fraction 1 - a")
     parser.add_argument("--resume", action="store_true", help="continue a killed run from its last.pt")
     parser.add_argument("--overwrite", action="store_true", help="start again in a folder that holds a run")
     parser.add_argument("--report", type=Path, nargs="+", metavar="DIR",
@@ -82,15 +92,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace):
-    from evaluation.train import TrainSettings
+    from evaluation.methods.gradmix import GradMixError, GradMixOptions
+    from evaluation.train import TrainError, TrainSettings
     from evaluation.training_data import Augmentation
 
+    if len(args.gradmix_area) != 2:
+        raise TrainError(f"--gradmix-area takes LOW,HIGH, got {args.gradmix_area}")
+    try:
+        mixing = GradMixOptions(args.augment, args.gradmix_layers, tuple(args.gradmix_area), args.gradmix_convention)
+    except GradMixError as exc:
+        raise TrainError(str(exc)) from None
     return TrainSettings(
         source=str(args.source), out=str(args.out), config=args.config, model=args.model, pretrained=args.pretrained,
         checkpoint=args.checkpoint, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
         optimizer=args.optimizer, momentum=args.momentum, weight_decay=args.weight_decay, schedule=args.schedule,
         warmup_epochs=args.warmup_epochs, step_epochs=args.step_epochs, step_gamma=args.step_gamma,
-        label_smoothing=args.label_smoothing,
+        label_smoothing=args.label_smoothing, mixing=mixing,
         augmentation=Augmentation(not args.no_flip, args.random_resized_crop, args.crop_scale_min),
         seed=args.seed, select=args.select, train_split=args.train_split, val_split=args.val_split,
         test_split=args.test_split, train_groups=args.train_groups, train_sizes=args.train_sizes,
