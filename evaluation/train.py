@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -116,6 +117,7 @@ class FitResult:
     history: list[dict]
     train_errors: dict[str, str | None] | None = None  # key -> group, misclassified in the last training pass
     stopped_early: bool = False
+    epoch_seconds: list[float] = field(default_factory=list)  # wall time of each training pass run by this process
 
 
 def seed_everything(seed: int) -> None:
@@ -314,6 +316,7 @@ def fit(settings: TrainSettings, out: Path | None = None, *, repeats: Mapping[st
     if dist is not None:
         net = torch.nn.parallel.DistributedDataParallel(module, device_ids=[device.index] if cuda else None)
     train_groups_seen: set[str] = set()
+    epoch_seconds: list[float] = []
     for epoch in range(start, settings.epochs):
         module.train()
         data.set_epoch(epoch)
@@ -323,6 +326,7 @@ def fit(settings: TrainSettings, out: Path | None = None, *, repeats: Mapping[st
         wrong, losses, seen = [], [], 0
         last_epoch = epoch == settings.epochs - 1
         join = net.join() if dist is not None else _nothing()
+        started = time.perf_counter()
         with join:
             for step, batch in enumerate(loader):
                 x = augment(batch.images, settings.augmentation, generator).to(device, non_blocking=True)
@@ -349,6 +353,7 @@ def fit(settings: TrainSettings, out: Path | None = None, *, repeats: Mapping[st
                 scaler.update()
                 losses.append(float(clean_loss.detach()))
                 seen += len(batch.keys)
+        epoch_seconds.append(time.perf_counter() - started)
         scheduler.step()
         if seen == 0:
             raise InputError(f"the {settings.train_split} split gave no training sample (check --train-groups "
@@ -377,11 +382,12 @@ def fit(settings: TrainSettings, out: Path | None = None, *, repeats: Mapping[st
         if dist is not None:
             dist.barrier()
         if stop_after_epoch is not None and epoch + 1 >= stop_after_epoch and epoch + 1 < settings.epochs:
-            return FitResult(out, module, pre, wnids, best, history, errors, stopped_early=True)
+            return FitResult(out, module, pre, wnids, best, history, errors, stopped_early=True,
+                             epoch_seconds=epoch_seconds)
     selected = torch.load(out / BEST, map_location="cpu", weights_only=True)
     module.load_state_dict(selected["model"])
     module.eval()
-    return FitResult(out, module, pre, wnids, best, history, errors)
+    return FitResult(out, module, pre, wnids, best, history, errors, epoch_seconds=epoch_seconds)
 
 
 def _group_or_none(meta: dict) -> str | None:

@@ -13,4 +13,5 @@ def train_erm(settings: TrainSettings, out: Path, *, resume: bool = False, overw
               stop_after_epoch: int | None = None, announce: Callable[[str], None] = print) -> tuple[FitResult, dict]:
     result = fit(settings, out, resume=resume, overwrite=overwrite, stop_after_epoch=stop_after_epoch,
                  announce=announce)
-    return result, {"method": "erm", "best_epoch": result.best["epoch"] if result.best else None}
+    return result, {"method": "erm", "best_epoch": result.best["epoch"] if result.best else None,
+                    "epoch_seconds": result.epoch_seconds}

@@ -123,7 +123,7 @@ def summed_map(activations, gradients, size):
     import torch.nn.functional as F
 
     total = 0
-    for act, grad in zip(activations, gradients):
+    for act, grad in zip(activations, gradients, strict=True):
         cam = minmax_batch(layer_cam(act.float(), grad.float()))
         total = total + F.interpolate(cam[:, None], size=size, mode="bilinear", align_corners=False)[:, 0]
     return total
@@ -167,7 +167,7 @@ def random_centres(count: int, height: int, width: int, generator) -> list[tuple
 
     rows = torch.randint(0, height, (count,), generator=generator)
     cols = torch.randint(0, width, (count,), generator=generator)
-    return [(int(r), int(c)) for r, c in zip(rows, cols)]
+    return [(int(r), int(c)) for r, c in zip(rows, cols, strict=True)]
 
 
 def batch_boxes(centres, area: float, height: int, width: int) -> list[tuple[int, int, int, int]]:

@@ -12,9 +12,20 @@ import pytest
 import torch
 from scipy import stats
 
-from evaluation.methods.gradmix import (GradMixError, GradMixOptions, Mixer, argmax_centres, batch_boxes, box_side,
-                                        loss_maps, loss_weights, mixed_view, sample_area, step_generator,
-                                        summed_map)
+from evaluation.methods.gradmix import (
+    GradMixError,
+    GradMixOptions,
+    Mixer,
+    argmax_centres,
+    batch_boxes,
+    box_side,
+    loss_maps,
+    loss_weights,
+    mixed_view,
+    sample_area,
+    step_generator,
+    summed_map,
+)
 from hsi.cli import main as hsi
 
 
@@ -117,6 +128,16 @@ def test_map_pass_leaves_parameter_gradients_untouched():
     acts = [a.detach().requires_grad_() for a in activations]
     assert torch.allclose(summed_map(acts, torch.autograd.grad(loss, activations, retain_graph=True), (32, 32)),
                           maps)
+    # the mixed view's loss reaches the parameters through the step's one backward pass
+    from contextlib import nullcontext
+
+    params = [p for _, p in model.named_parameters()]
+    clean = torch.autograd.grad(loss, params, retain_graph=True)
+    extra = mixer.extra_loss(model, x, y, loss, step_generator(0, 0, 0), nullcontext)
+    assert extra.item() > 0
+    (loss + extra).backward()
+    total = [p.grad - marker[n] for n, p in model.named_parameters()]
+    assert not all(torch.allclose(t, c) for t, c in zip(total, clean, strict=True))
 
 
 def extra_loss_of(model, augment, seed, step):
