@@ -1,7 +1,7 @@
 """`hsi train`: train ERM, JTT or DFR on a config's train split (streamed shards), select on the
 held-out split per group, score the test split into predictions; `--augment gradmix|random-box` adds
-GradMix or its random-box control to the training step (runs in OUT/<method>+<augment>/); `--seeds N` repeats it per seed,
-`--report DIR...` summarises runs (mean +- std, paired comparison) as Markdown and a plot.
+GradMix or its random-box control to the training step (runs in OUT/<method>+<augment>/); `--seeds N`
+repeats it per seed, `--report DIR...` summarises runs (mean +- std, paired comparison) as Markdown and a plot.
 
 Multi-GPU / multi-node: `torchrun --nproc-per-node 8 -m hsi.cli train ...` (DDP; each rank streams its shards)."""
 
