@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -31,6 +32,7 @@ from builder.core.errors import InputError, UsageError
 from .data import read_dataset_manifest
 from .groups import GroupMetadataError, check_groups_cover, groups_of, selection_scores, training_group
 from .labels import config_wnids
+from .methods.gradmix import GradMixOptions, Mixer, step_generator
 from .models import LoadedModel, ModelOptions, Preprocessing, _timm_preprocessing, load_model
 from .predict import resolve_device, run_predictions
 from .training_data import Augmentation, TrainSamples, augment, collate_train, derived_seed
@@ -65,6 +67,7 @@ class TrainSettings:
     step_gamma: float = 0.1
     label_smoothing: float = 0.0
     augmentation: Augmentation = field(default_factory=Augmentation)
+    mixing: GradMixOptions = field(default_factory=GradMixOptions)  # --augment gradmix|random-box
     seed: int = 0
     select: str = "worst-group"
     train_split: str = "train"
@@ -95,6 +98,9 @@ class TrainSettings:
     def to_json(self) -> dict:
         data = asdict(self)
         data["augmentation"] = self.augmentation.to_json()
+        data.pop("mixing")
+        if self.mixing.active:  # absent when off, so runs from before GradMix still resume
+            data["mixing"] = self.mixing.to_json()
         return json.loads(json.dumps(data))
 
     def compared(self) -> dict:
@@ -111,6 +117,7 @@ class FitResult:
     history: list[dict]
     train_errors: dict[str, str | None] | None = None  # key -> group, misclassified in the last training pass
     stopped_early: bool = False
+    epoch_seconds: list[float] = field(default_factory=list)  # wall time of each training pass run by this process
 
 
 def seed_everything(seed: int) -> None:
@@ -324,6 +331,7 @@ def fit(
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=settings.label_smoothing)
     mean = torch.tensor(pre.mean, device=device).view(1, 3, 1, 1) * 255
     std = torch.tensor(pre.std, device=device).view(1, 3, 1, 1) * 255
+    mixer = Mixer(settings.mixing, module, mean, std) if settings.mixing.active else None
     state = check_resume(out, settings, resume, overwrite)
     start, history, best, errors = 0, [], None, None
     if state is not None:
@@ -342,6 +350,7 @@ def fit(
     if dist is not None:
         net = torch.nn.parallel.DistributedDataParallel(module, device_ids=[device.index] if cuda else None)
     train_groups_seen: set[str] = set()
+    epoch_seconds: list[float] = []
     for epoch in range(start, settings.epochs):
         module.train()
         data.set_epoch(epoch)
@@ -356,16 +365,23 @@ def fit(
         wrong, losses, seen = [], [], 0
         last_epoch = epoch == settings.epochs - 1
         join = net.join() if dist is not None else _nothing()
+        started = time.perf_counter()
         with join:
-            for batch in loader:
+            for step, batch in enumerate(loader):
                 x = augment(batch.images, settings.augmentation, generator).to(device, non_blocking=True)
                 x = x.float().sub_(mean).div_(std)
                 if cuda and settings.channels_last:
                     x = x.contiguous(memory_format=torch.channels_last)
                 y = batch.labels.to(device, non_blocking=True)
-                with torch.autocast(device.type, enabled=cuda and settings.amp):
+                autocast = lambda: torch.autocast(device.type, enabled=cuda and settings.amp)  # noqa: E731
+                with autocast(), mixer.recording() if mixer else _nothing():
                     logits = net(x)
                     loss = criterion(logits, y)
+                clean_loss = loss
+                if mixer is not None:
+                    loss = loss + mixer.extra_loss(
+                        net, x, y, loss, step_generator(settings.seed, epoch, step), autocast, settings.label_smoothing
+                    )
                 if record_errors and last_epoch:
                     miss = (logits.argmax(1) != y).cpu().numpy()
                     wrong.extend((k, _group_or_none(meta)) for k, meta, m in zip(batch.keys, batch.metas, miss) if m)
@@ -375,8 +391,9 @@ def fit(
                 scaler.scale(loss).backward()
                 scaler.step(optimizer)
                 scaler.update()
-                losses.append(float(loss.detach()))
+                losses.append(float(clean_loss.detach()))
                 seen += len(batch.keys)
+        epoch_seconds.append(time.perf_counter() - started)
         scheduler.step()
         if seen == 0:
             raise InputError(
@@ -434,11 +451,13 @@ def fit(
         if dist is not None:
             dist.barrier()
         if stop_after_epoch is not None and epoch + 1 >= stop_after_epoch and epoch + 1 < settings.epochs:
-            return FitResult(out, module, pre, wnids, best, history, errors, stopped_early=True)
+            return FitResult(
+                out, module, pre, wnids, best, history, errors, stopped_early=True, epoch_seconds=epoch_seconds
+            )
     selected = torch.load(out / BEST, map_location="cpu", weights_only=True)
     module.load_state_dict(selected["model"])
     module.eval()
-    return FitResult(out, module, pre, wnids, best, history, errors)
+    return FitResult(out, module, pre, wnids, best, history, errors, epoch_seconds=epoch_seconds)
 
 
 def _group_or_none(meta: dict) -> str | None:

@@ -71,6 +71,12 @@ def train_method(
     raise TrainError(f"--method must be erm, jtt or dfr, got {options.method!r}")
 
 
+def run_label(settings: TrainSettings, options: MethodOptions) -> str:
+    """The method's name in folders and summaries: `erm`, or `erm+gradmix` / `erm+random-box` with --augment."""
+    mixing = settings.mixing
+    return f"{options.method}+{mixing.augment}" if mixing.active else options.method
+
+
 def run_seed(
     settings: TrainSettings,
     options: MethodOptions,
@@ -85,15 +91,16 @@ def run_seed(
     if not is_main_process():
         return None
     run = evaluate_split(result.model, result.preprocessing, settings, settings.test_split)
+    label = run_label(settings, options)
     run.metadata["training"] = {
-        "method": options.method,
+        "method": label,
         "seed": settings.seed,
         "settings": settings.to_json(),
         "method_info": info,
     }
     write_predictions(out / "predictions.parquet", run.rows, run.errors, run.metadata)
     scores = {
-        "method": options.method,
+        "method": label,
         "seed": settings.seed,
         "test": split_scores(run.rows),
         "val_best": result.best["val"] if result.best else None,
@@ -101,7 +108,7 @@ def run_seed(
     }
     (out / SCORES_NAME).write_text(json.dumps(scores, indent=2, sort_keys=True) + "\n")
     announce(
-        f"hsi train: {options.method} seed {settings.seed}: test mean {100 * scores['test']['mean']:.1f} "
+        f"hsi train: {label} seed {settings.seed}: test mean {100 * scores['test']['mean']:.1f} "
         f"worst {100 * scores['test']['worst_group']:.1f}"
     )
     return scores
@@ -119,7 +126,7 @@ def run_seeds(
 ) -> list[dict]:
     results = []
     for seed in seeds:
-        folder = Path(out) / options.method / f"seed-{seed}"
+        folder = Path(out) / run_label(settings, options) / f"seed-{seed}"
         scores = run_seed(
             replace(settings, seed=seed, out=str(folder)),
             options,

@@ -21,4 +21,8 @@ def train_erm(
     result = fit(
         settings, out, resume=resume, overwrite=overwrite, stop_after_epoch=stop_after_epoch, announce=announce
     )
-    return result, {"method": "erm", "best_epoch": result.best["epoch"] if result.best else None}
+    return result, {
+        "method": "erm",
+        "best_epoch": result.best["epoch"] if result.best else None,
+        "epoch_seconds": result.epoch_seconds,
+    }

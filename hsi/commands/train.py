@@ -1,6 +1,7 @@
 """`hsi train`: train ERM, JTT or DFR on a config's train split (streamed shards), select on the
-held-out split per group, score the test split into predictions; `--seeds N` repeats it per seed,
-`--report DIR...` summarises runs (mean +- std, paired comparison) as Markdown and a plot.
+held-out split per group, score the test split into predictions; `--augment gradmix|random-box` adds
+GradMix or its random-box control to the training step (runs in OUT/<method>+<augment>/); `--seeds N`
+repeats it per seed, `--report DIR...` summarises runs (mean +- std, paired comparison) as Markdown and a plot.
 
 Multi-GPU / multi-node: `torchrun --nproc-per-node 8 -m hsi.cli train ...` (DDP; each rank streams its shards)."""
 
@@ -9,7 +10,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-HELP = "train baselines (ERM, JTT, DFR) on a config's train split, with seeds and worst-group model selection"
+HELP = (
+    "train baselines (ERM, JTT, DFR; optionally with GradMix) on a config's train split, with seeds and "
+    "worst-group model selection"
+)
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -90,6 +94,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fit the final StandardScaler on the train split's features (the authors') or the held-out's",
     )
     parser.add_argument("--erm-run", type=Path, help="DFR: reuse this finished ERM run folder instead of training one")
+    parser.add_argument(
+        "--augment",
+        choices=["none", "gradmix", "random-box"],
+        default="none",
+        help="GradMix (mask the LayerCAM peak of the model being trained) or its control, a random "
+        "box of the same size distribution; runs go to OUT/<method>+<augment>/",
+    )
+    parser.add_argument(
+        "--gradmix-layers",
+        type=_names,
+        help="feature_info module names whose LayerCAM maps are summed (default: the last stage)",
+    )
+    parser.add_argument(
+        "--gradmix-area",
+        type=_floats,
+        default=(0.1, 0.5),
+        help="range LOW,HIGH of the masked area fraction a = 1 - lambda (default 0.1,0.5)",
+    )
+    parser.add_argument(
+        "--gradmix-convention",
+        choices=["paper", "code"],
+        default="paper",
+        help="paper: box filled from another sample, loss weighted by the masked fraction; code: "
+        "uniform noise, weighted by the kept fraction 1 - a",
+    )
     parser.add_argument("--resume", action="store_true", help="continue a killed run from its last.pt")
     parser.add_argument("--overwrite", action="store_true", help="start again in a folder that holds a run")
     parser.add_argument(
@@ -103,9 +132,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace):
-    from evaluation.train import TrainSettings
+    from evaluation.methods.gradmix import GradMixError, GradMixOptions
+    from evaluation.train import TrainError, TrainSettings
     from evaluation.training_data import Augmentation
 
+    if len(args.gradmix_area) != 2:
+        raise TrainError(f"--gradmix-area takes LOW,HIGH, got {args.gradmix_area}")
+    try:
+        mixing = GradMixOptions(args.augment, args.gradmix_layers, tuple(args.gradmix_area), args.gradmix_convention)
+    except GradMixError as exc:
+        raise TrainError(str(exc)) from None
     return TrainSettings(
         source=str(args.source),
         out=str(args.out),
@@ -124,6 +160,7 @@ def settings_from(args: argparse.Namespace):
         step_epochs=args.step_epochs,
         step_gamma=args.step_gamma,
         label_smoothing=args.label_smoothing,
+        mixing=mixing,
         augmentation=Augmentation(not args.no_flip, args.random_resized_crop, args.crop_scale_min),
         seed=args.seed,
         select=args.select,
