@@ -47,3 +47,20 @@ def run_options(args: argparse.Namespace, gpus: tuple[int, ...] = ()):
         progress=not args.no_progress,
         overwrite=args.overwrite,
     )
+
+
+def require_extra(command: str, extra: str, *modules: str) -> None:
+    """Refuse, in one line, a command whose optional packages are not installed (the core install
+    has no torch), instead of a traceback from deep inside."""
+    import importlib
+
+    from builder.core.errors import UsageError
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            raise UsageError(
+                f"hsi {command} needs {name}, which is not installed; install the extra with: "
+                f"pip install 'hard-spurious-imagenet[{extra}]'"
+            ) from None

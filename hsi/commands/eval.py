@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from builder.core.errors import InputError, UsageError
-from hsi.commands.common import positive_int
+from hsi.commands.common import positive_int, require_extra
 
 HELP = "evaluate models on a composed config: predictions, per-group metrics with intervals, reports, leaderboard"
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -207,6 +207,7 @@ def _default_split(source: str, config: str | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_extra("eval", "models", "torch", "timm", "pyarrow", "scipy")
     from evaluation.bootstrap import BootstrapSettings
 
     bootstrap = BootstrapSettings(resamples=args.bootstrap, seed=args.seed)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from builder.core.errors import UsageError
-from hsi.commands.common import positive_int
+from hsi.commands.common import positive_int, require_extra
 from hsi.commands.eval import add_model_arguments, model_entries, model_options
 
 HELP = "bias probes (spectral, critical band, shape) per model and their correlation with Hard-Spurious accuracy"
@@ -127,6 +127,7 @@ def _eval_link(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    require_extra("probe", "models", "torch", "timm", "scipy", "pyrtools")
     from evaluation.models import load_model
     from evaluation.probes.pipeline import ProbeSettings
     from evaluation.probes.zoo import probe_zoo

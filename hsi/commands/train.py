@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from hsi.commands.common import require_extra
+
 HELP = (
     "train baselines (ERM, JTT, DFR; optionally with GradMix) on a config's train split, with seeds and "
     "worst-group model selection"
@@ -179,6 +181,7 @@ def settings_from(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    require_extra("train", "models", "torch", "timm", "pyarrow", "scipy", "sklearn")
     from evaluation.train import TrainError
 
     if args.out is None:
