@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, str] = {
     "verify": "hsi.commands.verify",
     "probe": "hsi.commands.probe",
     "train": "hsi.commands.train",
+    "scgs": "hsi.commands.scgs",
 }
 
 

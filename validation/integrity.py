@@ -42,6 +42,13 @@ from builder.core.manifest import COMPOSITES, Manifest, format_of
 from builder.core.runner import _init_worker, stop_pool
 from builder.core.shards import MANIFEST_NAME, ShardReadError, iter_shard, read_manifest, sha256_file
 from builder.core.taxonomy import group_name, tier_of
+from builder.formats.augmented import (
+    AUGMENT_MEMBERS,
+    check_augment_json,
+    decode_augment_json,
+    is_generated,
+    source_of_key,
+)
 from builder.formats.composites import (
     COMPOSITE_MEMBERS,
     check_composite_json,
@@ -318,6 +325,25 @@ def expected_groups(meta: dict, spec: dict) -> dict[str, str]:
     return {p: group_name(p, meta["background"], margin) for p in requested}
 
 
+def generated_source_key(key: str, members: dict[str, bytes], fail) -> str | None:
+    """The source key of a generated (hsi scgs) sample, its augment block checked; None when broken."""
+    try:
+        block = decode_augment_json(members)
+    except ValueError as exc:
+        fail("augment-json", f"augment.json does not parse: {exc}")
+        return None
+    problems = check_augment_json(block)
+    if problems:
+        fail("augment-schema", "; ".join(problems))
+        return None
+    if source_of_key(key) != (block["source_key"], block["index"]):
+        fail(
+            "key",
+            f"a generated sample's key is <source key>_scgs<index>: {block['source_key']}_scgs{block['index']}",
+        )
+    return block["source_key"]
+
+
 def check_meaning(key: str, meta: dict, spec: dict) -> list[tuple[str, str]]:
     """(check, detail) for each label of the sample that does not follow from what it is."""
     problems = []
@@ -429,8 +455,10 @@ class _SampleChecker:
     def composite(self, shard: str, key: str, members: dict[str, bytes], counts: dict) -> None:
         fail = self.failure_recorder(shard, key)
 
-        if sorted(members) != list(COMPOSITE_MEMBERS):
-            fail("members", f"has {sorted(members)}, expected {list(COMPOSITE_MEMBERS)}")
+        generated = is_generated(members)  # hsi scgs: augment members beside the composite's
+        expected_members = sorted(COMPOSITE_MEMBERS + AUGMENT_MEMBERS) if generated else list(COMPOSITE_MEMBERS)
+        if sorted(members) != expected_members:
+            fail("members", f"has {sorted(members)}, expected {expected_members}")
         try:
             meta = decode_composite_json(members)
         except ValueError as exc:
@@ -460,7 +488,8 @@ class _SampleChecker:
                 "own-class-background",
                 f"random background {meta['background_source_id']} is of the object's own class {meta['wnid']}",
             )
-        for check, detail in check_meaning(key, meta, self.spec):
+        meaning_key = generated_source_key(key, members, fail) if generated else key
+        for check, detail in check_meaning(meaning_key or key, meta, self.spec):
             fail(check, detail)
         try:
             image = decode_composite_pixels(members.get("jpg", b""))
@@ -470,7 +499,7 @@ class _SampleChecker:
         geometry = check_geometry(meta, image)
         for problem in geometry:
             fail("placement-bounds", problem)
-        if geometry or self.parts is None:
+        if geometry or self.parts is None or generated:  # a generated image is compared with nothing
             return
         self.compare_background(image, meta, fail)
         parts = _from_parts(fail, "placement-parts", meta["source_id"], self.parts.crop_and_mask)

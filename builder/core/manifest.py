@@ -176,6 +176,8 @@ class Manifest:
     allowed_missing: list[str] | None = None
     # compose: facts about the build a reader should know (e.g. --paste mask on box-masker parts)
     notes: list[str] | None = None
+    # scgs: what was regenerated and the label check (builder.augment.stage)
+    augment: dict | None = None
 
     OPTIONAL = (
         "backends",
@@ -187,6 +189,7 @@ class Manifest:
         "class_names",
         "allowed_missing",
         "notes",
+        "augment",
     )
 
     @property

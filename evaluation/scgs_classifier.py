@@ -1,0 +1,156 @@
+"""The classifiers `hsi scgs` uses, built from evaluation's loaders: an `hsi train` checkpoint
+(`best.pt`/`last.pt`: weights, the architecture in its settings, its wnids) or any model spec
+`evaluation.models.load_model` takes; and a predictions table of `hsi eval` in the config's labels.
+
+The result fits `builder.augment.classifier.ScgsClassifier`: logits over the config's labels,
+pooled penultimate features (timm's `forward_features` + `forward_head(pre_logits=True)`), the
+module and layer Grad-CAM++ hooks into, and provenance for the manifest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from builder.augment.misclassified import PredictedRow, PredictionsMismatch
+from builder.core.classes import class_of
+
+from .labels import resolve_label_space
+from .models import LoadedModel, ModelError, ModelOptions, count_outputs, load_model, sha256_of
+from .predict import resolve_device
+
+
+class TimmScgsClassifier:
+    """A loaded model on its device, its outputs mapped to the config's labels."""
+
+    def __init__(self, loaded: LoadedModel, wnids: tuple[str, ...], device: str = "auto", cam_layer: str | None = None):
+        import torch
+
+        from builder.backends.gradcam_pp import resolve_cam_layer
+
+        module = loaded.module
+        if not (hasattr(module, "forward_features") and hasattr(module, "forward_head")):
+            raise ModelError(
+                f"{loaded.spec} is not a timm model (no forward_features/forward_head): SCGS clusters pooled "
+                "features; pass an `hsi train` checkpoint or a timm model spec"
+            )
+        self.loaded = loaded
+        self.device = resolve_device(device)
+        self.module = module.to(self.device).eval()
+        pre = loaded.preprocessing
+        self.input_size = pre.input_size
+        self.mean = torch.tensor(pre.mean, device=self.device).view(1, 3, 1, 1) * 255
+        self.std = torch.tensor(pre.std, device=self.device).view(1, 3, 1, 1) * 255
+        space = resolve_label_space(count_outputs(module.cpu(), pre), loaded.classes, wnids, "subset")
+        self.module.to(self.device)
+        column = {int(index): int(out) for out, index in zip(space.outputs, space.class_index)}
+        missing = [w for w in wnids if class_of(w).index not in column]
+        if missing:
+            raise ModelError(f"{loaded.spec} has no output for the config's classes {missing}")
+        self.columns = [column[class_of(w).index] for w in wnids]
+        self.columns_tensor = torch.as_tensor(self.columns, device=self.device)
+        self.cam_layer, _ = resolve_cam_layer(self.module, cam_layer)
+
+    def preprocess(self, images: np.ndarray):
+        import torch
+        import torch.nn.functional as F
+
+        x = torch.from_numpy(np.ascontiguousarray(images)).to(self.device).permute(0, 3, 1, 2).float()
+        if tuple(x.shape[2:]) != tuple(self.input_size):
+            x = F.interpolate(x, size=tuple(self.input_size), mode="bilinear", antialias=True, align_corners=False)
+        return (x - self.mean) / self.std
+
+    def logits(self, batch):
+        return self.module(batch).index_select(1, self.columns_tensor)
+
+    def features(self, batch):
+        return self.module.forward_head(self.module.forward_features(batch), pre_logits=True)
+
+    def output_index(self, label: int) -> int:
+        return self.columns[label]
+
+    def provenance(self) -> dict:
+        return {
+            **self.loaded.describe(),
+            "preprocessing": self.loaded.preprocessing.to_json(),
+            "cam_layer": self.cam_layer,
+        }
+
+
+def _train_checkpoint(path: Path) -> dict:
+    import torch
+
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # pickle, zip and tensor errors all mean "not a checkpoint"
+        raise ModelError(f"--checkpoint {path.name} is not a readable checkpoint: {exc}") from None
+    return payload if isinstance(payload, dict) else {}
+
+
+def load_scgs_classifier(
+    model: str | None,
+    checkpoint: Path | None,
+    wnids: tuple[str, ...],
+    canvas: int,
+    device: str = "auto",
+    cam_layer: str | None = None,
+    flag: str = "--model",
+) -> TimmScgsClassifier:
+    """An `hsi train` checkpoint (the architecture from its settings unless `model` names one; the
+    input size the run trained at) or a model spec through `load_model`."""
+    if checkpoint is not None:
+        path = Path(checkpoint)
+        if not path.is_file():
+            raise ModelError(f"--checkpoint {path}: no such file (pass an `hsi train` run's best.pt)")
+        payload = _train_checkpoint(path)
+        settings = payload.get("settings") if isinstance(payload.get("settings"), dict) else {}
+        arch = model or settings.get("model")
+        if not arch:
+            raise ModelError(f"--checkpoint {path.name} does not say its architecture: pass it with {flag} NAME")
+        declared = tuple(payload["wnids"]) if isinstance(payload.get("wnids"), list) else None
+        options = ModelOptions(arch=arch, num_classes=len(declared) if declared else None, classes=declared)
+        loaded = load_model(str(path.resolve()), options)
+        side = settings.get("input_size") or canvas  # hsi train trains on the canvas, uncropped
+        loaded.preprocessing = replace(
+            loaded.preprocessing, input_size=(side, side), source=f"{loaded.preprocessing.source}, input {side} px"
+        )
+    elif model:
+        loaded = load_model(model, ModelOptions())
+    else:
+        raise ModelError(f"pass the ERM model: --checkpoint RUN/best.pt (from hsi train) or {flag} SPEC")
+    return TimmScgsClassifier(loaded, wnids, device, cam_layer)
+
+
+def read_train_predictions(path: Path, wnids: tuple[str, ...], classifier: TimmScgsClassifier | None = None):
+    """(rows in the config's labels, provenance) of an `hsi eval` predictions.parquet; refused when
+    it was made with another model than `classifier`."""
+    from .predictions import read_predictions
+
+    path = Path(path)
+    if not path.is_file():
+        raise PredictionsMismatch(f"--predictions {path}: no such file (pass the predictions.parquet of hsi eval)")
+    try:
+        table, metadata = read_predictions(path)
+    except (OSError, ValueError) as exc:
+        raise PredictionsMismatch(f"--predictions {path.name}: {exc}") from None
+    theirs = ((metadata.get("model") or {}).get("checkpoint_sha256")) if isinstance(metadata, dict) else None
+    ours = classifier.loaded.checkpoint_sha256 if classifier is not None else None
+    if theirs and ours and theirs != ours:
+        raise PredictionsMismatch(
+            f"--predictions {path.name} were made with weights {theirs[:12]}..., the classifier's are {ours[:12]}...: "
+            "pass the predictions of the same model (or leave --predictions out to predict here)"
+        )
+    label_of = {class_of(w).index: label for label, w in enumerate(wnids)}
+    rows = []
+    for record in table[table["status"] == "ok"].to_dict("records"):
+        predicted = label_of.get(int(record["pred_class"]))
+        true = label_of.get(int(record["label_class"]))
+        if true is None or predicted is None:
+            raise PredictionsMismatch(
+                f"--predictions {path.name}: sample {record['key']} has a label or prediction outside the config's "
+                "classes; make the predictions with `hsi eval ... --label-space subset`"
+            )
+        rows.append(PredictedRow(str(record["key"]), true, predicted))
+    return rows, {"file": path.name, "sha256": sha256_of(path), "model": (metadata or {}).get("model")}

@@ -1,0 +1,119 @@
+"""`hsi scgs`: the SCGS-augmented config of a composed source (arXiv 2412.19457): misclassified train
+images of an ERM model, a Grad-CAM++ keep-mask of the wrong class (or a control: --mask random,
+shifted, none), Stable Diffusion inpainting of the rest with the true class, a label check; written
+as `OUT/<source>-scgs[-<mask>]` (train = the source's train + the generated images; val and test
+are the source's shards, copied unchanged)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from hsi.commands.common import add_run_flags, require_extra, run_options
+
+DEFAULT_SHARD_SIZE = 64  # builder.augment.stage's; not imported here, so `hsi --help` stays light
+
+HELP = (
+    "add SCGS images (Grad-CAM++ masks of the ERM model's errors, SD inpainting with the true class) to a train split"
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", type=Path, help="a composed config folder with a train split (OUT/<config>)")
+    parser.add_argument("--out", type=Path, required=True, help="writes OUT/<source config>-scgs[-<mask>]/")
+    parser.add_argument("--checkpoint", type=Path, help="the ERM model: an `hsi train` run's best.pt")
+    parser.add_argument("--model", help="the ERM model as a model spec (or the architecture of --checkpoint)")
+    parser.add_argument(
+        "--predictions", type=Path, help="M from this `hsi eval --split train` predictions.parquet of the same model"
+    )
+    parser.add_argument("--clusters", type=int, default=5, help="k-means clusters per class (default 5)")
+    parser.add_argument("--fraction", type=float, default=0.2, help="share of each class's errors regenerated")
+    parser.add_argument("--per-image", type=int, default=1, help="images generated per sampled image")
+    parser.add_argument("--threshold", type=float, default=0.7, help="keep-mask = CAM >= this (default 0.7)")
+    parser.add_argument("--cam-layer", help="module of the ERM model the CAM uses (default: its last stage)")
+    parser.add_argument(
+        "--sd-model",
+        default=None,
+        help="inpainting pipeline: a hub id or a local folder "
+        "(default stable-diffusion-v1-5/stable-diffusion-inpainting)",
+    )
+    parser.add_argument("--prompt-template", default="a photo of a {class_name}")
+    parser.add_argument("--negative-prompt", default="")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--guidance", type=float, default=7.5)
+    parser.add_argument("--strength", type=float, default=0.9)
+    parser.add_argument(
+        "--no-paste-back", action="store_true", help="do not paste the kept source pixels back after generation"
+    )
+    parser.add_argument(
+        "--mask",
+        choices=["cam", "random", "shifted", "none"],
+        default="cam",
+        help="cam (SCGS), or a control: random blobs of the CAM mask's area, the CAM mask shifted, no mask",
+    )
+    parser.add_argument("--check-model", help="a second model spec for the label check")
+    parser.add_argument("--keep", choices=["all", "agree", "flag"], default="all", help="label-check rule")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=16, help="classifier and CAM batch size")
+    parser.add_argument("--sd-batch-size", type=int, default=4, help="images per diffusion batch")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto", help="SD weights: auto (fp16 on CUDA), float16, bfloat16, float32")
+    add_run_flags(parser, DEFAULT_SHARD_SIZE)
+
+
+def run(args: argparse.Namespace) -> int:
+    require_extra("scgs", "models", "torch", "timm", "diffusers", "sklearn", "pytorch_grad_cam")
+    from builder.augment.source import open_source
+    from builder.augment.stage import ScgsModels, ScgsOptions, ScgsStage, check_run_options, run_scgs
+    from builder.backends.sd_inpaint import DEFAULT_SD_MODEL, GenerationSettings, SdInpainter
+    from evaluation.labels import config_wnids
+    from evaluation.scgs_classifier import load_scgs_classifier, read_train_predictions
+
+    options = ScgsOptions(
+        mask=args.mask,
+        threshold=args.threshold,
+        cam_layer=args.cam_layer,
+        clusters=args.clusters,
+        fraction=args.fraction,
+        per_image=args.per_image,
+        keep=args.keep,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        shard_size=args.shard_size,
+    ).check()
+    generation = GenerationSettings(
+        prompt_template=args.prompt_template,
+        negative_prompt=args.negative_prompt,
+        steps=args.steps,
+        guidance=args.guidance,
+        strength=args.strength,
+        paste_back=not args.no_paste_back,
+        batch_size=args.sd_batch_size,
+    )
+    run_flags = run_options(args)
+    check_run_options(run_flags)
+    source = open_source(args.source)  # cheap refusals first: no train split, not a composed config
+    wnids = config_wnids(source.manifest.to_json())
+    canvas = int((source.manifest.spec or {}).get("canvas", 224))
+    classifier = load_scgs_classifier(args.model, args.checkpoint, wnids, canvas, args.device, args.cam_layer)
+    check = (
+        load_scgs_classifier(args.check_model, None, wnids, canvas, args.device, None, "--check-model")
+        if args.check_model
+        else None
+    )
+    rows = provenance = None
+    if args.predictions is not None:
+        rows, provenance = read_train_predictions(args.predictions, wnids, classifier)
+    inpainter = SdInpainter.load(args.sd_model or DEFAULT_SD_MODEL, device=args.device, dtype=args.dtype)
+    models = ScgsModels(classifier, inpainter, generation, check, rows, provenance)
+    stage = ScgsStage(source, args.out, options, models)
+    result = run_scgs(stage, run_flags)
+    summary = result.manifest.augment or {}
+    overall = (summary.get("label_check") or {}).get("overall") or {}
+    print(
+        f"hsi scgs: {stage.out_dir}: {summary.get('misclassified')} of {summary.get('train_samples')} train samples "
+        f"misclassified, {summary.get('sampled_images')} sampled, {summary.get('generated_images')} generated, "
+        f"{summary.get('kept_images')} kept (label check agrees on {overall.get('agrees', 0)}; --keep {args.keep}); "
+        f"{result.shards_built} shards built, {result.shards_reused} reused"
+    )
+    return 0
