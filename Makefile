@@ -14,7 +14,7 @@ $(VENV)/.core-installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[models,ray,dev]'
+	$(BIN)/python -m pip install -q -e '.[models,augment,ray,dev]'
 	touch $@ $(VENV)/.core-installed
 
 demo: $(VENV)/.core-installed
