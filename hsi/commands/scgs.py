@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    require_extra("scgs", "models", "torch", "timm", "diffusers", "sklearn", "pytorch_grad_cam")
+    require_extra("scgs", "augment", "torch", "timm", "diffusers", "sklearn", "pytorch_grad_cam")
     from builder.augment.source import open_source
     from builder.augment.stage import ScgsModels, ScgsOptions, ScgsStage, check_run_options, run_scgs
     from builder.backends.sd_inpaint import DEFAULT_SD_MODEL, GenerationSettings, SdInpainter
