@@ -19,6 +19,7 @@ from builder import __version__
 from builder.core.errors import HsiError
 from builder.core.taxonomy import sorted_groups, tier_sort_key
 from builder.formats.composites import COMPOSITE_FIELDS, SCHEMA_VERSION
+from cards.scgs import scgs_section
 
 DATASET_NAME = "hard-spurious-imagenet"
 PRETTY_NAME = "Hard-Spurious-ImageNet"
@@ -540,6 +541,9 @@ def render_body(
         sections.append(f"## {c.name}\n\n{config_description(c)}\n\n### Groups, sizes and tiers\n\n{groups_table(c)}")
         if c.previews:
             sections.append("### Previews\n\n" + "\n\n".join(f"![{p.rsplit('/', 1)[-1]}]({p})" for p in c.previews))
+        scgs = scgs_section(c.manifest)  # configs written by hsi scgs (cards.scgs)
+        if scgs:
+            sections.append(scgs)
         sections.append("### How it was built\n\n" + provenance(c))
         sections.append("### Validation\n\n" + validation_summary(c))
     if results:

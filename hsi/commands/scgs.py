@@ -108,6 +108,9 @@ def run(args: argparse.Namespace) -> int:
     models = ScgsModels(classifier, inpainter, generation, check, rows, provenance)
     stage = ScgsStage(source, args.out, options, models)
     result = run_scgs(stage, run_flags)
+    from cards.scgs import write_scgs_previews
+
+    write_scgs_previews(stage.out_dir)  # beside the shards, as validation's previews: releases copy them
     summary = result.manifest.augment or {}
     overall = (summary.get("label_check") or {}).get("overall") or {}
     print(

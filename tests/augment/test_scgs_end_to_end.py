@@ -113,11 +113,22 @@ def test_generated_samples_carry_schema_provenance_and_masks(built, planted_sour
         assert decode_augment_json(none[key])["mask_area_fraction"] == 0.0
 
 
-def test_the_outputs_validate(built):
-    for mask in ("cam", "none"):
-        folder = config_dir(built, mask)
+def test_the_outputs_validate_and_release_with_their_card_section(built, planted_source, tmp_path):
+    for folder in (planted_source, config_dir(built, "cam"), config_dir(built, "random")):
         assert main(["validate", str(folder), "--no-previews"]) == 0
         assert json.loads((folder / "validation.json").read_text())["ok"] is True
+    release = tmp_path / "release"
+    configs = [str(planted_source), str(config_dir(built, "cam")), str(config_dir(built, "random"))]
+    assert main(["release", *configs, "--out", str(release)]) == 0
+    card = (release / "README.md").read_text()
+    assert card.count("### SCGS augmentation") == 2
+    assert "a control: random low-passed blobs with exactly the CAM mask's pixel count" in card
+    for name in ("scgs_preview.png", "scgs_label_check.png"):
+        assert f"(previews/planted-spurious-scgs/{name})" in card
+        assert (release / "previews" / "planted-spurious-scgs" / name).stat().st_size > 1000
+    generated_count = len(generated(config_dir(built, "cam")))
+    assert f"plus {generated_count} generated images; val and test are the source's shards" in card
+    assert "| all | " in card
 
 
 def test_same_seed_is_byte_identical_resume_after_a_kill_and_another_seed_differs(
