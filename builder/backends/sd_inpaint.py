@@ -32,7 +32,6 @@ Importing this module does not import torch or diffusers.
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,8 +47,8 @@ from builder.backends.torch_base import (
     HubModelSource,
     ProcessLocalModel,
     check_device_name,
+    checkpoint_sha256,
     resolve_device,
-    weight_files_sha256,
 )
 
 DEFAULT_SD_MODEL = "stable-diffusion-v1-5/stable-diffusion-inpainting"
@@ -63,12 +62,18 @@ MODEL = HubModelSource(
     "text_encoder/, tokenizer/, scheduler/)",
     patterns=(
         "model_index.json",
-        "*/*.json",
-        "*/*.txt",
-        "*/diffusion_pytorch_model.safetensors",
-        "*/model.safetensors",
+        "scheduler/*.json",
+        "tokenizer/*",
+        "text_encoder/config.json",
+        "text_encoder/model.safetensors",
+        "unet/config.json",
+        "unet/diffusion_pytorch_model.safetensors",
+        "vae/config.json",
+        "vae/diffusion_pytorch_model.safetensors",
     ),
 )
+# the components with weights that the pipeline loads (not the safety checker: see SdInpainter.load)
+WEIGHT_COMPONENTS = ("text_encoder", "unet", "vae")
 # the weight files diffusers loads when no variant is asked for: safetensors first, else .bin
 LOADED_WEIGHTS = (
     ("diffusion_pytorch_model.safetensors", "model.safetensors"),
@@ -126,29 +131,23 @@ def pipeline_mask(keep: np.ndarray | None, shape: tuple[int, int] | None = None)
     return Image.fromarray(np.where(keep, 0, 255).astype(np.uint8), mode="L")
 
 
-def _components(folder: Path) -> list[str]:
-    """The component subfolders model_index.json names (the non-null ones), sorted."""
-    index = json.loads((folder / "model_index.json").read_text())
-    return sorted(
-        name
-        for name, value in index.items()
-        if not name.startswith("_") and isinstance(value, list) and value[0] is not None and (folder / name).is_dir()
-    )
-
-
 def pipeline_weights_sha256(folder: Path) -> str:
-    """One sha256 over the weight files the pipeline loads, component by component in sorted
-    order: `component/file:sha256` lines (files hashed once per process)."""
+    """One sha256 over the weight files the pipeline loads, component by component: the sha256 of
+    the `component/file:sha256` lines (each file hashed once per process, as `weight_files_sha256`
+    does for single-folder models)."""
     lines = []
-    for component in _components(folder):
-        files = weight_files_sha256(folder / component)
+    for component in WEIGHT_COMPONENTS:
+        if not (folder / component).is_dir():
+            raise unusable_pipeline(folder, f"it has no {component}/ folder")
+        # only the files diffusers loads: a hub snapshot also holds fp16 and .bin copies, gigabytes each
+        names = sorted(path.name for path in (folder / component).iterdir() if path.is_file())
         for preferred in LOADED_WEIGHTS:
-            chosen = {name: digest for name, digest in files.items() if name in preferred or _is_shard(name, preferred)}
+            chosen = [name for name in names if name in preferred or _is_shard(name, preferred)]
             if chosen:
-                lines.extend(f"{component}/{name}:{digest}" for name, digest in sorted(chosen.items()))
+                lines.extend(f"{component}/{name}:{checkpoint_sha256(folder / component / name)}" for name in chosen)
                 break
-    if not lines:
-        raise unusable_pipeline(folder, "it holds no weight files")
+        else:
+            raise unusable_pipeline(folder, f"{component}/ holds no weight file")
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 

@@ -155,3 +155,39 @@ def test_the_registry_lists_and_builds_the_cam():
     assert cam.info().to_json()["params"] == {"grad_cam": "1.5.7", "layer": None, "threshold": 0.5}
     with pytest.raises(HsiError, match=r"--threshold must be within \[0, 1\], got 1.5"):
         make_backend("cam", "gradcam++", GradCamPPConfig(threshold=1.5))
+
+
+class ListedStages(torch.nn.Module):
+    """Stages in a ModuleList (called one by one, never as a whole), then an unused conv."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.Conv2d(4, 4, 3, padding=1)])
+        self.unused = torch.nn.Conv2d(4, 4, 1)
+        self.head = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = torch.relu(block(x))
+        return self.head(x.mean(dim=(2, 3)))
+
+
+def test_a_module_list_stands_for_its_last_element_and_a_layer_never_called_is_refused():
+    model = ListedStages()
+    model.unused = torch.nn.Identity()
+    assert default_cam_layer(model) == "blocks.1"
+    cams = gradcam_pp_maps(model, torch.rand(1, 3, 16, 16), [1])
+    assert cams.shape == (1, 16, 16)
+    with pytest.raises(CamLayerError) as err:
+        gradcam_pp_maps(ListedStages(), torch.rand(1, 3, 16, 16), [1], layer="unused")
+    assert str(err.value) == (
+        "the layer 'unused' cannot give a Grad-CAM++ map (the layer recorded no output or gradient in the forward "
+        "pass); choose a convolutional layer the forward pass calls with --cam-layer"
+    )
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace:FutureWarning")
+def test_a_torchscript_model_is_refused_with_the_reason():
+    traced = torch.jit.trace(QuadrantModel().eval(), planted_images(1))
+    with pytest.raises(CamLayerError, match="a TorchScript model runs its compiled graph, where module hooks never"):
+        gradcam_pp_maps(traced, planted_images(1), [0])

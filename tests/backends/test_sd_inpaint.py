@@ -25,6 +25,7 @@ from builder.backends.sd_inpaint import (  # noqa: E402
     SdInpaintConfig,
     SdInpainter,
     pipeline_mask,
+    pipeline_weights_sha256,
 )
 from builder.core.errors import HsiError  # noqa: E402
 
@@ -194,6 +195,9 @@ def test_provenance_names_the_folder_and_hashes_the_weights(tiny_sd_folder, tmp_
     assert info["params"] == {"device": "cpu", "dtype": "float32", "native_size": TINY_NATIVE_SIZE}
     copy = shutil.copytree(tiny_sd_folder, tmp_path / "sd-copy")
     assert SdInpainter.load(str(copy), device="cpu").weights_sha256 == loaded.weights_sha256
+    # a file diffusers does not load (a hub snapshot's fp16 copy) is not part of the digest
+    (copy / "unet" / "diffusion_pytorch_model.fp16.safetensors").write_bytes(b"not loaded")
+    assert pipeline_weights_sha256(copy) == loaded.weights_sha256
     weights = copy / "unet" / "diffusion_pytorch_model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0x01  # one bit of the last weight value
