@@ -4,7 +4,7 @@ CLIPTextModel, a PNDM scheduler, no safety checker) and an offline CLIP tokenize
 vocabulary open-clip-torch ships, saved with `save_pretrained` so tests load it through the
 production loader (`SdInpainter.load`, the registry's "sd-inpaint" generator), offline.
 
-Native size: UNet sample size 32 x VAE scale factor 2 = 64 px, so two images at 2-3 steps take a
+Native size: UNet sample size 16 x VAE scale factor 2 = 32 px, so two images at 2-3 steps take a
 fraction of a second on a CPU.
 """
 
@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+from contextlib import contextmanager
 from pathlib import Path
 
 BPE_FILE = "bpe_simple_vocab_16e6.txt.gz"
 MERGES = 49152 - 256 - 2  # CLIP's vocabulary size (49,408) less 512 byte symbols and 2 special tokens
-TINY_NATIVE_SIZE = 64
+SAMPLE_SIZE = 16  # latent side
+TINY_NATIVE_SIZE = SAMPLE_SIZE * 2  # the VAE's two blocks halve the side once
 MAX_LENGTH = 77  # CLIP's context length; SD's text encoder has as many positions
 
 
@@ -62,10 +64,11 @@ def build_tiny_inpaint_pipeline(folder: Path, seed: int = 0) -> Path:
     tokenizer = clip_tokenizer()
     torch.manual_seed(seed)
     unet = UNet2DConditionModel(
-        sample_size=32,
+        sample_size=SAMPLE_SIZE,
         in_channels=9,  # 4 noisy latents + 1 mask + 4 masked-image latents
         out_channels=4,
-        block_out_channels=(32, 64),
+        block_out_channels=(16, 32),
+        norm_num_groups=8,
         layers_per_block=1,
         down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
         up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
@@ -75,7 +78,8 @@ def build_tiny_inpaint_pipeline(folder: Path, seed: int = 0) -> Path:
     vae = AutoencoderKL(
         in_channels=3,
         out_channels=3,
-        block_out_channels=(32, 64),
+        block_out_channels=(16, 32),
+        norm_num_groups=8,
         down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
         up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"),
         latent_channels=4,
@@ -111,6 +115,20 @@ def build_tiny_inpaint_pipeline(folder: Path, seed: int = 0) -> Path:
     folder = Path(folder)
     pipeline.save_pretrained(folder)
     return folder
+
+
+@contextmanager
+def one_intra_op_thread():
+    """Run the tiny pipeline with one torch intra-op thread: its ops are too small to split, and
+    on a busy machine OpenMP threads waiting for each other turn a 0.1 s generation into seconds."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def cached_tiny_inpaint_pipeline(tmp_path_factory, seed: int = 0) -> Path:

@@ -61,17 +61,42 @@ def _holds_conv(module) -> bool:
     return any(isinstance(sub, torch.nn.Conv2d) for sub in module.modules())
 
 
+def _last_convolutional_child(module, prefix: str = "") -> str | None:
+    """The dotted name of the last child that is or holds a Conv2d; a ModuleList or ModuleDict is
+    never called itself (its hooks would not fire), so its last such element stands for it."""
+    import torch
+
+    for name, child in reversed(list(module.named_children())):
+        if not _holds_conv(child):
+            continue
+        if isinstance(child, (torch.nn.ModuleList, torch.nn.ModuleDict)):
+            return _last_convolutional_child(child, f"{prefix}{name}.")
+        return f"{prefix}{name}"
+    return None
+
+
+def _refuse_torchscript(model) -> None:
+    import torch
+
+    if isinstance(model, torch.jit.ScriptModule):
+        raise CamLayerError(
+            "Grad-CAM++ needs the model's modules, and a TorchScript model runs its compiled graph, where "
+            "module hooks never fire: give the model as a timm or torchvision checkpoint instead"
+        )
+
+
 def default_cam_layer(model) -> str:
     """The dotted name of the model's last convolutional stage: a timm model's last `feature_info`
-    module; otherwise the last direct child of the model that is or holds a Conv2d (e.g.
-    torchvision ResNet's `layer4`, EfficientNet-Lite's `_conv_head`)."""
+    module; otherwise the last child of the model that is or holds a Conv2d (e.g. torchvision
+    ResNet's `layer4`, EfficientNet-Lite's `_conv_head`)."""
+    _refuse_torchscript(model)
     modules = _modules(model)
     stages = [name for name in _timm_stage_names(model) if name in modules]
     if stages:
         return stages[-1]
-    convolutional = [name for name, child in model.named_children() if _holds_conv(child)]
-    if convolutional:
-        return convolutional[-1]
+    convolutional = _last_convolutional_child(model)
+    if convolutional is not None:
+        return convolutional
     raise CamLayerError(
         f"the model ({type(model).__name__}) has no feature_info and no convolutional layer to take a "
         f"Grad-CAM++ map from; name the layer with {LAYER_FLAG} (a dotted module name of the model)"
@@ -80,6 +105,7 @@ def default_cam_layer(model) -> str:
 
 def resolve_cam_layer(model, layer: str | None):
     """(name, module) of the chosen layer (`default_cam_layer` when None); refuses unknown names."""
+    _refuse_torchscript(model)
     name = default_cam_layer(model) if layer is None else layer
     modules = _modules(model)
     if name not in modules or name == "":
@@ -129,7 +155,7 @@ def gradcam_pp_maps(
         raise ValueError(f"{images.shape[0]} images but {len(targets)} target classes")
     if not targets:
         return np.zeros((0, images.shape[2], images.shape[3]), dtype=np.float32)
-    _, module = resolve_cam_layer(model, layer)
+    name, module = resolve_cam_layer(model, layer)
 
     def run(chunk: Sequence[int]) -> list[np.ndarray]:
         # the input carries the gradient: the weights are frozen for the pass
@@ -138,11 +164,15 @@ def gradcam_pp_maps(
         try:
             with torch.enable_grad():
                 maps = cam(input_tensor=batch, targets=[ClassifierOutputTarget(targets[i]) for i in chunk])
-        except ValueError as exc:  # grad-cam's "Invalid activation shape" for a non-4D layer output
-            raise CamLayerError(
-                f"the layer {layer or default_cam_layer(model)!r} cannot give a Grad-CAM++ map ({exc}); "
-                f"choose a convolutional layer with {LAYER_FLAG}"
-            ) from None
+        except (ValueError, TypeError) as exc:
+            recorded = cam.activations_and_grads.activations and cam.activations_and_grads.gradients
+            if isinstance(exc, ValueError) or not recorded:  # a non-4-D output, or a layer never called
+                reason = str(exc) if recorded else "the layer recorded no output or gradient in the forward pass"
+                raise CamLayerError(
+                    f"the layer {name!r} cannot give a Grad-CAM++ map ({reason}); "
+                    f"choose a convolutional layer the forward pass calls with {LAYER_FLAG}"
+                ) from None
+            raise
         finally:
             cam.activations_and_grads.release()
         return list(np.asarray(maps, dtype=np.float32))

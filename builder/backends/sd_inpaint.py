@@ -22,8 +22,8 @@ Determinism. Each image has its own `torch.Generator` (on the CPU, so the noise 
 device) seeded with its seed; the pipeline draws each image's noise from its own generator, so an
 image's result does not depend on its batch-mates or its place in the batch (tested: byte-identical).
 The batch size itself can move the last float bits, since oneDNN and cuDNN choose kernels by shape:
-on the tiny test pipeline on a CPU, batch 1 against batch 3 moved 34 of 50,176 pixels by one grey
-level, and batches 3, 4 and 6 agreed exactly. So a run is byte-identical for a given batch size; an
+on the tiny test pipelines on a CPU, batch 1 against batch 3 moved up to 0.1% of the values by one
+grey level, and batches 3, 4 and 6 agreed exactly. So a run is byte-identical for a given batch size; an
 out-of-memory halving (announced on stderr) may change a few pixels by one level.
 
 Importing this module does not import torch or diffusers.
@@ -32,7 +32,6 @@ Importing this module does not import torch or diffusers.
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,8 +47,8 @@ from builder.backends.torch_base import (
     HubModelSource,
     ProcessLocalModel,
     check_device_name,
+    checkpoint_sha256,
     resolve_device,
-    weight_files_sha256,
 )
 
 DEFAULT_SD_MODEL = "stable-diffusion-v1-5/stable-diffusion-inpainting"
@@ -63,12 +62,18 @@ MODEL = HubModelSource(
     "text_encoder/, tokenizer/, scheduler/)",
     patterns=(
         "model_index.json",
-        "*/*.json",
-        "*/*.txt",
-        "*/diffusion_pytorch_model.safetensors",
-        "*/model.safetensors",
+        "scheduler/*.json",
+        "tokenizer/*",
+        "text_encoder/config.json",
+        "text_encoder/model.safetensors",
+        "unet/config.json",
+        "unet/diffusion_pytorch_model.safetensors",
+        "vae/config.json",
+        "vae/diffusion_pytorch_model.safetensors",
     ),
 )
+# the components with weights that the pipeline loads (not the safety checker: see SdInpainter.load)
+WEIGHT_COMPONENTS = ("text_encoder", "unet", "vae")
 # the weight files diffusers loads when no variant is asked for: safetensors first, else .bin
 LOADED_WEIGHTS = (
     ("diffusion_pytorch_model.safetensors", "model.safetensors"),
@@ -126,29 +131,23 @@ def pipeline_mask(keep: np.ndarray | None, shape: tuple[int, int] | None = None)
     return Image.fromarray(np.where(keep, 0, 255).astype(np.uint8), mode="L")
 
 
-def _components(folder: Path) -> list[str]:
-    """The component subfolders model_index.json names (the non-null ones), sorted."""
-    index = json.loads((folder / "model_index.json").read_text())
-    return sorted(
-        name
-        for name, value in index.items()
-        if not name.startswith("_") and isinstance(value, list) and value[0] is not None and (folder / name).is_dir()
-    )
-
-
 def pipeline_weights_sha256(folder: Path) -> str:
-    """One sha256 over the weight files the pipeline loads, component by component in sorted
-    order: `component/file:sha256` lines (files hashed once per process)."""
+    """One sha256 over the weight files the pipeline loads, component by component: the sha256 of
+    the `component/file:sha256` lines (each file hashed once per process, as `weight_files_sha256`
+    does for single-folder models)."""
     lines = []
-    for component in _components(folder):
-        files = weight_files_sha256(folder / component)
+    for component in WEIGHT_COMPONENTS:
+        if not (folder / component).is_dir():
+            raise unusable_pipeline(folder, f"it has no {component}/ folder")
+        # only the files diffusers loads: a hub snapshot also holds fp16 and .bin copies, gigabytes each
+        names = sorted(path.name for path in (folder / component).iterdir() if path.is_file())
         for preferred in LOADED_WEIGHTS:
-            chosen = {name: digest for name, digest in files.items() if name in preferred or _is_shard(name, preferred)}
+            chosen = [name for name in names if name in preferred or _is_shard(name, preferred)]
             if chosen:
-                lines.extend(f"{component}/{name}:{digest}" for name, digest in sorted(chosen.items()))
+                lines.extend(f"{component}/{name}:{checkpoint_sha256(folder / component / name)}" for name in chosen)
                 break
-    if not lines:
-        raise unusable_pipeline(folder, "it holds no weight files")
+        else:
+            raise unusable_pipeline(folder, f"{component}/ holds no weight file")
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
@@ -166,8 +165,6 @@ def unusable_pipeline(folder: Path, reason: str) -> BackendUnavailable:
 def _torch_dtype(dtype: str, device):
     import torch
 
-    if dtype not in DTYPES:
-        raise BackendUnavailable(f"--sd-dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if dtype == "auto":
         # fp16 halves memory and time on a GPU; on the CPU it is slow or unsupported
         return torch.float16 if device.type == "cuda" else torch.float32
@@ -204,6 +201,8 @@ class SdInpainter:
     @classmethod
     def load(cls, source: str = DEFAULT_SD_MODEL, device: str = "auto", dtype: str = "auto") -> SdInpainter:
         check_device_name(device)
+        if dtype not in DTYPES:
+            raise BackendUnavailable(f"--sd-dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         folder = _locate(source)
         resolved = resolve_device(device)
         torch_dtype = _torch_dtype(dtype, resolved)
