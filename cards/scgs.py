@@ -173,6 +173,10 @@ def scgs_section(manifest: dict) -> str | None:
         f"- Sampling: {options.get('clusters')} k-means clusters per class, fraction {options.get('fraction')}, "
         f"{options.get('per_image')} image(s) per sampled image, seed {options.get('seed')}, "
         f"label check `--keep {summary['keep']}`",
+        "- Generated samples hold, beside `jpg`, `cls` and `json` (copied from the source sample, `variant` "
+        "set to this config): `augment.json` (source key, true and predicted class, mask kind and area, "
+        "SD model and weights sha256, prompt, seed, label check), `mask.png` (255 = kept source pixels) "
+        "and `cam.png` (the Grad-CAM++ map); their keys are `<source key>_scgs<j>`",
         "",
         table(["true class", "misclassified", "sampled", "generated", "check agrees", "kept", "kept share"], rows),
     ]

@@ -57,7 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="classifier and CAM batch size")
     parser.add_argument("--sd-batch-size", type=int, default=4, help="images per diffusion batch")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="auto", help="SD weights: auto (fp16 on CUDA), float16, bfloat16, float32")
+    parser.add_argument(
+        "--sd-dtype", default="auto", help="SD weights: auto (float16 on CUDA), float16, bfloat16, float32"
+    )
     add_run_flags(parser, DEFAULT_SHARD_SIZE)
 
 
@@ -104,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     rows = provenance = None
     if args.predictions is not None:
         rows, provenance = read_train_predictions(args.predictions, wnids, classifier)
-    inpainter = SdInpainter.load(args.sd_model or DEFAULT_SD_MODEL, device=args.device, dtype=args.dtype)
+    inpainter = SdInpainter.load(args.sd_model or DEFAULT_SD_MODEL, device=args.device, dtype=args.sd_dtype)
     models = ScgsModels(classifier, inpainter, generation, check, rows, provenance)
     stage = ScgsStage(source, args.out, options, models)
     result = run_scgs(stage, run_flags)

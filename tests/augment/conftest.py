@@ -9,6 +9,15 @@ import pytest
 from planted_spurious import CLASSES, compose_planted
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread():
+    """The tiny models' ops are too small to split: one torch thread is faster on a busy machine."""
+    from tiny_sd import one_intra_op_thread
+
+    with one_intra_op_thread():
+        yield
+
+
 @pytest.fixture(scope="session")
 def planted_source(tmp_path_factory) -> Path:
     return compose_planted(tmp_path_factory.mktemp("scgs-planted"), per_class=16, holdout=0.34)
@@ -54,7 +63,7 @@ def scgs_command(source: Path, out: Path, checkpoint: Path, pipeline: Path, *ext
         "1.0",
         "--device",
         "cpu",
-        "--dtype",
+        "--sd-dtype",
         "float32",
         "--shard-size",
         "4",
