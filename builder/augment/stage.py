@@ -148,7 +148,7 @@ class ScgsShardBuilder:
         out_dir = self.stage.out_dir
         if plan.items and isinstance(plan.items[0], CopiedShard):
             stats = copy_shard(plan.items[0], out_dir / plan.filename)
-            report_progress(stats.num_samples)
+            report_progress(1)  # the bar counts plan items: one per copied shard
             return ShardResult(stats)
         return self.stage.generate_shard(plan)
 

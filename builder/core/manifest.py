@@ -31,7 +31,8 @@ TOOL_NAME = "hard-spurious-imagenet"
 # stage's name, so a new stage whose output is, say, composites is checked and released like
 # compose's; a stage registers itself here (`builder.core.stage.Stage` does it for its subclasses).
 PARTS, COMPOSITES = "parts", "composites"
-STAGE_OUTPUTS: dict[str, str] = {"extract": PARTS, "compose": COMPOSITES}
+# scgs (builder.augment.stage) is listed here too: `hsi validate` reads its folders without importing it.
+STAGE_OUTPUTS: dict[str, str] = {"extract": PARTS, "compose": COMPOSITES, "scgs": COMPOSITES}
 
 
 def register_stage_output(stage: str, holds: str) -> None:
