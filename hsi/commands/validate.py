@@ -146,8 +146,10 @@ def _print_summary(report) -> None:
     payload = report.payload
     integrity = payload.get("integrity")
     if integrity:
+        from validation.integrity import failure_line
+
         for failure in report.integrity.failures:
-            print(f"FAIL {failure.line()}", file=sys.stderr)
+            print(f"FAIL {failure_line(failure)}", file=sys.stderr)
         print(
             f"integrity: {integrity['samples_checked']} samples in {integrity['shards_checked']} shards, "
             f"{len(integrity['failures'])} failures"

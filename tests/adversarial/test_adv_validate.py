@@ -132,7 +132,7 @@ def test_a_member_larger_than_its_shard_is_refused(tmp_path):
 def test_validate_names_a_sparse_bomb_in_a_composite_shard(dataset, capsys):
     folder, _ = dataset
     rewrite_with(folder, "val-00000.tar", [sparse_member("zzbomb.jpg")])
-    found = [(f.check, f.shard, f.key) for f in check_dataset(folder).failures]
+    found = [(f.reason, f.shard, f.key) for f in check_dataset(folder).failures]
     assert ("oversized-member", "val-00000.tar", "zzbomb") in found
     assert main(["validate", str(folder), "--no-previews"]) == 1
     assert "val-00000.tar/zzbomb: oversized-member" in capsys.readouterr().err
@@ -159,7 +159,7 @@ def test_a_decompression_bomb_jpeg_is_a_failure_not_a_crash(dataset, capsys):
     assert main(["validate", str(folder)]) == 1
     report = json.loads((folder / "validation.json").read_text())
     assert report["ok"] is False
-    bombs = [f for f in report["integrity"]["failures"] if f["check"] == "jpg-decode"]
+    bombs = [f for f in report["integrity"]["failures"] if f["reason"] == "jpg-decode"]
     assert [(f["shard"], f["key"]) for f in bombs] == [("val-00001.tar", key)]
     assert "DecompressionBombError" in bombs[0]["detail"]
     assert f"val-00001.tar/{key}: jpg-decode" in capsys.readouterr().err
@@ -256,7 +256,7 @@ def test_unsafe_and_repeated_shard_names_are_failure_rows(dataset, tmp_path):
     entry["shard_lengths"] = [s["num_samples"] for s in shards]
     entry["num_samples"] = sum(entry["shard_lengths"])
     write_json_atomic(folder / "_info.json", manifest)
-    checks = {(f.check, f.shard) for f in check_dataset(folder).failures}
+    checks = {(f.reason, f.shard) for f in check_dataset(folder).failures}
     assert ("unsafe-shard-name", "../victim.tar") in checks
     assert ("duplicate-shard", shards[1]["filename"]) in checks
 

@@ -98,7 +98,7 @@ def relabel_as_own_background(meta: dict) -> dict:
 
 
 def found(dataset: Path, parts: Path | None = None) -> set[tuple[str, str | None]]:
-    return {(f.check, f.key) for f in check_dataset(dataset, parts).failures}
+    return {(f.reason, f.key) for f in check_dataset(dataset, parts).failures}
 
 
 # --- 6: group, tier, key and background follow from what the sample is --------------------------
@@ -160,7 +160,7 @@ def test_a_tier_or_group_that_does_not_follow_from_the_sample_is_named(copy):
         return out
 
     rewrite(dataset, change)
-    failures = {(f.check, f.key): f.detail for f in check_dataset(dataset).failures}
+    failures = {(f.reason, f.key): f.detail for f in check_dataset(dataset).failures}
     assert set(failures) == {("taxonomy", tiered), ("taxonomy", grouped)}
     assert "expected 'Medium'" in failures[("taxonomy", tiered)]
     assert "expected CeR" in failures[("taxonomy", grouped)]

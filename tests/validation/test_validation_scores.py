@@ -104,7 +104,9 @@ def test_loc_solution_scores_match_a_by_hand_computation(loc_fixture):
     sizes = image_sizes_from_folder(images, set(boxes))
     assert sizes["ILSVRC2012_val_00000002"] == (333, 500)
     items, unsized, _ = boxes_from_loc_csv(csv_path, sizes)
-    assert unsized == ["ILSVRC2012_val_00000005"]
+    assert [(row.image_id, row.reason, row.action, row.key) for row in unsized] == [
+        ("ILSVRC2012_val_00000005", "image-size-unknown", "not-scored", "ILSVRC2012_val_00000005")
+    ]
     report = compute_scores(items)
     expected = by_hand(LOC_ROWS[:-1])
     assert {c.wnid: (c.centre, c.size) for c in report.classes} == {
@@ -221,3 +223,30 @@ def test_official_val_boxes_give_the_papers_figures():
     assert summary["classes"] == 1000
     assert summary["centre_class_mean"] == pytest.approx(0.747, abs=0.001)
     assert summary["size_class_mean"] == pytest.approx(0.418, abs=0.001)
+
+
+def test_unscored_images_become_rows_in_the_report(loc_fixture, tmp_path, capsys):
+    csv_path, images = loc_fixture
+    # an image whose only box lies wholly outside it: the box is dropped and the image has no score
+    Image.new("RGB", (50, 40), (90, 90, 90)).save(images / "ILSVRC2012_val_00000006.JPEG")
+    with open(csv_path, "a", newline="") as handle:
+        csv.writer(handle).writerow(["ILSVRC2012_val_00000006", f"{TENCH} 60 50 90 80"])
+    out = tmp_path / "report"
+    argv = ["validate", "--scores", "--boxes-csv", str(csv_path), "--sizes-from", str(images), "--out", str(out)]
+    assert main([*argv, "--no-previews"]) == 0
+    assert "1 images of LOC_val_solution.csv have no size under --sizes-from" in capsys.readouterr().err
+    payload = json.loads((out / "validation.json").read_text())
+    unscored = payload["scores"]["unscored"]
+    assert unscored["by_reason"] == {"image-size-unknown": 1, "no-box-to-score": 1}
+    assert [(r["image_id"], r["reason"], r["action"], r["stage"], r["key"]) for r in unscored["rows"]] == [
+        ("ILSVRC2012_val_00000005", "image-size-unknown", "not-scored", "validate", "ILSVRC2012_val_00000005"),
+        ("ILSVRC2012_val_00000006", "no-box-to-score", "not-scored", "validate", "ILSVRC2012_val_00000006"),
+    ]
+    assert payload["scores"]["summary"]["images"] == 4 and payload["scores"]["summary"]["images_unscored"] == 2
+    assert payload["issues"] == {
+        "total": 3,
+        "by_reason": {"box-empty": 1, "image-size-unknown": 1, "no-box-to-score": 1},
+    }
+    markdown = (out / "validation.md").read_text()
+    assert "2 images are not scored:" in markdown
+    assert "| no-box-to-score |  |  | ILSVRC2012_val_00000006 | no box of the image is left inside it |" in markdown
