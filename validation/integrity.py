@@ -489,16 +489,23 @@ class _SampleChecker:
                 f"{expected_wh[0]}x{expected_wh[1]}, the sample declares {meta['box_w']}x{meta['box_h']}",
             )
             return
-        error = placement_error(image, meta, crop, mask, self.resize_filter)
+        box = f"({meta['box_x']},{meta['box_y']},{meta['box_w']}x{meta['box_h']})"
+        self.judge(
+            placement_error(image, meta, crop, mask, self.resize_filter),
+            "placements_compared",
+            fail,
+            "placement",
+            f"pixels in the declared box {box} differ from the object's crop",
+        )
+
+    def judge(self, error: float | None, counter: str, fail, reason: str, what: str) -> None:
+        """Count a comparison that could be made (`error` not None) in `counter` of the result, and
+        fail it with `reason` when its mean difference is above the tolerance."""
         if error is None:
             return
-        self.result.placements_compared += 1
+        setattr(self.result, counter, getattr(self.result, counter) + 1)
         if error > self.tolerance:
-            fail(
-                "placement",
-                f"pixels in the declared box ({meta['box_x']},{meta['box_y']},{meta['box_w']}x{meta['box_h']}) "
-                f"differ from the object's crop by {error:.1f} on average (tolerance {self.tolerance})",
-            )
+            fail(reason, f"{what} by {error:.1f} on average (tolerance {self.tolerance})")
 
     def compare_background(self, image: np.ndarray, meta: dict, fail) -> None:
         """The pixels around the pasted box against the declared background (noise is not kept)."""
@@ -517,16 +524,13 @@ class _SampleChecker:
             )
             if background is None:
                 return
-        error = background_error(image, meta, background)
-        if error is None:
-            return
-        self.result.backgrounds_compared += 1
-        if error > self.tolerance:
-            fail(
-                "background-pixels",
-                f"pixels around the pasted box differ from the {kind} background of "
-                f"{donor or kind} by {error:.1f} on average (tolerance {self.tolerance})",
-            )
+        self.judge(
+            background_error(image, meta, background),
+            "backgrounds_compared",
+            fail,
+            "background-pixels",
+            f"pixels around the pasted box differ from the {kind} background of {donor or kind}",
+        )
 
     def parts_sample(self, shard: str, key: str, members: dict[str, bytes], counts: dict) -> None:
         fail = self.failure_recorder(shard, key)
