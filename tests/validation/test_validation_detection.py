@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 import pytest
-from fake_imagenet import WNIDS, write_tree
+from fake_imagenet import WNIDS, extract_args, write_tree
 from tiny_detector import save_tiny_grounding_dino
 
 from builder.backends import BackendInfo, Detector, make_backend
@@ -16,6 +16,11 @@ from builder.core.records import Box
 from builder.core.shards import sha256_file
 from hsi.cli import main
 from validation.detection import DetectionItem, best_ious, missing_loader, prompt_for, redetect
+
+
+def any_box(tiny_model) -> list[str]:
+    """Flags that run the tiny detector on the CPU and keep every box it finds."""
+    return ["--detector", str(tiny_model), "--box-threshold", "0", "--text-threshold", "0", "--device", "cpu"]
 
 
 @pytest.fixture(scope="module")
@@ -126,26 +131,8 @@ def test_hsi_validate_boxes_end_to_end_with_the_tiny_detector(tiny_model, tmp_pa
     tree = write_tree(tmp_path / "imagenet", split="val", count=5)
     out = tmp_path / "report"
     code = main(
-        [
-            "validate",
-            "--boxes",
-            "--source",
-            str(tree.root),
-            "--split",
-            "val",
-            "--detector",
-            str(tiny_model),
-            "--box-threshold",
-            "0",
-            "--text-threshold",
-            "0",
-            "--batch-size",
-            "2",
-            "--device",
-            "cpu",
-            "--out",
-            str(out),
-        ]
+        ["validate", "--boxes", "--source", str(tree.root), "--split", "val", *any_box(tiny_model), "--batch-size", "2"]
+        + ["--out", str(out)]
     )
     assert code == 0
     report = json.loads((out / "validation.json").read_text())
@@ -161,27 +148,10 @@ def test_hsi_validate_boxes_end_to_end_with_the_tiny_detector(tiny_model, tmp_pa
 
 def test_boxes_on_a_parts_folder_reads_images_from_source(tiny_model, tmp_path):
     tree = write_tree(tmp_path / "imagenet", split="val", count=4)
-    assert main(["extract", "--no-progress", "--source", str(tree.root), "--out", str(tmp_path / "out")]) == 0
+    assert main(extract_args(tree.root, tmp_path / "out")) == 0
     parts = tmp_path / "out" / "parts"
     assert (
-        main(
-            [
-                "validate",
-                str(parts),
-                "--boxes",
-                "--source",
-                str(tree.root),
-                "--detector",
-                str(tiny_model),
-                "--box-threshold",
-                "0",
-                "--text-threshold",
-                "0",
-                "--device",
-                "cpu",
-                "--no-previews",
-            ]
-        )
+        main(["validate", str(parts), "--boxes", "--source", str(tree.root), *any_box(tiny_model), "--no-previews"])
         == 0
     )
     report = json.loads((parts / "validation.json").read_text())

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_imagenet import write_tree
+from fake_imagenet import extract_args, write_tree
+from parts_factory import compose_quietly, fresh_copy
 from PIL import Image
 
-from builder.compose.stage import compose_dataset
 from builder.core.shards import iter_shard, read_manifest, sha256_file, write_json_atomic, write_shard
-from builder.core.stage import RunOptions
 from hsi.cli import main
 from validation.integrity import check_dataset, failure_line
 from validation.report import validate_dataset
@@ -26,39 +25,15 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("validation-src")
     tree = write_tree(root / "imagenet", split="val", count=8)
     out = root / "out"
-    assert (
-        main(
-            [
-                "extract",
-                "--no-progress",
-                "--source",
-                str(tree.root),
-                "--split",
-                "val",
-                "--out",
-                str(out),
-                "--shard-size",
-                "4",
-            ]
-        )
-        == 0
-    )
-    summary = compose_dataset(
-        out / "parts",
-        "hard-spurious-imagenet",
-        out / "composed",
-        overrides={"shard_size": 24},
-        options=RunOptions(progress=False),
-    )
+    assert main(extract_args(tree.root, out, "--split", "val", "--shard-size", "4")) == 0
+    summary = compose_quietly(out / "parts", "hard-spurious-imagenet", out / "composed", overrides={"shard_size": 24})
     return summary.dataset_dir, out / "parts"
 
 
 @pytest.fixture
 def copy(built, tmp_path):
     dataset, parts = built
-    target = tmp_path / dataset.name
-    shutil.copytree(dataset, target, ignore=shutil.ignore_patterns("validation.*", "previews", "scores_*"))
-    return target, parts
+    return fresh_copy(dataset, tmp_path), parts
 
 
 def samples_of(dataset: Path, shard: str) -> list:
