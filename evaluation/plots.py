@@ -16,6 +16,14 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, path: Path) -> Path:
+    """Lay out, write and close a figure."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def _yerr(estimates: list[dict]):
     low = [e["value"] - e["low"] if e.get("low") is not None else 0.0 for e in estimates]
     high = [e["high"] - e["value"] if e.get("high") is not None else 0.0 for e in estimates]
@@ -42,10 +50,7 @@ def accuracy_vs_size(metrics: dict, path: Path, title: str) -> Path:
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def position_size_heatmap(metrics: dict, path: Path, title: str) -> Path:
@@ -70,10 +75,7 @@ def position_size_heatmap(metrics: dict, path: Path, title: str) -> Path:
     ax.set_xlabel("object size (px)")
     ax.set_title(title, fontsize=9)
     fig.colorbar(image, ax=ax, label="top-1")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def background_class_share(metrics: dict, path: Path, title: str) -> Path:
@@ -108,10 +110,7 @@ def background_class_share(metrics: dict, path: Path, title: str) -> Path:
     ax.set_ylabel("share of errors")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def write_plots(metrics: dict, folder: Path, title: str) -> list[str]:

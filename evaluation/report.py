@@ -44,6 +44,15 @@ def fmt(estimate: dict | None, digits: int = 3) -> str:
     return text
 
 
+def comparison_rows(rows: list[dict], labels: list[str], rates: list[str], difference: str) -> list[list]:
+    """Table rows of paired cells (same position and size): the labels, the two top-1 rates and
+    their difference with its interval."""
+    return [
+        [r["position"], r["size"], *(r[k] for k in labels), *(f"{r[k]:.3f}" for k in rates), fmt(r[difference])]
+        for r in rows
+    ]
+
+
 def md_table(header: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join("" if c is None else str(c) for c in row) + " |" for row in rows]
@@ -157,17 +166,7 @@ def render_markdown(report: dict) -> str:
             "",
             md_table(
                 ["position", "size", "foreign", "own top-1", "foreign top-1", "gap"],
-                [
-                    [
-                        r["position"],
-                        r["size"],
-                        r["foreign"],
-                        f"{r['own_top1']:.3f}",
-                        f"{r['foreign_top1']:.3f}",
-                        fmt(r["gap"]),
-                    ]
-                    for r in metrics["background_gap"]
-                ],
+                comparison_rows(metrics["background_gap"], ["foreign"], ["own_top1", "foreign_top1"], "gap"),
             ),
             "",
         ]
@@ -177,18 +176,9 @@ def render_markdown(report: dict) -> str:
             "",
             md_table(
                 ["position", "size", "control", "foreign", "control top-1", "foreign top-1", "difference"],
-                [
-                    [
-                        r["position"],
-                        r["size"],
-                        r["control"],
-                        r["foreign"],
-                        f"{r['control_top1']:.3f}",
-                        f"{r['foreign_top1']:.3f}",
-                        fmt(r["difference"]),
-                    ]
-                    for r in metrics["neutral_controls"]
-                ],
+                comparison_rows(
+                    metrics["neutral_controls"], ["control", "foreign"], ["control_top1", "foreign_top1"], "difference"
+                ),
             ),
             "",
         ]

@@ -197,3 +197,8 @@ def add_duplicate(tree: FakeTree, other_wnid: str = WNIDS[1]) -> str:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(source.read_bytes())
     return first.image_id
+
+
+def extract_args(source, out, *extra: str) -> list[str]:
+    """`hsi extract --no-progress --source SOURCE --out OUT EXTRA...`, as the tests run it."""
+    return ["extract", "--no-progress", "--source", str(source), "--out", str(out), *extra]

@@ -406,3 +406,18 @@ if __name__ == "__main__":  # manual use: python tests/hub_server.py, then HF_EN
         print(hub.endpoint, flush=True)
         while True:
             time.sleep(3600)
+
+
+def hub_env(endpoint: str, home, token: str = "hf_loopback_test_token") -> dict:
+    """The environment of a fresh `hsi` process pointed at the loopback hub (HF_ENDPOINT is read at import)."""
+    import os
+
+    return dict(
+        os.environ,
+        HF_ENDPOINT=endpoint,
+        HF_HUB_OFFLINE="0",
+        HF_DATASETS_OFFLINE="0",
+        HF_TOKEN=token,
+        HF_HOME=str(home),
+        HF_HUB_DISABLE_TELEMETRY="1",
+    )

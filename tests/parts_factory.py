@@ -13,6 +13,7 @@ photo-like content instead (for benchmarks: realistic PNG sizes and decode costs
 from __future__ import annotations
 
 import hashlib
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,3 +209,29 @@ def rehash_parts(parts_dir: Path) -> None:
             shard_path = Path(parts_dir) / shard["filename"]
             shard["bytes"], shard["sha256"] = shard_path.stat().st_size, sha256_file(shard_path)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", "utf-8")
+
+
+def compose_quietly(parts_dir: Path, variant: str, out_root: Path, *, overrides: Mapping | None = None):
+    """`compose_dataset` without progress output, as the tests compose: its `ComposeSummary`."""
+    from builder.compose.stage import compose_dataset
+    from builder.core.stage import RunOptions
+
+    return compose_dataset(parts_dir, variant, out_root, options=RunOptions(progress=False), overrides=overrides)
+
+
+def fresh_copy(dataset: Path, into: Path) -> Path:
+    """A copy of a dataset folder in `into` (same name) without its validation report, for one test to break."""
+    target = Path(into) / Path(dataset).name
+    shutil.copytree(dataset, target, ignore=shutil.ignore_patterns("validation.*", "previews", "scores_*"))
+    return target
+
+
+def compose_args(parts, out, *extra: str) -> list[str]:
+    """`hsi compose --parts PARTS --out OUT EXTRA...`, as the tests run it."""
+    return ["compose", "--parts", str(parts), "--out", str(out), *extra]
+
+
+def compose_images(root: Path, images, parts_shard_size: int, variant: str = "hard-spurious-imagenet", **overrides):
+    """Parts of `images` (split val) in ROOT/parts, composed into ROOT/out: (dataset folder, parts folder)."""
+    write_parts(root / "parts", {"val": images}, shard_size=parts_shard_size)
+    return compose_quietly(root / "parts", variant, root / "out", overrides=overrides).dataset_dir, root / "parts"

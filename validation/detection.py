@@ -20,7 +20,7 @@ import numpy as np
 
 from builder.backends.base import BackendInfo, Detector
 from builder.core.classes import class_of, is_known_wnid
-from builder.core.records import Box
+from builder.core.records import Box, Issue, count_by_reason
 
 DEFAULT_BOX_THRESHOLD = 0.35  # the thresholds of Grounding DINO's own demo
 DEFAULT_TEXT_THRESHOLD = 0.25
@@ -29,12 +29,31 @@ DEFAULT_IOU_THRESHOLD = 0.5
 
 @dataclass(frozen=True)
 class DetectionItem:
-    """One image to re-detect: its pixels (H x W x 3 uint8) are loaded on demand."""
+    """One image to re-detect: its pixels (H x W x 3 uint8) are loaded on demand; `load` raises
+    `ImageUnavailable` (or OSError/ValueError) when they cannot be."""
 
     image_id: str
     wnid: str
     boxes: tuple[Box, ...]
     load: Callable[[], np.ndarray]
+    split: str | None = None
+
+
+class ImageUnavailable(Exception):
+    """An image to re-detect cannot be loaded: `reason` is one of `REASONS` (the decoder's, or
+    `image-not-found`)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail = reason, detail
+
+
+def unavailable_row(item: DetectionItem, error: Exception) -> Issue:
+    """The error row of an image left out of the re-detection, keyed by its image id."""
+    reason, detail = (
+        (error.reason, error.detail) if isinstance(error, ImageUnavailable) else ("unreadable-image", str(error))
+    )
+    return Issue(item.image_id, reason, detail, "validate", "not-detected", split=item.split, key=item.image_id)
 
 
 @dataclass(frozen=True)
@@ -78,7 +97,7 @@ class DetectionReport:
     images: list[ImageIoU]
     info: dict
     iou_threshold: float
-    unreadable: list[dict] = field(default_factory=list)
+    unreadable: list[Issue] = field(default_factory=list)  # images left out: not found or not decodable
 
     def per_class(self) -> dict[str, dict]:
         grouped: dict[str, list[float]] = {}
@@ -119,7 +138,8 @@ class DetectionReport:
                 }
                 for i in self.images
             },
-            "unreadable": self.unreadable,
+            "unreadable": [row.to_json() for row in self.unreadable],
+            "unreadable_by_reason": count_by_reason(self.unreadable),
             "paper_reference": {"mean_iou": 0.875, "note": "Grounding DINO against ImageNet's val boxes"},
         }
 
@@ -162,8 +182,8 @@ def redetect(
             continue
         try:
             image = item.load()
-        except (OSError, ValueError) as exc:
-            report.unreadable.append({"image_id": item.image_id, "detail": str(exc)})
+        except (ImageUnavailable, OSError, ValueError) as exc:
+            report.unreadable.append(unavailable_row(item, exc))
             continue
         batch.append((item, image))
         if len(batch) >= batch_size:
@@ -174,19 +194,30 @@ def redetect(
     return report
 
 
-def items_from_sources(records, limit: int | None = None) -> list[DetectionItem]:
+def items_from_sources(records, limit: int | None = None, split: str | None = None) -> list[DetectionItem]:
     """Detection items for `builder.sources` records (their files are decoded when batched)."""
     chosen = sorted(records, key=lambda r: r.image_id)[: limit or None]
-    return [DetectionItem(r.image_id, r.wnid, tuple(r.boxes), _file_loader(r.path)) for r in chosen]
+    return [DetectionItem(r.image_id, r.wnid, tuple(r.boxes), file_loader(r.path), split) for r in chosen]
 
 
-def _file_loader(path: str) -> Callable[[], np.ndarray]:
+def file_loader(path: str) -> Callable[[], np.ndarray]:
+    """Decode `path` as extract decodes it; a file it refuses raises `ImageUnavailable` with its reason."""
+
     def load() -> np.ndarray:
         from builder.extract.images import ImageDecodeError, decode_image
 
         try:
             return decode_image(Path(path)).rgb
         except ImageDecodeError as exc:
-            raise ValueError(f"{exc.reason}: {exc.detail}") from None
+            raise ImageUnavailable(exc.reason, exc.detail) from None
+
+    return load
+
+
+def missing_loader(image_id: str) -> Callable[[], np.ndarray]:
+    """A loader for an image that is not under --source."""
+
+    def load() -> np.ndarray:
+        raise ImageUnavailable("image-not-found", f"{image_id} is not under --source")
 
     return load

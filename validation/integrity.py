@@ -1,6 +1,7 @@
 """Integrity of a composed dataset (or a parts folder) against its `_info.json` manifest.
 
-Checks, each failure naming the shard and the sample key:
+Checks, each failure an error row (`builder.core.records.Issue`, a reason from `REASONS`) naming the
+split, the shard and the sample key:
   - every listed shard exists, has the recorded byte size, sha256 and sample count;
   - every tar member is a plain file with a safe name (no absolute path, no `..`), `key.ext` form;
   - every sample has exactly the members of its stage, decodes, and its `json` fits the schema;
@@ -27,7 +28,7 @@ import os
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import cv2
@@ -39,6 +40,7 @@ from builder.compose.backgrounds import gray_background
 from builder.compose.geometry import CORNERS, GeometryError, object_size, place, resize_mask, resize_rgb
 from builder.core.errors import HsiError, InputError
 from builder.core.manifest import COMPOSITES, Manifest, format_of
+from builder.core.records import Issue, count_by_reason
 from builder.core.runner import _init_worker, stop_pool
 from builder.core.shards import MANIFEST_NAME, ShardReadError, iter_shard, read_manifest, sha256_file
 from builder.core.taxonomy import group_name, tier_of
@@ -92,20 +94,20 @@ def describe_value(value) -> str:
     return f"{value!r} ({type(value).__name__})"
 
 
-@dataclass(frozen=True)
-class Failure:
-    check: str
-    detail: str
-    split: str | None = None
-    shard: str | None = None
-    key: str | None = None
+STAGE = "validate"  # the stage of every row validation writes
 
-    def to_json(self) -> dict:
-        return asdict(self)
 
-    def line(self) -> str:
-        where = "/".join(part for part in (self.shard, self.key) if part) or MANIFEST_NAME
-        return f"{where}: {self.check}: {self.detail}"
+def failure(
+    reason: str, detail: str, split: str | None = None, shard: str | None = None, key: str | None = None
+) -> Issue:
+    """An integrity failure as an error row: it names the sample key, else the shard, else the manifest."""
+    return Issue(key or shard or MANIFEST_NAME, reason, detail, STAGE, split=split, shard=shard, key=key)
+
+
+def failure_line(row: Issue) -> str:
+    """`shard/key: reason: detail`, the line `hsi validate` prints for a failure."""
+    where = "/".join(part for part in (row.shard, row.key) if part) or MANIFEST_NAME
+    return f"{where}: {row.reason}: {row.detail}"
 
 
 @dataclass
@@ -115,7 +117,7 @@ class IntegrityResult:
     shards_checked: int = 0
     placements_compared: int = 0
     backgrounds_compared: int = 0
-    failures: list[Failure] = field(default_factory=list)
+    failures: list[Issue] = field(default_factory=list)
     counts: dict = field(default_factory=dict)
     tolerance: float = DEFAULT_PLACEMENT_TOLERANCE
     shard_sha256: dict[str, str] = field(default_factory=dict)  # every shard read: its sha256 on disk
@@ -134,19 +136,19 @@ class IntegrityResult:
             "placements_compared": self.placements_compared,
             "backgrounds_compared": self.backgrounds_compared,
             "tolerance": self.tolerance,
-            "failures_by_check": dict(sorted(Counter(f.check for f in self.failures).items())),
+            "failures_by_reason": count_by_reason(self.failures),
             "failures": [f.to_json() for f in self.failures],
             "counts": self.counts,
         }
 
 
 def read_shard_members(
-    path: Path, shard: str, split: str, failures: list[Failure]
+    path: Path, shard: str, split: str, failures: list[Issue]
 ) -> Iterator[tuple[str, dict[str, bytes]]]:
     """Samples of a shard, tolerating bad members: each becomes a failure and is skipped."""
 
     def record(error: ShardReadError) -> None:
-        failures.append(Failure(error.reason, error.detail, split, shard, error.key))
+        failures.append(failure(error.reason, error.detail, split, shard, error.key))
 
     return iter_shard(path, handler=record)
 
@@ -162,29 +164,29 @@ def safe_shard_name(name) -> bool:
     )
 
 
-def check_shard_file(dataset_dir: Path, split: str, entry: dict, failures: list[Failure]) -> str | None:
+def check_shard_file(dataset_dir: Path, split: str, entry: dict, failures: list[Issue]) -> str | None:
     """Existence, byte size and sha256 of one listed shard: its sha256 on disk, None when missing."""
     name = entry.get("filename", "?")
     if not safe_shard_name(name):
         failures.append(
-            Failure(
+            failure(
                 "unsafe-shard-name", f"{name!r} is not a plain file name inside the dataset folder", split, str(name)
             )
         )
         return None
     path = dataset_dir / name
     if not path.is_file() or path.is_symlink():
-        failures.append(Failure("missing-shard", f"listed in {MANIFEST_NAME} but not a file on disk", split, name))
+        failures.append(failure("missing-shard", f"listed in {MANIFEST_NAME} but not a file on disk", split, name))
         return None
     size = path.stat().st_size
     if "bytes" in entry and size != entry["bytes"]:
         failures.append(
-            Failure("shard-size", f"{size} bytes on disk, manifest says {describe_value(entry['bytes'])}", split, name)
+            failure("shard-size", f"{size} bytes on disk, manifest says {describe_value(entry['bytes'])}", split, name)
         )
     digest = sha256_file(path)
     if "sha256" in entry and digest != entry["sha256"]:
         failures.append(
-            Failure(
+            failure(
                 "shard-sha256",
                 f"sha256 {digest[:16]}... differs from the manifest's {str(entry['sha256'])[:16]}...",
                 split,
@@ -210,14 +212,14 @@ def _normalise_counts(counts: dict) -> dict:
     }
 
 
-def compare_counts(split: str, declared: dict, found: dict, failures: list[Failure]) -> None:
+def compare_counts(split: str, declared: dict, found: dict, failures: list[Issue]) -> None:
     declared, found = _normalise_counts(declared), _normalise_counts(found)
     for kind in sorted(set(declared) | set(found)):
         ours, theirs = found.get(kind, {}), declared.get(kind, {})
         for bucket in sorted(set(ours) | set(theirs)):
             if ours.get(bucket, 0) != theirs.get(bucket, 0):
                 failures.append(
-                    Failure(
+                    failure(
                         "count-mismatch",
                         f"{kind} {bucket}: manifest says {theirs.get(bucket, 0)}, shards hold {ours.get(bucket, 0)}",
                         split,
@@ -345,7 +347,7 @@ def generated_source_key(key: str, members: dict[str, bytes], fail) -> str | Non
 
 
 def check_meaning(key: str, meta: dict, spec: dict) -> list[tuple[str, str]]:
-    """(check, detail) for each label of the sample that does not follow from what it is."""
+    """(reason, detail) for each label of the sample that does not follow from what it is."""
     problems = []
     groups = expected_groups(meta, spec)
     if not groups:
@@ -445,10 +447,10 @@ class _SampleChecker:
     spec: dict = field(default_factory=dict)
 
     def failure_recorder(self, shard: str, key: str):
-        """`fail(check, detail)` for one sample: records a Failure naming its split, shard and key."""
+        """`fail(reason, detail)` for one sample: records a failure row naming its split, shard and key."""
 
-        def fail(check: str, detail: str) -> None:
-            self.result.failures.append(Failure(check, detail, self.split, shard, key))
+        def fail(reason: str, detail: str) -> None:
+            self.result.failures.append(failure(reason, detail, self.split, shard, key))
 
         return fail
 
@@ -489,8 +491,8 @@ class _SampleChecker:
                 f"random background {meta['background_source_id']} is of the object's own class {meta['wnid']}",
             )
         meaning_key = generated_source_key(key, members, fail) if generated else key
-        for check, detail in check_meaning(meaning_key or key, meta, self.spec):
-            fail(check, detail)
+        for reason, detail in check_meaning(meaning_key or key, meta, self.spec):
+            fail(reason, detail)
         try:
             image = decode_composite_pixels(members.get("jpg", b""))
         except DECODE_ERRORS as exc:
@@ -516,16 +518,23 @@ class _SampleChecker:
                 f"{expected_wh[0]}x{expected_wh[1]}, the sample declares {meta['box_w']}x{meta['box_h']}",
             )
             return
-        error = placement_error(image, meta, crop, mask, self.resize_filter)
+        box = f"({meta['box_x']},{meta['box_y']},{meta['box_w']}x{meta['box_h']})"
+        self.judge(
+            placement_error(image, meta, crop, mask, self.resize_filter),
+            "placements_compared",
+            fail,
+            "placement",
+            f"pixels in the declared box {box} differ from the object's crop",
+        )
+
+    def judge(self, error: float | None, counter: str, fail, reason: str, what: str) -> None:
+        """Count a comparison that could be made (`error` not None) in `counter` of the result, and
+        fail it with `reason` when its mean difference is above the tolerance."""
         if error is None:
             return
-        self.result.placements_compared += 1
+        setattr(self.result, counter, getattr(self.result, counter) + 1)
         if error > self.tolerance:
-            fail(
-                "placement",
-                f"pixels in the declared box ({meta['box_x']},{meta['box_y']},{meta['box_w']}x{meta['box_h']}) "
-                f"differ from the object's crop by {error:.1f} on average (tolerance {self.tolerance})",
-            )
+            fail(reason, f"{what} by {error:.1f} on average (tolerance {self.tolerance})")
 
     def compare_background(self, image: np.ndarray, meta: dict, fail) -> None:
         """The pixels around the pasted box against the declared background (noise is not kept)."""
@@ -544,16 +553,13 @@ class _SampleChecker:
             )
             if background is None:
                 return
-        error = background_error(image, meta, background)
-        if error is None:
-            return
-        self.result.backgrounds_compared += 1
-        if error > self.tolerance:
-            fail(
-                "background-pixels",
-                f"pixels around the pasted box differ from the {kind} background of "
-                f"{donor or kind} by {error:.1f} on average (tolerance {self.tolerance})",
-            )
+        self.judge(
+            background_error(image, meta, background),
+            "backgrounds_compared",
+            fail,
+            "background-pixels",
+            f"pixels around the pasted box differ from the {kind} background of {donor or kind}",
+        )
 
     def parts_sample(self, shard: str, key: str, members: dict[str, bytes], counts: dict) -> None:
         fail = self.failure_recorder(shard, key)
@@ -579,15 +585,15 @@ class _SampleChecker:
         self.result.source_ids.append(key)
 
 
-def _from_parts(fail, check: str, source_id: str, read):
-    """`read(source_id)` from the parts, or None with a `check` failure saying why it is not there."""
+def _from_parts(fail, reason: str, source_id: str, read):
+    """`read(source_id)` from the parts, or None with a `reason` failure saying why it is not there."""
     try:
         value = read(source_id)
     except (*DECODE_ERRORS, KeyError) as exc:
-        fail(check, f"the parts of source {source_id} do not read: {exc}")
+        fail(reason, f"the parts of source {source_id} do not read: {exc}")
         return None
     if value is None:
-        fail(check, f"source {source_id} is not in the parts folder")
+        fail(reason, f"source {source_id} is not in the parts folder")
     return value
 
 
@@ -655,7 +661,7 @@ def check_shard(task: ShardTask) -> ShardCheck:
     in_shard: dict[str, int] = {}
     for key, members in read_shard_members(Path(task.dataset_dir) / name, name, task.split, result.failures):
         if key in in_shard:
-            result.failures.append(Failure("duplicate-key", f"key also in {name}", task.split, name, key))
+            result.failures.append(failure("duplicate-key", f"key also in {name}", task.split, name, key))
         in_shard[key] = 1
         keys.append(key)
         check_sample(name, key, members, counts)
@@ -663,7 +669,7 @@ def check_shard(task: ShardTask) -> ShardCheck:
     if len(keys) != task.entry.get("num_samples"):
         declared = describe_value(task.entry.get("num_samples"))
         result.failures.append(
-            Failure("shard-count", f"holds {len(keys)} samples, manifest says {declared}", task.split, name)
+            failure("shard-count", f"holds {len(keys)} samples, manifest says {declared}", task.split, name)
         )
     return ShardCheck(result, counts, keys, True)
 
@@ -756,7 +762,7 @@ def check_dataset(
                 )
     for name, times in sorted(listed.items()):
         if times > 1:
-            result.failures.append(Failure("duplicate-shard", f"listed {times} times in {MANIFEST_NAME}", None, name))
+            result.failures.append(failure("duplicate-shard", f"listed {times} times in {MANIFEST_NAME}", None, name))
     checks = _map_shards(tasks, workers)
     seen: dict[str, str] = {}
     for split in sorted(manifest.splits):
@@ -783,9 +789,9 @@ def _merge_split(
     fields, keys across shards, totals and counts. `seen` maps every key met so far to its shard."""
     shards = entry.get("shards", [])
     if [s.get("filename") for s in shards] != entry.get("filenames", []):
-        result.failures.append(Failure("manifest", "filenames and shards list different files", split))
+        result.failures.append(failure("manifest", "filenames and shards list different files", split))
     if [s.get("num_samples") for s in shards] != entry.get("shard_lengths", []):
-        result.failures.append(Failure("manifest", "shard_lengths disagree with the shards' num_samples", split))
+        result.failures.append(failure("manifest", "shard_lengths disagree with the shards' num_samples", split))
     counts: dict = {}
     total = 0
     for task, check in checked:
@@ -794,7 +800,7 @@ def _merge_split(
         result.failures.extend(part.failures)
         for key in check.keys:
             if key in seen and seen[key] != name:
-                result.failures.append(Failure("duplicate-key", f"key also in {seen[key]}", split, name, key))
+                result.failures.append(failure("duplicate-key", f"key also in {seen[key]}", split, name, key))
             seen.setdefault(key, name)
         result.shards_checked += part.shards_checked
         result.samples_checked += part.samples_checked
@@ -806,7 +812,7 @@ def _merge_split(
         total += part.samples_checked
     if total != entry.get("num_samples"):
         result.failures.append(
-            Failure(
+            failure(
                 "split-count",
                 f"shards hold {total} samples, manifest says {describe_value(entry.get('num_samples'))}",
                 split,

@@ -14,6 +14,7 @@ from pathlib import Path
 from builder import __version__
 from builder.core.errors import InputError
 from builder.core.manifest import COMPOSITES, PARTS, Manifest, format_of
+from builder.core.records import REASONS, VALIDATION_REASONS
 from builder.core.shards import MANIFEST_NAME, read_manifest, write_json_atomic
 from builder.core.taxonomy import sorted_groups
 from validation.integrity import DECODE_ERRORS, IntegrityResult, check_dataset
@@ -106,6 +107,51 @@ def _header_section(payload: dict) -> list[str]:
     ]
 
 
+def report_rows(payload: dict) -> list[dict]:
+    """Every error row of the report: integrity failures, images left out of the re-detection and
+    of the scores, and boxes clipped or dropped to fit their image."""
+    scores = payload.get("scores") or {}
+    return [
+        *((payload.get("integrity") or {}).get("failures") or []),
+        *((payload.get("detection") or {}).get("unreadable") or []),
+        *(scores.get("unscored") or {}).get("rows", []),
+        *(scores.get("box_issues") or {}).get("rows", []),
+    ]
+
+
+def count_rows(rows: list[dict]) -> dict:
+    """{total, by_reason}, counted as a manifest counts its errors."""
+    by_reason: dict[str, int] = {}
+    for row in rows:
+        by_reason[row["reason"]] = by_reason.get(row["reason"], 0) + 1
+    return {"total": len(rows), "by_reason": dict(sorted(by_reason.items()))}
+
+
+def _rows_table(rows: list[dict]) -> list[str]:
+    """Error rows as a table (the first MAX_LISTED; all are in the JSON)."""
+    lines = ["| reason | split | shard | key | detail |", "|---|---|---|---|---|"]
+    for row in rows[:MAX_LISTED]:
+        cells = [row["reason"], row.get("split"), row.get("shard"), row.get("key"), row["detail"]]
+        lines.append("| " + " | ".join(str(cell or "").replace("|", "\\|") for cell in cells) + " |")
+    if len(rows) > MAX_LISTED:
+        lines.append(f"\n... and {len(rows) - MAX_LISTED} more in `{JSON_NAME}`.")
+    return lines
+
+
+def _issues_section(issues: dict) -> list[str]:
+    """Every error row of the report counted by reason, with what the reason means."""
+    lines = _heading("Issues") + [
+        f"{issues['total']} rows, each with its split, shard and key in `{JSON_NAME}`:",
+        "",
+        "| reason | rows | action | meaning |",
+        "|---|---|---|---|",
+    ]
+    for reason, count in issues["by_reason"].items():
+        meaning = VALIDATION_REASONS[reason][1] if reason in VALIDATION_REASONS else ""
+        lines.append(f"| {reason} | {count} | {REASONS.get(reason, '')} | {meaning} |")
+    return lines
+
+
 def _integrity_section(integrity: dict) -> list[str]:
     """What was checked, the failures (the first MAX_LISTED) and the samples per split."""
     lines = _heading("Integrity") + [
@@ -116,12 +162,7 @@ def _integrity_section(integrity: dict) -> list[str]:
         "",
     ]
     if integrity["failures"]:
-        lines += ["| check | shard | key | detail |", "|---|---|---|---|"]
-        for failure in integrity["failures"][:MAX_LISTED]:
-            detail = failure["detail"].replace("|", "\\|")
-            lines.append(f"| {failure['check']} | {failure['shard'] or ''} | {failure['key'] or ''} | {detail} |")
-        if len(integrity["failures"]) > MAX_LISTED:
-            lines.append(f"\n... and {len(integrity['failures']) - MAX_LISTED} more in `{JSON_NAME}`.")
+        lines += _rows_table(integrity["failures"])
     else:
         lines.append("No failures: every shard, count, key, background and placement checks out.")
     for split, counts in sorted(integrity.get("counts", {}).items()):
@@ -151,6 +192,9 @@ def _scores_section(scores: dict) -> list[str]:
             f"Boxes that did not fit their image, clipped or dropped as extract does ({counts}); "
             f"every one is listed in `{JSON_NAME}`.",
         ]
+    unscored = scores.get("unscored")
+    if unscored:
+        lines += ["", f"{len(unscored['rows'])} images are not scored:", ""] + _rows_table(unscored["rows"])
     correlations = scores.get("accuracy_correlations")
     if correlations:
         lines += _correlation_table(correlations)
@@ -223,6 +267,10 @@ def _detection_section(detection: dict) -> list[str]:
             f"| {row['image_id']} | {row['wnid']} | {row['mean_iou']:.3f} |"
             for row in detection["below_threshold"][:MAX_LISTED]
         ]
+    unreadable = detection.get("unreadable") or []
+    if unreadable:
+        lines += ["", f"{len(unreadable)} images could not be loaded and are not re-detected:", ""]
+        lines += _rows_table(unreadable)
     return lines
 
 
@@ -233,6 +281,8 @@ def _previews_section(previews: list[str]) -> list[str]:
 def render_markdown(payload: dict) -> str:
     """`validation.md`: the header, then a section per part of the payload that is present."""
     lines = _header_section(payload)
+    if payload.get("issues", {}).get("total"):
+        lines += _issues_section(payload["issues"])
     if payload.get("integrity"):
         lines += _integrity_section(payload["integrity"])
     if payload.get("scores"):
@@ -361,6 +411,7 @@ def validate_dataset(
         # integrity compared every shard's sha256 with the manifest; release compares this record again
         payload["shards"] = Manifest.read(dataset_dir).shard_sha256()
     payload["ok"] = ok
+    payload["issues"] = count_rows(report_rows(payload))
     json_path, md_path = write_report(out_dir, payload)
     return ValidationReport(ok, json_path, md_path, preview_paths, payload, integrity)
 

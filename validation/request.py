@@ -223,10 +223,10 @@ def compute_requested_scores(request: ValidationRequest, warn: Callable[[str], N
 
     assert request.scores is not None
     accuracy, controls = read_accuracies(request.scores, read_accuracy)
-    items, box_issues = score_inputs(request, warn)
+    items, box_issues, unscored = score_inputs(request, warn)
     if source_ids is not None and not request.scores.boxes_csv:
         items = [item for item in items if item.image_id in source_ids]
-    return compute_scores(items, accuracy, controls, box_issues)
+    return compute_scores(items, accuracy, controls, box_issues, unscored)
 
 
 def read_accuracies(scores: ScoresRequest, read_accuracy):
@@ -248,7 +248,8 @@ def read_accuracies(scores: ScoresRequest, read_accuracy):
 
 def score_inputs(request: ValidationRequest, warn: Callable[[str], None]):
     """The boxes to score (a LOC csv joined with sizes, the dataset when it is a parts folder, or
-    --parts) and the boxes that had to be clipped or dropped to fit their images."""
+    --parts), the boxes that had to be clipped or dropped to fit their images, and the images that
+    cannot be scored (rows; each is in the report)."""
     from builder.formats.loc_csv import read_loc_solution
     from validation.scores import boxes_from_loc_csv, boxes_from_parts, image_sizes_from_folder, image_sizes_from_parts
 
@@ -263,7 +264,8 @@ def score_inputs(request: ValidationRequest, warn: Callable[[str], None]):
         if unsized:
             warn(
                 f"hsi validate: {len(unsized)} images of {scores.boxes_csv.name} have no size under --sizes-from "
-                f"and are not scored (first: {', '.join(unsized[:5])})"
+                f"and are not scored (first: {', '.join(row.image_id for row in unsized[:5])}); all are listed "
+                "in the report"
             )
         if box_issues:
             warn(
@@ -271,18 +273,17 @@ def score_inputs(request: ValidationRequest, warn: Callable[[str], None]):
                 f"clipped or dropped as extract does (first: {box_issues[0].image_id}: {box_issues[0].detail}); "
                 "all are listed in the report"
             )
-        return items, box_issues
+        return items, box_issues, unsized
     parts = request.dataset if format_of(request.dataset_stage) == PARTS else request.parts
     assert parts is not None  # check() refused the request otherwise
-    return boxes_from_parts(parts), []
+    return boxes_from_parts(parts), [], []
 
 
 def detection_items(request: ValidationRequest, warn: Callable[[str], None]):
     """Images and ground-truth boxes to re-detect: from a parts folder's boxes (images under
     --source) or from the source listing itself."""
-    from builder.core.records import Box
     from builder.extract.sources import detect_layout, list_image_files, load_sources
-    from validation.detection import DetectionItem, _file_loader, items_from_sources
+    from validation.detection import DetectionItem, file_loader, items_from_sources, missing_loader
     from validation.scores import boxes_from_parts
 
     detection = request.detection
@@ -290,26 +291,17 @@ def detection_items(request: ValidationRequest, warn: Callable[[str], None]):
     parts_dir = request.dataset if format_of(request.dataset_stage) == PARTS else request.parts
     if parts_dir is None:
         listing = load_sources(detection.source, detection.split, detection.boxes_path, announce=warn)
-        return items_from_sources(listing.records, detection.limit)
+        return items_from_sources(listing.records, detection.limit, detection.split)
     paths = {
         image_id: path
         for image_id, _, path in list_image_files(detect_layout(detection.source, detection.split).images_dir)
     }
     items = []
     for item in boxes_from_parts(parts_dir)[: detection.limit or None]:
-        if item.image_id in paths:
-            boxes = tuple(Box(b.x0, b.y0, b.x1, b.y1, b.wnid) for b in item.boxes)
-            items.append(DetectionItem(item.image_id, item.wnid, boxes, _file_loader(str(paths[item.image_id]))))
-        else:
-            items.append(DetectionItem(item.image_id, item.wnid, item.boxes, _missing_loader(item.image_id)))
+        path = paths.get(item.image_id)
+        load = file_loader(str(path)) if path is not None else missing_loader(item.image_id)
+        items.append(DetectionItem(item.image_id, item.wnid, item.boxes, load, detection.split))
     return items
-
-
-def _missing_loader(image_id: str):
-    def load():
-        raise ValueError(f"{image_id} is not under --source")
-
-    return load
 
 
 def run_detection(request: ValidationRequest, warn: Callable[[str], None]) -> dict:

@@ -24,7 +24,7 @@ import numpy as np
 
 from builder.core.classes import class_of, is_known_wnid
 from builder.core.errors import InputError
-from builder.core.records import Box, Issue, SourceImage
+from builder.core.records import Box, Issue, SourceImage, count_by_reason
 from builder.formats.loc_csv import read_loc_boxes
 
 # The paper's class-averaged figures over the official ImageNet val boxes.
@@ -163,8 +163,9 @@ def boxes_from_parts(parts_dir: Path, split: str | None = None) -> list[ImageBox
 
 def boxes_from_loc_csv(
     csv_path: Path, sizes: dict[str, tuple[int, int]]
-) -> tuple[list[ImageBoxes], list[str], list[Issue]]:
-    """Join the CSV's boxes with image sizes; images without a known size are returned by id.
+) -> tuple[list[ImageBoxes], list[Issue], list[Issue]]:
+    """Join the CSV's boxes with image sizes; each image without a known size is returned as an
+    `image-size-unknown` row (it is not scored).
 
     Boxes are clipped to their image as extract clips them (`box-outside-image`; a box empty
     inside the image is dropped, `box-empty`), and each repair is returned as an `Issue`. The
@@ -175,7 +176,8 @@ def boxes_from_loc_csv(
     items, unsized, issues = [], [], []
     for image_id, boxes in sorted(read_loc_boxes(csv_path).items()):
         if image_id not in sizes:
-            unsized.append(image_id)
+            detail = f"{Path(csv_path).name} has {len(boxes)} boxes for it, but no readable image of it has a size"
+            unsized.append(Issue(image_id, "image-size-unknown", detail, "validate", key=image_id))
             continue
         width, height = sizes[image_id]
         kept, clipped = clip_boxes(SourceImage(image_id, boxes[0].wnid, "", tuple(boxes)), width, height)
@@ -417,6 +419,7 @@ class ScoreReport:
     summary: dict
     correlations: dict | None = None
     box_issues: list[Issue] = field(default_factory=list)  # boxes clipped or dropped to fit their image
+    unscored: list[Issue] = field(default_factory=list)  # images left out of the scores, and why
 
     def to_json(self) -> dict:
         payload: dict = {"summary": self.summary}
@@ -426,6 +429,11 @@ class ScoreReport:
             payload["box_issues"] = {
                 "by_reason": dict(sorted(Counter(i.reason for i in self.box_issues).items())),
                 "rows": [i.to_json() for i in self.box_issues],
+            }
+        if self.unscored:
+            payload["unscored"] = {
+                "by_reason": count_by_reason(self.unscored),
+                "rows": [i.to_json() for i in self.unscored],
             }
         return payload
 
@@ -447,10 +455,17 @@ def compute_scores(
     accuracy: dict[str, float] | dict[str, dict[str, float]] | None = None,
     controls: dict[str, dict[str, float]] | None = None,
     box_issues: Sequence[Issue] = (),
+    unscored: Sequence[Issue] = (),
 ) -> ScoreReport:
     """`accuracy`: one per-class accuracy {wnid: acc}, or several by model name {name: {wnid: acc}}
-    (with `controls` by the same names, for partial correlations)."""
+    (with `controls` by the same names, for partial correlations). `unscored`: rows of images already
+    left out (no size); an image whose boxes were all dropped joins them as `no-box-to-score`."""
     images = [score_image(item) for item in items if item.boxes]
+    left_out = list(unscored) + [
+        Issue(item.image_id, "no-box-to-score", "no box of the image is left inside it", "validate", key=item.image_id)
+        for item in items
+        if not item.boxes
+    ]
     check_score_range(images)
     classes = score_classes(images)
     correlations = None
@@ -461,4 +476,8 @@ def compute_scores(
     if box_issues:
         summary["boxes_clipped"] = sum(1 for i in box_issues if i.reason == "box-outside-image")
         summary["boxes_dropped"] = sum(1 for i in box_issues if i.reason != "box-outside-image")
-    return ScoreReport(images, classes, summary, correlations, list(box_issues))
+    if left_out:
+        summary["images_unscored"] = len(left_out)
+    return ScoreReport(
+        images, classes, summary, correlations, list(box_issues), sorted(left_out, key=lambda i: i.sort_key)
+    )

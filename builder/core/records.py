@@ -44,6 +44,59 @@ REASONS: dict[str, str] = {
     "paper-crop-clipped": "reported",
 }
 
+# Validation (`hsi validate`): reason -> (action, meaning). "failed" fails the validation (exit 1);
+# "not-detected" and "not-scored" leave an image out of the re-detection or score figures, reported.
+VALIDATION_REASONS: dict[str, tuple[str, str]] = {
+    # the manifest and its shard files
+    "manifest": ("failed", "the manifest's filenames or shard_lengths disagree with its shard list"),
+    "duplicate-shard": ("failed", "a shard is listed more than once in the manifest"),
+    "unsafe-shard-name": ("failed", "a listed shard is not a plain file name inside the dataset folder"),
+    "missing-shard": ("failed", "a listed shard is not a file on disk"),
+    "shard-size": ("failed", "a shard's byte size differs from the manifest's"),
+    "shard-sha256": ("failed", "a shard's sha256 differs from the manifest's"),
+    "shard-count": ("failed", "a shard holds another number of samples than the manifest says"),
+    "split-count": ("failed", "a split's shards hold another number of samples than the manifest says"),
+    "count-mismatch": ("failed", "a split's per-group, size or tier count differs from the manifest's"),
+    # reading a shard (`builder.core.shards.iter_shard`)
+    "unreadable-shard": ("failed", "a shard is not a readable tar, or its stream breaks off"),
+    "unsafe-member": ("failed", "a tar member is not a regular file with a safe key.ext name"),
+    "oversized-member": ("failed", "a tar member is larger than any sample member can be"),
+    "duplicate-member": ("failed", "a member name appears twice in a shard"),
+    "duplicate-key": ("failed", "a sample key appears twice in the dataset"),
+    # one sample
+    "members": ("failed", "a sample does not have exactly the members of its format"),
+    "json-decode": ("failed", "a sample's json member does not parse"),
+    "schema": ("failed", "a sample's json does not fit the composite schema"),
+    "decode": ("failed", "a parts sample's member does not decode"),
+    "jpg-decode": ("failed", "a composite's jpg member does not decode"),
+    "cls": ("failed", "a sample's cls member is not an integer or disagrees with its json label"),
+    "split": ("failed", "a sample's json names another split than the shard's"),
+    "label": ("failed", "a sample's label lies outside the manifest's class names"),
+    "crop-size": ("failed", "a parts crop does not have the size of its object box"),
+    "background-size": ("failed", "a parts background does not have the declared image size"),
+    # what a composite says it is against what it is
+    "own-class-background": ("failed", "a random background comes from the object's own class"),
+    "taxonomy": ("failed", "a composite's group or tier does not follow from its position, background and size"),
+    "key": ("failed", "a composite's key does not follow from its source, position, size and background"),
+    "background-source": ("failed", "a composite's background source does not fit its background kind"),
+    "placement-position": ("failed", "the pasted box is not where the declared position puts it"),
+    "placement-bounds": ("failed", "the pasted box does not lie in the canvas or fit the declared size"),
+    "placement-parts": ("failed", "the object's parts, to compare the pasted pixels with, do not read"),
+    "placement": ("failed", "the pixels in the pasted box are not the object's crop resized"),
+    "background-parts": ("failed", "the declared background's parts, to compare with, do not read"),
+    "background-pixels": ("failed", "the pixels around the pasted box are not the declared background"),
+    # a generated sample of hsi scgs (builder.formats.augmented)
+    "augment-json": ("failed", "a generated sample's augment.json does not parse"),
+    "augment-schema": ("failed", "a generated sample's augment.json does not fit the augment schema"),
+    # box re-detection and scores: images left out of a figure
+    "image-not-found": ("not-detected", "a source image to re-detect is not under --source"),
+    "image-size-unknown": ("not-scored", "an image of the boxes file has no readable size under --sizes-from"),
+    "no-box-to-score": ("not-scored", "every box of an image was dropped, so the image has no score"),
+}
+REASONS.update({reason: action for reason, (action, _) in VALIDATION_REASONS.items()})
+# Evaluation (`evaluation.data`): shards and samples the evaluation reader could not use.
+REASONS.update({"undecodable-sample": "skipped"})
+
 
 @dataclass(frozen=True)
 class Box:
@@ -91,8 +144,9 @@ class SourceImage:
 
 @dataclass(frozen=True)
 class Issue:
-    """One row of `errors.jsonl` (and of validation's failure list): what was wrong with which input,
-    where it was found (split, shard, sample key) and what was done about it."""
+    """One row of `errors.jsonl` and of the validation report: what was wrong with which input,
+    where it was found (split, shard, sample key) and what was done about it. `image_id` names the
+    input: the source image, or, for a row about a sample, a shard or the manifest, that key or name."""
 
     image_id: str
     reason: str

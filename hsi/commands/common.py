@@ -5,6 +5,7 @@ Errors are not handled here: a command raises `HsiError` and `hsi.cli` prints it
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def positive_int(text: str) -> int:
@@ -12,6 +13,23 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def add_imagenet_flags(
+    parser,
+    *,
+    source_help: str,
+    split_default: str | None,
+    split_help: str,
+    boxes_help: str,
+    boxes_flag: str = "--boxes",
+    required: bool = False,
+) -> None:
+    """An ImageNet root (`--source`), its split, and its box annotations when they are not found
+    under the root: the three flags every command reading source images takes."""
+    parser.add_argument("--source", type=Path, required=required, help=source_help)
+    parser.add_argument("--split", default=split_default, help=split_help)
+    parser.add_argument(boxes_flag, type=Path, help=boxes_help)
 
 
 def add_run_flags(parser: argparse.ArgumentParser, default_shard_size: int) -> None:

@@ -5,23 +5,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hsi.commands.common import add_run_flags, positive_int, run_options
+from hsi.commands.common import add_imagenet_flags, add_run_flags, positive_int, run_options
 
 HELP = "cut out each image's object by its box, erase every box and inpaint the background (writes parts shards)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--source",
-        type=Path,
+    add_imagenet_flags(
+        parser,
+        source_help="ImageNet root: the folder holding train/ and val/, or Kaggle's ILSVRC/ (or its parent)",
+        split_default=None,
+        split_help="train or val (default val)",
+        boxes_help="a folder of Pascal-VOC XMLs or a LOC_<split>_solution.csv (default: searched under --source)",
         required=True,
-        help="ImageNet root: the folder holding train/ and val/, or Kaggle's ILSVRC/ (or its parent)",
-    )
-    parser.add_argument("--split", default=None, help="train or val (default val)")
-    parser.add_argument(
-        "--boxes",
-        type=Path,
-        help="a folder of Pascal-VOC XMLs or a LOC_<split>_solution.csv (default: searched under --source)",
     )
     parser.add_argument("--out", type=Path, required=True, help="output folder; parts go to OUT/parts/")
     parser.add_argument("--config", type=Path, help="YAML file with extract settings; flags override it")

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from builder.core.errors import UsageError
-from hsi.commands.common import positive_int, require_extra
+from hsi.commands.common import add_imagenet_flags, positive_int, require_extra
 from hsi.commands.eval import add_model_arguments, model_entries, model_options
 
 HELP = "bias probes (spectral, critical band, shape) per model and their correlation with Hard-Spurious accuracy"
@@ -24,14 +24,12 @@ PROBE_NAMES = ("spectral", "critical-band", "shape")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser, eval_only=False)
     data = parser.add_argument_group("stimuli")
-    data.add_argument(
-        "--source", type=Path, help="ImageNet root whose val images feed the spectral and critical-band probes"
-    )
-    data.add_argument("--split", default="val", help="split of --source (default val)")
-    data.add_argument(
-        "--boxes",
-        type=Path,
-        help="box annotations of --source when not found automatically (they label a flat val folder)",
+    add_imagenet_flags(
+        data,
+        source_help="ImageNet root whose val images feed the spectral and critical-band probes",
+        split_default="val",
+        split_help="split of --source (default val)",
+        boxes_help="box annotations of --source when not found automatically (they label a flat val folder)",
     )
     data.add_argument("--limit", type=positive_int, help="use only the first N images of --source (sorted by id)")
     data.add_argument(

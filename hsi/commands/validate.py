@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hsi.commands.common import positive_int
+from hsi.commands.common import add_imagenet_flags, positive_int
 
 HELP = "check a composed dataset or parts folder, compute centre/size scores, re-detect boxes, draw previews"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -78,12 +78,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     detection.add_argument(
         "--boxes", action="store_true", help="re-detect the ground-truth boxes with Grounding DINO and report mIoU"
     )
-    detection.add_argument("--source", type=Path, help="ImageNet root holding the source images")
-    detection.add_argument("--split", default="val", help="source split (default val)")
-    detection.add_argument(
-        "--boxes-path",
-        type=Path,
-        help="box annotations (XML folder or LOC_<split>_solution.csv; default: searched under --source)",
+    add_imagenet_flags(
+        detection,
+        source_help="ImageNet root holding the source images",
+        split_default="val",
+        split_help="source split (default val)",
+        boxes_flag="--boxes-path",
+        boxes_help="box annotations (XML folder or LOC_<split>_solution.csv; default: searched under --source)",
     )
     detection.add_argument(
         "--detector",
@@ -146,8 +147,10 @@ def _print_summary(report) -> None:
     payload = report.payload
     integrity = payload.get("integrity")
     if integrity:
+        from validation.integrity import failure_line
+
         for failure in report.integrity.failures:
-            print(f"FAIL {failure.line()}", file=sys.stderr)
+            print(f"FAIL {failure_line(failure)}", file=sys.stderr)
         print(
             f"integrity: {integrity['samples_checked']} samples in {integrity['shards_checked']} shards, "
             f"{len(integrity['failures'])} failures"

@@ -11,7 +11,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from parts_factory import fake_images, rehash_parts, write_parts
+from parts_factory import compose_args, fake_images, rehash_parts, write_parts
 from PIL import Image
 
 from builder.compose.parts_input import check_parts_shard_name
@@ -28,7 +28,7 @@ def make_parts(tmp_path: Path) -> Path:
 
 
 def compose(parts: Path, out: Path) -> int:
-    return main(["compose", "--parts", str(parts), "--out", str(out), "--no-progress"])
+    return main(compose_args(parts, out, "--no-progress"))
 
 
 def edit_manifest(parts: Path, change) -> None:

@@ -4,21 +4,21 @@ locks, Hub errors, and repo ids that are paths."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hub_server import hub_env
 from release_factory import make_composed_dataset, two_releases
+from subprocesses import run_hsi, run_python
 
 from cards.release import build_release
 from hf_scripts.git_mirror import git, mirror_plan, publish_to_git
 from hf_scripts.publish import PublishError
 from hsi.cli import main as hsi
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARD = "data/hard-spurious-imagenet/test-00000.tar"
 
 
@@ -140,15 +140,7 @@ git_mirror.publish_to_git(sys.argv[1], sys.argv[2], sys.argv[3])
 
 
 def killed_publish(release: Path, mirror: Path, version: str, stop_at: str) -> None:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "tests")]))
-    result = subprocess.run(
-        [sys.executable, "-c", KILLED_PUBLISH, str(release), str(mirror), version, stop_at],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_python(KILLED_PUBLISH, release, mirror, version, stop_at)
     assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
 
 
@@ -198,18 +190,7 @@ TOKEN = "hf_adversarial_secret_token"
 
 
 def hub_hsi(args: list[str], hub, home: Path) -> subprocess.CompletedProcess:
-    env = dict(
-        os.environ,
-        HF_ENDPOINT=hub.endpoint,
-        HF_HUB_OFFLINE="0",
-        HF_DATASETS_OFFLINE="0",
-        HF_TOKEN=TOKEN,
-        HF_HOME=str(home),
-        HF_HUB_DISABLE_TELEMETRY="1",
-    )
-    return subprocess.run(
-        [sys.executable, "-m", "hsi.cli", *args], env=env, capture_output=True, text=True, timeout=300, cwd=REPO_ROOT
-    )
+    return run_hsi(args, hub_env(hub.endpoint, home, TOKEN))
 
 
 def test_hub_http_errors_are_clear_messages_without_the_token(releases, tmp_path):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from release_factory import make_composed_dataset
+from subprocesses import run_python
 
 from builder.core.errors import HsiError
 from builder.core.shards import sha256_file
@@ -142,7 +143,6 @@ def test_a_report_without_shard_digests_is_stale(tmp_path):
         build_release(tmp_path / "rel" / NAME, [dataset])
 
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 KILLED_RELEASE = """
 import os, signal, sys
 from pathlib import Path
@@ -168,18 +168,8 @@ build_release(Path(sys.argv[1]), [Path(sys.argv[2])], overwrite=True, version="v
 
 def killed_release(release: Path, dataset: Path, where: str) -> None:
     import signal
-    import subprocess
-    import sys
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "tests")]))
-    result = subprocess.run(
-        [sys.executable, "-c", KILLED_RELEASE, str(release), str(dataset), release.name, where],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_python(KILLED_RELEASE, release, dataset, release.name, where)
     assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
 
 

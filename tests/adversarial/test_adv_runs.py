@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_imagenet import write_tree
-from parts_factory import fake_images, write_parts
+from fake_imagenet import extract_args, write_tree
+from parts_factory import compose_args, fake_images, write_parts
 
 from builder.core.locks import exclusive_folder
 from hsi.cli import main
@@ -50,9 +50,7 @@ def test_extract_overwrite_never_deletes_files_it_did_not_write(tmp_path, capsys
     for name, text in foreign.items():
         (parts / name).write_text(text)
     for extra in ([], ["--overwrite"]):
-        assert (
-            main(["extract", "--source", str(tree.root), "--out", str(tmp_path / "out"), "--no-progress", *extra]) == 2
-        )
+        assert main(extract_args(tree.root, tmp_path / "out", *extra)) == 2
         assert "holds no dataset of this toolkit" in capsys.readouterr().err
     assert {p.name: p.read_text() for p in parts.iterdir()} == foreign
 
@@ -60,7 +58,7 @@ def test_extract_overwrite_never_deletes_files_it_did_not_write(tmp_path, capsys
 def test_only_the_toolkits_own_temporaries_are_removed(tmp_path):
     write_parts(tmp_path / "parts", {"val": fake_images(["n01443537", "n02437312"], per_class=1)})
     out = tmp_path / "out"
-    args = ["compose", "--parts", str(tmp_path / "parts"), "--out", str(out), "--no-progress"]
+    args = compose_args(tmp_path / "parts", out, "--no-progress")
     assert main(args) == 0
     dataset = out / "hard-spurious-imagenet"
     (dataset / "my-notes.tmp").write_text("mine")
@@ -74,7 +72,7 @@ def test_a_second_run_into_a_locked_folder_is_refused_naming_the_first(tmp_path,
     write_parts(tmp_path / "parts", {"val": fake_images(["n01443537", "n02437312"], per_class=1)})
     out = tmp_path / "out"
     with exclusive_folder(out / "hard-spurious-imagenet"):
-        code = main(["compose", "--parts", str(tmp_path / "parts"), "--out", str(out), "--no-progress"])
+        code = main(compose_args(tmp_path / "parts", out, "--no-progress"))
         assert code == 2
         assert f"is being written by another hsi run (pid {os.getpid()})" in capsys.readouterr().err
     assert not (out / "hard-spurious-imagenet").exists()
@@ -143,7 +141,7 @@ def test_a_full_disk_is_one_clear_error(tmp_path, capsys, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
     monkeypatch.setattr("builder.compose.stage.write_shard", no_space)
-    assert main(["compose", "--parts", str(tmp_path / "parts"), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    assert main(compose_args(tmp_path / "parts", tmp_path / "out", "--no-progress")) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "No space left on device" in err and "run the same command to resume" in err
 
@@ -191,5 +189,5 @@ def test_compose_out_pointing_at_a_file_is_a_clear_error(tmp_path, capsys, targe
     write_parts(tmp_path / "parts", {"val": fake_images(["n01443537", "n02437312"], per_class=1)})
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "hard-spurious-imagenet").write_text("not a folder")
-    assert main(["compose", "--parts", str(tmp_path / "parts"), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    assert main(compose_args(tmp_path / "parts", tmp_path / "out", "--no-progress")) == 2
     assert "is a file, not a folder" in capsys.readouterr().err

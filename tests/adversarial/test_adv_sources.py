@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_imagenet import WNIDS, synthetic_photo, voc_xml, write_tree
+from fake_imagenet import WNIDS, extract_args, synthetic_photo, voc_xml, write_tree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
@@ -36,7 +36,7 @@ TENCH = WNIDS[0]
 
 
 def extract(source: Path, out: Path, *extra) -> int:
-    return main(["extract", "--source", str(source), "--out", str(out), "--no-progress", *map(str, extra)])
+    return main(extract_args(source, out, *map(str, extra)))
 
 
 def rows(out: Path) -> list[dict]:

@@ -14,13 +14,11 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from parts_factory import fake_images, write_parts
+from parts_factory import compose_images, fake_images, fresh_copy, write_parts
 from PIL import Image
 
-from builder.compose.stage import compose_dataset
 from builder.core.manifest import ManifestError
 from builder.core.shards import collect_read_errors, iter_shard, read_manifest, write_json_atomic, write_shard
-from builder.core.stage import RunOptions
 from builder.formats.parts_index import index_parts_shard
 from hsi.cli import main
 from validation import report as report_module
@@ -32,24 +30,14 @@ SPARSE_CLAIM = 3 << 30  # the 3 GiB a 10 KB shard's sparse member claims
 @pytest.fixture(scope="module")
 def composed(tmp_path_factory):
     """A small real composed dataset (2 classes x 2 images, 48 composites) and its parts."""
-    root = tmp_path_factory.mktemp("adv-validate")
-    write_parts(root / "parts", {"val": fake_images(["n01443537", "n02437312"], per_class=2)}, shard_size=2)
-    summary = compose_dataset(
-        root / "parts",
-        "hard-spurious-imagenet",
-        root / "out",
-        overrides={"shard_size": 12},
-        options=RunOptions(progress=False),
-    )
-    return summary.dataset_dir, root / "parts"
+    images = fake_images(["n01443537", "n02437312"], per_class=2)
+    return compose_images(tmp_path_factory.mktemp("adv-validate"), images, 2, shard_size=12)
 
 
 @pytest.fixture
 def dataset(composed, tmp_path):
     source, parts = composed
-    target = tmp_path / source.name
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns("validation.*", "previews", "scores_*"))
-    return target, parts
+    return fresh_copy(source, tmp_path), parts
 
 
 def sparse_member(name: str, claimed: int = SPARSE_CLAIM) -> tuple[tarfile.TarInfo, io.BytesIO]:
@@ -132,7 +120,7 @@ def test_a_member_larger_than_its_shard_is_refused(tmp_path):
 def test_validate_names_a_sparse_bomb_in_a_composite_shard(dataset, capsys):
     folder, _ = dataset
     rewrite_with(folder, "val-00000.tar", [sparse_member("zzbomb.jpg")])
-    found = [(f.check, f.shard, f.key) for f in check_dataset(folder).failures]
+    found = [(f.reason, f.shard, f.key) for f in check_dataset(folder).failures]
     assert ("oversized-member", "val-00000.tar", "zzbomb") in found
     assert main(["validate", str(folder), "--no-previews"]) == 1
     assert "val-00000.tar/zzbomb: oversized-member" in capsys.readouterr().err
@@ -159,7 +147,7 @@ def test_a_decompression_bomb_jpeg_is_a_failure_not_a_crash(dataset, capsys):
     assert main(["validate", str(folder)]) == 1
     report = json.loads((folder / "validation.json").read_text())
     assert report["ok"] is False
-    bombs = [f for f in report["integrity"]["failures"] if f["check"] == "jpg-decode"]
+    bombs = [f for f in report["integrity"]["failures"] if f["reason"] == "jpg-decode"]
     assert [(f["shard"], f["key"]) for f in bombs] == [("val-00001.tar", key)]
     assert "DecompressionBombError" in bombs[0]["detail"]
     assert f"val-00001.tar/{key}: jpg-decode" in capsys.readouterr().err
@@ -256,7 +244,7 @@ def test_unsafe_and_repeated_shard_names_are_failure_rows(dataset, tmp_path):
     entry["shard_lengths"] = [s["num_samples"] for s in shards]
     entry["num_samples"] = sum(entry["shard_lengths"])
     write_json_atomic(folder / "_info.json", manifest)
-    checks = {(f.check, f.shard) for f in check_dataset(folder).failures}
+    checks = {(f.reason, f.shard) for f in check_dataset(folder).failures}
     assert ("unsafe-shard-name", "../victim.tar") in checks
     assert ("duplicate-shard", shards[1]["filename"]) in checks
 

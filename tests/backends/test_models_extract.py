@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from fake_imagenet import write_tree
+from fake_imagenet import extract_args, write_tree
 from PIL import Image
 from tiny_models import write_tiny_lama, write_tiny_sam
 
@@ -34,32 +34,15 @@ def tree(tmp_path_factory):
     return write_tree(tmp_path_factory.mktemp("imagenet"), split="val", count=7)
 
 
+def sam_and_lama(models) -> list[str]:
+    """The flags that extract with the tiny SAM and LaMa stand-ins of `models` (checkpoints not given)."""
+    return ["--config", str(models["config"]), "--masker", "sam", "--inpainter", "lama"]
+
+
 def extract_with_models(tree, models, out, *extra) -> int:
-    return main(
-        [
-            "extract",
-            "--no-progress",
-            "--source",
-            str(tree.root),
-            "--out",
-            str(out),
-            "--config",
-            str(models["config"]),
-            "--masker",
-            "sam",
-            "--inpainter",
-            "lama",
-            "--sam-checkpoint",
-            str(models["sam"]),
-            "--lama-checkpoint",
-            str(models["lama"]),
-            "--device",
-            "cpu",
-            "--shard-size",
-            "3",
-            *map(str, extra),
-        ]
-    )
+    checkpoints = ["--sam-checkpoint", str(models["sam"]), "--lama-checkpoint", str(models["lama"])]
+    extra = ["--device", "cpu", "--shard-size", "3", *map(str, extra)]
+    return main(extract_args(tree.root, out, *sam_and_lama(models), *checkpoints, *extra))
 
 
 def shard_hashes(parts_dir: Path) -> dict[str, str]:
@@ -119,22 +102,7 @@ def test_batch_size_and_workers_do_not_change_a_byte(reference_run, tree, models
 def test_missing_checkpoint_exits_2_before_any_output(tree, models, tmp_path, capsys, monkeypatch, missing):
     monkeypatch.delenv("HSI_SAM_CHECKPOINT", raising=False)
     monkeypatch.delenv("LAMA_MODEL", raising=False)
-    args = [
-        "extract",
-        "--no-progress",
-        "--source",
-        str(tree.root),
-        "--out",
-        str(tmp_path / "out"),
-        "--config",
-        str(models["config"]),
-        "--masker",
-        "sam",
-        "--inpainter",
-        "lama",
-        "--device",
-        "cpu",
-    ]
+    args = extract_args(tree.root, tmp_path / "out", *sam_and_lama(models), "--device", "cpu")
     if missing == "lama":
         args += ["--sam-checkpoint", str(models["sam"])]
     else:
@@ -152,20 +120,9 @@ def test_corrupt_checkpoint_exits_2_before_any_output(tree, models, tmp_path, ca
     corrupt = tmp_path / "sam_vit_h_4b8939.pth"
     corrupt.write_bytes(models["sam"].read_bytes()[:2000])
     code = main(
-        [
-            "extract",
-            "--no-progress",
-            "--source",
-            str(tree.root),
-            "--out",
-            str(tmp_path / "out"),
-            "--masker",
-            "sam",
-            "--sam-checkpoint",
-            str(corrupt),
-            "--device",
-            "cpu",
-        ]
+        extract_args(
+            tree.root, tmp_path / "out", "--masker", "sam", "--sam-checkpoint", str(corrupt), "--device", "cpu"
+        )
     )
     assert code == 2
     assert "sam_vit_h_4b8939.pth cannot be used" in capsys.readouterr().err

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from fake_imagenet import write_tree
+from fake_imagenet import extract_args, write_tree
 
 from builder.backends import (
     BackendUnavailable,
@@ -83,21 +83,7 @@ def test_a_backend_registered_by_a_test_module_is_built_by_make_backend():
 def test_the_registered_backend_runs_in_hsi_extract(tmp_path):
     tree = write_tree(tmp_path / "imagenet", count=2)
     out = tmp_path / "out"
-    assert (
-        main(
-            [
-                "extract",
-                "--no-progress",
-                "--source",
-                str(tree.root),
-                "--out",
-                str(out),
-                "--inpainter",
-                "test-constant-fill",
-            ]
-        )
-        == 0
-    )
+    assert main(extract_args(tree.root, out, "--inpainter", "test-constant-fill")) == 0
     manifest = json.loads((out / "parts" / "_info.json").read_text())
     assert manifest["backends"]["inpainter"] == {
         "name": "test-constant-fill",
@@ -136,21 +122,7 @@ def test_an_unknown_name_lists_the_choices():
 
 def test_an_unknown_masker_in_hsi_extract_is_a_usage_error_before_any_output(tmp_path, capsys):
     tree = write_tree(tmp_path / "imagenet", count=2)
-    assert (
-        main(
-            [
-                "extract",
-                "--no-progress",
-                "--source",
-                str(tree.root),
-                "--out",
-                str(tmp_path / "out"),
-                "--masker",
-                "segment-everything",
-            ]
-        )
-        == 2
-    )
+    assert main(extract_args(tree.root, tmp_path / "out", "--masker", "segment-everything")) == 2
     assert "hsi extract: error: unknown masker 'segment-everything'; choose one of: box," in capsys.readouterr().err
     assert not (tmp_path / "out" / "parts").exists()
 
@@ -171,12 +143,7 @@ def test_sam_without_torch_is_a_usage_error_naming_the_extra(tmp_path, capsys, m
         importlib.util, "find_spec", lambda name, *rest: None if name == "torch" else find_spec(name, *rest)
     )
     tree = write_tree(tmp_path / "imagenet", count=2)
-    assert (
-        main(
-            ["extract", "--no-progress", "--source", str(tree.root), "--out", str(tmp_path / "out"), "--masker", "sam"]
-        )
-        == 2
-    )
+    assert main(extract_args(tree.root, tmp_path / "out", "--masker", "sam")) == 2
     err = capsys.readouterr().err
     assert "the masker 'sam' needs optional packages that are not installed (torch)" in err
     assert "pip install 'hard-spurious-imagenet[models]'" in err

@@ -3,24 +3,21 @@ promising a balanced test split it does not have."""
 
 from __future__ import annotations
 
-from parts_factory import fake_images, write_parts
+from parts_factory import compose_args, fake_images, write_parts
 
 from hsi.cli import main
 
 
 def test_an_incomplete_subset_build_says_so_on_its_card(tmp_path, capsys):
     write_parts(tmp_path / "parts", {"val": fake_images(["n01443537", "n02134084"], per_class=4)})
-    args = [
-        "compose",
-        "--parts",
-        str(tmp_path / "parts"),
-        "--out",
-        str(tmp_path / "out"),
+    args = compose_args(
+        tmp_path / "parts",
+        tmp_path / "out",
         "--variant",
         "hard-spurious-imagenet-10",
         "--no-progress",
         "--allow-missing",
-    ]
+    )
     assert main(args) == 0
     dataset = tmp_path / "out" / "hard-spurious-imagenet-10"
     assert main(["validate", str(dataset), "--no-previews"]) == 0

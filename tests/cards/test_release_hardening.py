@@ -7,6 +7,7 @@ import json
 
 import pytest
 from release_factory import make_composed_dataset
+from subprocesses import run_hsi
 
 from cards.release import ReleaseError, build_release
 
@@ -78,19 +79,9 @@ def test_previous_must_be_a_published_release(tmp_path):
 
 def hsi_offline(args, tmp_path):
     import os
-    import subprocess
-    import sys
-    from pathlib import Path
 
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf-home"), HF_ENDPOINT="http://127.0.0.1:9")
-    return subprocess.run(
-        [sys.executable, "-m", "hsi.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=Path(__file__).resolve().parents[2],
-    )
+    return run_hsi(args, env)
 
 
 def test_publish_dry_run_offline_says_what_it_cannot_check_and_refuses_yes(tmp_path):

@@ -207,19 +207,15 @@ def test_mask_paste_option(tmp_path):
 
 def test_output_is_byte_identical_for_any_worker_count(parts_dir, tmp_path):
     overrides = {"shard_size": 12}
-    one = compose_dataset(
-        parts_dir,
-        "hard-spurious-imagenet",
-        tmp_path / "w1",
-        overrides=overrides,
-        options=RunOptions(workers=1, progress=False),
-    )
-    two = compose_dataset(
-        parts_dir,
-        "hard-spurious-imagenet",
-        tmp_path / "w2",
-        overrides=overrides,
-        options=RunOptions(workers=2, progress=False),
+    one, two = (
+        compose_dataset(
+            parts_dir,
+            "hard-spurious-imagenet",
+            tmp_path / f"w{workers}",
+            overrides=overrides,
+            options=RunOptions(workers=workers, progress=False),
+        )
+        for workers in (1, 2)
     )
     assert one.dataset_dir.name == two.dataset_dir.name
     names = one.manifest["splits"]["val"]["filenames"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from parts_factory import FakeImage, fake_images, write_parts
+from parts_factory import FakeImage, compose_args, fake_images, write_parts
 from PIL import Image
 
 from builder.compose.stage import compose_dataset
@@ -107,17 +107,7 @@ def test_ar_variant_keeps_the_aspect_ratio_of_extreme_boxes(tmp_path, box):
 
 
 def ten_command(parts: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "compose",
-        "--parts",
-        str(parts),
-        "--out",
-        str(out),
-        "--variant",
-        "hard-spurious-imagenet-10",
-        "--no-progress",
-        *extra,
-    ]
+    return compose_args(parts, out, "--variant", "hard-spurious-imagenet-10", "--no-progress", *extra)
 
 
 def test_ten_with_missing_classes_is_refused_and_says_which(tmp_path, capsys):
@@ -196,19 +186,16 @@ def test_paper_exact_flag_sets_the_papers_crop_donors_and_corner_draw(tmp_path, 
     write_parts(tmp_path / "parts", {"val": fake_images(WNIDS, per_class=6)})
     assert (
         main(
-            [
-                "compose",
-                "--parts",
-                str(tmp_path / "parts"),
-                "--out",
-                str(tmp_path / "out"),
+            compose_args(
+                tmp_path / "parts",
+                tmp_path / "out",
                 "--paper-exact",
                 "--name",
                 "paper",
                 "--positions",
                 "center,random-corner",
                 "--no-progress",
-            ]
+            )
         )
         == 0
     )
@@ -334,16 +321,7 @@ def test_export_refuses_a_foreign_folder_and_groups_the_paper_has_no_number_for(
 
 def test_paste_mask_on_box_masker_parts_is_noted_and_recorded(tmp_path, capsys):
     write_parts(tmp_path / "parts", {"val": fake_images(WNIDS, per_class=1)})  # the factory's masker is "box"
-    base = [
-        "compose",
-        "--parts",
-        str(tmp_path / "parts"),
-        "--out",
-        str(tmp_path / "out"),
-        "--sizes",
-        "56",
-        "--no-progress",
-    ]
+    base = compose_args(tmp_path / "parts", tmp_path / "out", "--sizes", "56", "--no-progress")
     assert main([*base, "--paste", "mask", "--name", "masked"]) == 0
     assert "identical to --paste box" in capsys.readouterr().out
     masked = json.loads((tmp_path / "out" / "masked" / "_info.json").read_text())

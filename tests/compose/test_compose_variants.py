@@ -9,13 +9,12 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from parts_factory import fake_images, write_parts
+from fake_imagenet import extract_args
+from parts_factory import compose_args, compose_quietly, fake_images, write_parts
 
-from builder.compose.stage import compose_dataset
 from builder.core.classes import class_of
 from builder.core.config import ConfigError
 from builder.core.shards import MANIFEST_NAME, iter_shard, sha256_file
-from builder.core.stage import RunOptions
 from builder.variants import NAMED_VARIANTS, load_variant
 from hsi.cli import main
 
@@ -102,12 +101,11 @@ def subset_set(tmp_path_factory):
     root = tmp_path_factory.mktemp("ten")
     images = fake_images(sorted(SUBSET_PAIRS) + ["n01440764"], per_class=20, image_size=(64, 48), box=(8, 8, 39, 31))
     write_parts(root / "parts", {"val": images}, shard_size=64)
-    summary = compose_dataset(
+    summary = compose_quietly(
         root / "parts",
         "hard-spurious-imagenet-10",
         root / "out",
         overrides={"sizes": "56", "positions": "center,top-right", "shard_size": 100},
-        options=RunOptions(progress=False),
     )
     return summary
 
@@ -153,12 +151,9 @@ def test_subset_test_split_is_balanced_and_disjoint_from_train(subset_set):
 def test_hsi_compose_command(tmp_path, capsys):
     write_parts(tmp_path / "parts", {"val": fake_images(["n01443537", "n02437312"], per_class=2)})
     status = main(
-        [
-            "compose",
-            "--parts",
-            str(tmp_path / "parts"),
-            "--out",
-            str(tmp_path / "out"),
+        compose_args(
+            tmp_path / "parts",
+            tmp_path / "out",
             "--positions",
             "bottom-left,left",
             "--sizes",
@@ -166,7 +161,7 @@ def test_hsi_compose_command(tmp_path, capsys):
             "--name",
             "corners",
             "--no-progress",
-        ]
+        )
     )
     out = capsys.readouterr().out
     assert status == 0 and "CoO" in out and "left/random" in out  # an explicit flush corner is a corner group
@@ -176,16 +171,13 @@ def test_hsi_compose_command(tmp_path, capsys):
     # the saved resolved spec rebuilds the same dataset
     assert (
         main(
-            [
-                "compose",
-                "--parts",
-                str(tmp_path / "parts"),
-                "--out",
-                str(tmp_path / "again"),
+            compose_args(
+                tmp_path / "parts",
+                tmp_path / "again",
                 "--variant",
                 str(tmp_path / "out" / "corners" / "spec.yaml"),
                 "--no-progress",
-            ]
+            )
         )
         == 0
     )
@@ -193,30 +185,21 @@ def test_hsi_compose_command(tmp_path, capsys):
     assert [s["sha256"] for s in again["splits"]["val"]["shards"]] == [
         s["sha256"] for s in manifest["splits"]["val"]["shards"]
     ]
-    assert main(["compose", "--parts", str(tmp_path / "parts"), "--out", str(tmp_path / "x"), "--variant", "nope"]) == 2
+    assert main(compose_args(tmp_path / "parts", tmp_path / "x", "--variant", "nope")) == 2
     assert "unknown variant 'nope'" in capsys.readouterr().err
-    assert main(["compose", "--parts", str(tmp_path / "missing"), "--out", str(tmp_path / "x")]) == 2
-    assert main(["compose", "--parts", str(tmp_path / "parts"), "--out", str(tmp_path / "x"), "--splits", "train"]) == 2
+    assert main(compose_args(tmp_path / "missing", tmp_path / "x")) == 2
+    assert main(compose_args(tmp_path / "parts", tmp_path / "x", "--splits", "train")) == 2
     assert "no split ['train']" in capsys.readouterr().err
 
 
 def test_extract_then_compose_on_the_embedded_demo_tree(tmp_path, capsys):
     from hsi.demo import demo_source_root
 
-    assert main(["extract", "--source", str(demo_source_root()), "--out", str(tmp_path / "demo"), "--no-progress"]) == 0
+    assert main(extract_args(str(demo_source_root()), tmp_path / "demo")) == 0
     parts_manifest = json.loads((tmp_path / "demo" / "parts" / MANIFEST_NAME).read_text())
     usable = parts_manifest["splits"]["val"]["num_samples"]
     assert usable >= 1
-    args = [
-        "compose",
-        "--parts",
-        str(tmp_path / "demo"),
-        "--out",
-        str(tmp_path / "datasets"),
-        "--no-progress",
-        "--workers",
-        "2",
-    ]
+    args = compose_args(tmp_path / "demo", tmp_path / "datasets", "--no-progress", "--workers", "2")
     assert main(args) == 0
     dataset = tmp_path / "datasets" / "hard-spurious-imagenet"
     manifest = json.loads((dataset / MANIFEST_NAME).read_text())
@@ -232,13 +215,12 @@ def test_extract_then_compose_on_the_embedded_demo_tree(tmp_path, capsys):
 def test_a_subset_without_any_of_its_classes_is_refused_before_writing(tmp_path):
     from parts_factory import fake_images, write_parts
 
-    from builder.compose.stage import compose_dataset
     from builder.core.config import ConfigError
 
     parts = tmp_path / "parts"
     write_parts(parts, {"val": fake_images(["n01440764", "n01484850"], per_class=2)})  # tench, shark: not in -10
     with pytest.raises(ConfigError, match="hold no image of the hard-spurious-imagenet-10 classes.*goldfish"):
-        compose_dataset(parts, "hard-spurious-imagenet-10", tmp_path / "out", options=RunOptions(progress=False))
+        compose_quietly(parts, "hard-spurious-imagenet-10", tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -251,19 +233,7 @@ def test_overwrite_never_deletes_a_folder_the_toolkit_did_not_write(tmp_path, ca
     foreign.mkdir(parents=True)
     (foreign / "todo.txt").write_text("keep me")
     code = main(
-        [
-            "compose",
-            "--parts",
-            str(parts),
-            "--out",
-            str(tmp_path / "out"),
-            "--name",
-            "notes",
-            "--sizes",
-            "56",
-            "--overwrite",
-            "--no-progress",
-        ]
+        compose_args(parts, tmp_path / "out", "--name", "notes", "--sizes", "56", "--overwrite", "--no-progress")
     )
     assert code == 2 and "holds no dataset of this toolkit" in capsys.readouterr().err
     assert (foreign / "todo.txt").read_text() == "keep me"

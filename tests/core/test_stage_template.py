@@ -7,7 +7,7 @@ import json
 import sys
 
 import pytest
-from parts_factory import fake_images, write_parts
+from parts_factory import compose_args, fake_images, write_parts
 
 from hsi.cli import main
 
@@ -15,7 +15,7 @@ from hsi.cli import main
 def test_compose_error_rows_carry_their_split_and_shard(tmp_path, capsys):
     # One image of a class no other class can lend a background to cannot get a random background.
     write_parts(tmp_path / "parts", {"val": fake_images(["n01443537"], per_class=2)})
-    assert main(["compose", "--parts", str(tmp_path / "parts"), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    assert main(compose_args(tmp_path / "parts", tmp_path / "out", "--no-progress")) == 0
     rows = [
         json.loads(line)
         for line in (tmp_path / "out" / "hard-spurious-imagenet" / "errors.jsonl").read_text().splitlines()
@@ -36,7 +36,7 @@ def test_runner_ray_without_ray_is_a_one_line_error_that_writes_nothing(tmp_path
         args = ["extract", "--source", str(tmp_path / "imagenet"), "--out", str(tmp_path / "out")]
     else:
         write_parts(tmp_path / "parts", {"val": fake_images(["n01443537", "n02437312"], per_class=1)})
-        args = ["compose", "--parts", str(tmp_path / "parts"), "--out", str(tmp_path / "out")]
+        args = compose_args(tmp_path / "parts", tmp_path / "out")
     assert main([*args, "--runner", "ray", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"hsi {command}: error: --runner ray needs Ray Data")

@@ -6,11 +6,8 @@ import warnings
 from pathlib import Path
 
 import pytest
-from parts_factory import FakeImage, write_parts
+from parts_factory import FakeImage, compose_quietly, write_parts
 from planted import flat_images, save_planted
-
-from builder.compose.stage import compose_dataset
-from builder.core.stage import RunOptions
 
 
 @pytest.fixture(autouse=True)
@@ -32,9 +29,7 @@ def flat_parts(tmp_path_factory) -> tuple[Path, list[FakeImage]]:
 def paper_set(flat_parts, tmp_path_factory) -> Path:
     """The paper's config on 6 images: 72 composites in shards of 2 images (24 composites)."""
     out = tmp_path_factory.mktemp("eval-composed")
-    return compose_dataset(
-        flat_parts[0], "hard-spurious-imagenet", out, options=RunOptions(progress=False), overrides={"shard_size": 24}
-    ).dataset_dir
+    return compose_quietly(flat_parts[0], "hard-spurious-imagenet", out, overrides={"shard_size": 24}).dataset_dir
 
 
 @pytest.fixture(scope="session")

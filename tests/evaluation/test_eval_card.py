@@ -7,6 +7,7 @@ import json
 import shutil
 
 import pytest
+from eval_cli import eval_args
 
 from hsi.cli import main
 from validation.report import validate_dataset
@@ -24,28 +25,7 @@ def test_release_card_gets_a_results_section_from_eval_reports(
     validated, planted_corner, planted_finder, tmp_path, capsys
 ):
     evals = tmp_path / "evals"
-    assert (
-        main(
-            [
-                "eval",
-                str(validated),
-                "--models",
-                f"ts:{planted_corner},ts:{planted_finder}",
-                "--mean",
-                "0",
-                "--std",
-                "1",
-                "--out",
-                str(evals),
-                "--workers",
-                "0",
-                "--no-progress",
-                "--bootstrap",
-                "100",
-            ]
-        )
-        == 0
-    )
+    assert main(eval_args(validated, f"ts:{planted_corner},ts:{planted_finder}", evals)) == 0
     release = tmp_path / "release" / "hard-spurious-imagenet"
     assert main(["release", str(validated), "--out", str(release), "--results", str(evals)]) == 0, (
         capsys.readouterr().err
@@ -67,30 +47,7 @@ def test_release_card_gets_a_results_section_from_eval_reports(
 
 def test_results_of_other_data_are_refused(validated, planted_corner, tmp_path, capsys):
     evals = tmp_path / "evals"
-    assert (
-        main(
-            [
-                "eval",
-                str(validated),
-                "--model",
-                f"ts:{planted_corner}",
-                "--mean",
-                "0",
-                "--std",
-                "1",
-                "--out",
-                str(evals),
-                "--workers",
-                "0",
-                "--no-progress",
-                "--bootstrap",
-                "50",
-                "--limit",
-                "10",
-            ]
-        )
-        == 0
-    )
+    assert main(eval_args(validated, f"ts:{planted_corner}", str(evals), "--limit", "10", bootstrap=50)) == 0
     capsys.readouterr()
     assert main(["release", str(validated), "--out", str(tmp_path / "r1"), "--results", str(evals)]) == 2
     assert "cover only the first 10 samples" in capsys.readouterr().err

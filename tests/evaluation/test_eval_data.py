@@ -8,6 +8,7 @@ import shutil
 
 import numpy as np
 import torch
+from eval_cli import eval_args
 from PIL import Image
 
 from builder.core.shards import iter_shard, write_shard
@@ -40,28 +41,7 @@ def test_bad_samples_and_broken_shards_are_counted_rows_and_the_run_goes_on(
     data = shards[2].read_bytes()
     shards[2].write_bytes(data[: len(data) // 2 + 100])  # cut mid-member: the tar breaks off
     out = tmp_path / "out"
-    assert (
-        main(
-            [
-                "eval",
-                str(dataset),
-                "--model",
-                f"ts:{planted_corner}",
-                "--mean",
-                "0",
-                "--std",
-                "1",
-                "--out",
-                str(out),
-                "--workers",
-                "2",
-                "--no-progress",
-                "--bootstrap",
-                "100",
-            ]
-        )
-        == 0
-    )
+    assert main(eval_args(dataset, f"ts:{planted_corner}", str(out), workers=2)) == 0
     report = json.loads((out / "ts_planted_corner.pt" / "eval.json").read_text())
     errors = report["metrics"]["errors"]
     assert errors["by_reason"] == {"undecodable-sample": 1, "unreadable-shard": 1}
@@ -88,28 +68,7 @@ def test_a_config_without_group_metadata_is_plain_accuracy_and_says_so(paper_set
     for shard in sorted(dataset.glob("val-*.tar")):
         rewrite_shard(shard, strip)
     out = tmp_path / "out"
-    assert (
-        main(
-            [
-                "eval",
-                str(dataset),
-                "--model",
-                f"ts:{planted_corner}",
-                "--mean",
-                "0",
-                "--std",
-                "1",
-                "--out",
-                str(out),
-                "--workers",
-                "0",
-                "--no-progress",
-                "--bootstrap",
-                "100",
-            ]
-        )
-        == 0
-    )
+    assert main(eval_args(dataset, f"ts:{planted_corner}", str(out))) == 0
     report = json.loads((out / "ts_planted_corner.pt" / "eval.json").read_text())
     metrics = report["metrics"]
     assert metrics["has_groups"] is False and "by_group" not in metrics

@@ -9,17 +9,15 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from eval_cli import eval_args
+from parts_factory import compose_quietly
 
-from builder.compose.stage import compose_dataset
-from builder.core.stage import RunOptions
 from evaluation.bootstrap import BootstrapSettings
 from evaluation.metrics import compute_metrics
 from evaluation.models import ModelOptions, load_model
 from evaluation.predict import run_predictions
 from evaluation.predictions import read_predictions
 from hsi.cli import main
-
-RAW = ["--mean", "0", "--std", "1"]  # planted predictors read raw [0, 1] pixels
 
 
 def cells(rows, *keys, metric="top1"):
@@ -31,24 +29,17 @@ def planted_run(paper_set, planted_corner, tmp_path_factory):
     out = tmp_path_factory.mktemp("planted-eval")
     assert (
         main(
-            [
-                "eval",
+            eval_args(
                 str(paper_set),
-                "--model",
                 f"ts:{planted_corner}",
-                *RAW,
-                "--out",
                 str(out),
                 "--split",
                 "val",
-                "--workers",
-                "2",
                 "--batch-size",
                 "10",
-                "--no-progress",
-                "--bootstrap",
-                "300",
-            ]
+                workers=2,
+                bootstrap=300,
+            )
         )
         == 0
     )
@@ -175,11 +166,10 @@ def test_bootstrap_intervals_are_deterministic_per_seed_and_over_source_images()
 
 def test_crop_pct_loses_the_planted_corner_object_the_default_keeps(flat_parts, planted_finder, tmp_path):
     """12 px objects flush in the top-right corner: a 0.875 crop cuts 14 px off every border."""
-    dataset = compose_dataset(
+    dataset = compose_quietly(
         flat_parts[0],
         "hard-spurious-imagenet",
         tmp_path / "tiny",
-        options=RunOptions(progress=False),
         overrides={"sizes": [12], "positions": ["top-right"], "backgrounds": ["random"]},
     ).dataset_dir
     model = load_model(f"ts:{planted_finder}", ModelOptions(mean=(0, 0, 0), std=(1, 1, 1)))
@@ -200,33 +190,14 @@ def test_crop_pct_loses_the_planted_corner_object_the_default_keeps(flat_parts, 
 def test_more_than_two_placements_get_a_position_by_size_heat_map(flat_parts, planted_corner, tmp_path):
     from PIL import Image
 
-    dataset = compose_dataset(
+    dataset = compose_quietly(
         flat_parts[0],
         "hard-spurious-imagenet",
         tmp_path / "three",
-        options=RunOptions(progress=False),
         overrides={"sizes": "56,84", "positions": "center,top-right,bottom-left", "backgrounds": "original"},
     ).dataset_dir
     out = tmp_path / "out"
-    assert (
-        main(
-            [
-                "eval",
-                str(dataset),
-                "--model",
-                f"ts:{planted_corner}",
-                *RAW,
-                "--out",
-                str(out),
-                "--workers",
-                "0",
-                "--no-progress",
-                "--bootstrap",
-                "50",
-            ]
-        )
-        == 0
-    )
+    assert main(eval_args(dataset, f"ts:{planted_corner}", str(out), bootstrap=50)) == 0
     folder = out / "ts_planted_corner.pt"
     metrics = json.loads((folder / "eval.json").read_text())["metrics"]
     assert sorted({r["position"] for r in metrics["by_position_size"]}) == ["bottom-left", "center", "top-right"]

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import timm
 import torch
+from eval_cli import eval_args
 
 from hsi.cli import main
 from hsi.demo import demo_source_root
@@ -47,30 +48,9 @@ def lite0(tmp_path_factory):
 def test_efficientnet_lite0_through_the_ts_path_on_the_demo(demo, lite0, tmp_path, capsys):
     path, model = lite0
     out = tmp_path / "eval"
-    assert (
-        main(
-            [
-                "eval",
-                str(demo / "hard-spurious-imagenet"),
-                "--model",
-                f"ts:{path}",
-                "--mean",
-                "0.5",
-                "--std",
-                "0.5",
-                "--out",
-                str(out),
-                "--workers",
-                "2",
-                "--no-progress",
-                "--clean",
-                str(demo_source_root()),
-                "--parts",
-                str(demo / "parts"),
-            ]
-        )
-        == 0
-    )
+    extra = ["--mean", "0.5", "--std", "0.5", "--clean", str(demo_source_root()), "--parts", str(demo / "parts")]
+    demo_set = demo / "hard-spurious-imagenet"
+    assert main(eval_args(demo_set, f"ts:{path}", out, *extra, workers=2, bootstrap=None, raw=False)) == 0
     folder = out / "ts_efficientnet_lite0.pt"
     assert str(folder / "eval.md") in capsys.readouterr().out
     report = json.loads((folder / "eval.json").read_text())
@@ -113,22 +93,11 @@ def test_hsi_eval_on_the_demo_release_with_a_random_init_timm_model(demo, tmp_pa
     checkpoint = tmp_path / "test_resnet_random_init.pth"
     torch.save(timm.create_model("test_resnet", pretrained=False).state_dict(), checkpoint)
     out = tmp_path / "eval"
-    assert (
-        main(
-            [
-                "eval",
-                str(demo / "hard-spurious-imagenet"),
-                "--model",
-                "timm:test_resnet",
-                "--checkpoint",
-                str(checkpoint),
-                "--out",
-                str(out),
-                "--no-progress",
-            ]
-        )
-        == 0
+    demo_set = demo / "hard-spurious-imagenet"
+    resnet = eval_args(
+        demo_set, "timm:test_resnet", out, "--checkpoint", str(checkpoint), workers=None, bootstrap=None, raw=False
     )
+    assert main(resnet) == 0
     printed = capsys.readouterr().out
     folder = out / "timm_test_resnet"
     assert (

@@ -5,40 +5,22 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-from hub_server import LoopbackHub
+from eval_cli import eval_args
+from hub_server import LoopbackHub, hub_env
 from release_factory import make_composed_dataset
+from subprocesses import run_hsi
 
 from cards.release import build_release
 from evaluation.predictions import read_predictions
 from hsi.cli import main
-
-ROOT = Path(__file__).resolve().parents[2]
-RAW = ["--mean", "0", "--std", "1"]
 
 
 def test_leaderboard_of_two_models_sorted_by_worst_group_and_skipped_when_done(
     paper_set, planted_corner, planted_finder, tmp_path, capsys
 ):
     out = tmp_path / "board"
-    args = [
-        "eval",
-        str(paper_set),
-        "--models",
-        f"ts:{planted_corner},ts:{planted_finder}",
-        *RAW,
-        "--out",
-        str(out),
-        "--workers",
-        "0",
-        "--no-progress",
-        "--bootstrap",
-        "100",
-    ]
+    args = eval_args(paper_set, f"ts:{planted_corner},ts:{planted_finder}", out)
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "leaderboard (2 models)" in printed and str(out / "leaderboard.md") in printed
@@ -62,24 +44,7 @@ def test_leaderboard_of_two_models_sorted_by_worst_group_and_skipped_when_done(
     listing = tmp_path / "models.yaml"
     listing.write_text(f"- model: ts:{planted_corner.name}\n  mean: 0\n  std: 1\n  crop_pct: 0.875\n")
     (tmp_path / planted_corner.name).write_bytes(planted_corner.read_bytes())
-    assert (
-        main(
-            [
-                "eval",
-                str(paper_set),
-                "--models",
-                str(listing),
-                "--out",
-                str(tmp_path / "yaml"),
-                "--workers",
-                "0",
-                "--no-progress",
-                "--bootstrap",
-                "100",
-            ]
-        )
-        == 0
-    )
+    assert main(eval_args(paper_set, str(listing), str(tmp_path / "yaml"), raw=False)) == 0
     report = json.loads((tmp_path / "yaml" / "ts_planted_corner.pt" / "eval.json").read_text())
     assert report["preprocessing"]["crop_pct"] == 0.875
     assert "centre-cropped on purpose" in (tmp_path / "yaml" / "ts_planted_corner.pt" / "eval.md").read_text()
@@ -96,58 +61,17 @@ def test_hf_source_through_the_loopback_hub_matches_the_local_release(planted_fi
         version="v1.0.0",
     )
     local = tmp_path / "local"
-    assert (
-        main(
-            [
-                "eval",
-                str(release),
-                "--model",
-                f"ts:{planted_finder}",
-                *RAW,
-                "--out",
-                str(local),
-                "--workers",
-                "0",
-                "--no-progress",
-                "--bootstrap",
-                "100",
-            ]
-        )
-        == 0
-    )
+    assert main(eval_args(release, f"ts:{planted_finder}", str(local))) == 0
     with LoopbackHub() as hub:
-        env = dict(
-            os.environ,
-            HF_ENDPOINT=hub.endpoint,
-            HF_HUB_OFFLINE="0",
-            HF_DATASETS_OFFLINE="0",
-            HF_TOKEN="hf_loopback_test_token",
-            HF_HOME=str(tmp_path / "hf"),
-            HF_HUB_DISABLE_TELEMETRY="1",
-        )
+        env = hub_env(hub.endpoint, tmp_path / "hf")
 
         def hsi(*args):
-            return subprocess.run(
-                [sys.executable, "-m", "hsi.cli", *args], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT
-            )
+            return run_hsi(args, env)
 
         published = hsi("publish", str(release), "--repo", "lab/hsi", "--version", "v1.0.0", "--yes")
         assert published.returncode == 0, published.stderr
         remote = tmp_path / "remote"
-        result = hsi(
-            "eval",
-            "hf://datasets/lab/hsi@v1.0.0",
-            "--model",
-            f"ts:{planted_finder}",
-            *RAW,
-            "--out",
-            str(remote),
-            "--workers",
-            "2",
-            "--no-progress",
-            "--bootstrap",
-            "100",
-        )
+        result = hsi(*eval_args("hf://datasets/lab/hsi@v1.0.0", f"ts:{planted_finder}", remote, workers=2))
         assert result.returncode == 0, result.stderr
         assert "hf_loopback_test_token" not in result.stdout + result.stderr
     local_frame, local_meta = read_predictions(local / "ts_planted_finder.pt" / "predictions.parquet")

@@ -10,7 +10,9 @@ import json
 
 import numpy as np
 import pytest
+from eval_cli import eval_args
 from parts_factory import FakeImage, render_image, write_parts
+from validate_cli import scores_of_parts
 
 from hsi.cli import main
 from validation.scores import spearman
@@ -43,30 +45,7 @@ def test_clean_photos_and_backgrounds_alone(paper_set, flat_parts, planted_corne
     clean = write_clean_tree(tmp_path / "imagenet", images, skip={ids[0]}, broken={ids[1]})
     out = tmp_path / "out"
     assert (
-        main(
-            [
-                "eval",
-                str(paper_set),
-                "--model",
-                f"ts:{planted_corner}",
-                "--mean",
-                "0",
-                "--std",
-                "1",
-                "--out",
-                str(out),
-                "--workers",
-                "0",
-                "--no-progress",
-                "--bootstrap",
-                "100",
-                "--clean",
-                str(clean),
-                "--parts",
-                str(parts),
-            ]
-        )
-        == 0
+        main(eval_args(paper_set, f"ts:{planted_corner}", str(out), "--clean", str(clean), "--parts", str(parts))) == 0
     )
     folder = out / "ts_planted_corner.pt"
     report = json.loads((folder / "eval.json").read_text())
@@ -146,24 +125,7 @@ def test_validate_scores_per_model_mean_and_partial_correlation(scored_parts, tm
     clean = tmp_path / "clean.csv"
     clean.write_text("wnid,accuracy\n" + "".join(f"{w},{v}\n" for w, v in zip(wnids, clean_values)))
     out = tmp_path / "report"
-    assert (
-        main(
-            [
-                "validate",
-                "--scores",
-                "--parts",
-                str(parts),
-                "--out",
-                str(out),
-                "--no-previews",
-                "--accuracy",
-                *map(str, files),
-                "--control-accuracy",
-                str(clean),
-            ]
-        )
-        == 0
-    )
+    assert main(scores_of_parts(parts, out, "--accuracy", *map(str, files), "--control-accuracy", str(clean))) == 0
     correlations = json.loads((out / "validation.json").read_text())["scores"]["accuracy_correlations"]
     assert correlations["averaged_over"] == 2 and set(correlations["models"]) == {"model_a", "model_b"}
     with open(next(out.glob("*scores*.csv")), newline="") as handle:
@@ -190,22 +152,9 @@ def test_control_accuracy_count_must_match(scored_parts, tmp_path, capsys):
     a.write_text("wnid,accuracy\n" + "".join(f"{w},0.5\n" for w in wnids))
     assert (
         main(
-            [
-                "validate",
-                "--scores",
-                "--parts",
-                str(parts),
-                "--out",
-                str(tmp_path / "r"),
-                "--no-previews",
-                "--accuracy",
-                str(a),
-                str(a),
-                str(a),
-                "--control-accuracy",
-                str(a),
-                str(a),
-            ]
+            scores_of_parts(
+                parts, tmp_path / "r", "--accuracy", str(a), str(a), str(a), "--control-accuracy", str(a), str(a)
+            )
         )
         == 2
     )

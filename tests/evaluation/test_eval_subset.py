@@ -8,31 +8,24 @@ import json
 
 import pytest
 import torch
-from parts_factory import write_parts
+from eval_cli import eval_args
+from parts_factory import compose_images, compose_quietly
 from planted import flat_images, save_planted
 
-from builder.compose.stage import compose_dataset
 from builder.core.classes import class_of
-from builder.core.stage import RunOptions
 from builder.variants import load_variant
 from hsi.cli import main
 
 SUBSET = sorted(dict(load_variant("hard-spurious-imagenet-10").subset.pairs))
-RAW = ["--mean", "0", "--std", "1"]
 
 
 @pytest.fixture(scope="module")
 def subset_setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("ten")
     images = flat_images(SUBSET, per_class=2)  # 1 image per class to train, 1 to test
-    write_parts(root / "parts", {"val": images}, shard_size=8)
-    dataset = compose_dataset(
-        root / "parts",
-        "hard-spurious-imagenet-10",
-        root / "out",
-        options=RunOptions(progress=False),
-        overrides={"sizes": "56", "positions": "center,top-right", "shard_size": 30},
-    ).dataset_dir
+    dataset, _ = compose_images(
+        root, images, 8, "hard-spurious-imagenet-10", sizes="56", positions="center,top-right", shard_size=30
+    )
     planted = save_planted(root / "planted_corner.pt", images, background_on_corner=True)
     return root, dataset, planted
 
@@ -62,26 +55,7 @@ class PreferTench(torch.nn.Module):
 
 
 def evaluate(dataset, spec, out, *extra):
-    assert (
-        main(
-            [
-                "eval",
-                str(dataset),
-                "--model",
-                spec,
-                *RAW,
-                "--out",
-                str(out),
-                "--workers",
-                "0",
-                "--no-progress",
-                "--bootstrap",
-                "200",
-                *extra,
-            ]
-        )
-        == 0
-    )
+    assert main(eval_args(dataset, spec, str(out), *extra, bootstrap=200)) == 0
     folder = next(p for p in out.iterdir() if p.is_dir())
     return json.loads((folder / "eval.json").read_text())
 
@@ -91,11 +65,10 @@ def by_cell(rows, metric="top1"):
 
 
 def test_neutral_controls_and_background_class_against_the_controls(flat_parts, planted_corner, tmp_path):
-    dataset = compose_dataset(
+    dataset = compose_quietly(
         flat_parts[0],
         "hard-spurious-imagenet",
         tmp_path / "gray",
-        options=RunOptions(progress=False),
         overrides={"sizes": "56", "backgrounds": "original,random,gray"},
     ).dataset_dir
     report = evaluate(dataset, f"ts:{planted_corner}", tmp_path / "out", "--split", "val")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_imagenet import WNIDS, voc_xml, write_tree
+from fake_imagenet import WNIDS, extract_args, voc_xml, write_tree
 
 from builder.core.records import Box
 from builder.core.shards import iter_shard
@@ -21,7 +21,7 @@ from hsi.cli import main
 
 
 def extract(source: Path, out: Path, *extra) -> int:
-    return main(["extract", "--source", str(source), "--out", str(out), "--no-progress", *map(str, extra)])
+    return main(extract_args(source, out, *map(str, extra)))
 
 
 def boxes_of_another_resolution(root: Path) -> None:

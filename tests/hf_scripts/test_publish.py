@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from hub_server import LoopbackHub
+from hub_server import LoopbackHub, hub_env
 from release_factory import make_composed_dataset, two_releases
+from subprocesses import run_hsi
 
 from cards.release import build_release
 
@@ -18,24 +19,8 @@ REPO = "lab/hard-spurious-imagenet"
 
 
 def hsi(args: list[str], endpoint: str, home: Path) -> subprocess.CompletedProcess:
-    """Run `hsi` in a fresh process pointed at the loopback hub (HF_ENDPOINT is read at import)."""
-    env = dict(
-        os.environ,
-        HF_ENDPOINT=endpoint,
-        HF_HUB_OFFLINE="0",
-        HF_DATASETS_OFFLINE="0",
-        HF_TOKEN="hf_loopback_test_token",
-        HF_HOME=str(home),
-        HF_HUB_DISABLE_TELEMETRY="1",
-    )
-    return subprocess.run(
-        [sys.executable, "-m", "hsi.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=Path(__file__).resolve().parents[2],
-    )
+    """Run `hsi` in a fresh process pointed at the loopback hub."""
+    return run_hsi(args, hub_env(endpoint, home))
 
 
 @pytest.fixture

@@ -13,10 +13,8 @@ import torch
 import yaml
 from cue_conflict_factory import write_cue_conflict
 from fake_imagenet import write_tree
-from parts_factory import FakeImage, distinct_color, write_parts
+from parts_factory import FakeImage, compose_quietly, distinct_color, write_parts
 
-from builder.compose.stage import compose_dataset
-from builder.core.stage import RunOptions
 from hsi.cli import main
 
 VAL_IMAGES = 2
@@ -39,9 +37,7 @@ def inputs(tmp_path_factory) -> dict:
         for n, wnid in enumerate(["n01443537", "n02437312", "n02134084"])
     ]
     write_parts(root / "parts", {"val": images}, shard_size=3)
-    composed = compose_dataset(
-        root / "parts", "hard-spurious-imagenet", root / "composed", options=RunOptions(progress=False)
-    ).dataset_dir
+    composed = compose_quietly(root / "parts", "hard-spurious-imagenet", root / "composed").dataset_dir
     return {
         "imagenet": root / "imagenet",
         "cue": write_cue_conflict(root / "cue"),
@@ -49,6 +45,11 @@ def inputs(tmp_path_factory) -> dict:
         "checkpoints": checkpoints,
         "composed": composed,
     }
+
+
+def shape_probe(inputs, out: Path, *extra: str) -> list[str]:
+    """`hsi probe` of the shape bias alone for the three test models."""
+    return ["probe", "--models", str(inputs["models"]), "--probes", "shape", *_common(inputs, out), *extra]
 
 
 def _common(inputs, out: Path) -> list[str]:
@@ -124,23 +125,7 @@ def evaluated(inputs, tmp_path_factory) -> Path:
 
 def test_three_models_read_from_eval_outputs(inputs, evaluated, tmp_path, capsys):
     out = tmp_path / "out"
-    assert (
-        main(
-            [
-                "probe",
-                "--models",
-                str(inputs["models"]),
-                "--probes",
-                "shape",
-                *_common(inputs, out),
-                "--eval-dir",
-                str(evaluated),
-                "--bootstrap",
-                "50",
-            ]
-        )
-        == 0
-    )
+    assert main(shape_probe(inputs, out, "--eval-dir", str(evaluated), "--bootstrap", "50")) == 0
     table = (out / "probe_table.csv").read_text().splitlines()
     assert len(table) == 4 and "shape_bias" in table[0] and "worst_group_top1" in table[0] and "CoR_top1" in table[0]
     result = json.loads((out / "correlations.json").read_text())
@@ -152,18 +137,7 @@ def test_three_models_read_from_eval_outputs(inputs, evaluated, tmp_path, capsys
 
 def test_missing_evaluations_are_refused_before_any_probe(inputs, tmp_path, capsys):
     out = tmp_path / "out"
-    code = main(
-        [
-            "probe",
-            "--models",
-            str(inputs["models"]),
-            "--probes",
-            "shape",
-            *_common(inputs, out),
-            "--eval-dir",
-            str(tmp_path / "none"),
-        ]
-    )
+    code = main(shape_probe(inputs, out, "--eval-dir", str(tmp_path / "none")))
     assert code == 2
     err = capsys.readouterr().err
     assert "run `hsi eval SOURCE` with the same --model/--models flags" in err and "--eval-source" in err

@@ -36,26 +36,12 @@ def digest_tree(root: Path) -> dict[str, str]:
 
 
 def build_everything(work: Path) -> dict[str, str]:
-    from fake_imagenet import write_tree
-    from parts_factory import fake_images, write_parts
+    from fake_imagenet import extract_args, write_tree
+    from parts_factory import compose_args, fake_images, write_parts
 
     assert main(["demo", "--out", str(work / "demo"), "--no-progress"]) == 0
     write_tree(work / "imagenet", bad=True, count=12)
-    assert (
-        main(
-            [
-                "extract",
-                "--source",
-                str(work / "imagenet"),
-                "--out",
-                str(work / "fake"),
-                "--shard-size",
-                "5",
-                "--no-progress",
-            ]
-        )
-        == 0
-    )
+    assert main(extract_args(work / "imagenet", work / "fake", "--shard-size", "5")) == 0
     parts = str(work / "fake" / "parts")
     datasets = str(work / "fake" / "datasets")
     for extra in (
@@ -80,22 +66,19 @@ def build_everything(work: Path) -> dict[str, str]:
             "7",
         ],
     ):
-        assert main(["compose", "--parts", parts, "--out", datasets, *extra, "--no-progress"]) == 0
+        assert main(compose_args(parts, datasets, *extra, "--no-progress")) == 0
     pairs = dict(load_variant("hard-spurious-imagenet-10").subset.pairs)
     images = fake_images(sorted(pairs), per_class=6, image_size=(64, 48), box=(8, 8, 39, 31))
     write_parts(work / "ten" / "parts", {"val": images}, shard_size=16)
     assert (
         main(
-            [
-                "compose",
-                "--parts",
-                str(work / "ten" / "parts"),
-                "--out",
-                str(work / "ten" / "datasets"),
+            compose_args(
+                work / "ten" / "parts",
+                work / "ten" / "datasets",
                 "--variant",
                 "hard-spurious-imagenet-10",
                 "--no-progress",
-            ]
+            )
         )
         == 0
     )

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 import pytest
-from fake_imagenet import WNIDS, write_tree
+from fake_imagenet import WNIDS, extract_args, write_tree
 from tiny_detector import save_tiny_grounding_dino
 
 from builder.backends import BackendInfo, Detector, make_backend
@@ -15,7 +15,12 @@ from builder.backends.torch_base import weight_files_sha256
 from builder.core.records import Box
 from builder.core.shards import sha256_file
 from hsi.cli import main
-from validation.detection import DetectionItem, best_ious, prompt_for, redetect
+from validation.detection import DetectionItem, best_ious, missing_loader, prompt_for, redetect
+
+
+def any_box(tiny_model) -> list[str]:
+    """Flags that run the tiny detector on the CPU and keep every box it finds."""
+    return ["--detector", str(tiny_model), "--box-threshold", "0", "--text-threshold", "0", "--device", "cpu"]
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +76,10 @@ def test_redetect_batches_and_aggregates_per_image_class_and_overall():
     assert payload["per_class"]["n01443537"] == {"images": 1, "mean_iou": 0.0}
     assert payload["mean_iou"] == pytest.approx((2 / 3 + 1 + 0) / 3)
     assert payload["below_threshold"] == [{"image_id": "c", "wnid": "n01443537", "mean_iou": 0.0}]
-    assert payload["unreadable"] == [{"image_id": "d", "detail": "gone"}]
+    assert [(r["image_id"], r["reason"], r["action"], r["key"], r["detail"]) for r in payload["unreadable"]] == [
+        ("d", "unreadable-image", "not-detected", "d", "gone")
+    ]
+    assert payload["unreadable_by_reason"] == {"unreadable-image": 1}
     assert (payload["detector"], payload["source"], payload["device"]) == ("fixed", "test", "cpu")
 
 
@@ -123,26 +131,8 @@ def test_hsi_validate_boxes_end_to_end_with_the_tiny_detector(tiny_model, tmp_pa
     tree = write_tree(tmp_path / "imagenet", split="val", count=5)
     out = tmp_path / "report"
     code = main(
-        [
-            "validate",
-            "--boxes",
-            "--source",
-            str(tree.root),
-            "--split",
-            "val",
-            "--detector",
-            str(tiny_model),
-            "--box-threshold",
-            "0",
-            "--text-threshold",
-            "0",
-            "--batch-size",
-            "2",
-            "--device",
-            "cpu",
-            "--out",
-            str(out),
-        ]
+        ["validate", "--boxes", "--source", str(tree.root), "--split", "val", *any_box(tiny_model), "--batch-size", "2"]
+        + ["--out", str(out)]
     )
     assert code == 0
     report = json.loads((out / "validation.json").read_text())
@@ -158,27 +148,10 @@ def test_hsi_validate_boxes_end_to_end_with_the_tiny_detector(tiny_model, tmp_pa
 
 def test_boxes_on_a_parts_folder_reads_images_from_source(tiny_model, tmp_path):
     tree = write_tree(tmp_path / "imagenet", split="val", count=4)
-    assert main(["extract", "--no-progress", "--source", str(tree.root), "--out", str(tmp_path / "out")]) == 0
+    assert main(extract_args(tree.root, tmp_path / "out")) == 0
     parts = tmp_path / "out" / "parts"
     assert (
-        main(
-            [
-                "validate",
-                str(parts),
-                "--boxes",
-                "--source",
-                str(tree.root),
-                "--detector",
-                str(tiny_model),
-                "--box-threshold",
-                "0",
-                "--text-threshold",
-                "0",
-                "--device",
-                "cpu",
-                "--no-previews",
-            ]
-        )
+        main(["validate", str(parts), "--boxes", "--source", str(tree.root), *any_box(tiny_model), "--no-previews"])
         == 0
     )
     report = json.loads((parts / "validation.json").read_text())
@@ -242,3 +215,36 @@ def test_real_grounding_dino_on_gpu_agrees_with_val_boxes(tmp_path):
     detection = json.loads((out / "validation.json").read_text())["detection"]
     assert detection["images"] == 200 and detection["device"] == "cuda"
     assert detection["mean_iou"] > 0.8
+
+
+def test_an_unreadable_source_image_becomes_a_row_with_its_reason_split_and_key(tmp_path):
+    from validation.report import validate_dataset
+    from validation.request import DetectionRequest, ValidationRequest, detection_items
+
+    tree = write_tree(tmp_path / "imagenet", split="val", count=3)
+    broken = tree.good[1]
+    broken_path = next((tree.root).rglob(f"{broken.image_id}.JPEG"))
+    broken_path.write_bytes(b"this is not an image at all" * 10)
+    out = tmp_path / "report"
+    request = ValidationRequest(out=out, detection=DetectionRequest(source=tree.root, split="val"))
+    items = detection_items(request, warn=lambda text: None)
+    missing = DetectionItem("ILSVRC2012_val_00000099", WNIDS[0], (Box(0, 0, 4, 4, WNIDS[0]),), missing_loader("x"))
+    detector = FixedDetector({prompt_for(image.wnid): [[0, 0, 10, 10]] for image in tree.good})
+    report = redetect([*items, missing], detector)
+    assert [image.image_id for image in report.images] == sorted(i.image_id for i in tree.good if i is not broken)
+    rows = [(r.image_id, r.reason, r.action, r.stage, r.split, r.key) for r in report.unreadable]
+    assert rows == [
+        (broken.image_id, "unreadable-image", "not-detected", "validate", "val", broken.image_id),
+        ("ILSVRC2012_val_00000099", "image-not-found", "not-detected", "validate", None, "ILSVRC2012_val_00000099"),
+    ]
+    assert report.unreadable[1].detail == "x is not under --source"
+    written = validate_dataset(out, detection=report.to_json(), check_integrity=False, report_dir=out, previews=False)
+    payload = json.loads(written.json_path.read_text())
+    assert written.ok and payload["issues"] == {
+        "total": 2,
+        "by_reason": {"image-not-found": 1, "unreadable-image": 1},
+    }
+    markdown = written.md_path.read_text()
+    assert "2 images could not be loaded and are not re-detected:" in markdown
+    assert f"| unreadable-image | val |  | {broken.image_id} | not an image file Pillow can identify |" in markdown
+    assert "| image-not-found | 1 | not-detected | a source image to re-detect is not under --source |" in markdown

@@ -9,14 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_imagenet import write_tree
+from fake_imagenet import extract_args, write_tree
+from parts_factory import compose_quietly, fresh_copy
 from PIL import Image
 
-from builder.compose.stage import compose_dataset
 from builder.core.shards import iter_shard, read_manifest, sha256_file, write_json_atomic, write_shard
-from builder.core.stage import RunOptions
 from hsi.cli import main
-from validation.integrity import check_dataset
+from validation.integrity import check_dataset, failure_line
 from validation.report import validate_dataset
 
 
@@ -26,39 +25,15 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("validation-src")
     tree = write_tree(root / "imagenet", split="val", count=8)
     out = root / "out"
-    assert (
-        main(
-            [
-                "extract",
-                "--no-progress",
-                "--source",
-                str(tree.root),
-                "--split",
-                "val",
-                "--out",
-                str(out),
-                "--shard-size",
-                "4",
-            ]
-        )
-        == 0
-    )
-    summary = compose_dataset(
-        out / "parts",
-        "hard-spurious-imagenet",
-        out / "composed",
-        overrides={"shard_size": 24},
-        options=RunOptions(progress=False),
-    )
+    assert main(extract_args(tree.root, out, "--split", "val", "--shard-size", "4")) == 0
+    summary = compose_quietly(out / "parts", "hard-spurious-imagenet", out / "composed", overrides={"shard_size": 24})
     return summary.dataset_dir, out / "parts"
 
 
 @pytest.fixture
 def copy(built, tmp_path):
     dataset, parts = built
-    target = tmp_path / dataset.name
-    shutil.copytree(dataset, target, ignore=shutil.ignore_patterns("validation.*", "previews", "scores_*"))
-    return target, parts
+    return fresh_copy(dataset, tmp_path), parts
 
 
 def samples_of(dataset: Path, shard: str) -> list:
@@ -76,7 +51,7 @@ def rewrite_shard(dataset: Path, shard: str, samples) -> None:
 
 
 def failures(dataset: Path, parts: Path | None = None) -> list[tuple[str, str | None, str | None]]:
-    return sorted((f.check, f.shard, f.key) for f in check_dataset(dataset, parts).failures)
+    return sorted((f.reason, f.shard, f.key) for f in check_dataset(dataset, parts).failures)
 
 
 def test_clean_dataset_passes_and_writes_both_reports(built, tmp_path, capsys):
@@ -140,15 +115,19 @@ def test_deleted_shard_is_named_with_the_counts_it_breaks(copy):
 def test_changed_counts_are_named(copy):
     dataset, _ = copy
     manifest = read_manifest(dataset)
+    held = manifest["splits"]["val"]["counts"]["group"]["CeO"]
     manifest["splits"]["val"]["counts"]["group"]["CeO"] += 1
     manifest["splits"]["val"]["shards"][0]["num_samples"] -= 1
     manifest["splits"]["val"]["shard_lengths"][0] -= 1
     manifest["splits"]["val"]["num_samples"] -= 1  # a manifest at odds with itself is refused before any check
     write_json_atomic(dataset / "_info.json", manifest)
     result = check_dataset(dataset)
-    lines = sorted(f.line() for f in result.failures)
-    assert any("group CeO: manifest says" in line for line in lines)
-    assert [(f.check, f.shard) for f in result.failures if f.check == "shard-count"] == [
+    lines = sorted(failure_line(f) for f in result.failures)
+    assert f"_info.json: count-mismatch: group CeO: manifest says {held + 1}, shards hold {held}" in lines
+    assert {(f.reason, f.split, f.action) for f in result.failures if f.reason == "count-mismatch"} == {
+        ("count-mismatch", "val", "failed")
+    }
+    assert [(f.reason, f.shard) for f in result.failures if f.reason == "shard-count"] == [
         ("shard-count", "val-00000.tar")
     ]
 
@@ -236,9 +215,9 @@ def test_bad_json_schema_and_label_are_named(copy):
     changed = [(k1, {**m1, "json": json.dumps(meta).encode()}), (k2, {**m2, "cls": b"999"}), *samples[2:]]
     rewrite_shard(dataset, shard, changed)
     found = check_dataset(dataset).failures
-    assert sorted((f.check, f.key) for f in found if f.key) == sorted([("schema", k1), ("cls", k2)])
+    assert sorted((f.reason, f.key) for f in found if f.key) == sorted([("schema", k1), ("cls", k2)])
     # the sample that breaks the schema cannot be counted, so the manifest's totals disagree too
-    assert {f.check for f in found if not f.key} == {"count-mismatch"}
+    assert {f.reason for f in found if not f.key} == {"count-mismatch"}
     assert any("missing keys ['tier']" in f.detail for f in found)
 
 
@@ -319,6 +298,6 @@ def test_parts_that_do_not_read_are_a_placement_parts_failure_not_a_crash(built,
     ]
     write_shard(broken_parts / shard, rewritten)  # found through the offset index, as compose finds it
     found = check_dataset(dataset, broken_parts).failures
-    broken = [f for f in found if f.check == "placement-parts"]
+    broken = [f for f in found if f.reason == "placement-parts"]
     assert broken and all(victim in f.detail and "do not read" in f.detail for f in broken)
-    assert {f.check for f in found} == {"placement-parts"}
+    assert {f.reason for f in found} == {"placement-parts"}

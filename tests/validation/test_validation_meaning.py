@@ -11,12 +11,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from parts_factory import fake_images, write_parts
+from parts_factory import compose_quietly, fake_images, fresh_copy, write_parts
 from PIL import Image, ImageDraw, ImageFont
+from validate_cli import scores_from_csv
 
-from builder.compose.stage import compose_dataset
 from builder.core.shards import iter_shard, read_manifest, write_json_atomic, write_shard
-from builder.core.stage import RunOptions
 from builder.formats.composites import count_composites
 from hsi.cli import main
 from validation.integrity import check_dataset
@@ -42,12 +41,8 @@ def built(tmp_path_factory):
     """The paper's set from 4 classes x 2 flat-colour images (96 composites, 4 shards) and its parts."""
     root = tmp_path_factory.mktemp("meaning")
     write_parts(root / "extract" / "parts", {"val": fake_images(WNIDS, per_class=2)}, shard_size=4)
-    summary = compose_dataset(
-        root / "extract" / "parts",
-        "hard-spurious-imagenet",
-        root / "composed",
-        overrides={"shard_size": 24},
-        options=RunOptions(progress=False),
+    summary = compose_quietly(
+        root / "extract" / "parts", "hard-spurious-imagenet", root / "composed", overrides={"shard_size": 24}
     )
     return summary.dataset_dir, root / "extract" / "parts"
 
@@ -55,9 +50,7 @@ def built(tmp_path_factory):
 @pytest.fixture
 def copy(built, tmp_path):
     dataset, parts = built
-    target = tmp_path / "composed" / dataset.name
-    shutil.copytree(dataset, target, ignore=shutil.ignore_patterns("validation.*", "previews", "scores_*"))
-    return target, parts
+    return fresh_copy(dataset, tmp_path / "composed"), parts
 
 
 def tree_digest(folder: Path) -> dict[str, str]:
@@ -98,7 +91,7 @@ def relabel_as_own_background(meta: dict) -> dict:
 
 
 def found(dataset: Path, parts: Path | None = None) -> set[tuple[str, str | None]]:
-    return {(f.check, f.key) for f in check_dataset(dataset, parts).failures}
+    return {(f.reason, f.key) for f in check_dataset(dataset, parts).failures}
 
 
 # --- 6: group, tier, key and background follow from what the sample is --------------------------
@@ -160,7 +153,7 @@ def test_a_tier_or_group_that_does_not_follow_from_the_sample_is_named(copy):
         return out
 
     rewrite(dataset, change)
-    failures = {(f.check, f.key): f.detail for f in check_dataset(dataset).failures}
+    failures = {(f.reason, f.key): f.detail for f in check_dataset(dataset).failures}
     assert set(failures) == {("taxonomy", tiered), ("taxonomy", grouped)}
     assert "expected 'Medium'" in failures[("taxonomy", tiered)]
     assert "expected CeR" in failures[("taxonomy", grouped)]
@@ -221,7 +214,7 @@ def test_scores_and_the_parts_grid_cover_only_the_datasets_own_sources(tmp_path)
     write_parts(
         parts, {"val": fake_images(TEN, per_class=4) + fake_images(EXTRA, per_class=4, prefix="extra")}, shard_size=8
     )
-    summary = compose_dataset(parts, "hard-spurious-imagenet-10", tmp_path / "out", options=RunOptions(progress=False))
+    summary = compose_quietly(parts, "hard-spurious-imagenet-10", tmp_path / "out")
     dataset = summary.dataset_dir
     assert main(["validate", str(dataset), "--parts", str(parts)]) == 0
     report = json.loads((dataset / "validation.json").read_text())
@@ -269,22 +262,7 @@ def test_boxes_past_their_image_are_clipped_and_reported(tmp_path):
         rows.append((image_id, [(wnid, 40, 30, 400, 300), (wnid, 200, 150, 300, 250)]))
     csv_path = write_loc(tmp_path / "LOC_val_solution.csv", rows)
     out = tmp_path / "report"
-    assert (
-        main(
-            [
-                "validate",
-                "--scores",
-                "--boxes-csv",
-                str(csv_path),
-                "--sizes-from",
-                str(images),
-                "--out",
-                str(out),
-                "--no-previews",
-            ]
-        )
-        == 0
-    )
+    assert main(scores_from_csv(csv_path, images, out, "--no-previews")) == 0
     report = json.loads((out / "validation.json").read_text())["scores"]
     assert report["box_issues"]["by_reason"] == {"box-empty": 8, "box-outside-image": 8}
     assert report["summary"]["boxes_clipped"] == 8 and report["summary"]["boxes_dropped"] == 8
@@ -379,9 +357,7 @@ def test_row_labels_fit_and_thumbnails_span_classes(tmp_path):
 
     parts = tmp_path / "parts"
     write_parts(parts, {"val": fake_images(WNIDS, per_class=3)})
-    dataset = compose_dataset(
-        parts, "hard-spurious-imagenet", tmp_path / "out", options=RunOptions(progress=False)
-    ).dataset_dir
+    dataset = compose_quietly(parts, "hard-spurious-imagenet", tmp_path / "out").dataset_dir
     cells = collect_cells(dataset, "val", per_cell=3, seed=0)
     assert all(len({p.wnid for p in picks}) == len(picks) == 3 for picks in cells.values())
     assert all(p.class_name and p.tier for picks in cells.values() for p in picks)

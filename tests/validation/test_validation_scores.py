@@ -9,8 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_imagenet import write_tree
+from fake_imagenet import extract_args, write_tree
 from PIL import Image
+from validate_cli import scores_from_csv
 
 from builder.core.records import Box
 from builder.formats.loc_csv import read_loc_boxes, read_loc_solution
@@ -104,7 +105,9 @@ def test_loc_solution_scores_match_a_by_hand_computation(loc_fixture):
     sizes = image_sizes_from_folder(images, set(boxes))
     assert sizes["ILSVRC2012_val_00000002"] == (333, 500)
     items, unsized, _ = boxes_from_loc_csv(csv_path, sizes)
-    assert unsized == ["ILSVRC2012_val_00000005"]
+    assert [(row.image_id, row.reason, row.action, row.key) for row in unsized] == [
+        ("ILSVRC2012_val_00000005", "image-size-unknown", "not-scored", "ILSVRC2012_val_00000005")
+    ]
     report = compute_scores(items)
     expected = by_hand(LOC_ROWS[:-1])
     assert {c.wnid: (c.centre, c.size) for c in report.classes} == {
@@ -119,23 +122,7 @@ def test_cli_scores_from_loc_csv_writes_csv_plot_and_correlations(loc_fixture, t
     accuracy = tmp_path / "accuracy.csv"
     accuracy.write_text("wnid,accuracy\nn01440764,0.9\nn01443537,0.4\nn01484850,0.7\n")
     out = tmp_path / "report"
-    assert (
-        main(
-            [
-                "validate",
-                "--scores",
-                "--boxes-csv",
-                str(csv_path),
-                "--sizes-from",
-                str(images),
-                "--accuracy",
-                str(accuracy),
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    assert main(scores_from_csv(csv_path, images, out, "--accuracy", str(accuracy))) == 0
     rows = list(csv.DictReader(open(out / "scores_per_class.csv")))
     expected = by_hand(LOC_ROWS[:-1])
     assert [r["wnid"] for r in rows] == [TENCH, GOLDFISH] and rows[1]["name"] == "goldfish"
@@ -153,7 +140,7 @@ def test_cli_scores_from_loc_csv_writes_csv_plot_and_correlations(loc_fixture, t
 
 def test_scores_from_a_parts_folder_use_the_boxes_the_parts_carry(tmp_path):
     tree = write_tree(tmp_path / "imagenet", split="val", count=8)
-    assert main(["extract", "--no-progress", "--source", str(tree.root), "--out", str(tmp_path / "out")]) == 0
+    assert main(extract_args(tree.root, tmp_path / "out")) == 0
     parts = tmp_path / "out" / "parts"
     accuracy = tmp_path / "acc.json"
     accuracy.write_text(json.dumps({"n01440764": 0.1, "n01443537": 0.5, "n01484850": 0.3, "n01491361": 0.9}))
@@ -221,3 +208,29 @@ def test_official_val_boxes_give_the_papers_figures():
     assert summary["classes"] == 1000
     assert summary["centre_class_mean"] == pytest.approx(0.747, abs=0.001)
     assert summary["size_class_mean"] == pytest.approx(0.418, abs=0.001)
+
+
+def test_unscored_images_become_rows_in_the_report(loc_fixture, tmp_path, capsys):
+    csv_path, images = loc_fixture
+    # an image whose only box lies wholly outside it: the box is dropped and the image has no score
+    Image.new("RGB", (50, 40), (90, 90, 90)).save(images / "ILSVRC2012_val_00000006.JPEG")
+    with open(csv_path, "a", newline="") as handle:
+        csv.writer(handle).writerow(["ILSVRC2012_val_00000006", f"{TENCH} 60 50 90 80"])
+    out = tmp_path / "report"
+    assert main(scores_from_csv(csv_path, images, out, "--no-previews")) == 0
+    assert "1 images of LOC_val_solution.csv have no size under --sizes-from" in capsys.readouterr().err
+    payload = json.loads((out / "validation.json").read_text())
+    unscored = payload["scores"]["unscored"]
+    assert unscored["by_reason"] == {"image-size-unknown": 1, "no-box-to-score": 1}
+    assert [(r["image_id"], r["reason"], r["action"], r["stage"], r["key"]) for r in unscored["rows"]] == [
+        ("ILSVRC2012_val_00000005", "image-size-unknown", "not-scored", "validate", "ILSVRC2012_val_00000005"),
+        ("ILSVRC2012_val_00000006", "no-box-to-score", "not-scored", "validate", "ILSVRC2012_val_00000006"),
+    ]
+    assert payload["scores"]["summary"]["images"] == 4 and payload["scores"]["summary"]["images_unscored"] == 2
+    assert payload["issues"] == {
+        "total": 3,
+        "by_reason": {"box-empty": 1, "image-size-unknown": 1, "no-box-to-score": 1},
+    }
+    markdown = (out / "validation.md").read_text()
+    assert "2 images are not scored:" in markdown
+    assert "| no-box-to-score |  |  | ILSVRC2012_val_00000006 | no box of the image is left inside it |" in markdown
