@@ -189,3 +189,27 @@ def test_predictions_table_of_another_split_is_refused(planted_source, erm_check
         misclassified_from_predictions(source, rows[1:])
     with pytest.raises(PredictionsMismatch, match="other labels"):
         misclassified_from_predictions(source, [PredictedRow(r.key, (r.label + 1) % 4, r.predicted) for r in rows])
+
+
+def test_validation_catches_a_broken_augment_block_and_a_wrong_key(built, tmp_path):
+    from builder.core.shards import write_shard
+    from validation.integrity import check_dataset
+
+    folder = tmp_path / "broken"
+    shutil.copytree(config_dir(built, "cam"), folder)
+    manifest = Manifest.read(folder)
+    last = manifest.split("train").filenames[-1]
+    samples = list(iter_shard(folder / last))
+    key, members = samples[0]
+    block = json.loads(members["augment.json"])
+    del block["prompt"]
+    samples[0] = (key, {**members, "augment.json": json.dumps(block).encode()})
+    assert len(samples) >= 2
+    other_key, other = samples[1]
+    samples[1] = (other_key.replace("_scgs", "_gen"), other)
+    stats = write_shard(folder / last, samples)
+    shards = manifest.split("train").shards
+    shards[-1] = stats
+    manifest.write(folder)
+    reasons = {f.reason for f in check_dataset(folder).failures}
+    assert {"augment-schema", "key"} <= reasons
