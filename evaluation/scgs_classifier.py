@@ -25,13 +25,21 @@ from .predict import resolve_device
 class TimmScgsClassifier:
     """A loaded model on its device, its outputs mapped to the config's labels."""
 
-    def __init__(self, loaded: LoadedModel, wnids: tuple[str, ...], device: str = "auto", cam_layer: str | None = None):
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        wnids: tuple[str, ...],
+        device: str = "auto",
+        cam_layer: str | None = None,
+        check_only: bool = False,
+    ):
+        """`check_only`: a --check-model, which only classifies (any model spec; no features, no CAM)."""
         import torch
 
         from builder.backends.gradcam_pp import resolve_cam_layer
 
         module = loaded.module
-        if not (hasattr(module, "forward_features") and hasattr(module, "forward_head")):
+        if not check_only and not (hasattr(module, "forward_features") and hasattr(module, "forward_head")):
             raise ModelError(
                 f"{loaded.spec} is not a timm model (no forward_features/forward_head): SCGS clusters pooled "
                 "features; pass an `hsi train` checkpoint or a timm model spec"
@@ -51,7 +59,7 @@ class TimmScgsClassifier:
             raise ModelError(f"{loaded.spec} has no output for the config's classes {missing}")
         self.columns = [column[class_of(w).index] for w in wnids]
         self.columns_tensor = torch.as_tensor(self.columns, device=self.device)
-        self.cam_layer, _ = resolve_cam_layer(self.module, cam_layer)
+        self.cam_layer = "" if check_only else resolve_cam_layer(self.module, cam_layer)[0]
 
     def preprocess(self, images: np.ndarray):
         import torch
@@ -63,7 +71,8 @@ class TimmScgsClassifier:
         return (x - self.mean) / self.std
 
     def logits(self, batch):
-        return self.module(batch).index_select(1, self.columns_tensor)
+        out = self.module(batch)
+        return (out[0] if isinstance(out, (tuple, list)) else out).index_select(1, self.columns_tensor)
 
     def features(self, batch):
         return self.module.forward_head(self.module.forward_features(batch), pre_logits=True)
@@ -97,6 +106,7 @@ def load_scgs_classifier(
     device: str = "auto",
     cam_layer: str | None = None,
     flag: str = "--model",
+    check_only: bool = False,
 ) -> TimmScgsClassifier:
     """An `hsi train` checkpoint (the architecture from its settings unless `model` names one; the
     input size the run trained at) or a model spec through `load_model`."""
@@ -120,7 +130,7 @@ def load_scgs_classifier(
         loaded = load_model(model, ModelOptions())
     else:
         raise ModelError(f"pass the ERM model: --checkpoint RUN/best.pt (from hsi train) or {flag} SPEC")
-    return TimmScgsClassifier(loaded, wnids, device, cam_layer)
+    return TimmScgsClassifier(loaded, wnids, device, cam_layer, check_only)
 
 
 def read_train_predictions(path: Path, wnids: tuple[str, ...], classifier: TimmScgsClassifier | None = None):

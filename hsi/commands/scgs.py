@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     canvas = int((source.manifest.spec or {}).get("canvas", 224))
     classifier = load_scgs_classifier(args.model, args.checkpoint, wnids, canvas, args.device, args.cam_layer)
     check = (
-        load_scgs_classifier(args.check_model, None, wnids, canvas, args.device, None, "--check-model")
+        load_scgs_classifier(args.check_model, None, wnids, canvas, args.device, None, "--check-model", True)
         if args.check_model
         else None
     )
