@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from builder.formats.composites import key_problems
+
 AUGMENT_SCHEMA_VERSION = 1
 AUGMENT_MEMBERS = ("augment.json", "cam.png", "mask.png")
 GENERATED_KEY = re.compile(r"^(?P<source>.+)_scgs(?P<index>\d+)$")
@@ -108,13 +110,7 @@ def check_augment_json(block: Any) -> list[str]:
     """Every way `block` departs from the augment schema, as readable lines (empty when it conforms)."""
     if not isinstance(block, dict):
         return ["augment.json is not an object"]
-    problems = []
-    missing = [k for k in AUGMENT_FIELDS if k not in block]
-    extra = [k for k in block if k not in AUGMENT_FIELDS]
-    if missing:
-        problems.append(f"augment.json misses keys {missing}")
-    if extra:
-        problems.append(f"augment.json has unexpected keys {extra}")
+    problems = key_problems(block, AUGMENT_FIELDS, "augment.json ")
     for key, (kinds, nullable, _) in AUGMENT_FIELDS.items():
         value = block.get(key)
         if key not in block or (value is None and nullable):

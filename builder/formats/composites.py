@@ -69,17 +69,20 @@ COMPOSITE_FIELDS: dict[str, tuple[type, bool, str]] = {
 }
 
 
+def key_problems(meta: Mapping[str, Any], fields: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The keys of `fields` that `meta` lacks and the keys it has beyond them, as readable lines."""
+    missing = [k for k in fields if k not in meta]
+    extra = [k for k in meta if k not in fields]
+    return ([f"{prefix}missing keys {missing}"] if missing else []) + (
+        [f"{prefix}unexpected keys {extra}"] if extra else []
+    )
+
+
 def check_composite_json(meta: Any) -> list[str]:
     """Every way `meta` departs from the schema, as readable lines (empty when it conforms)."""
     if not isinstance(meta, dict):
         return ["json member is not an object"]
-    problems = []
-    missing = [k for k in COMPOSITE_FIELDS if k not in meta]
-    extra = [k for k in meta if k not in COMPOSITE_FIELDS]
-    if missing:
-        problems.append(f"missing keys {missing}")
-    if extra:
-        problems.append(f"unexpected keys {extra}")
+    problems = key_problems(meta, COMPOSITE_FIELDS)
     for key, (kind, nullable, _) in COMPOSITE_FIELDS.items():
         if key not in meta:
             continue

@@ -127,7 +127,8 @@ def test_augment_schema_and_keys():
     )
     assert source_of_key("ILSVRC2012_val_1_center_24_original") is None
     problems = check_augment_json({"source_key": 1})
-    assert any("misses keys" in p for p in problems) and any("source_key must be str" in p for p in problems)
+    assert any("augment.json missing keys" in p for p in problems)
+    assert any("source_key must be str" in p for p in problems)
 
 
 def test_bad_options_are_refused():
