@@ -100,6 +100,13 @@ class GenerationSettings:
             raise GenerationSettingsError(
                 f"--prompt-template must contain {{class_name}}, got {self.prompt_template!r}"
             )
+        try:
+            self.prompt_template.format(class_name="")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise GenerationSettingsError(
+                f"--prompt-template may hold only the field {{class_name}} (write a literal brace twice), "
+                f"got {self.prompt_template!r}: {type(exc).__name__}: {exc}"
+            ) from None
         if self.steps < 1:
             raise GenerationSettingsError(f"--steps must be at least 1, got {self.steps}")
         if not 0.0 < self.strength <= 1.0:
@@ -269,6 +276,8 @@ class SdInpainter:
                 raise ValueError(f"images must be uint8 H x W x 3, got {image.dtype} of shape {image.shape}")
             if mask is not None and np.asarray(mask).shape != image.shape[:2]:
                 raise ValueError(f"a keep-mask of shape {np.asarray(mask).shape} for an image of {image.shape[:2]}")
+            if mask is not None and np.asarray(mask).dtype != bool:
+                raise ValueError(f"a keep-mask must be bool, got {np.asarray(mask).dtype}")
         items = list(zip(images, keep, prompts, seeds))
         with tqdm(total=len(items), desc="SD inpainting", unit="img", disable=not progress, file=sys.stderr) as bar:
 

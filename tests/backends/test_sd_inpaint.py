@@ -180,6 +180,11 @@ def test_prompt_template_and_settings_checks(inpainter):
         GenerationSettings(steps=1, strength=0.5)
     with pytest.raises(GenerationSettingsError, match=r"--strength must be within \(0, 1\]"):
         GenerationSettings(strength=0.0)
+    with pytest.raises(GenerationSettingsError, match="may hold only the field .class_name.*KeyError: 'name'"):
+        GenerationSettings(prompt_template="a {name} photo of a {class_name}")
+    assert GenerationSettings(prompt_template="{{x}} {class_name}").prompt_template == "{{x}} {class_name}"
+    with pytest.raises(ValueError, match="a keep-mask must be bool, got uint8"):
+        inpainter.generate(photos(1), [np.ones((96, 96), np.uint8)], ["a"], [1], FAST, progress=False)
     with pytest.raises(ValueError, match="one entry per image"):
         inpainter.generate(photos(2), [None], ["a"], [1], FAST, progress=False)
     with pytest.raises(ValueError, match=r"a keep-mask of shape \(4, 4\) for an image of \(96, 96\)"):
@@ -194,7 +199,7 @@ def test_provenance_names_the_folder_and_hashes_the_weights(tiny_sd_folder, tmp_
     assert info["checkpoint"] == tiny_sd_folder.name and info["checkpoint_sha256"] == loaded.weights_sha256
     assert info["params"] == {"device": "cpu", "dtype": "float32", "native_size": TINY_NATIVE_SIZE}
     copy = shutil.copytree(tiny_sd_folder, tmp_path / "sd-copy")
-    assert SdInpainter.load(str(copy), device="cpu").weights_sha256 == loaded.weights_sha256
+    assert pipeline_weights_sha256(copy) == loaded.weights_sha256  # what load records, by content
     # a file diffusers does not load (a hub snapshot's fp16 copy) is not part of the digest
     (copy / "unet" / "diffusion_pytorch_model.fp16.safetensors").write_bytes(b"not loaded")
     assert pipeline_weights_sha256(copy) == loaded.weights_sha256
@@ -202,7 +207,8 @@ def test_provenance_names_the_folder_and_hashes_the_weights(tiny_sd_folder, tmp_
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0x01  # one bit of the last weight value
     weights.write_bytes(bytes(data))
-    assert SdInpainter.load(str(copy), device="cpu").weights_sha256 != loaded.weights_sha256
+    assert pipeline_weights_sha256(copy) != loaded.weights_sha256
+    assert SdInpainter.load(str(copy), device="cpu").weights_sha256 == pipeline_weights_sha256(copy)
 
 
 def test_the_registry_builds_the_generator_from_the_folder_offline(tiny_sd_folder, monkeypatch):
@@ -227,7 +233,7 @@ def test_a_cached_hub_id_loads_offline(tiny_sd_folder, tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     loaded = SdInpainter.load(device="cpu")
     assert loaded.model_id == DEFAULT_SD_MODEL
-    assert loaded.weights_sha256 == SdInpainter.load(str(tiny_sd_folder), device="cpu").weights_sha256
+    assert loaded.weights_sha256 == pipeline_weights_sha256(tiny_sd_folder)
 
 
 def test_missing_or_unusable_pipelines_are_refused_naming_the_flag(tmp_path, monkeypatch):
