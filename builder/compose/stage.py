@@ -62,6 +62,7 @@ from builder.formats.composites import (
     rgb_to_bgr,
     sample_key,
 )
+from builder.formats.parts import check_crop_size, stored_crop_box
 from builder.formats.parts_index import MemberReader, PartsRef, read_object_image, resolve_parts_dir
 from builder.variants import VariantSpec, load_variant
 
@@ -180,35 +181,50 @@ class ComposeShardBuilder:
         }
 
     def load_cutout(self, reader: MemberReader, job: ImageJob, issues: list[Issue]) -> Cutout | None:
+        paper = self.spec.crop != "inclusive" or self.spec.box_rounding != "none"
         try:
-            crop, mask = read_object_image(reader, job.ref, self.spec.paste == "mask")
-            if self.spec.crop != "inclusive" or self.spec.box_rounding != "none":
-                crop, mask = self.paper_window(reader, job, crop, mask, issues)
+            crop, mask = read_object_image(reader, job.ref, self.spec.paste == "mask", whole=paper)
+            if paper:
+                window = self.paper_window(reader, job, crop, issues)
+                if window is None:
+                    return None
+                x0, y0, x1, y1 = window
+                crop, mask = crop.crop(window), (mask[y0:y1, x0:x1] if mask is not None else None)
         except (OSError, ValueError, KeyError) as exc:
             issues.append(Issue(job.ref.key, "unreadable-parts", f"object: {exc}", "compose"))
             return None
         return Cutout(crop, mask, self.spec.resize_filter)
 
     def paper_window(
-        self, reader: MemberReader, job: ImageJob, crop: Image.Image, mask: np.ndarray | None, issues: list[Issue]
-    ) -> tuple[Image.Image, np.ndarray | None]:
-        """The part of the inclusive crop the paper's crop takes (see geometry.crop_window)."""
+        self, reader: MemberReader, job: ImageJob, crop: Image.Image, issues: list[Issue]
+    ) -> tuple[int, int, int, int] | None:
+        """Where the paper's crop of the object lies in the stored crop (see geometry.crop_window),
+        or None with a `paper-crop-clipped` row when it needs pixels the parts do not hold: its
+        composites would not be the paper's, so none is made (extract with --crop-margin 1)."""
         meta = json.loads(reader.read(job.ref, "json"))
-        box = tuple(int(v) for v in meta["object_box"])
-        (x0, y0, x1, y1), clipped = crop_window(
-            box, int(meta["width"]), int(meta["height"]), self.spec.crop, self.spec.box_rounding
+        x0, y0, x1, y1 = (int(v) for v in meta["object_box"])
+        box = (x0, y0, x1, y1)
+        stored = stored_crop_box(meta)
+        check_crop_size(meta, crop.width, crop.height)
+        window = crop_window(
+            box,
+            int(meta["width"]),
+            int(meta["height"]),
+            self.spec.crop,
+            self.spec.box_rounding,
+            stored,
         )
-        if clipped:
+        if window is None:
             issues.append(
                 Issue(
                     job.ref.key,
                     "paper-crop-clipped",
-                    f"the paper's box for {list(box)} reaches past "
-                    "the stored crop; its object pixels are clipped to the box",
+                    f"the paper's box for {list(box)} starts left of or above the stored crop "
+                    f"{list(stored)}; extract with --crop-margin 1 to store the pixels it needs",
                     "compose",
                 )
             )
-        return crop.crop((x0, y0, x1, y1)), (mask[y0:y1, x0:x1] if mask is not None else None)
+        return window
 
     def load_background(
         self, reader: MemberReader, job: ImageJob, kind: str, donor: PartsRef | None, issues: list[Issue]
@@ -251,7 +267,7 @@ class ComposeShardBuilder:
     ) -> ComposedSample:
         """One composite: the object at `size` and `position` on `backdrop` (None: noise drawn here)."""
         spec = self.spec
-        w, h = object_size(cutout.width, cutout.height, size, spec.canvas, spec.mode, spec.margin)
+        w, h = object_size(cutout.width, cutout.height, size, spec.canvas, spec.mode, spec.margin, spec.size_rounding)
         obj, obj_mask = cutout.at(w, h)
         key = sample_key(job.ref.key, position, size, kind)
         # The corner is drawn per (image, size), so O and R composites share it; the paper drew it

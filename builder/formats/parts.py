@@ -1,7 +1,11 @@
 """The parts format: what `hsi extract` writes per source image and what compose and validation read.
 
 Members of one parts sample (key = source image id):
-  crop.png        RGB pixels of the object box (inclusive VOC corners, so (x1-x0+1) x (y1-y0+1))
+  crop.png        RGB pixels of the object box (inclusive VOC corners, so (x1-x0+1) x (y1-y0+1)); with
+                  extract's --crop-margin M, of the box grown by M pixels on each side and clipped to
+                  the image, the region the json's `crop_box` names (readers take the box out of it
+                  with `object_window`; the margin is context for crops that reach past the box, as
+                  the paper's float32 boxes do)
   mask.png        L, 0/255, crop-sized: the masker's object mask (before dilation)
   background.png  RGB, the image at full resolution with every box erased and inpainted
   erase.png       L, 0/255, full resolution: the dilated mask that was inpainted
@@ -107,9 +111,11 @@ def parts_metadata(
     object_box_rule: str,
     conversions: Sequence[str],
     provenance: dict,
+    crop_box: Sequence[int] | None = None,
 ) -> dict:
-    """The `json` member of one parts sample (`boxes` are the image's boxes after clipping)."""
-    return {
+    """The `json` member of one parts sample (`boxes` are the image's boxes after clipping;
+    `crop_box`, inclusive corners, only when crop.png holds more than the object box)."""
+    meta = {
         "schema_version": PARTS_SCHEMA_VERSION,
         "source_id": source_id,
         "wnid": wnid,
@@ -124,6 +130,44 @@ def parts_metadata(
         "conversions": list(conversions),
         "provenance": provenance,
     }
+    if crop_box is not None:  # absent otherwise: parts without a margin keep their bytes
+        meta["crop_box"] = [int(v) for v in crop_box]
+    return meta
+
+
+def stored_crop_box(meta: dict) -> tuple[int, int, int, int]:
+    """The image region crop.png holds (inclusive corners): `crop_box`, else the object box.
+    ValueError when `crop_box` does not hold the object box inside the image."""
+    x0, y0, x1, y1 = (int(v) for v in meta["object_box"])
+    if "crop_box" not in meta:
+        return x0, y0, x1, y1
+    region = [int(v) for v in meta["crop_box"]]
+    if len(region) != 4 or not (
+        0 <= region[0] <= x0
+        and 0 <= region[1] <= y0
+        and x1 <= region[2] < int(meta["width"])
+        and y1 <= region[3] < int(meta["height"])
+    ):
+        raise ValueError(f"crop_box {region} does not hold the object box {[x0, y0, x1, y1]} inside the image")
+    return region[0], region[1], region[2], region[3]
+
+
+def object_window(meta: dict) -> tuple[int, int, int, int] | None:
+    """Where the object box lies in crop.png (x0, y0, x1, y1, ends exclusive), or None when
+    crop.png is the box itself."""
+    if "crop_box" not in meta:
+        return None
+    x0, y0, x1, y1 = (int(v) for v in meta["object_box"])
+    cx0, cy0, _, _ = stored_crop_box(meta)
+    return x0 - cx0, y0 - cy0, x1 - cx0 + 1, y1 - cy0 + 1
+
+
+def check_crop_size(meta: dict, width: int, height: int) -> None:
+    """ValueError unless crop.png (width x height) is the size of the region it should hold."""
+    x0, y0, x1, y1 = stored_crop_box(meta)
+    if (width, height) != (x1 - x0 + 1, y1 - y0 + 1):
+        what = "crop_box" if "crop_box" in meta else "object box"
+        raise ValueError(f"crop.png is {width}x{height}, its {what} {[x0, y0, x1, y1]} is {x1 - x0 + 1}x{y1 - y0 + 1}")
 
 
 def encode_parts_members(
@@ -148,7 +192,7 @@ class Parts:
 
     key: str
     meta: dict
-    crop: np.ndarray  # H x W x 3 uint8
+    crop: np.ndarray  # H x W x 3 uint8: the object box (a stored margin taken off)
     mask: np.ndarray  # H x W bool
     background: np.ndarray  # full resolution, H x W x 3 uint8
     erase: np.ndarray  # full resolution, H x W bool
@@ -170,11 +214,18 @@ def decode_parts(key: str, members: dict[str, bytes]) -> Parts:
     missing = [name for name in PARTS_MEMBERS if name not in members]
     if missing:
         raise ValueError(f"parts sample {key!r} lacks members {missing}")
+    meta = decode_parts_json(members)
+    crop, mask = decode_png(members["crop.png"]), decode_mask(members["mask.png"])
+    window = object_window(meta)
+    if window is not None:  # the object box out of a crop stored with a margin
+        check_crop_size(meta, crop.shape[1], crop.shape[0])
+        x0, y0, x1, y1 = window
+        crop, mask = crop[y0:y1, x0:x1], mask[y0:y1, x0:x1]
     return Parts(
         key=key,
-        meta=decode_parts_json(members),
-        crop=decode_png(members["crop.png"]),
-        mask=decode_mask(members["mask.png"]),
+        meta=meta,
+        crop=crop,
+        mask=mask,
         background=decode_png(members["background.png"]),
         erase=decode_mask(members["erase.png"]),
     )

@@ -20,7 +20,7 @@ from builder.core.config import ConfigError
 from builder.core.manifest import PARTS, format_of
 from builder.core.records import Issue
 from builder.core.shards import MANIFEST_NAME, TarMember, member_problem, read_manifest, tar_members
-from builder.formats.parts import decode_mask, decode_png_checked
+from builder.formats.parts import decode_mask, decode_png_checked, object_window, stored_crop_box
 
 NEEDED_MEMBERS = ("crop.png", "mask.png", "background.png")
 OPTIONAL_MEMBERS = ("canvas.npy",)  # the background pre-resized by extract (see builder.parts)
@@ -37,6 +37,10 @@ class PartsRef:
     shard: str
     members: tuple[tuple[str, int, int], ...]  # (member name, data offset, size), sorted
     row: int = -1  # position in its split's sorted listing: its row in the background cache
+    # crop.png stored with a margin (extract --crop-margin): where the object box lies in it
+    # (x0, y0, x1, y1, ends exclusive) and the crop's (width, height); None for a crop of the box
+    object_window: tuple[int, int, int, int] | None = None
+    crop_size: tuple[int, int] | None = None
 
     def has(self, member: str) -> bool:
         return any(name == member for name, _, _ in self.members)
@@ -119,6 +123,11 @@ def index_parts_shard(
             wnid, class_index = meta["wnid"], int(meta["class_index"])
             if class_of(wnid).index != class_index:
                 raise ValueError(f"class_index {class_index} does not match {wnid}")
+            window = object_window(meta)
+            crop_size = None
+            if window is not None:
+                cx0, cy0, cx1, cy1 = stored_crop_box(meta)
+                crop_size = (cx1 - cx0 + 1, cy1 - cy0 + 1)
         except (ValueError, KeyError, TypeError) as exc:
             issues.append(
                 Issue(
@@ -133,7 +142,7 @@ def index_parts_shard(
             )
             continue
         located = tuple(sorted((name, offset, size) for name, (offset, size) in places.items()))
-        refs.append(PartsRef(key, split, class_index, wnid, path.name, located))
+        refs.append(PartsRef(key, split, class_index, wnid, path.name, located, -1, window, crop_size))
     return refs, issues
 
 
@@ -189,20 +198,26 @@ class MemberReader:
 
 
 def read_object_image(
-    reader: MemberReader, ref: PartsRef, with_mask: bool = True
+    reader: MemberReader, ref: PartsRef, with_mask: bool = True, whole: bool = False
 ) -> tuple[Image.Image, np.ndarray | None]:
     """The object's crop as a decoded RGB image (compose resizes it as it is: converting it to an
     array and back for every size cost more than a resize) and, if asked, its mask (bool,
-    crop-sized); ValueError when they do not fit together."""
+    crop-sized); ValueError when they do not fit together. The crop is the object box, out of a
+    crop stored with a margin too; `whole`: the stored crop, margin included."""
     crop = decode_png_checked(reader.read(ref, "crop.png"))
     if crop.mode != "RGB":
         raise ValueError("crop.png is not RGB")
-    if not with_mask:
-        return crop, None
-    mask = decode_mask(reader.read(ref, "mask.png"))
-    if mask.shape != (crop.height, crop.width):
+    mask = decode_mask(reader.read(ref, "mask.png")) if with_mask else None
+    if mask is not None and mask.shape != (crop.height, crop.width):
         raise ValueError(f"mask.png is {mask.shape}, crop.png is {(crop.height, crop.width)}")
-    return crop, mask
+    if ref.object_window is None:
+        return crop, mask
+    if crop.size != ref.crop_size:
+        raise ValueError(f"crop.png is {crop.width}x{crop.height}, its crop_box holds {ref.crop_size}")
+    if whole:
+        return crop, mask
+    x0, y0, x1, y1 = ref.object_window
+    return crop.crop(ref.object_window), (mask[y0:y1, x0:x1] if mask is not None else None)
 
 
 def read_object(reader: MemberReader, ref: PartsRef, with_mask: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
