@@ -5,7 +5,9 @@ It writes a synthetic parts set of photo-like textures at ImageNet-val-like size
 backgrounds, a 250 x 200 object box) with the test suite's parts factory, composes the paper's set
 on one core in a child process (so its peak RSS is the compose stage's own), then JPEG-encodes the
 composites it produced with the same settings: with PIL (the ratio's denominator, which the target
-is defined against) and with the encoder compose uses. `--memory-check` composes a 4x larger parts
+is defined against) and with the encoder compose uses. Both sides are timed warm: the child imports
+OpenCV and loads PIL's plugins before its timer, as the PIL side has them loaded before its own
+(that one-off start-up is printed beside the compose time). `--memory-check` composes a 4x larger parts
 set too and prints both peak RSS figures: they must not grow with the number of source images.
 
     .venv/bin/python benchmarks/compose_speed.py [--images 150] [--memory-check]
