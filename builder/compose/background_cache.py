@@ -25,10 +25,16 @@ def read_cached_background(reader: MemberReader, cache_dir: Path, ref: PartsRef,
     return CanvasCache(path, canvas).read(ref.row, reader.open_fd(path))
 
 
+def has_stored_canvas(ref: PartsRef, canvas: int, resize_filter: str) -> bool:
+    """Whether extract stored this background resized as compose would resize it: then reading it
+    costs one read, the same as reading it back from the cache, and it is never cached."""
+    return canvas == PARTS_CANVAS_SIZE and resize_filter == PARTS_CANVAS_FILTER and ref.has("canvas.npy")
+
+
 def read_canvas_background(reader: MemberReader, ref: PartsRef, canvas: int, resize_filter: str) -> np.ndarray:
     """A donor's background at canvas size: extract's pre-resized copy when it is the same resize
     (identical bytes, a fraction of the decoding), else the full-resolution one resized here."""
-    if canvas == PARTS_CANVAS_SIZE and resize_filter == PARTS_CANVAS_FILTER and ref.has("canvas.npy"):
+    if has_stored_canvas(ref, canvas, resize_filter):
         return decode_canvas(reader.read(ref, "canvas.npy"))
     return canvas_background(decode_png(reader.read(ref, "background.png")), canvas, resize_filter)
 
@@ -68,9 +74,12 @@ def fill_background_cache(
     workers: int,
     progress: bool,
 ) -> tuple[tuple[str, str, str], ...]:
-    """Cache the canvas-sized background of every donor, in parallel by parts shard (a cache file
-    per parts split, sparse, one row per image); return (split, key, why) of those that failed."""
-    needed = {(donor.split, donor.key): donor for donor in donors}
+    """Cache the canvas-sized background of every donor that must be decoded (not those with a
+    stored canvas), in parallel by parts shard (a cache file per parts split, sparse, one row per
+    image); return (split, key, why) of those that failed."""
+    needed = {
+        (donor.split, donor.key): donor for donor in donors if not has_stored_canvas(donor, canvas, resize_filter)
+    }
     if not needed:
         return ()
     cache_dir.mkdir(parents=True, exist_ok=True)

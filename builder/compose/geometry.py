@@ -27,6 +27,8 @@ MODES = ("square", "ar")
 CROPS = ("inclusive", "exclusive")
 BOX_ROUNDINGS = ("none", "float32-normalised")
 CORNER_DRAWS = ("per-size", "per-composite")
+# AR mode's computed side: rounded half up (ours) or truncated by int() (the paper's)
+SIZE_ROUNDINGS = ("half-up", "truncate")
 PASTE_MODES = ("box", "mask")
 RESIZE_FILTERS: dict[str, Image.Resampling] = {
     "bicubic": Image.Resampling.BICUBIC,
@@ -91,17 +93,31 @@ def check_position(position: str) -> str:
     )
 
 
-def object_size(crop_w: int, crop_h: int, size: int, canvas: int, mode: str, margin: int = 0) -> tuple[int, int]:
-    """Width and height of the pasted object for an object box of crop_w x crop_h."""
+def scaled_side(numerator: int, denominator: int, rounding: str) -> int:
+    """numerator / denominator as a pixel count: rounded half up, or truncated (`truncate`, the
+    paper's int(); floor division is exact where int() of the float quotient could be off by one
+    only for quotients within a double's rounding of an integer, which pixel sizes never reach)."""
+    if rounding == "truncate":
+        return numerator // denominator
+    if rounding != "half-up":
+        raise GeometryError(f"unknown size rounding {rounding!r}; use one of {', '.join(SIZE_ROUNDINGS)}")
+    return round_half_up(numerator / denominator)
+
+
+def object_size(
+    crop_w: int, crop_h: int, size: int, canvas: int, mode: str, margin: int = 0, rounding: str = "half-up"
+) -> tuple[int, int]:
+    """Width and height of the pasted object for an object box of crop_w x crop_h; in AR mode the
+    side computed from the ratio is rounded by `rounding` (see SIZE_ROUNDINGS)."""
     if mode == "square":
         return size, size
     if mode != "ar":
         raise GeometryError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     cap = canvas - 2 * margin
     short_crop, long_crop = min(crop_w, crop_h), max(crop_w, crop_h)
-    short, long = size, max(size, round_half_up(long_crop * size / short_crop))
+    short, long = size, max(size, scaled_side(long_crop * size, short_crop, rounding))
     if long > cap:  # shrink the whole object, never distort it
-        short, long = max(1, min(size, round_half_up(short_crop * cap / long_crop))), cap
+        short, long = max(1, min(size, scaled_side(short_crop * cap, long_crop, rounding))), cap
     return (short, long) if crop_w <= crop_h else (long, short)
 
 
@@ -165,20 +181,27 @@ def float32_normalised_box(box: tuple[int, int, int, int], width: int, height: i
 
 
 def crop_window(
-    box: tuple[int, int, int, int], width: int, height: int, crop: str, box_rounding: str
-) -> tuple[tuple[int, int, int, int], bool]:
-    """The window (x0, y0, x1, y1, end exclusive) to take out of the parts' crop of `box` (the
-    inclusive VOC box, so the crop is (x1 - x0 + 1) x (y1 - y0 + 1)), and whether it had to be
-    clipped to that crop. `exclusive` crops [x0:x1] as the paper does; `float32-normalised` first
-    moves the box as the paper's float32 round trip does."""
+    box: tuple[int, int, int, int],
+    width: int,
+    height: int,
+    crop: str,
+    box_rounding: str,
+    stored: tuple[int, int, int, int] | None = None,
+) -> tuple[int, int, int, int] | None:
+    """The window (x0, y0, x1, y1, ends exclusive) of the object's pixels in the stored crop, which
+    holds the image region `stored` (inclusive corners; default the box itself, as extract stores
+    it without --crop-margin): the inclusive VOC box, or with `exclusive` the paper's [x0:x1]
+    crop, of the box first moved as the paper's float32 round trip moves it with
+    `float32-normalised`. None when the window needs a pixel the stored crop does not hold (the
+    moved top-left corner of a crop stored without a margin)."""
     if crop not in CROPS or box_rounding not in BOX_ROUNDINGS:
         raise GeometryError(f"unknown crop {crop!r} or box rounding {box_rounding!r}")
-    x0, y0, x1, y1 = box
+    sx0, sy0, sx1, sy1 = stored or box
     rx0, ry0, rx1, ry1 = float32_normalised_box(box, width, height) if box_rounding != "none" else box
     end = 0 if crop == "exclusive" else 1
-    wanted = (rx0 - x0, ry0 - y0, rx1 - x0 + end, ry1 - y0 + end)
-    crop_w, crop_h = x1 - x0 + 1, y1 - y0 + 1
-    window = (max(0, wanted[0]), max(0, wanted[1]), min(crop_w, wanted[2]), min(crop_h, wanted[3]))
+    window = (rx0 - sx0, ry0 - sy0, rx1 - sx0 + end, ry1 - sy0 + end)
     if window[2] <= window[0] or window[3] <= window[1]:
         raise GeometryError(f"the {crop} crop of box {list(box)} is empty")
-    return window, window != wanted
+    if window[0] < 0 or window[1] < 0 or window[2] > sx1 - sx0 + 1 or window[3] > sy1 - sy0 + 1:
+        return None
+    return window

@@ -26,7 +26,7 @@ from pathlib import Path
 from builder.core.errors import InputError
 from builder.core.manifest import PARTS, Manifest
 from builder.core.records import Issue
-from builder.core.shards import sha256_file
+from builder.core.shards import TarMember, sha256_file, tar_members
 from builder.formats.parts_index import PartsRef, index_parts_shard
 
 PARTS_SHARD_NAME = re.compile(r"(?P<split>[A-Za-z0-9][A-Za-z0-9_-]*)-(?P<index>[0-9]{5})\.tar")
@@ -85,32 +85,31 @@ def verify_parts_shards(parts_dir: Path, manifest: Manifest, splits: Sequence[st
                 )
 
 
-def scan_members(path: Path) -> tuple[dict[str, list[str]], dict[str, tuple[int, int]]]:
+def scan_members(members: Sequence[TarMember]) -> tuple[dict[str, list[str]], dict[str, tuple[int, int]]]:
     """(key -> what is wrong with its members, key -> (offset, size) of its `json` member).
     Wrong: links and other non-files, absolute names, `..`, folders, sparse members; the key is the
     member's base name up to its first dot. The json's place lets compose read a sample's boxes."""
     found: dict[str, list[str]] = {}
     json_members: dict[str, tuple[int, int]] = {}
-    with tarfile.open(path, mode="r:") as tar:
-        for info in tar:
-            name = info.name
-            if info.isfile() and name.endswith(".json") and name.count(".") == 1 and is_plain_key(name[:-5]):
-                json_members[name[:-5]] = (info.offset_data, info.size)
-            parts = name.replace("\\", "/").split("/")
-            problem = None
-            if name.startswith(("/", "\\")):
-                problem = "has an absolute name"
-            elif ".." in parts:
-                problem = "has a '..' component"
-            elif len(parts) > 1:
-                problem = "is inside a folder"
-            elif not info.isfile():
-                problem = "is a link or not a regular file"
-            elif info.issparse():
-                problem = "is a sparse member"
-            if problem:
-                key = parts[-1].partition(".")[0] or name
-                found.setdefault(key, []).append(f"member {name!r} {problem}")
+    for info in members:
+        name = info.name
+        if info.isfile() and name.endswith(".json") and name.count(".") == 1 and is_plain_key(name[:-5]):
+            json_members[name[:-5]] = (info.offset_data, info.size)
+        parts = name.replace("\\", "/").split("/")
+        problem = None
+        if name.startswith(("/", "\\")):
+            problem = "has an absolute name"
+        elif ".." in parts:
+            problem = "has a '..' component"
+        elif len(parts) > 1:
+            problem = "is inside a folder"
+        elif not info.isfile():
+            problem = "is a link or not a regular file"
+        elif info.issparse():
+            problem = "is a sparse member"
+        if problem:
+            key = parts[-1].partition(".")[0] or name
+            found.setdefault(key, []).append(f"member {name!r} {problem}")
     return found, json_members
 
 
@@ -129,8 +128,9 @@ def index_checked_parts(
         for filename in manifest.splits[split].filenames:
             path = Path(parts_dir) / filename
             try:
-                unsafe, json_members = scan_members(path)
-                shard_refs, shard_issues = index_parts_shard(path, split)
+                members = tar_members(path)  # one pass over the headers serves both readings
+                unsafe, json_members = scan_members(members)
+                shard_refs, shard_issues = index_parts_shard(path, split, members)
             except (tarfile.TarError, OSError, EOFError) as exc:
                 issues.append(
                     Issue(

@@ -23,15 +23,17 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
+from PIL import Image
 
 from builder.compose.background_cache import (
     CACHE_DIR,
     fill_background_cache,
+    has_stored_canvas,
     read_cached_background,
     read_canvas_background,
 )
 from builder.compose.backgrounds import DONOR_KINDS, gray_background, noise_background, sample_rng
-from builder.compose.geometry import crop_window, object_size, paste, place, resize_mask, resize_rgb
+from builder.compose.geometry import Placement, crop_window, object_size, paste, place, resize_mask, resize_rgb
 from builder.compose.parts_input import index_checked_parts, read_parts_manifest_checked, verify_parts_shards
 from builder.compose.planning import ImageJob, check_has_work, coverage_report, images_per_shard, plan_jobs
 from builder.compose.tables import format_table
@@ -55,11 +57,13 @@ from builder.formats.composites import (
     SCHEMA_VERSION,
     composite_members,
     count_composites,
-    encode_jpeg,
+    encode_jpeg_bgr,
     merge_counts,
+    rgb_to_bgr,
     sample_key,
 )
-from builder.formats.parts_index import MemberReader, PartsRef, read_object, resolve_parts_dir
+from builder.formats.parts import check_crop_size, stored_crop_box
+from builder.formats.parts_index import MemberReader, PartsRef, read_object_image, resolve_parts_dir
 from builder.variants import VariantSpec, load_variant
 
 TOOL_NAME = "hard-spurious-imagenet"
@@ -74,24 +78,43 @@ class Cutout:
     """The object's crop (and its mask when only mask pixels are pasted), resized once per pasted
     box size: an image's O and R composites of one size share the resize."""
 
-    crop: np.ndarray
+    crop: Image.Image  # as decoded: resized directly, never through an array copy
     mask: np.ndarray | None
     resize_filter: str
     resized: dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]] = field(default_factory=dict)
 
     @property
     def width(self) -> int:
-        return self.crop.shape[1]
+        return self.crop.width
 
     @property
     def height(self) -> int:
-        return self.crop.shape[0]
+        return self.crop.height
 
     def at(self, w: int, h: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """The object at w x h, its channels in the canvases' order (BGR), and its mask."""
         if (w, h) not in self.resized:
             obj_mask = resize_mask(self.mask, w, h, self.resize_filter) if self.mask is not None else None
-            self.resized[(w, h)] = (resize_rgb(self.crop, w, h, self.resize_filter), obj_mask)
+            self.resized[(w, h)] = (rgb_to_bgr(resize_rgb(self.crop, w, h, self.resize_filter)), obj_mask)
         return self.resized[(w, h)]
+
+
+class Backdrop:
+    """One background, its channels in the encoder's order (BGR), and a working copy: each
+    composite is pasted into the copy, encoded, and the pasted window restored, so a composite
+    costs no copy of the whole canvas."""
+
+    def __init__(self, rgb: np.ndarray) -> None:
+        self.base = rgb_to_bgr(rgb)
+        self.work = self.base.copy()
+
+    def render(self, obj: np.ndarray, placed: Placement, mask: np.ndarray | None, quality: int) -> bytes:
+        paste(self.work, obj, placed, mask)
+        try:
+            return encode_jpeg_bgr(self.work, quality)
+        finally:
+            window = (slice(placed.y, placed.y + placed.h), slice(placed.x, placed.x + placed.w))
+            self.work[window] = self.base[window]
 
 
 ComposedSample = tuple[str, dict[str, bytes], dict]  # (key, members, metadata)
@@ -114,6 +137,11 @@ class ComposeShardBuilder:
         assert donor is not None
         if self.cache_dir is None:
             return read_canvas_background(reader, donor, self.spec.canvas, self.spec.resize_filter)
+        if has_stored_canvas(donor, self.spec.canvas, self.spec.resize_filter):  # never cached
+            try:
+                return read_canvas_background(reader, donor, self.spec.canvas, self.spec.resize_filter)
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"background: {exc}") from None  # worded as a cache failure is
         for split, key, why in self.cache_failures:
             if (split, key) == (donor.split, donor.key):
                 raise ValueError(why)
@@ -153,35 +181,50 @@ class ComposeShardBuilder:
         }
 
     def load_cutout(self, reader: MemberReader, job: ImageJob, issues: list[Issue]) -> Cutout | None:
+        paper = self.spec.crop != "inclusive" or self.spec.box_rounding != "none"
         try:
-            crop, mask = read_object(reader, job.ref, self.spec.paste == "mask")
-            if self.spec.crop != "inclusive" or self.spec.box_rounding != "none":
-                crop, mask = self.paper_window(reader, job, crop, mask, issues)
+            crop, mask = read_object_image(reader, job.ref, self.spec.paste == "mask", whole=paper)
+            if paper:
+                window = self.paper_window(reader, job, crop, issues)
+                if window is None:
+                    return None
+                x0, y0, x1, y1 = window
+                crop, mask = crop.crop(window), (mask[y0:y1, x0:x1] if mask is not None else None)
         except (OSError, ValueError, KeyError) as exc:
             issues.append(Issue(job.ref.key, "unreadable-parts", f"object: {exc}", "compose"))
             return None
         return Cutout(crop, mask, self.spec.resize_filter)
 
     def paper_window(
-        self, reader: MemberReader, job: ImageJob, crop: np.ndarray, mask: np.ndarray | None, issues: list[Issue]
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """The part of the inclusive crop the paper's crop takes (see geometry.crop_window)."""
+        self, reader: MemberReader, job: ImageJob, crop: Image.Image, issues: list[Issue]
+    ) -> tuple[int, int, int, int] | None:
+        """Where the paper's crop of the object lies in the stored crop (see geometry.crop_window),
+        or None with a `paper-crop-clipped` row when it needs pixels the parts do not hold: its
+        composites would not be the paper's, so none is made (extract with --crop-margin 1)."""
         meta = json.loads(reader.read(job.ref, "json"))
-        box = tuple(int(v) for v in meta["object_box"])
-        (x0, y0, x1, y1), clipped = crop_window(
-            box, int(meta["width"]), int(meta["height"]), self.spec.crop, self.spec.box_rounding
+        x0, y0, x1, y1 = (int(v) for v in meta["object_box"])
+        box = (x0, y0, x1, y1)
+        stored = stored_crop_box(meta)
+        check_crop_size(meta, crop.width, crop.height)
+        window = crop_window(
+            box,
+            int(meta["width"]),
+            int(meta["height"]),
+            self.spec.crop,
+            self.spec.box_rounding,
+            stored,
         )
-        if clipped:
+        if window is None:
             issues.append(
                 Issue(
                     job.ref.key,
                     "paper-crop-clipped",
-                    f"the paper's box for {list(box)} reaches past "
-                    "the stored crop; its object pixels are clipped to the box",
+                    f"the paper's box for {list(box)} starts left of or above the stored crop "
+                    f"{list(stored)}; extract with --crop-margin 1 to store the pixels it needs",
                     "compose",
                 )
             )
-        return crop[y0:y1, x0:x1], (mask[y0:y1, x0:x1] if mask is not None else None)
+        return window
 
     def load_background(
         self, reader: MemberReader, job: ImageJob, kind: str, donor: PartsRef | None, issues: list[Issue]
@@ -217,14 +260,14 @@ class ComposeShardBuilder:
         job: ImageJob,
         kind: str,
         donor: PartsRef | None,
-        background: np.ndarray | None,
+        backdrop: Backdrop | None,
         cutout: Cutout,
         size: int,
         position: str,
     ) -> ComposedSample:
-        """One composite: the object at `size` and `position` on a copy of `background`."""
+        """One composite: the object at `size` and `position` on `backdrop` (None: noise drawn here)."""
         spec = self.spec
-        w, h = object_size(cutout.width, cutout.height, size, spec.canvas, spec.mode, spec.margin)
+        w, h = object_size(cutout.width, cutout.height, size, spec.canvas, spec.mode, spec.margin, spec.size_rounding)
         obj, obj_mask = cutout.at(w, h)
         key = sample_key(job.ref.key, position, size, kind)
         # The corner is drawn per (image, size), so O and R composites share it; the paper drew it
@@ -232,14 +275,14 @@ class ComposeShardBuilder:
         draw = f"corner:{job.ref.key}:{size}" + (f":{kind}" if spec.corner_draw == "per-composite" else "")
         rng = sample_rng(spec.seed, draw) if position == "random-corner" else None
         placed = place(position, w, h, spec.canvas, spec.margin, rng)
-        canvas = (
-            noise_background(spec.canvas, sample_rng(spec.seed, f"noise:{key}"))
-            if kind == "noise"
-            else background.copy()
-        )
-        paste(canvas, obj, placed, obj_mask)
+        if backdrop is None:  # noise: a fresh canvas per composite
+            canvas = rgb_to_bgr(noise_background(spec.canvas, sample_rng(spec.seed, f"noise:{key}")))
+            paste(canvas, obj, placed, obj_mask)
+            jpg = encode_jpeg_bgr(canvas, spec.jpeg_quality)
+        else:
+            jpg = backdrop.render(obj, placed, obj_mask, spec.jpeg_quality)
         meta = self.metadata(job, size, position, placed, kind, donor if kind in DONOR_KINDS else None)
-        return key, composite_members(encode_jpeg(canvas, spec.jpeg_quality), job.label, meta), meta
+        return key, composite_members(jpg, job.label, meta), meta
 
     def compose_image(self, reader: MemberReader, job: ImageJob, issues: list[Issue]) -> list[ComposedSample]:
         """Every composite of one source image: per background kind, size and position."""
@@ -251,9 +294,10 @@ class ComposeShardBuilder:
             background = self.load_background(reader, job, kind, donor, issues)
             if background is _NO_BACKGROUND:
                 continue
+            backdrop = None if background is None else Backdrop(background)
             for size in self.spec.sizes:
                 for position in self.spec.positions:
-                    samples.append(self.composite(job, kind, donor, background, cutout, size, position))
+                    samples.append(self.composite(job, kind, donor, backdrop, cutout, size, position))
         report_progress(len(samples))  # once per image: the shared counter's lock cost ~1% per composite
         return samples
 

@@ -14,8 +14,9 @@ import os
 import re
 import tarfile
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Literal
 
 from builder.core.errors import InputError
 from builder.core.manifest import (  # noqa: F401 - re-exported for the readers of raw manifests
@@ -117,18 +118,9 @@ def _ustar_header(name: str, size: int) -> bytes:
     )
 
 
-def _write_member(out: BinaryIO, digest, name: str, data: bytes) -> int:
-    """Write one member (header, data, zero padding to a block), hashing what is written; return
-    the bytes written."""
-    size = len(data)
-    header, padding = _ustar_header(name, size), _ZEROS[: -size % _BLOCK]
-    out.write(header)
-    out.write(data)
-    out.write(padding)
-    digest.update(header)
-    digest.update(data)
-    digest.update(padding)
-    return _BLOCK + size + len(padding)
+def _member_blocks(name: str, data: bytes) -> tuple[bytes, bytes, bytes]:
+    """One member as written: its header, its data, and zero padding to a whole block."""
+    return _ustar_header(name, len(data)), data, _ZEROS[: -len(data) % _BLOCK]
 
 
 class ShardWriter:
@@ -154,8 +146,11 @@ class ShardWriter:
             problem = "appears twice" if key == self.last_key else f"comes after {self.last_key!r}"
             raise ShardFormatError(f"{self.path.name}: sample {key!r} {problem}; samples must come in key order")
         assert self.handle is not None, "the shard is already closed"
-        for ext in sorted(members):
-            self.offset += _write_member(self.handle, self.digest, f"{key}.{ext}", members[ext])
+        # A sample's members in one write and one hash update: three calls per member were ~5% of compose.
+        blocks = b"".join(block for ext in sorted(members) for block in _member_blocks(f"{key}.{ext}", members[ext]))
+        self.handle.write(blocks)
+        self.digest.update(blocks)
+        self.offset += len(blocks)
         self.last_key, self.count = key, self.count + 1
 
     def close(self) -> ShardStats:
@@ -199,10 +194,73 @@ def write_shard(path: Path, samples: Iterable[Sample]) -> ShardStats:
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
+    buffer = bytearray(chunk)  # one buffer read into again and again: no fresh pages per chunk
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as handle:
+        while size := handle.readinto(buffer):
+            digest.update(view[:size])
     return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class TarMember:
+    """What a reader needs of one tar member: its name, where its data starts, its size, and
+    whether it is a regular file and a sparse one (`isfile`/`issparse` as on a `TarInfo`)."""
+
+    name: str
+    offset_data: int
+    size: int
+    regular: bool = True
+    sparse: bool = False
+
+    def isfile(self) -> bool:
+        return self.regular
+
+    def issparse(self) -> bool:
+        return self.sparse
+
+
+_SIZE_FIELD = re.compile(rb"[0-7]{11}\0")
+
+
+def written_members(path: Path) -> list[TarMember] | None:
+    """The members of a tar laid out exactly as `ShardWriter` writes one (every header equal to
+    the header it writes for that name and size, the data inside the file, then a zero block),
+    read from the 512-byte headers alone; None for any other tar, which tarfile must then read
+    (it knows every other layout: pax and GNU headers, links, sparse files, broken ends)."""
+    members: list[TarMember] = []
+    offset = 0
+    with open(path, "rb", buffering=0) as handle:
+        fd, file_bytes = handle.fileno(), os.fstat(handle.fileno()).st_size
+        while True:
+            block = os.pread(fd, _BLOCK, offset)
+            if len(block) < _BLOCK:
+                return None
+            if block == _ZEROS:
+                return members
+            name_field, size_field = block[:_NAME_FIELD], block[124:136]
+            if not _SIZE_FIELD.fullmatch(size_field):
+                return None
+            size = int(size_field[:11], 8)
+            name = name_field.split(b"\0", 1)[0].decode(tarfile.ENCODING, "surrogateescape")
+            if block != _ustar_header(name, size):
+                return None
+            data_end = offset + _BLOCK + size + (-size % _BLOCK)
+            if data_end > file_bytes:
+                return None
+            members.append(TarMember(name, offset + _BLOCK, size))
+            offset = data_end
+
+
+def tar_members(path: Path, mode: Literal["r", "r:"] = "r:") -> list[TarMember]:
+    """Every member of the tar at `path`, in order, from one pass over its headers: directly for
+    the shards this module writes, through tarfile (opened with `mode`) for any other tar.
+    Raises tarfile's errors for a tar that cannot be read."""
+    found = written_members(path)
+    if found is not None:
+        return found
+    with tarfile.open(path, mode=mode) as tar:
+        return [TarMember(i.name, i.offset_data, i.size, i.isfile(), i.issparse()) for i in tar]
 
 
 def safe_member_name(name: str) -> str:
@@ -231,7 +289,9 @@ def split_member_name(name: str) -> tuple[str, str]:
 MAX_MEMBER_BYTES = 1 << 30
 
 
-def member_problem(info: tarfile.TarInfo, shard_bytes: int | None, max_bytes: int = MAX_MEMBER_BYTES) -> str | None:
+def member_problem(
+    info: tarfile.TarInfo | TarMember, shard_bytes: int | None, max_bytes: int = MAX_MEMBER_BYTES
+) -> str | None:
     """Why a tar member must not be read into memory, or None: a sparse member (its header claims
     more bytes than the tar stores: a tar bomb), or one larger than the shard holding it or than
     `max_bytes`. Every reader of shards (`iter_shard`, the parts index) applies this one rule."""

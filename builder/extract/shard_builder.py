@@ -58,6 +58,9 @@ class ExtractConfig:
     inpainter: str = "telea"
     dilation: int = 15  # side of the square dilation kernel; 15 is the paper's; 0 or 1 disables
     object_box: str = "largest"
+    # pixels of context stored around the object box in crop.png (the json's crop_box says where);
+    # 1 holds what compose --paper-exact needs (the paper's float32 boxes start up to a pixel left/above)
+    crop_margin: int = 0
     shard_size: int = 256
     batch_size: int = 8
     batch_pixels: int = DEFAULT_BATCH_PIXELS  # bounds a batch by its pixels too (not in the output)
@@ -77,6 +80,8 @@ class ExtractConfig:
             raise ConfigError(f"--object-box must be one of {', '.join(OBJECT_BOX_RULES)}, got {self.object_box!r}")
         if self.dilation < 0:
             raise ConfigError(f"--dilation must be 0 (off) or a positive kernel side, got {self.dilation}")
+        if not isinstance(self.crop_margin, int) or isinstance(self.crop_margin, bool) or self.crop_margin < 0:
+            raise ConfigError(f"--crop-margin must be a whole number of pixels, 0 or more, got {self.crop_margin!r}")
         for name in ("shard_size", "batch_size", "batch_pixels", "max_pixels", "io_threads"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
@@ -102,7 +107,7 @@ class ExtractConfig:
 
     def output_settings(self, backends: dict, listing_digest: str) -> dict:
         """The settings that decide the output bytes: saved beside the output, fingerprinted."""
-        return {
+        settings = {
             "stage": "extract",
             "split": self.split,
             "dilation": self.dilation,
@@ -113,6 +118,15 @@ class ExtractConfig:
             "sources": listing_digest,
             "parts_schema_version": PARTS_SCHEMA_VERSION,
         }
+        if self.crop_margin:  # absent at 0: parts built without a margin keep their fingerprint
+            settings["crop_margin"] = self.crop_margin
+        return settings
+
+    def crop_region(self, box: Box, width: int, height: int) -> tuple[int, int, int, int]:
+        """The image region stored as crop.png (inclusive corners): the box grown by the crop
+        margin on each side, clipped to the image."""
+        m = self.crop_margin
+        return max(0, box.x0 - m), max(0, box.y0 - m), min(width - 1, box.x1 + m), min(height - 1, box.y1 + m)
 
 
 def dilate(mask: np.ndarray, kernel_side: int) -> np.ndarray:
@@ -173,7 +187,9 @@ def parts_metadata_of(
 ) -> dict:
     cls = class_of(record.wnid)
     height, width = image.shape[:2]
+    crop_box = config.crop_region(boxes[object_index], width, height) if config.crop_margin else None
     return parts_metadata(
+        crop_box=crop_box,
         source_id=record.image_id,
         wnid=record.wnid,
         class_index=cls.index,
@@ -240,16 +256,17 @@ def extract_batch(
 ) -> list[RawParts]:
     """Masks, erase masks and inpainted backgrounds for a batch of decoded images."""
     indexes = [choose_object_box(d.boxes, d.record.wnid, config.object_box) for d in decoded]
-    unions, object_masks = union_masks(decoded, indexes, masker)
+    regions = [config.crop_region(d.boxes[i], d.image.shape[1], d.image.shape[0]) for d, i in zip(decoded, indexes)]
+    unions, object_masks = union_masks(decoded, indexes, masker, regions)
     erase_masks = [dilate(union, config.dilation) for union in unions]
     del unions
     backgrounds = inpainter.inpaint_batch([d.image for d in decoded], erase_masks)
     raw = []
-    for item, index, object_mask, erase, background in zip(
-        decoded, indexes, object_masks, erase_masks, backgrounds, strict=True
+    for item, index, region, object_mask, erase, background in zip(
+        decoded, indexes, regions, object_masks, erase_masks, backgrounds, strict=True
     ):
-        box = item.boxes[index]
-        window = (slice(box.y0, box.y1 + 1), slice(box.x0, box.x1 + 1))
+        x0, y0, x1, y1 = region  # the object box, or the box and its margin
+        window = (slice(y0, y1 + 1), slice(x0, x1 + 1))
         meta = parts_metadata_of(item.record, item.image, item.boxes, index, item.conversions, config, backends)
         raw.append(
             RawParts(
@@ -260,9 +277,10 @@ def extract_batch(
 
 
 def union_masks(
-    decoded: list[_Decoded], indexes: list[int], masker: Masker
+    decoded: list[_Decoded], indexes: list[int], masker: Masker, regions: list[tuple[int, int, int, int]]
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Per image, the union of its box masks and the object box's mask cut to its box, built as the
+    """Per image, the union of its box masks and the object box's mask cut to its crop region
+    (`regions`, inclusive corners: the box, or the box and its margin), built as the
     masks arrive: images with few boxes share one masker call (as before), an image with more than
     `MASK_BOXES_PER_CALL` boxes gets one call per chunk, so no call returns more masks than that."""
     unions = [np.zeros(d.image.shape[:2], dtype=bool) for d in decoded]
@@ -272,8 +290,8 @@ def union_masks(
         for offset, mask in enumerate(masks):
             unions[i] |= mask
             if first + offset == indexes[i]:
-                box = decoded[i].boxes[indexes[i]]
-                object_masks[i] = mask[box.y0 : box.y1 + 1, box.x0 : box.x1 + 1].copy()
+                x0, y0, x1, y1 = regions[i]
+                object_masks[i] = mask[y0 : y1 + 1, x0 : x1 + 1].copy()
 
     few = [i for i, d in enumerate(decoded) if len(d.boxes) <= MASK_BOXES_PER_CALL]
     if few:

@@ -1,7 +1,11 @@
 """The parts format: what `hsi extract` writes per source image and what compose and validation read.
 
 Members of one parts sample (key = source image id):
-  crop.png        RGB pixels of the object box (inclusive VOC corners, so (x1-x0+1) x (y1-y0+1))
+  crop.png        RGB pixels of the object box (inclusive VOC corners, so (x1-x0+1) x (y1-y0+1)); with
+                  extract's --crop-margin M, of the box grown by M pixels on each side and clipped to
+                  the image, the region the json's `crop_box` names (readers take the box out of it
+                  with `object_window`; the margin is context for crops that reach past the box, as
+                  the paper's float32 boxes do)
   mask.png        L, 0/255, crop-sized: the masker's object mask (before dilation)
   background.png  RGB, the image at full resolution with every box erased and inpainted
   erase.png       L, 0/255, full resolution: the dilated mask that was inpainted
@@ -46,12 +50,19 @@ def encode_canvas(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
+_CANVAS_SHAPE = (PARTS_CANVAS_SIZE, PARTS_CANVAS_SIZE, 3)
+_CANVAS_PIXEL_BYTES = PARTS_CANVAS_SIZE * PARTS_CANVAS_SIZE * 3
+_CANVAS_NPY_HEADER = encode_canvas(np.zeros(_CANVAS_SHAPE, np.uint8))[:-_CANVAS_PIXEL_BYTES]
+
+
 def decode_canvas(data: bytes) -> np.ndarray:
     """The canvas-sized background; refuses anything but a 224 x 224 x 3 uint8 array."""
+    if len(data) == len(_CANVAS_NPY_HEADER) + _CANVAS_PIXEL_BYTES and data.startswith(_CANVAS_NPY_HEADER):
+        # the header encode_canvas writes: the pixels follow it (np.load would parse it with ast, 10x slower)
+        return np.frombuffer(data, np.uint8, offset=len(_CANVAS_NPY_HEADER)).reshape(_CANVAS_SHAPE).copy()
     array = np.load(io.BytesIO(data), allow_pickle=False)
-    expected = (PARTS_CANVAS_SIZE, PARTS_CANVAS_SIZE, 3)
-    if array.dtype != np.uint8 or array.shape != expected:
-        raise ValueError(f"canvas.npy holds {array.dtype} {array.shape}, expected uint8 {expected}")
+    if array.dtype != np.uint8 or array.shape != _CANVAS_SHAPE:
+        raise ValueError(f"canvas.npy holds {array.dtype} {array.shape}, expected uint8 {_CANVAS_SHAPE}")
     return array
 
 
@@ -64,13 +75,18 @@ def decode_png_image(data: bytes) -> Image.Image:
     return image.convert("L" if image.mode == "1" else "RGB")
 
 
-def decode_png(data: bytes) -> np.ndarray:
-    """The pixels of a PNG member; ValueError for anything that does not decode, a decompression bomb
-    included (Pillow raises its own error type for those, which callers that skip bad members miss)."""
+def decode_png_checked(data: bytes) -> Image.Image:
+    """`decode_png_image`, with a decompression bomb refused as a ValueError (Pillow raises its own
+    error type for those, which callers that skip bad members miss)."""
     try:
-        return np.asarray(decode_png_image(data))
+        return decode_png_image(data)
     except Image.DecompressionBombError as exc:
         raise ValueError(f"refused as a decompression bomb: {exc}") from None
+
+
+def decode_png(data: bytes) -> np.ndarray:
+    """The pixels of a PNG member; ValueError for anything that does not decode, a bomb included."""
+    return np.asarray(decode_png_checked(data))
 
 
 def encode_mask(mask: np.ndarray) -> bytes:
@@ -95,9 +111,11 @@ def parts_metadata(
     object_box_rule: str,
     conversions: Sequence[str],
     provenance: dict,
+    crop_box: Sequence[int] | None = None,
 ) -> dict:
-    """The `json` member of one parts sample (`boxes` are the image's boxes after clipping)."""
-    return {
+    """The `json` member of one parts sample (`boxes` are the image's boxes after clipping;
+    `crop_box`, inclusive corners, only when crop.png holds more than the object box)."""
+    meta = {
         "schema_version": PARTS_SCHEMA_VERSION,
         "source_id": source_id,
         "wnid": wnid,
@@ -112,6 +130,44 @@ def parts_metadata(
         "conversions": list(conversions),
         "provenance": provenance,
     }
+    if crop_box is not None:  # absent otherwise: parts without a margin keep their bytes
+        meta["crop_box"] = [int(v) for v in crop_box]
+    return meta
+
+
+def stored_crop_box(meta: dict) -> tuple[int, int, int, int]:
+    """The image region crop.png holds (inclusive corners): `crop_box`, else the object box.
+    ValueError when `crop_box` does not hold the object box inside the image."""
+    x0, y0, x1, y1 = (int(v) for v in meta["object_box"])
+    if "crop_box" not in meta:
+        return x0, y0, x1, y1
+    region = [int(v) for v in meta["crop_box"]]
+    if len(region) != 4 or not (
+        0 <= region[0] <= x0
+        and 0 <= region[1] <= y0
+        and x1 <= region[2] < int(meta["width"])
+        and y1 <= region[3] < int(meta["height"])
+    ):
+        raise ValueError(f"crop_box {region} does not hold the object box {[x0, y0, x1, y1]} inside the image")
+    return region[0], region[1], region[2], region[3]
+
+
+def object_window(meta: dict) -> tuple[int, int, int, int] | None:
+    """Where the object box lies in crop.png (x0, y0, x1, y1, ends exclusive), or None when
+    crop.png is the box itself."""
+    if "crop_box" not in meta:
+        return None
+    x0, y0, x1, y1 = (int(v) for v in meta["object_box"])
+    cx0, cy0, _, _ = stored_crop_box(meta)
+    return x0 - cx0, y0 - cy0, x1 - cx0 + 1, y1 - cy0 + 1
+
+
+def check_crop_size(meta: dict, width: int, height: int) -> None:
+    """ValueError unless crop.png (width x height) is the size of the region it should hold."""
+    x0, y0, x1, y1 = stored_crop_box(meta)
+    if (width, height) != (x1 - x0 + 1, y1 - y0 + 1):
+        what = "crop_box" if "crop_box" in meta else "object box"
+        raise ValueError(f"crop.png is {width}x{height}, its {what} {[x0, y0, x1, y1]} is {x1 - x0 + 1}x{y1 - y0 + 1}")
 
 
 def encode_parts_members(
@@ -136,7 +192,7 @@ class Parts:
 
     key: str
     meta: dict
-    crop: np.ndarray  # H x W x 3 uint8
+    crop: np.ndarray  # H x W x 3 uint8: the object box (a stored margin taken off)
     mask: np.ndarray  # H x W bool
     background: np.ndarray  # full resolution, H x W x 3 uint8
     erase: np.ndarray  # full resolution, H x W bool
@@ -158,11 +214,18 @@ def decode_parts(key: str, members: dict[str, bytes]) -> Parts:
     missing = [name for name in PARTS_MEMBERS if name not in members]
     if missing:
         raise ValueError(f"parts sample {key!r} lacks members {missing}")
+    meta = decode_parts_json(members)
+    crop, mask = decode_png(members["crop.png"]), decode_mask(members["mask.png"])
+    window = object_window(meta)
+    if window is not None:  # the object box out of a crop stored with a margin
+        check_crop_size(meta, crop.shape[1], crop.shape[0])
+        x0, y0, x1, y1 = window
+        crop, mask = crop[y0:y1, x0:x1], mask[y0:y1, x0:x1]
     return Parts(
         key=key,
-        meta=decode_parts_json(members),
-        crop=decode_png(members["crop.png"]),
-        mask=decode_mask(members["mask.png"]),
+        meta=meta,
+        crop=crop,
+        mask=mask,
         background=decode_png(members["background.png"]),
         erase=decode_mask(members["erase.png"]),
     )

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import json
 import os
-import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 from builder.core.classes import class_of
 from builder.core.config import ConfigError
 from builder.core.manifest import PARTS, format_of
 from builder.core.records import Issue
-from builder.core.shards import MANIFEST_NAME, member_problem, read_manifest
-from builder.formats.parts import decode_mask, decode_png
+from builder.core.shards import MANIFEST_NAME, TarMember, member_problem, read_manifest, tar_members
+from builder.formats.parts import decode_mask, decode_png_checked, object_window, stored_crop_box
 
 NEEDED_MEMBERS = ("crop.png", "mask.png", "background.png")
 OPTIONAL_MEMBERS = ("canvas.npy",)  # the background pre-resized by extract (see builder.parts)
@@ -37,6 +37,10 @@ class PartsRef:
     shard: str
     members: tuple[tuple[str, int, int], ...]  # (member name, data offset, size), sorted
     row: int = -1  # position in its split's sorted listing: its row in the background cache
+    # crop.png stored with a margin (extract --crop-margin): where the object box lies in it
+    # (x0, y0, x1, y1, ends exclusive) and the crop's (width, height); None for a crop of the box
+    object_window: tuple[int, int, int, int] | None = None
+    crop_size: tuple[int, int] | None = None
 
     def has(self, member: str) -> bool:
         return any(name == member for name, _, _ in self.members)
@@ -65,15 +69,21 @@ def read_parts_manifest(parts_dir: Path) -> dict:
     return manifest
 
 
-def index_parts_shard(path: Path, split: str) -> tuple[list[PartsRef], list[Issue]]:
-    """Read only the `json` members of one parts shard; note where the image members are."""
+def index_parts_shard(
+    path: Path, split: str, members: Sequence[TarMember] | None = None
+) -> tuple[list[PartsRef], list[Issue]]:
+    """Read only the `json` members of one parts shard; note where the image members are.
+    `members`: the shard's member list when the caller has it already (one header pass)."""
+    if members is None:
+        members = tar_members(path, mode="r")
     found: dict[str, dict[str, tuple[int, int]]] = {}
     metas: dict[str, bytes] = {}
     issues = []
-    with tarfile.open(path, mode="r") as tar:
-        for info in tar:
+    with open(path, "rb", buffering=0) as handle:
+        shard_bytes = os.fstat(handle.fileno()).st_size
+        for info in members:
             key, _, ext = info.name.partition(".")
-            problem = member_problem(info, path.stat().st_size)  # the rule iter_shard applies
+            problem = member_problem(info, shard_bytes)  # the rule iter_shard applies
             if problem:
                 issues.append(
                     Issue(
@@ -88,14 +98,13 @@ def index_parts_shard(path: Path, split: str) -> tuple[list[PartsRef], list[Issu
                 )
                 continue
             if ext == "json":
-                handle = tar.extractfile(info)
-                metas[key] = handle.read() if handle else b""
+                metas[key] = os.pread(handle.fileno(), info.size, info.offset_data) if info.isfile() else b""
             elif ext in NEEDED_MEMBERS or ext in OPTIONAL_MEMBERS:
                 found.setdefault(key, {})[ext] = (info.offset_data, info.size)
     refs = []
     for key in sorted(set(found) | set(metas)):
-        members = found.get(key, {})
-        missing = [m for m in NEEDED_MEMBERS if m not in members] + ([] if key in metas else ["json"])
+        places = found.get(key, {})
+        missing = [m for m in NEEDED_MEMBERS if m not in places] + ([] if key in metas else ["json"])
         if missing:
             issues.append(
                 Issue(
@@ -114,6 +123,11 @@ def index_parts_shard(path: Path, split: str) -> tuple[list[PartsRef], list[Issu
             wnid, class_index = meta["wnid"], int(meta["class_index"])
             if class_of(wnid).index != class_index:
                 raise ValueError(f"class_index {class_index} does not match {wnid}")
+            window = object_window(meta)
+            crop_size = None
+            if window is not None:
+                cx0, cy0, cx1, cy1 = stored_crop_box(meta)
+                crop_size = (cx1 - cx0 + 1, cy1 - cy0 + 1)
         except (ValueError, KeyError, TypeError) as exc:
             issues.append(
                 Issue(
@@ -127,8 +141,8 @@ def index_parts_shard(path: Path, split: str) -> tuple[list[PartsRef], list[Issu
                 )
             )
             continue
-        located = tuple(sorted((name, offset, size) for name, (offset, size) in members.items()))
-        refs.append(PartsRef(key, split, class_index, wnid, path.name, located))
+        located = tuple(sorted((name, offset, size) for name, (offset, size) in places.items()))
+        refs.append(PartsRef(key, split, class_index, wnid, path.name, located, -1, window, crop_size))
     return refs, issues
 
 
@@ -158,15 +172,14 @@ class MemberReader:
     """Reads parts members by offset, keeping each parts shard open once per output shard."""
 
     parts_dir: Path
-    handles: dict = field(default_factory=dict)
+    handles: dict[str, int] = field(default_factory=dict)  # shard name or file path -> descriptor
 
     def read(self, ref: PartsRef, member: str) -> bytes:
-        handle = self.handles.get(ref.shard)
-        if handle is None:
-            handle = self.handles[ref.shard] = open(self.parts_dir / ref.shard, "rb")
         offset, size = ref.location(member)
-        handle.seek(offset)
-        data = handle.read(size)
+        fd = self.handles.get(ref.shard)
+        if fd is None:
+            fd = self.handles[ref.shard] = os.open(self.parts_dir / ref.shard, os.O_RDONLY)
+        data = os.pread(fd, size, offset)  # one call, no buffered copy
         if len(data) != size:
             raise ValueError(f"{ref.shard}: member {ref.key}.{member} is truncated")
         return data
@@ -179,19 +192,35 @@ class MemberReader:
         return fd
 
     def close(self) -> None:
-        for handle in self.handles.values():
-            os.close(handle) if isinstance(handle, int) else handle.close()
+        for fd in self.handles.values():
+            os.close(fd)
+        self.handles.clear()
+
+
+def read_object_image(
+    reader: MemberReader, ref: PartsRef, with_mask: bool = True, whole: bool = False
+) -> tuple[Image.Image, np.ndarray | None]:
+    """The object's crop as a decoded RGB image (compose resizes it as it is: converting it to an
+    array and back for every size cost more than a resize) and, if asked, its mask (bool,
+    crop-sized); ValueError when they do not fit together. The crop is the object box, out of a
+    crop stored with a margin too; `whole`: the stored crop, margin included."""
+    crop = decode_png_checked(reader.read(ref, "crop.png"))
+    if crop.mode != "RGB":
+        raise ValueError("crop.png is not RGB")
+    mask = decode_mask(reader.read(ref, "mask.png")) if with_mask else None
+    if mask is not None and mask.shape != (crop.height, crop.width):
+        raise ValueError(f"mask.png is {mask.shape}, crop.png is {(crop.height, crop.width)}")
+    if ref.object_window is None:
+        return crop, mask
+    if crop.size != ref.crop_size:
+        raise ValueError(f"crop.png is {crop.width}x{crop.height}, its crop_box holds {ref.crop_size}")
+    if whole:
+        return crop, mask
+    x0, y0, x1, y1 = ref.object_window
+    return crop.crop(ref.object_window), (mask[y0:y1, x0:x1] if mask is not None else None)
 
 
 def read_object(reader: MemberReader, ref: PartsRef, with_mask: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
-    """The object's crop (RGB) and, if asked, its mask (bool, crop-sized); ValueError when they do
-    not fit together."""
-    crop = decode_png(reader.read(ref, "crop.png"))
-    if crop.ndim != 3:
-        raise ValueError("crop.png is not RGB")
-    if not with_mask:
-        return crop, None
-    mask = decode_mask(reader.read(ref, "mask.png"))
-    if mask.shape != crop.shape[:2]:
-        raise ValueError(f"mask.png is {mask.shape}, crop.png is {crop.shape[:2]}")
-    return crop, mask
+    """`read_object_image` with the crop as an array (RGB, H x W x 3)."""
+    crop, mask = read_object_image(reader, ref, with_mask)
+    return np.asarray(crop), mask

@@ -24,6 +24,7 @@ from builder.compose.geometry import (
     MODES,
     PASTE_MODES,
     RESIZE_FILTERS,
+    SIZE_ROUNDINGS,
     GeometryError,
     check_position,
 )
@@ -38,6 +39,7 @@ PAPER_EXACT = {
     "box_rounding": "float32-normalised",
     "donors": "per-class",
     "corner_draw": "per-composite",
+    "size_rounding": "truncate",
 }
 LIST_FIELDS = ("sizes", "positions", "backgrounds", "splits")
 
@@ -118,6 +120,8 @@ class VariantSpec:
     box_rounding: str = "none"
     # random-corner: one corner per (image, size), shared by O and R (ours), or drawn per composite
     corner_draw: str = "per-size"
+    # AR mode's side from the ratio: rounded half up (ours) or truncated as the paper's int() did
+    size_rounding: str = "half-up"
     holdout: HoldoutSpec | None = field(default=None)
 
     def __post_init__(self) -> None:
@@ -138,6 +142,8 @@ class VariantSpec:
             data[name] = list(data[name])
         data["subset"] = self.subset.to_json() if self.subset else None
         # Absent unless asked for: specs without a holdout keep their fingerprint (and bytes).
+        if self.size_rounding == "half-up":  # absent unless asked for, as holdout
+            del data["size_rounding"]
         if self.holdout is None:
             del data["holdout"]
         else:
@@ -195,6 +201,7 @@ def _validate(spec: VariantSpec) -> None:
         ("crop", CROPS),
         ("box_rounding", BOX_ROUNDINGS),
         ("corner_draw", CORNER_DRAWS),
+        ("size_rounding", SIZE_ROUNDINGS),
     ):
         if getattr(spec, name) not in allowed:
             _fail(name, f"{getattr(spec, name)!r}; use one of {', '.join(allowed)}")

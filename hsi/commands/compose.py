@@ -63,10 +63,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="random-corner: one corner per image and size (default) or per composite (the paper)",
     )
     parser.add_argument(
+        "--size-rounding",
+        choices=["half-up", "truncate"],
+        help="ar mode: round the side computed from the ratio half up (default) or truncate it (the paper's int())",
+    )
+    parser.add_argument(
         "--paper-exact",
         action="store_true",
-        help="the paper's object pixels and donors: --crop exclusive --box-rounding "
-        "float32-normalised --donors per-class --corner-draw per-composite",
+        help="the paper's object pixels, sizes and donors: --crop exclusive --box-rounding float32-normalised "
+        "--size-rounding truncate --donors per-class --corner-draw per-composite (extract the parts with "
+        "--crop-margin 1, or images whose moved box starts outside the stored crop are skipped)",
     )
     parser.add_argument(
         "--allow-missing",
@@ -103,6 +109,7 @@ SPEC_FLAGS = (
     "crop",
     "box_rounding",
     "corner_draw",
+    "size_rounding",
 )
 
 

@@ -33,6 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["largest", "first", "last"],
         help="which box is the object to paste later (default largest; the paper pasted the last)",
     )
+    parser.add_argument(
+        "--crop-margin",
+        type=int,
+        help="pixels of context stored around the object box in each crop (default 0); 1 gives compose "
+        "--paper-exact every pixel of the paper's crops",
+    )
     parser.add_argument("--batch-size", type=positive_int, help="images per masker/inpainter call (default 8)")
     parser.add_argument(
         "--io-threads",
@@ -86,6 +92,7 @@ def build_config(args: argparse.Namespace):
             "inpainter",
             "dilation",
             "object_box",
+            "crop_margin",
             "batch_size",
             "batch_pixels",
             "max_skip_fraction",

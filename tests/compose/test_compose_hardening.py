@@ -143,43 +143,7 @@ def test_ten_with_every_class_prints_images_per_class_and_records_nothing_missin
 # --- point 19: the paper's crop, box rounding and donor scheme ---------------------------------------
 
 
-def paper_crop(image: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
-    """What create_dataset.py does with a box: normalised, read back as a float32 tensor, scaled by
-    float32 (w, h, w, h), truncated, and cropped with exclusive ends."""
-    import torch
-
-    h, w = image.shape[:2]
-    normalised = [[box[0] / w, box[1] / h, box[2] / w, box[3] / h]]
-    xyxy = (torch.Tensor(normalised) * torch.Tensor([w, h, w, h]))[-1, :].numpy()
-    return image[int(xyxy[1]) : int(xyxy[3]), int(xyxy[0]) : int(xyxy[2]), :]
-
-
-def moved_values(size: int) -> list[int]:
-    """Coordinates that the paper's float32 round trip moves down by one pixel."""
-    import torch
-
-    return [v for v in range(1, size) if int((torch.Tensor([v / size]) * torch.Tensor([size]))[0]) != v]
-
-
-def test_paper_exact_crop_reproduces_the_papers_object_pixels_on_planted_boxes():
-    from builder.compose.geometry import crop_window
-
-    width, height = 500, 375
-    image = np.random.default_rng(0).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    mx, my = moved_values(width), moved_values(height)
-    assert mx and my  # the round trip really moves some corners at these sizes
-    boxes = [(10, 20, 300, 200), (0, 0, width - 1, height - 1), (17, 33, mx[-1], my[-1]), (5, 6, 7, 8)]
-    for box in boxes:
-        x0, y0, x1, y1 = box
-        inclusive = image[y0 : y1 + 1, x0 : x1 + 1]  # what extract stores as crop.png
-        (a, b, c, d), clipped = crop_window(box, width, height, "exclusive", "float32-normalised")
-        assert not clipped and np.array_equal(inclusive[b:d, a:c], paper_crop(image, box)), box
-        # our default keeps the whole inclusive box
-        assert crop_window(box, width, height, "inclusive", "none") == ((0, 0, x1 - x0 + 1, y1 - y0 + 1), False)
-    # a moved top-left corner needs a pixel outside the stored crop: clipped, and said so
-    box = (mx[0], my[0], width - 1, height - 1)
-    (a, b, c, d), clipped = crop_window(box, width, height, "exclusive", "float32-normalised")
-    assert clipped and (a, b) == (0, 0) and paper_crop(image, box).shape[:2] == (d - b + 1, c - a + 1)
+# the crop itself: tests/compose/test_paper_exact.py
 
 
 def test_paper_exact_flag_sets_the_papers_crop_donors_and_corner_draw(tmp_path, capsys):
@@ -201,11 +165,12 @@ def test_paper_exact_flag_sets_the_papers_crop_donors_and_corner_draw(tmp_path, 
     )
     manifest = json.loads((tmp_path / "out" / "paper" / "_info.json").read_text())
     spec = manifest["spec"]
-    assert (spec["crop"], spec["box_rounding"], spec["donors"], spec["corner_draw"]) == (
+    assert (spec["crop"], spec["box_rounding"], spec["donors"], spec["corner_draw"], spec["size_rounding"]) == (
         "exclusive",
         "float32-normalised",
         "per-class",
         "per-composite",
+        "truncate",
     )
     samples = samples_of(tmp_path / "out" / "paper")
     donor_classes: dict[str, set] = {}

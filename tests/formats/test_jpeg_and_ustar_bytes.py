@@ -15,8 +15,9 @@ from parts_factory import FakeImage, render_image
 from PIL import Image
 
 from builder.compose.geometry import resize_rgb
-from builder.core.shards import _ustar_header, iter_shard, sha256_file, write_shard
-from builder.formats.composites import encode_jpeg
+from builder.core.shards import _ustar_header, iter_shard, sha256_file, tar_members, write_shard, written_members
+from builder.formats.composites import encode_jpeg, encode_jpeg_bgr, rgb_to_bgr
+from builder.formats.parts import decode_canvas, encode_canvas
 
 DEMO_PHOTOS = sorted((Path(__file__).parents[2] / "builder" / "demo_data" / "imagenet" / "val").glob("*/*.JPEG"))
 
@@ -214,3 +215,128 @@ def test_resizing_the_pil_image_gives_the_pixels_of_resizing_its_array(resize_fi
         expected = resize_rgb(crop, w, h, resize_filter)
         assert expected.shape == (h, w, 3)
         assert np.array_equal(resize_rgb(Image.fromarray(crop), w, h, resize_filter), expected)
+
+
+# --- readers that skip tarfile for the shards we write ------------------------------------------
+
+
+def tarfile_listing(path: Path) -> list[tuple]:
+    with tarfile.open(path, mode="r:") as tar:
+        return [(i.name, i.offset_data, i.size, i.isfile(), i.issparse()) for i in tar]
+
+
+def listing(members) -> list[tuple]:
+    return [(m.name, m.offset_data, m.size, m.isfile(), m.issparse()) for m in members]
+
+
+@pytest.mark.parametrize("size", [0, 1, 511, 512, 513, 10_240])
+def test_the_header_reader_lists_our_shards_as_tarfile_does(tmp_path, size):
+    samples = [(f"s{i}", {"jpg": payload(size + i, i), "cls": b"7", "json": b"{}"}) for i in range(23)]
+    samples.append(("k" * 95, {"json": payload(size, 9)}))  # a 100-byte name: the field holds no NUL
+    path = tmp_path / "val-00000.tar"
+    write_shard(path, samples)
+    found = written_members(path)
+    assert found is not None and listing(found) == tarfile_listing(path)
+    assert listing(tar_members(path)) == tarfile_listing(path)
+
+
+def test_an_empty_shard_lists_no_member_and_an_empty_file_raises_tarfiles_error(tmp_path):
+    path = tmp_path / "val-00000.tar"
+    write_shard(path, [])
+    assert written_members(path) == [] and tarfile_listing(path) == []
+    (tmp_path / "empty.tar").write_bytes(b"")
+    assert written_members(tmp_path / "empty.tar") is None
+    with pytest.raises(tarfile.ReadError):
+        tar_members(tmp_path / "empty.tar")
+
+
+def tar_with(path: Path, add, fmt=tarfile.USTAR_FORMAT) -> None:
+    with tarfile.open(path, mode="w", format=fmt) as tar:
+        info = reference_info("a.jpg", 3)
+        tar.addfile(info, io.BytesIO(b"abc"))
+        add(tar)
+
+
+def add_symlink(tar):
+    link = reference_info("b.jpg", 0)
+    link.type, link.linkname = tarfile.SYMTYPE, "a.jpg"
+    tar.addfile(link)
+
+
+def add_other_mode(tar):
+    info = reference_info("b.jpg", 2)
+    info.mode = 0o644
+    tar.addfile(info, io.BytesIO(b"xy"))
+
+
+def add_long_pax_name(tar):
+    tar.addfile(reference_info("p" * 150 + ".jpg", 2), io.BytesIO(b"xy"))
+
+
+@pytest.mark.parametrize(
+    "add, fmt",
+    [
+        (add_symlink, tarfile.USTAR_FORMAT),
+        (add_other_mode, tarfile.USTAR_FORMAT),
+        (add_long_pax_name, tarfile.PAX_FORMAT),
+    ],
+    ids=["symlink", "other-mode", "pax-long-name"],
+)
+def test_any_other_header_is_left_to_tarfile(tmp_path, add, fmt):
+    path = tmp_path / "val-00000.tar"
+    tar_with(path, add, fmt)
+    assert written_members(path) is None
+    assert listing(tar_members(path)) == tarfile_listing(path)
+    assert len(tarfile_listing(path)) == 2
+
+
+def test_a_shard_cut_inside_a_member_or_without_end_blocks_is_left_to_tarfile(tmp_path):
+    path = tmp_path / "val-00000.tar"
+    write_shard(path, [("a", {"jpg": payload(2000, 1)}), ("b", {"jpg": payload(2000, 2)})])
+    data = path.read_bytes()
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(data[:3000])  # inside b.jpg's data
+    assert written_members(cut) is None
+    cut.write_bytes(data[: 2 * (512 + 2048)])  # whole members, no end blocks: tarfile reads them
+    assert written_members(cut) is None
+    assert listing(tar_members(cut)) == tarfile_listing(cut) and len(tarfile_listing(cut)) == 2
+
+
+def test_a_bit_flip_in_a_header_is_left_to_tarfile(tmp_path):
+    path = tmp_path / "val-00000.tar"
+    write_shard(path, [("a", {"jpg": payload(100, 1)}), ("b", {"jpg": payload(100, 2)})])
+    data = bytearray(path.read_bytes())
+    data[512 + 512 + 3] ^= 0x01  # the second header's name: its checksum no longer holds
+    path.write_bytes(bytes(data))
+    assert written_members(path) is None
+    assert listing(tar_members(path)) == tarfile_listing(path)  # tarfile ends the archive there
+
+
+# --- compose paints in OpenCV's channel order ----------------------------------------------------
+
+
+@pytest.mark.parametrize("name, image", VARIED[::3], ids=[name for name, _ in VARIED[::3]])
+def test_encoding_the_blue_first_canvas_gives_pils_bytes_of_the_rgb_one(name, image):
+    if image.ndim == 3:
+        assert encode_jpeg_bgr(rgb_to_bgr(image), 95) == pil_jpeg(image, 95)
+        assert np.array_equal(rgb_to_bgr(image), image[..., ::-1])
+
+
+def test_the_stored_canvas_reads_back_as_numpy_loads_it_and_other_arrays_are_refused():
+    rng = np.random.default_rng(1)
+    canvas = rng.integers(0, 256, (224, 224, 3), dtype=np.uint8)
+    data = encode_canvas(canvas)
+    decoded = decode_canvas(data)
+    assert np.array_equal(decoded, np.load(io.BytesIO(data))) and decoded.flags.writeable
+    fortran = io.BytesIO()
+    np.save(fortran, np.asfortranarray(canvas))
+    assert np.array_equal(decode_canvas(fortran.getvalue()), canvas)  # another header: numpy reads it
+    for wrong in (canvas[:223], canvas.astype(np.int16)):
+        with pytest.raises(ValueError, match="expected uint8"):
+            decode_canvas(encode_canvas(wrong) if wrong.dtype == np.uint8 else np_bytes(wrong))
+
+
+def np_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
