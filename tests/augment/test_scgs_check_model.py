@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import scgs_command
-from test_scgs_end_to_end import generated
+from scgs_factory import generated, scgs_command
 
 from builder.core.manifest import Manifest
 from builder.formats.augmented import decode_augment_json

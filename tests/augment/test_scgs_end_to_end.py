@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import scgs_command
+from scgs_factory import generated, scgs_command
 
 from builder.core.manifest import MANIFEST_NAME, Manifest
 from builder.core.shards import iter_shard
@@ -24,16 +24,6 @@ MASKS = ("cam", "random", "shifted", "none")
 
 def config_dir(out: Path, mask: str) -> Path:
     return out / ("planted-spurious-scgs" + ("" if mask == "cam" else f"-{mask}"))
-
-
-def generated(folder: Path) -> dict[str, dict[str, bytes]]:
-    manifest = Manifest.read(folder)
-    samples = {}
-    for path in manifest.shard_paths(folder, "train"):
-        for key, members in iter_shard(path):
-            if "augment.json" in members:
-                samples[key] = members
-    return samples
 
 
 @pytest.fixture(scope="module")

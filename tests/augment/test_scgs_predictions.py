@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import scgs_command
+from scgs_factory import scgs_command
 
 from builder.augment.source import open_source
 from builder.core.classes import class_of
