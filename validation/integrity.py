@@ -13,7 +13,10 @@ split, the shard and the sample key:
     pasted box from the position (`builder.compose.geometry`), the background source from the kind;
   - the declared pasted box lies in the canvas and fits the declared size, and, when the parts are at
     hand, the composite's pixels in that box match the object's crop resized the same way (within a
-    JPEG tolerance), and the pixels around it match the declared background source's canvas.
+    JPEG tolerance), and the pixels around it match the declared background source's canvas. The
+    object is cut and sized by compose's own rules under the spec (`builder.compose.object_crop`,
+    `crop`, `box_rounding`, `size_rounding`), so a `--paper-exact` set is checked against the
+    paper's crop.
 
 Shards are checked independently (in `workers` processes when asked) and merged in manifest order,
 so the result is the same for any worker count.
@@ -37,12 +40,24 @@ from PIL import Image
 
 from builder.compose.background_cache import read_canvas_background
 from builder.compose.backgrounds import gray_background
-from builder.compose.geometry import CORNERS, GeometryError, object_size, place, resize_mask, resize_rgb
+from builder.compose.geometry import (
+    BOX_ROUNDINGS,
+    CORNERS,
+    CROPS,
+    SIZE_ROUNDINGS,
+    GeometryError,
+    object_size,
+    place,
+    resize_mask,
+    resize_rgb,
+)
+from builder.compose.object_crop import PAPER_CROP_CLIPPED, PaperCropClipped, read_spec_object
+from builder.compose.parts_input import index_checked_parts
 from builder.core.errors import HsiError, InputError
-from builder.core.manifest import COMPOSITES, Manifest, format_of
+from builder.core.manifest import COMPOSITES, Manifest, ManifestError, format_of
 from builder.core.records import Issue, count_by_reason
 from builder.core.runner import _init_worker, stop_pool
-from builder.core.shards import MANIFEST_NAME, ShardReadError, iter_shard, read_manifest, sha256_file
+from builder.core.shards import MANIFEST_NAME, ShardReadError, iter_shard, sha256_file
 from builder.core.taxonomy import group_name, tier_of
 from builder.formats.augmented import (
     AUGMENT_MEMBERS,
@@ -61,7 +76,7 @@ from builder.formats.composites import (
     sample_key,
 )
 from builder.formats.parts import PARTS_MEMBERS, decode_canvas, decode_parts
-from builder.formats.parts_index import MemberReader, PartsRef, index_parts, read_object
+from builder.formats.parts_index import MemberReader, PartsRef
 
 # Mean absolute difference (0-255) allowed between the composite's pasted region and the resized
 # crop. JPEG at the qualities compose uses stays well below this; a box moved off the object does not.
@@ -234,33 +249,40 @@ class PartsLookup:
 
     reader: MemberReader
     refs: dict[str, PartsRef]
-    _cache: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    _cache: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     _canvases: dict[tuple[str, int, str], np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def build(cls, parts_dir: Path) -> PartsLookup:
         parts_dir = Path(parts_dir)
-        manifest = read_manifest(parts_dir)
-        index, _ = index_parts(parts_dir, manifest, sorted(manifest.get("splits", {})))
+        manifest = Manifest.read(parts_dir)
+        # compose's own index: it locates the `json` members the spec's cut reads (object_crop)
+        index, _ = index_checked_parts(parts_dir, manifest, sorted(manifest.splits))
         refs: dict[str, PartsRef] = {}
         for split in sorted(index):
             for ref in index[split]:
                 refs.setdefault(ref.key, ref)
         return cls(MemberReader(parts_dir), refs)
 
-    def crop_and_mask(self, source_id: str) -> tuple[np.ndarray, np.ndarray] | None:
-        """The crop and mask of `source_id`; None when the parts lack it; ValueError/OSError when
+    def crop_and_mask(
+        self, source_id: str, crop: str = "inclusive", box_rounding: str = "none"
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The crop and mask of `source_id` cut as compose cuts them under the spec's `crop` and
+        `box_rounding` (`builder.compose.object_crop`); None when the parts lack it;
+        `PaperCropClipped` when the cut needs pixels the parts do not hold; ValueError/OSError when
         its members do not read."""
-        if source_id in self._cache:
-            return self._cache[source_id]
+        wanted = (source_id, crop, box_rounding)
+        if wanted in self._cache:
+            return self._cache[wanted]
         ref = self.refs.get(source_id)
         if ref is None:
             return None
-        crop, mask = read_object(self.reader, ref)
+        image, mask = read_spec_object(self.reader, ref, crop, box_rounding, with_mask=True)
+        assert mask is not None  # asked for
         if len(self._cache) > 256:
             self._cache.clear()
-        self._cache[source_id] = (crop, mask)
-        return crop, mask
+        self._cache[wanted] = (np.asarray(image), mask)
+        return self._cache[wanted]
 
     def canvas(self, source_id: str, canvas: int, resize_filter: str) -> np.ndarray | None:
         """The canvas-sized background of `source_id` exactly as compose reads it; None when the
@@ -436,6 +458,25 @@ def background_error(composite: np.ndarray, meta: dict, background: np.ndarray) 
     return (int(difference.sum(dtype=np.int64)) - int(inside.sum(dtype=np.int64))) / (3 * outside)
 
 
+def object_rules(spec: dict) -> tuple[str, str, str]:
+    """How the spec cuts and sizes the object (`crop`, `box_rounding`, `size_rounding`; a spec
+    that predates a field has its default); ManifestError for a value compose does not know."""
+    rules = []
+    for name, default, known in (
+        ("crop", "inclusive", CROPS),
+        ("box_rounding", "none", BOX_ROUNDINGS),
+        ("size_rounding", "half-up", SIZE_ROUNDINGS),
+    ):
+        value = spec.get(name, default)
+        if value not in known:
+            raise ManifestError(
+                f"{MANIFEST_NAME}: spec field {name} is {value!r}, not one of {', '.join(known)}; "
+                "the dataset was not composed by this tool, or its manifest was edited"
+            )
+        rules.append(value)
+    return rules[0], rules[1], rules[2]
+
+
 @dataclass
 class _SampleChecker:
     split: str
@@ -504,12 +545,24 @@ class _SampleChecker:
         if geometry or self.parts is None or generated:  # a generated image is compared with nothing
             return
         self.compare_background(image, meta, fail)
-        parts = _from_parts(fail, "placement-parts", meta["source_id"], self.parts.crop_and_mask)
+        crop_rule, box_rounding, size_rounding = object_rules(self.spec)
+        parts = _from_parts(
+            fail,
+            "placement-parts",
+            meta["source_id"],
+            lambda source: self.parts.crop_and_mask(source, crop_rule, box_rounding),
+        )
         if parts is None:
             return
         crop, mask = parts
         expected_wh = object_size(
-            crop.shape[1], crop.shape[0], meta["size"], meta["canvas"], meta["mode"], self.spec.get("margin") or 0
+            crop.shape[1],
+            crop.shape[0],
+            meta["size"],
+            meta["canvas"],
+            meta["mode"],
+            self.spec.get("margin") or 0,
+            size_rounding,
         )
         if expected_wh != (meta["box_w"], meta["box_h"]):
             fail(
@@ -589,6 +642,12 @@ def _from_parts(fail, reason: str, source_id: str, read):
     """`read(source_id)` from the parts, or None with a `reason` failure saying why it is not there."""
     try:
         value = read(source_id)
+    except PaperCropClipped as exc:  # compose skips such an image: no composite of it can be right
+        fail(
+            reason,
+            f"source {source_id} is {PAPER_CROP_CLIPPED} in these parts, so compose makes no composite of it: {exc}",
+        )
+        return None
     except (*DECODE_ERRORS, KeyError) as exc:
         fail(reason, f"the parts of source {source_id} do not read: {exc}")
         return None
@@ -743,6 +802,8 @@ def check_dataset(
     stage = manifest.stage
     result = IntegrityResult(stage, tolerance=tolerance)
     parts = str(parts_dir) if parts_dir is not None and format_of(stage) == COMPOSITES else None
+    if parts is not None:
+        object_rules(manifest.spec or {})  # refused here, once, rather than in every worker
     tasks, listed = [], Counter()
     for split in sorted(manifest.splits):
         for shard in raw["splits"][split]["shards"]:

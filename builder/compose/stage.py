@@ -33,7 +33,8 @@ from builder.compose.background_cache import (
     read_canvas_background,
 )
 from builder.compose.backgrounds import DONOR_KINDS, gray_background, noise_background, sample_rng
-from builder.compose.geometry import Placement, crop_window, object_size, paste, place, resize_mask, resize_rgb
+from builder.compose.geometry import Placement, object_size, paste, place, resize_mask, resize_rgb
+from builder.compose.object_crop import PAPER_CROP_CLIPPED, PaperCropClipped, read_spec_object
 from builder.compose.parts_input import index_checked_parts, read_parts_manifest_checked, verify_parts_shards
 from builder.compose.planning import ImageJob, check_has_work, coverage_report, images_per_shard, plan_jobs
 from builder.compose.tables import format_table
@@ -62,8 +63,7 @@ from builder.formats.composites import (
     rgb_to_bgr,
     sample_key,
 )
-from builder.formats.parts import check_crop_size, stored_crop_box
-from builder.formats.parts_index import MemberReader, PartsRef, read_object_image, resolve_parts_dir
+from builder.formats.parts_index import MemberReader, PartsRef, resolve_parts_dir
 from builder.variants import VariantSpec, load_variant
 
 TOOL_NAME = "hard-spurious-imagenet"
@@ -181,50 +181,19 @@ class ComposeShardBuilder:
         }
 
     def load_cutout(self, reader: MemberReader, job: ImageJob, issues: list[Issue]) -> Cutout | None:
-        paper = self.spec.crop != "inclusive" or self.spec.box_rounding != "none"
+        """The object as the spec cuts it (`object_crop.read_spec_object`), or None with an issue:
+        a `paper-crop-clipped` image gets no composites, as they would not be the paper's."""
         try:
-            crop, mask = read_object_image(reader, job.ref, self.spec.paste == "mask", whole=paper)
-            if paper:
-                window = self.paper_window(reader, job, crop, issues)
-                if window is None:
-                    return None
-                x0, y0, x1, y1 = window
-                crop, mask = crop.crop(window), (mask[y0:y1, x0:x1] if mask is not None else None)
+            crop, mask = read_spec_object(
+                reader, job.ref, self.spec.crop, self.spec.box_rounding, self.spec.paste == "mask"
+            )
+        except PaperCropClipped as exc:
+            issues.append(Issue(job.ref.key, PAPER_CROP_CLIPPED, str(exc), "compose"))
+            return None
         except (OSError, ValueError, KeyError) as exc:
             issues.append(Issue(job.ref.key, "unreadable-parts", f"object: {exc}", "compose"))
             return None
         return Cutout(crop, mask, self.spec.resize_filter)
-
-    def paper_window(
-        self, reader: MemberReader, job: ImageJob, crop: Image.Image, issues: list[Issue]
-    ) -> tuple[int, int, int, int] | None:
-        """Where the paper's crop of the object lies in the stored crop (see geometry.crop_window),
-        or None with a `paper-crop-clipped` row when it needs pixels the parts do not hold: its
-        composites would not be the paper's, so none is made (extract with --crop-margin 1)."""
-        meta = json.loads(reader.read(job.ref, "json"))
-        x0, y0, x1, y1 = (int(v) for v in meta["object_box"])
-        box = (x0, y0, x1, y1)
-        stored = stored_crop_box(meta)
-        check_crop_size(meta, crop.width, crop.height)
-        window = crop_window(
-            box,
-            int(meta["width"]),
-            int(meta["height"]),
-            self.spec.crop,
-            self.spec.box_rounding,
-            stored,
-        )
-        if window is None:
-            issues.append(
-                Issue(
-                    job.ref.key,
-                    "paper-crop-clipped",
-                    f"the paper's box for {list(box)} starts left of or above the stored crop "
-                    f"{list(stored)}; extract with --crop-margin 1 to store the pixels it needs",
-                    "compose",
-                )
-            )
-        return window
 
     def load_background(
         self, reader: MemberReader, job: ImageJob, kind: str, donor: PartsRef | None, issues: list[Issue]
