@@ -219,8 +219,3 @@ def read_object_image(
     x0, y0, x1, y1 = ref.object_window
     return crop.crop(ref.object_window), (mask[y0:y1, x0:x1] if mask is not None else None)
 
-
-def read_object(reader: MemberReader, ref: PartsRef, with_mask: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
-    """`read_object_image` with the crop as an array (RGB, H x W x 3)."""
-    crop, mask = read_object_image(reader, ref, with_mask)
-    return np.asarray(crop), mask
