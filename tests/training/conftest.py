@@ -8,3 +8,11 @@ from planted_spurious import compose_planted
 def small_planted(tmp_path_factory):
     """A small planted spurious set (train / val / test), composed once per session."""
     return compose_planted(tmp_path_factory.mktemp("planted"), per_class=24, holdout=0.34)
+
+
+@pytest.fixture(scope="session")
+def tiny_planted(tmp_path_factory):
+    """The planted set at 32 px, 16 photos per class: the command-line tests' data."""
+    return compose_planted(
+        tmp_path_factory.mktemp("tiny-planted"), per_class=16, canvas=32, sizes=(16,), majority=0.9, holdout=0.5
+    )
