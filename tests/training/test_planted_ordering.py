@@ -2,10 +2,12 @@
 
 The set (tests/planted_spurious.py, the toolkit's own compose stage): 4 classes, a 32 px canvas,
 16 px objects whose red tells the class (steps of 30), flat backgrounds whose colour tells it too;
-train 90% on the own class's background, val (half of train's photos) and test balanced. timm's
-tiny test_efficientnet from scratch, 8 epochs. DFR retrains the last layer of this very ERM run.
-Measured over 8 seeds, ERM's worst group was 0% each time, DFR's at least 70.8% and JTT's at least
-47.9%, so the 25-point margin asserted here is far from both.
+train 80% on the own class's background (about 5 minority samples per class: with 90%, JTT's error
+set missed whole minority groups in 1 of 3 seeds), val (half of train's photos) and test balanced.
+timm's tiny test_efficientnet from scratch, 8 epochs, one torch thread; DFR retrains the last layer
+of this very ERM run; JTT T = 6, lambda_up = 20. Measured with these settings: ERM's worst group 0%
+in each of seeds 0-3, DFR's 100% in each, JTT's 54.2, 50.0, 100, 100, 33.3% in seeds 0-4; the
+20-point margin asserted here stays clear of all of them (this test runs seed 0).
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ from planted_spurious import compose_planted
 from evaluation.train import TrainSettings
 from evaluation.train_run import MethodOptions, run_seed
 
-MARGIN = 0.25
+MARGIN = 0.2
 
 
 def test_dfr_and_jtt_beat_erm_on_the_worst_group(tmp_path):
     dataset = compose_planted(
-        tmp_path / "data", per_class=48, canvas=32, sizes=(16,), step=30, majority=0.9, holdout=0.5
+        tmp_path / "data", per_class=48, canvas=32, sizes=(16,), step=30, majority=0.8, holdout=0.5
     )
     base = TrainSettings(
         source=str(dataset),
@@ -41,7 +43,7 @@ def test_dfr_and_jtt_beat_erm_on_the_worst_group(tmp_path):
     dfr = run_seed(base, MethodOptions("dfr", dfr_refits=5, erm_run=tmp_path / "erm"), tmp_path / "dfr", **quiet)
     jtt = run_seed(
         replace(base, select="worst-group"),
-        MethodOptions("jtt", jtt_epochs=3, jtt_upweight=20),
+        MethodOptions("jtt", jtt_epochs=6, jtt_upweight=20),
         tmp_path / "jtt",
         **quiet,
     )
