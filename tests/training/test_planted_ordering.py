@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from planted_spurious import compose_planted
 
 from evaluation.train import TrainSettings
@@ -22,6 +23,7 @@ from evaluation.train_run import MethodOptions, run_seed
 MARGIN = 0.2
 
 
+@pytest.mark.slow
 def test_dfr_and_jtt_beat_erm_on_the_worst_group(tmp_path):
     dataset = compose_planted(
         tmp_path / "data", per_class=48, canvas=32, sizes=(16,), step=30, majority=0.8, holdout=0.5

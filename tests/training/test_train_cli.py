@@ -22,6 +22,7 @@ def train(dataset, out, *extra):
     return main(["train", str(dataset), "--out", str(out), *TINY, "--shuffle-buffer", "32", *extra])
 
 
+@pytest.mark.slow
 def test_report_is_markdown_a_plot_and_eval_reports_a_release_card_takes(tiny_planted, tmp_path, capsys):
     runs = tmp_path / "runs"
     assert train(tiny_planted, runs, "--epochs", "1", "--seeds", "2", "--select", "mean") == 0
