@@ -62,7 +62,7 @@ def selection_scores(groups: Sequence[str], correct: Sequence[bool]) -> dict:
 
 def check_groups_cover(split: str, present: Iterable[str], required: Iterable[str]) -> None:
     """Refuse a selection split that lacks a group the training split has: its worst group would lie."""
-    missing = sorted(set(required) - set(present))
+    missing = sorted(str(g) for g in set(required) - set(present))
     if missing:
         raise GroupMetadataError(
             f"the {split} split has no sample of the groups {missing[:6]}{' ...' if len(missing) > 6 else ''}; "

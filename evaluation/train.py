@@ -197,6 +197,22 @@ def distributed():
     return dist if dist.is_available() and dist.is_initialized() else None
 
 
+def init_distributed(device) -> object:
+    """Under torchrun (WORLD_SIZE > 1) join the process group once, NCCL on CUDA and gloo on CPU; on
+    CUDA each rank takes the GPU of its LOCAL_RANK. Returns the device this rank trains on."""
+    import torch
+    import torch.distributed as dist
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or not dist.is_available():
+        return device
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return device
+
+
 def is_main_process() -> bool:
     dist = distributed()
     return dist is None or dist.get_rank() == 0
@@ -223,9 +239,35 @@ def evaluate_split(module, pre: Preprocessing, settings: TrainSettings, split: s
     return run
 
 
-def split_scores(rows: list[dict]) -> dict:
+def split_scores(rows: list[dict], need_groups: bool = True) -> dict:
+    """Mean and worst-group accuracy; on data without group metadata only the mean (worst_group None),
+    when the caller does not need groups (ERM selecting on the mean), else the metadata error."""
     ok = [r for r in rows if r["status"] == "ok"]
-    return selection_scores(groups_of(r["meta"] for r in ok), [bool(r["correct"]) for r in ok])
+    correct = [bool(r["correct"]) for r in ok]
+    try:
+        groups = groups_of(r["meta"] for r in ok)
+    except GroupMetadataError:
+        if need_groups:
+            raise
+        mean = float(np.mean(np.asarray(correct, dtype=float))) if correct else 0.0
+        return {"mean": mean, "worst_group": None, "worst_group_name": None, "groups": {}, "samples": len(ok)}
+    return selection_scores(groups, correct)
+
+
+def require_groups(settings: TrainSettings, why: str) -> None:
+    """Refuse, before any training, data whose samples carry no group metadata when `why` needs groups."""
+    from builder.formats.stream import stream
+
+    for sample in stream(settings.source, settings.config, settings.train_split, keep_json=True):
+        try:
+            training_group(sample["json"])
+        except GroupMetadataError as exc:
+            raise GroupMetadataError(f"{why} needs each sample's group: {exc}") from None
+        return
+
+
+def _pct_or_na(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}"
 
 
 def _atomic_save(payload: dict, path: Path) -> None:
@@ -299,10 +341,12 @@ def fit(
     from torch.utils.data import DataLoader
 
     out = Path(out or settings.out)
-    device = resolve_device(settings.device)
+    device = init_distributed(resolve_device(settings.device))
     cuda = device.type == "cuda"
     seed_everything(settings.seed)
     manifest = train_manifest(settings)
+    if settings.select == "worst-group":
+        require_groups(settings, "--select worst-group")
     if settings.val_split not in manifest.get("splits", {}):
         raise TrainError(
             f"the config has no {settings.val_split!r} split to select on (it has "
@@ -402,9 +446,10 @@ def fit(
             )
         if record_errors and last_epoch:
             errors = dict(sorted(_gather(wrong)))
-        scores = (
-            split_scores(evaluate_split(module, pre, settings, settings.val_split).rows) if is_main_process() else None
-        )
+        scores = None
+        if is_main_process():
+            val_rows = evaluate_split(module, pre, settings, settings.val_split).rows
+            scores = split_scores(val_rows, need_groups=settings.select == "worst-group")
         if is_main_process():
             if epoch == start and settings.select == "worst-group":
                 check_groups_cover(settings.val_split, scores["groups"], train_groups_seen)
@@ -446,7 +491,7 @@ def fit(
             )
             announce(
                 f"hsi train: {out.name} epoch {epoch + 1}/{settings.epochs} loss {record['loss']:.4f} "
-                f"val mean {100 * scores['mean']:.1f} worst {100 * scores['worst_group']:.1f}"
+                f"val mean {100 * scores['mean']:.1f} worst {_pct_or_na(scores['worst_group'])}"
             )
         if dist is not None:
             dist.barrier()

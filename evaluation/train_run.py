@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .predictions import write_predictions
-from .train import TrainError, TrainSettings, evaluate_split, is_main_process, split_scores
+from .train import TrainError, TrainSettings, _pct_or_na, evaluate_split, is_main_process, require_groups, split_scores
 
 SCORES_NAME = "scores.json"
 
@@ -43,6 +43,8 @@ def train_method(
     from .methods.erm import train_erm
     from .methods.jtt import train_jtt
 
+    if options.method in ("jtt", "dfr"):
+        require_groups(settings, f"--method {options.method}")
     if options.method == "erm":
         return train_erm(settings, out, resume=resume, overwrite=overwrite, announce=announce)
     if options.method == "jtt":
@@ -92,6 +94,8 @@ def run_seed(
         return None
     run = evaluate_split(result.model, result.preprocessing, settings, settings.test_split)
     label = run_label(settings, options)
+    # The model's name in reports and cards says which training run it is.
+    run.metadata["model"]["spec"] = f"{label} seed {settings.seed} (timm:{settings.model.removeprefix('timm:')})"
     run.metadata["training"] = {
         "method": label,
         "seed": settings.seed,
@@ -102,14 +106,14 @@ def run_seed(
     scores = {
         "method": label,
         "seed": settings.seed,
-        "test": split_scores(run.rows),
+        "test": split_scores(run.rows, need_groups=options.method != "erm" or settings.select == "worst-group"),
         "val_best": result.best["val"] if result.best else None,
         "info": info,
     }
     (out / SCORES_NAME).write_text(json.dumps(scores, indent=2, sort_keys=True) + "\n")
     announce(
         f"hsi train: {label} seed {settings.seed}: test mean {100 * scores['test']['mean']:.1f} "
-        f"worst {100 * scores['test']['worst_group']:.1f}"
+        f"worst {_pct_or_na(scores['test']['worst_group'])}"
     )
     return scores
 

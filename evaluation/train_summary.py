@@ -8,6 +8,7 @@ discordant images, pooled over seeds) on per-image correctness. Read from the ru
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -19,9 +20,13 @@ from .train import TrainError
 from .train_run import SCORES_NAME
 
 SUMMARY_JSON, SUMMARY_MD, SUMMARY_PLOT = "train_summary.json", "train_summary.md", "train_summary.png"
+RESULTS_DIR = "results"  # one hsi eval report per method and seed: `hsi release --results OUT/results`
 
 
-def _mean_std(values: Sequence[float]) -> dict:
+def _mean_std(values: Sequence[float | None]) -> dict | None:
+    """Mean, sample std and count; None when there is no value (worst group on data without groups)."""
+    if any(v is None for v in values) or not values:
+        return None
     array = np.asarray(values, dtype=float)
     return {
         "mean": float(array.mean()),
@@ -48,11 +53,7 @@ def summarise_method(results: Sequence[dict], tiers: Sequence[dict] | None = Non
 
 def method_line(summary: dict) -> str:
     """One line per method, read by scripts: `ERM  mean 71.2 ± 1.3  worst 35.0 ± 4.1` (percent)."""
-    m, w = summary["mean"], summary["worst_group"]
-    return (
-        f"{summary['method'].upper():<4} mean {100 * m['mean']:.1f} ± {100 * m['std']:.1f}  "
-        f"worst {100 * w['mean']:.1f} ± {100 * w['std']:.1f}"
-    )
+    return f"{summary['method'].upper():<4} mean {_pct(summary['mean'])}  worst {_pct(summary['worst_group'])}"
 
 
 def seed_runs(folder: Path) -> list[Path]:
@@ -126,8 +127,8 @@ def paired_comparison(runs_a: Sequence[Path], runs_b: Sequence[Path], names: tup
     }
 
 
-def _pct(stat: dict) -> str:
-    return f"{100 * stat['mean']:.1f} ± {100 * stat['std']:.1f}"
+def _pct(stat: dict | None) -> str:
+    return "n/a (no group metadata)" if stat is None else f"{100 * stat['mean']:.1f} ± {100 * stat['std']:.1f}"
 
 
 def render_markdown(summaries: list[dict], comparison: dict | None) -> str:
@@ -160,7 +161,14 @@ def render_markdown(summaries: list[dict], comparison: dict | None) -> str:
             f"- per-image correctness (exact McNemar, pooled over seeds): {c['b']} right and {c['a']} wrong "
             f"on {c['b_right_a_wrong']}, the reverse on {c['a_right_b_wrong']}, p = {c['mcnemar_exact_p']:.3g}",
         ]
-    lines += ["", "![mean and worst-group accuracy](train_summary.png)", ""]
+    lines += [
+        "",
+        "![mean and worst-group accuracy](train_summary.png)",
+        "",
+        f"Per-seed evaluation reports (eval.json, eval.md, plots) are in `{RESULTS_DIR}/<method>-seed-<s>/`; "
+        f"`hsi release ... --results {RESULTS_DIR}` puts them into a card.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -173,9 +181,9 @@ def plot_summary(summaries: list[dict], path: Path) -> None:
     for offset, key, label in ((-0.18, "mean", "mean"), (0.18, "worst_group", "worst group")):
         ax.bar(
             x + offset,
-            [100 * s[key]["mean"] for s in summaries],
+            [100 * s[key]["mean"] if s[key] else 0.0 for s in summaries],
             0.36,
-            yerr=[100 * s[key]["std"] for s in summaries],
+            yerr=[100 * s[key]["std"] if s[key] else 0.0 for s in summaries],
             capsize=3,
             label=label,
         )
@@ -186,6 +194,22 @@ def plot_summary(summaries: list[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def write_eval_reports(runs: dict[str, list[Path]], folder: Path) -> list[Path]:
+    """Each seed's test predictions analysed as `hsi eval --from` does: eval.json, eval.md, plots."""
+    from .bootstrap import BootstrapSettings
+    from .pipeline import analyse
+
+    written = []
+    for method, seeds in runs.items():
+        for run in seeds:
+            target = folder / f"{method}-{run.name}"
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(run / "predictions.parquet", target / "predictions.parquet")  # the report's own input
+            analyse(target / "predictions.parquet", target, BootstrapSettings())
+            written.append(target)
+    return written
 
 
 def write_summary(paths: Sequence[Path], out: Path, compare: tuple[str, str] | None = None) -> str:
@@ -210,6 +234,7 @@ def write_summary(paths: Sequence[Path], out: Path, compare: tuple[str, str] | N
     out.mkdir(parents=True, exist_ok=True)
     (out / SUMMARY_JSON).write_text(json.dumps({"methods": summaries, "comparison": comparison}, indent=2) + "\n")
     plot_summary(summaries, out / SUMMARY_PLOT)
+    write_eval_reports(runs, out / RESULTS_DIR)
     markdown = render_markdown(summaries, comparison)
     (out / SUMMARY_MD).write_text(markdown)
     return markdown

@@ -27,6 +27,7 @@ def _jitter(source_id: str, spread: int) -> int:
 
 def planted_images(per_class: int, step: int = 6, spread: int = 10) -> list[FakeImage]:
     images = []
+    red = min(170, 255 - spread - step * (len(CLASSES) - 1))  # every object's red stays within 0..255
     for c, wnid in enumerate(CLASSES):
         for i in range(per_class):
             source_id = f"ILSVRC2012_val_{c * per_class + i + 1:08d}"
@@ -35,7 +36,7 @@ def planted_images(per_class: int, step: int = 6, spread: int = 10) -> list[Fake
                 FakeImage(
                     source_id,
                     wnid,
-                    crop_color=(170 + step * c + j, 190 + j, 190 - j),
+                    crop_color=(red + step * c + j, 190 + j, 190 - j),
                     background_color=distinct_color(c * 4),
                 )
             )
@@ -51,10 +52,13 @@ def compose_planted(
     canvas: int = 64,
     sizes=(24,),
     positions=("center", "top-right"),
+    step: int = 6,
+    spread: int = 10,
 ) -> Path:
-    """Compose the planted set under `root`; returns the dataset folder (train, val, test)."""
+    """Compose the planted set under `root`; returns the dataset folder (train, val, test). `step`:
+    the red step between classes' objects (their only class cue; larger is easier to learn)."""
     root = Path(root)
-    write_parts(root / "parts", {"val": planted_images(per_class)}, shard_size=64)
+    write_parts(root / "parts", {"val": planted_images(per_class, step, spread)}, shard_size=64)
     pairs = {CLASSES[i]: CLASSES[(i + 1) % len(CLASSES)] for i in range(len(CLASSES))}
     spec = {
         "name": "planted-spurious",

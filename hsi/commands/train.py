@@ -1,7 +1,8 @@
 """`hsi train`: train ERM, JTT or DFR on a config's train split (streamed shards), select on the
 held-out split per group, score the test split into predictions; `--augment gradmix|random-box` adds
 GradMix or its random-box control to the training step (runs in OUT/<method>+<augment>/); `--seeds N`
-repeats it per seed, `--report DIR...` summarises runs (mean +- std, paired comparison) as Markdown and a plot.
+repeats it per seed, `--report DIR...` summarises runs (mean +- std, paired comparison) as Markdown and a plot,
+with each seed's hsi eval report in OUT/results/ for `hsi release --results`.
 
 Multi-GPU / multi-node: `torchrun --nproc-per-node 8 -m hsi.cli train ...` (DDP; each rank streams its shards)."""
 
@@ -128,7 +129,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         nargs="+",
         metavar="DIR",
-        help="summarise finished runs (OUT or OUT/<method>) into --out (Markdown + plot)",
+        help="summarise finished runs (OUT or OUT/<method>) into --out (Markdown, plot, and per-seed eval "
+        "reports in OUT/results/ for hsi release --results)",
     )
     parser.add_argument("--compare", nargs=2, metavar=("A", "B"), help="with --report: the two methods to compare")
 
