@@ -218,4 +218,3 @@ def read_object_image(
         return crop, mask
     x0, y0, x1, y1 = ref.object_window
     return crop.crop(ref.object_window), (mask[y0:y1, x0:x1] if mask is not None else None)
-
