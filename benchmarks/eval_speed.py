@@ -69,8 +69,8 @@ def main() -> int:
     from evaluation.bootstrap import BootstrapSettings
     from evaluation.data import make_loader
     from evaluation.models import ModelOptions, load_model
-    from evaluation.pipeline import RunSettings, evaluate_model
-    from evaluation.predict import plan_run, resolve_device, run_predictions
+    from evaluation.pipeline import RunSettings, evaluate_model, predictions_for
+    from evaluation.predict import plan_run, resolve_device
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -82,8 +82,21 @@ def main() -> int:
         device = resolve_device(args.device)
         loaded.module.to(device)
 
+        settings = RunSettings(
+            split=args.split,
+            batch_size=args.batch_size,
+            workers=args.workers,
+            device=args.device,
+            progress=False,
+            bootstrap=BootstrapSettings(1000),
+            overwrite=True,
+        )
+
+        def fresh_plan():
+            return plan_run(loaded, dataset, None, args.split, batch_size=args.batch_size)
+
         # the same batches, decoded once and held in memory, normalised as the eval path does
-        plan = plan_run(loaded, dataset, None, args.split, batch_size=args.batch_size)
+        plan = fresh_plan()
         pre = loaded.preprocessing
         mean = torch.tensor(pre.mean, device=device).view(1, 3, 1, 1) * 255
         std = torch.tensor(pre.std, device=device).view(1, 3, 1, 1) * 255
@@ -105,23 +118,13 @@ def main() -> int:
 
         def eval_path() -> float:
             started = time.perf_counter()
-            run = run_predictions(
-                loaded,
-                dataset,
-                split=args.split,
-                batch_size=args.batch_size,
-                workers=args.workers,
-                device=args.device,
-                progress=False,
-                plan=plan_run(loaded, dataset, None, args.split, batch_size=args.batch_size),
-            )
+            run = predictions_for(loaded, dataset, settings, plan=fresh_plan())
             assert len(run.rows) == images, (len(run.rows), images)
             return time.perf_counter() - started
 
         def data_only() -> float:
             started = time.perf_counter()
-            fresh = plan_run(loaded, dataset, None, args.split, batch_size=args.batch_size).dataset
-            count = sum(len(b.rows) for b in make_loader(fresh, args.workers, False))
+            count = sum(len(b.rows) for b in make_loader(fresh_plan().dataset, args.workers, False))
             assert count == images
             return time.perf_counter() - started
 
@@ -131,15 +134,6 @@ def main() -> int:
             forward_times.append(forward_only())
             eval_times.append(eval_path())
             data_times.append(data_only())
-        settings = RunSettings(
-            split=args.split,
-            batch_size=args.batch_size,
-            workers=args.workers,
-            device=args.device,
-            progress=False,
-            bootstrap=BootstrapSettings(1000),
-            overwrite=True,
-        )
         started = time.perf_counter()
         evaluate_model(loaded, dataset, tmp / "eval", settings, announce=lambda text: None)
         full = time.perf_counter() - started

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.core.errors import InputError
+from evaluation.report import fmt
 
 RESULTS_DIR = "results"
 EVAL_JSON = "eval.json"
@@ -91,15 +92,6 @@ def copy_plots(results: list[ModelResult], staging: Path) -> dict[str, str]:
     return copied
 
 
-def _fmt(estimate: dict | None) -> str:
-    if not estimate or estimate.get("value") is None:
-        return "n/a"
-    text = f"{estimate['value']:.3f}"
-    if estimate.get("low") is not None:
-        text += f" [{estimate['low']:.3f}, {estimate['high']:.3f}]"
-    return text
-
-
 def _preprocessing(report: dict) -> str:
     pre = report["preprocessing"]
     return f"centre crop (crop_pct {pre['crop_pct']})" if pre.get("cropped") else "canvas as is (no crop)"
@@ -129,10 +121,10 @@ def render_results(results: list[ModelResult], plots: dict[str, str], table) -> 
                 [
                     f"`{r.report['model']['spec']}`",
                     r.report["data"]["split"],
-                    _fmt(metrics.get("overall", {}).get("top1")),
-                    *[_fmt(by_group.get(g)) for g in groups],
-                    _fmt(summary.get("mean_over_groups")),
-                    f"{worst['group']} {_fmt(worst)}" if worst else "n/a",
+                    fmt(metrics.get("overall", {}).get("top1")),
+                    *[fmt(by_group.get(g)) for g in groups],
+                    fmt(summary.get("mean_over_groups")),
+                    f"{worst['group']} {fmt(worst)}" if worst else "n/a",
                 ]
             )
         lines.append(

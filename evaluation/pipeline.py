@@ -21,7 +21,7 @@ from .leaderboard import already_evaluated, run_identity
 from .metrics import clean_drop, compute_metrics
 from .models import LoadedModel, model_slug
 from .plots import write_plots
-from .predict import plan_run, run_predictions
+from .predict import PredictionRun, RunPlan, plan_run, run_predictions
 from .predictions import PREDICTIONS_NAME, read_predictions, write_predictions
 from .report import EVAL_JSON, build_report, write_report
 
@@ -142,7 +142,23 @@ def evaluate_model(
             f"{loaded.spec}: already evaluated on this data revision in {folder.name}/ (pass --overwrite to redo it)"
         )
         return EvalResult(folder, load_existing(folder), skipped=True)
-    run = run_predictions(
+    run = predictions_for(loaded, source, settings, plan=plan, announce=announce)
+    folder.mkdir(parents=True, exist_ok=True)
+    predictions = write_predictions(folder / PREDICTIONS_NAME, run.rows, run.errors, run.metadata)
+    extras = _extra_sets(run, loaded, settings, folder, announce)
+    return EvalResult(folder, analyse(predictions, folder, settings.bootstrap, extras))
+
+
+def predictions_for(
+    loaded: LoadedModel,
+    source,
+    settings: RunSettings,
+    *,
+    plan: RunPlan | None = None,
+    announce: Callable[[str], None] = print,
+) -> PredictionRun:
+    """`run_predictions` with the data and forward-pass fields of `settings`."""
+    return run_predictions(
         loaded,
         source,
         settings.config,
@@ -158,10 +174,6 @@ def evaluate_model(
         progress=settings.progress,
         announce=announce,
     )
-    folder.mkdir(parents=True, exist_ok=True)
-    predictions = write_predictions(folder / PREDICTIONS_NAME, run.rows, run.errors, run.metadata)
-    extras = _extra_sets(run, loaded, settings, folder, announce)
-    return EvalResult(folder, analyse(predictions, folder, settings.bootstrap, extras))
 
 
 def planned_identity(loaded: LoadedModel, source, settings: RunSettings, manifest: dict, label_space_name: str) -> dict:

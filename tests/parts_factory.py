@@ -22,7 +22,6 @@ import numpy as np
 
 from builder import __version__
 from builder.compose.backgrounds import canvas_background
-from builder.core.classes import class_of
 from builder.core.config import fingerprint
 from builder.core.manifest import ERRORS_NAME, ErrorCounts, Manifest, SplitEntry, write_jsonl_atomic
 from builder.core.records import Box
@@ -99,13 +98,10 @@ def render_image(image: FakeImage) -> dict[str, np.ndarray]:
 
 def parts_sample(image: FakeImage) -> tuple[str, dict[str, bytes]]:
     arrays = render_image(image)
-    cls = class_of(image.wnid)
     width, height = image.image_size
     meta = parts_metadata(
         source_id=image.source_id,
         wnid=image.wnid,
-        class_index=cls.index,
-        class_name=cls.name,
         width=width,
         height=height,
         boxes=[Box(*image.box, wnid=image.wnid)],

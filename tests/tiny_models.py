@@ -11,50 +11,43 @@ so tests load them through the production loaders (`builder.backends.sam`, `buil
 from __future__ import annotations
 
 import warnings
-from functools import partial
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from segment_anything.modeling import ImageEncoderViT, MaskDecoder, PromptEncoder, Sam, TwoWayTransformer
+from segment_anything.modeling import Sam
+
+from builder.backends.sam import SamArchitecture, build_sam
 
 TINY_SAM_INPUT = 64
 
 
+# segment-anything's classes at toy sizes; `build_sam` makes the modules, as the loader does.
+TINY_SAM = SamArchitecture(
+    image_size=TINY_SAM_INPUT,
+    patch_size=16,
+    embed_dim=32,
+    depth=2,
+    num_heads=2,
+    mlp_ratio=2.0,
+    window_size=2,
+    global_attn_indexes=(1,),
+    qkv_bias=True,
+    use_rel_pos=True,
+    prompt_dim=32,
+    mask_in_chans=8,
+    num_multimask_outputs=3,
+    decoder_depth=2,
+    decoder_mlp_dim=64,
+    decoder_heads=8,
+    iou_head_depth=3,
+    iou_head_hidden_dim=32,
+)
+
+
 def build_tiny_sam(seed: int = 0) -> Sam:
     torch.manual_seed(seed)
-    grid = TINY_SAM_INPUT // 16
-    return Sam(
-        image_encoder=ImageEncoderViT(
-            img_size=TINY_SAM_INPUT,
-            patch_size=16,
-            embed_dim=32,
-            depth=2,
-            num_heads=2,
-            mlp_ratio=2.0,
-            out_chans=32,
-            qkv_bias=True,
-            norm_layer=partial(torch.nn.LayerNorm, eps=1e-6),
-            use_rel_pos=True,
-            window_size=2,
-            global_attn_indexes=(1,),
-        ),
-        prompt_encoder=PromptEncoder(
-            embed_dim=32,
-            image_embedding_size=(grid, grid),
-            input_image_size=(TINY_SAM_INPUT, TINY_SAM_INPUT),
-            mask_in_chans=8,
-        ),
-        mask_decoder=MaskDecoder(
-            transformer_dim=32,
-            transformer=TwoWayTransformer(depth=2, embedding_dim=32, mlp_dim=64, num_heads=8),
-            num_multimask_outputs=3,
-            iou_head_depth=3,
-            iou_head_hidden_dim=32,
-        ),
-        pixel_mean=[123.675, 116.28, 103.53],
-        pixel_std=[58.395, 57.12, 57.375],
-    ).eval()
+    return build_sam(TINY_SAM).eval()
 
 
 def write_tiny_sam(folder: Path, seed: int = 0, name: str = "sam_tiny.pth") -> Path:

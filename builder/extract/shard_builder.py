@@ -22,7 +22,6 @@ import numpy as np
 from builder import __version__
 from builder.backends import BackendUnavailable, Inpainter, Masker, backend_config, make_backend
 from builder.compose.backgrounds import canvas_background
-from builder.core.classes import class_of
 from builder.core.config import ConfigError, fingerprint
 from builder.core.errors import RunFailed
 from builder.core.records import Box, Issue, SourceImage
@@ -185,15 +184,12 @@ def parts_metadata_of(
     config: ExtractConfig,
     backends: dict,
 ) -> dict:
-    cls = class_of(record.wnid)
     height, width = image.shape[:2]
     crop_box = config.crop_region(boxes[object_index], width, height) if config.crop_margin else None
     return parts_metadata(
         crop_box=crop_box,
         source_id=record.image_id,
         wnid=record.wnid,
-        class_index=cls.index,
-        class_name=cls.name,
         width=width,
         height=height,
         boxes=boxes,

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from builder.core.classes import class_of
 from builder.core.records import Box
 from builder.core.shards import iter_shard, manifest_shard_paths, read_manifest
 
@@ -102,8 +103,6 @@ def parts_metadata(
     *,
     source_id: str,
     wnid: str,
-    class_index: int,
-    class_name: str,
     width: int,
     height: int,
     boxes: Sequence[Box],
@@ -114,13 +113,15 @@ def parts_metadata(
     crop_box: Sequence[int] | None = None,
 ) -> dict:
     """The `json` member of one parts sample (`boxes` are the image's boxes after clipping;
-    `crop_box`, inclusive corners, only when crop.png holds more than the object box)."""
+    `crop_box`, inclusive corners, only when crop.png holds more than the object box; the class
+    index and name come from `wnid`)."""
+    cls = class_of(wnid)
     meta = {
         "schema_version": PARTS_SCHEMA_VERSION,
         "source_id": source_id,
         "wnid": wnid,
-        "class_index": class_index,
-        "class_name": class_name,
+        "class_index": cls.index,
+        "class_name": cls.name,
         "width": width,
         "height": height,
         "boxes": [{"x0": b.x0, "y0": b.y0, "x1": b.x1, "y1": b.y1, "wnid": b.wnid} for b in boxes],

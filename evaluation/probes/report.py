@@ -14,17 +14,20 @@ def _num(value, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def _table_section(title: str, summary: str, header: list[str], rows: list[list], result: dict) -> list[str]:
+    """A '## title' section: one summary paragraph, one table, then the probe's notes."""
+    notes = [f"- note: {note}" for note in result.get("notes") or []]
+    return [f"## {title}", "", summary, "", md_table(header, rows), "", *notes]
+
+
 def _spectral_lines(result: dict) -> list[str]:
-    out = [
-        "## Spectral bias",
-        "",
+    summary = (
         f"Clean top-1 after resize 256 / centre crop 224: {_num(result['clean_accuracy'])} "
         f"on {result['images']} images. LPP = {_num(result['lpp'])}, HPP = {_num(result['hpp'])} "
         f"(mean relative accuracy over c in {result['summary_cutoffs']}); "
         f"**spectral bias HPP / (LPP + HPP) = {_num(result['spectral_bias'])}** "
-        "(above 0.5: relies more on high frequencies).",
-        "",
-    ]
+        "(above 0.5: relies more on high frequencies)."
+    )
     high = {row["cutoff"]: row for row in result["highpass"]}
     rows = [
         [
@@ -36,8 +39,8 @@ def _spectral_lines(result: dict) -> list[str]:
         ]
         for row in result["lowpass"]
     ]
-    out += [md_table(["c", "low-pass top-1", "relative", "high-pass top-1", "relative"], rows), ""]
-    return out + [f"- note: {note}" for note in result.get("notes") or []]
+    header = ["c", "low-pass top-1", "relative", "high-pass top-1", "relative"]
+    return _table_section("Spectral bias", summary, header, rows, result)
 
 
 def _critical_band_lines(result: dict) -> list[str]:
@@ -65,20 +68,17 @@ def _critical_band_lines(result: dict) -> list[str]:
 
 
 def _shape_lines(result: dict) -> list[str]:
-    out = [
-        "## Shape bias",
-        "",
+    summary = (
         f"{result['cue_conflict_images']} cue-conflict images ({result['dropped_same_cue']} with shape = texture "
         f"dropped): {result['shape_hits']} shape hits, {result['texture_hits']} texture hits, {result['neither']} "
-        f"neither; **shape bias {_num(result['shape_bias'])}** (1 = always the shape).",
-        "",
-    ]
+        f"neither; **shape bias {_num(result['shape_bias'])}** (1 = always the shape)."
+    )
     rows = [
         [c, v["images"], v["shape_hits"], v["texture_hits"], _num(v["shape_bias"])]
         for c, v in result["per_category"].items()
     ]
-    out += [md_table(["shape category", "images", "shape hits", "texture hits", "shape bias"], rows), ""]
-    return out + [f"- note: {note}" for note in result.get("notes") or []]
+    header = ["shape category", "images", "shape hits", "texture hits", "shape bias"]
+    return _table_section("Shape bias", summary, header, rows, result)
 
 
 def render_model_markdown(report: dict) -> str:

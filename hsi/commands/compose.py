@@ -10,6 +10,37 @@ from hsi.commands.common import add_run_flags, run_options
 HELP = "paste the extracted objects at chosen sizes and positions on chosen backgrounds (writes composite shards)"
 
 
+# The choices --paper-exact sets at once (builder.variants.spec.PAPER_EXACT), in --help order.
+PAPER_CHOICES = (
+    (
+        "--donors",
+        ["balanced", "per-image", "per-class"],
+        "random backgrounds: balanced (every background used about equally; new variants), "
+        "per-image (drawn with replacement; the named variants), per-class (the paper's)",
+    ),
+    (
+        "--crop",
+        ["inclusive", "exclusive"],
+        "object crop: the inclusive VOC box (default) or the paper's exclusive [x0:x1]",
+    ),
+    (
+        "--box-rounding",
+        ["none", "float32-normalised"],
+        "move boxes as the paper's float32 normalised round trip did (default none)",
+    ),
+    (
+        "--corner-draw",
+        ["per-size", "per-composite"],
+        "random-corner: one corner per image and size (default) or per composite (the paper)",
+    ),
+    (
+        "--size-rounding",
+        ["half-up", "truncate"],
+        "ar mode: round the side computed from the ratio half up (default) or truncate it (the paper's int())",
+    ),
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--parts", type=Path, required=True, help="the parts folder written by `hsi extract` (OUT/parts, or OUT itself)"
@@ -41,32 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jpeg-quality", type=int, help="JPEG quality of the composites (default 95)")
     parser.add_argument("--seed", type=int, help="seed of random backgrounds, corners, noise and the -10 splits")
     parser.add_argument("--splits", help="parts splits to compose, e.g. val or train,val")
-    parser.add_argument(
-        "--donors",
-        choices=["balanced", "per-image", "per-class"],
-        help="random backgrounds: balanced (every background used about equally; new variants), "
-        "per-image (drawn with replacement; the named variants), per-class (the paper's)",
-    )
-    parser.add_argument(
-        "--crop",
-        choices=["inclusive", "exclusive"],
-        help="object crop: the inclusive VOC box (default) or the paper's exclusive [x0:x1]",
-    )
-    parser.add_argument(
-        "--box-rounding",
-        choices=["none", "float32-normalised"],
-        help="move boxes as the paper's float32 normalised round trip did (default none)",
-    )
-    parser.add_argument(
-        "--corner-draw",
-        choices=["per-size", "per-composite"],
-        help="random-corner: one corner per image and size (default) or per composite (the paper)",
-    )
-    parser.add_argument(
-        "--size-rounding",
-        choices=["half-up", "truncate"],
-        help="ar mode: round the side computed from the ratio half up (default) or truncate it (the paper's int())",
-    )
+    for flag, choices, help_text in PAPER_CHOICES:
+        parser.add_argument(flag, choices=choices, help=help_text)
     parser.add_argument(
         "--paper-exact",
         action="store_true",
