@@ -133,9 +133,18 @@ def load_scgs_classifier(
     return TimmScgsClassifier(loaded, wnids, device, cam_layer, check_only)
 
 
-def read_train_predictions(path: Path, wnids: tuple[str, ...], classifier: TimmScgsClassifier | None = None):
+PREDICTION_COLUMNS = ("key", "status", "label_class", "pred_class")
+
+
+def read_train_predictions(
+    path: Path,
+    wnids: tuple[str, ...],
+    classifier: TimmScgsClassifier | None = None,
+    source_fingerprint: str | None = None,
+):
     """(rows in the config's labels, provenance) of an `hsi eval` predictions.parquet; refused when
-    it was made with another model than `classifier`."""
+    it was made with another model than `classifier`, on another split or on another build of the
+    config (`source_fingerprint`, the source manifest's), or lacks the columns M is read from."""
     from .predictions import read_predictions
 
     path = Path(path)
@@ -145,7 +154,27 @@ def read_train_predictions(path: Path, wnids: tuple[str, ...], classifier: TimmS
         table, metadata = read_predictions(path)
     except (OSError, ValueError) as exc:
         raise PredictionsMismatch(f"--predictions {path.name}: {exc}") from None
-    theirs = ((metadata.get("model") or {}).get("checkpoint_sha256")) if isinstance(metadata, dict) else None
+    metadata = metadata if isinstance(metadata, dict) else {}
+    missing = [name for name in PREDICTION_COLUMNS if name not in table.columns]
+    if missing:
+        raise PredictionsMismatch(
+            f"--predictions {path.name} has no column {', '.join(missing)}: pass the predictions.parquet that "
+            "`hsi eval --split train` wrote, unedited"
+        )
+    data = metadata.get("data") if isinstance(metadata.get("data"), dict) else {}
+    if data.get("split") not in (None, "train"):
+        raise PredictionsMismatch(
+            f"--predictions {path.name} are of the {data['split']} split: SCGS needs the train split's "
+            "(`hsi eval CONFIG --split train`)"
+        )
+    if source_fingerprint and data.get("fingerprint") and data["fingerprint"] != source_fingerprint:
+        raise PredictionsMismatch(
+            f"--predictions {path.name} were made on another build of {data.get('config') or 'the config'} "
+            f"(fingerprint {str(data['fingerprint'])[:12]}..., the source's is {source_fingerprint[:12]}...): "
+            "run `hsi eval` on this source folder and pass its predictions.parquet"
+        )
+    model = metadata.get("model") if isinstance(metadata.get("model"), dict) else {}
+    theirs = model.get("checkpoint_sha256")
     ours = classifier.loaded.checkpoint_sha256 if classifier is not None else None
     if theirs and ours and theirs != ours:
         raise PredictionsMismatch(
@@ -155,6 +184,12 @@ def read_train_predictions(path: Path, wnids: tuple[str, ...], classifier: TimmS
     label_of = {class_of(w).index: label for label, w in enumerate(wnids)}
     rows = []
     for record in table[table["status"] == "ok"].to_dict("records"):
+        values = [record["key"], record["label_class"], record["pred_class"]]
+        if any(value is None or (isinstance(value, float) and value != value) for value in values):
+            raise PredictionsMismatch(
+                f"--predictions {path.name}: an ok row ({record['key']}) has no key, label_class or pred_class; "
+                "pass the predictions.parquet that `hsi eval --split train` wrote, unedited"
+            )
         predicted = label_of.get(int(record["pred_class"]))
         true = label_of.get(int(record["label_class"]))
         if true is None or predicted is None:
@@ -163,4 +198,4 @@ def read_train_predictions(path: Path, wnids: tuple[str, ...], classifier: TimmS
                 "classes; make the predictions with `hsi eval ... --label-space subset`"
             )
         rows.append(PredictedRow(str(record["key"]), true, predicted))
-    return rows, {"file": path.name, "sha256": sha256_of(path), "model": (metadata or {}).get("model")}
+    return rows, {"file": path.name, "sha256": sha256_of(path), "model": metadata.get("model")}

@@ -12,6 +12,21 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from builder.core.errors import InputError
+
+
+class BrokenClassifier(InputError):
+    """The classifier gives NaN or infinite outputs (a diverged or corrupted checkpoint)."""
+
+
+def check_finite(values: np.ndarray, what: str) -> np.ndarray:
+    if not np.isfinite(values).all():
+        raise BrokenClassifier(
+            f"the ERM model gives non-finite {what} (NaN or inf) on {int((~np.isfinite(values)).any(axis=1).sum())} "
+            "images: its weights are broken (a diverged run?); pass a checkpoint that trained normally"
+        )
+    return values
+
 
 class ScgsClassifier(Protocol):
     module: Any  # the torch.nn.Module Grad-CAM++ hooks into
@@ -46,7 +61,8 @@ def predict_labels(classifier: ScgsClassifier, images: np.ndarray, batch_size: i
     out = []
     with torch.inference_mode():
         for chunk in batched(images, batch_size):
-            out.append(classifier.logits(classifier.preprocess(np.asarray(chunk))).argmax(1).cpu().numpy())
+            logits = classifier.logits(classifier.preprocess(np.asarray(chunk))).float().cpu().numpy()
+            out.append(check_finite(logits, "logits").argmax(1))
     return np.concatenate(out) if out else np.zeros(0, np.int64)
 
 
@@ -56,5 +72,6 @@ def pooled_features(classifier: ScgsClassifier, images: np.ndarray, batch_size: 
     out = []
     with torch.inference_mode():
         for chunk in batched(images, batch_size):
-            out.append(classifier.features(classifier.preprocess(np.asarray(chunk))).float().cpu().numpy())
+            features = classifier.features(classifier.preprocess(np.asarray(chunk))).float().cpu().numpy()
+            out.append(check_finite(features.reshape(len(features), -1), "features"))
     return np.concatenate(out) if out else np.zeros((0, 1), np.float32)

@@ -8,6 +8,10 @@
   uniformly from [H/4, 3H/4] x [W/4, 3W/4], far enough to move it off the attended region.
 - `none`: no mask; the whole image is regenerated (plain image-to-image at the same strength).
 
+A CAM with no evidence (an all-zero map, e.g. from constant logits) keeps nothing: its mask has area
+0, and so do its random and shifted controls; a map at or above tau everywhere keeps the whole
+canvas (area 1), as do its controls. Both are ordinary recorded samples (`mask_area_fraction`).
+
 The random and shifted draws depend only on (seed, source key, index), so the controls of one run
 and the CAM variant share sampled images, prompts and generation seeds.
 """
@@ -36,10 +40,12 @@ def check_threshold(threshold: float) -> float:
 
 
 def resize_cam(cam: np.ndarray, height: int, width: int) -> np.ndarray:
-    """A CAM at the classifier's input size, bilinearly resized to the canvas and clipped to [0, 1]."""
+    """A CAM at the classifier's input size, bilinearly resized to the canvas and clipped to [0, 1].
+    A NaN value (a map with no usable gradient) counts as no evidence, 0: the mask keeps nothing there
+    and the stored cam.png does not depend on how a platform casts NaN."""
     import cv2
 
-    cam = np.asarray(cam, dtype=np.float32)
+    cam = np.nan_to_num(np.asarray(cam, dtype=np.float32), nan=0.0, posinf=1.0, neginf=0.0)
     if cam.shape != (height, width):
         cam = cv2.resize(cam, (width, height), interpolation=cv2.INTER_LINEAR)
     return np.clip(cam, 0.0, 1.0)

@@ -55,7 +55,7 @@ def misclassified_from_classifier(
         report_progress(len(pending))
         pending.clear()
 
-    for sample in source.samples():
+    for sample in source.train_samples():
         total += 1
         pending.append(sample)
         if len(pending) >= batch_size:
@@ -66,8 +66,15 @@ def misclassified_from_classifier(
 
 def misclassified_from_predictions(source: SourceConfig, rows: Sequence[PredictedRow]) -> TrainPredictions:
     """M from a table: it must hold exactly the train split's keys, with the same labels."""
-    by_key = {row.key: row for row in rows}
-    train = {s.key: (s.shard, s.label) for s in source.samples()}
+    by_key: dict[str, PredictedRow] = {}
+    for row in rows:
+        if row.key in by_key:
+            raise PredictionsMismatch(
+                f"the predictions table has two rows for sample {row.key}: pass the predictions.parquet of one "
+                f"`hsi eval {source.folder} --split train` run, unedited"
+            )
+        by_key[row.key] = row
+    train = {s.key: (s.shard, s.label) for s in source.train_samples()}
     missing = sorted(set(train) - set(by_key))
     extra = sorted(set(by_key) - set(train))
     if missing or extra:

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from builder.core.errors import InputError, UsageError
-from builder.core.manifest import COMPOSITES, Manifest
-from builder.core.shards import iter_shard, shard_filename
+from builder.core.manifest import COMPOSITES, MANIFEST_NAME, Manifest
+from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name
+from builder.core.shards import iter_shard, sha256_file, shard_filename
 from builder.formats.composites import decode_composite_json, decode_composite_pixels, decode_label
 
 TRAIN = "train"
@@ -60,6 +61,49 @@ class SourceConfig:
             for key, members in iter_shard(self.folder / shard):
                 yield SourceSample(shard, key, members, decode_label(members))
 
+    def train_samples(self) -> Iterator[SourceSample]:
+        """`samples()` of the whole train split, refused as soon as it departs from the manifest: a
+        label outside the class names, a key seen twice, a shard holding another count than listed."""
+        names, seen = self.class_names, set()
+        for stats in self.manifest.split(TRAIN).shards:
+            count = 0
+            for sample in self.samples([stats.filename]):
+                if not 0 <= sample.label < len(names):
+                    raise SourceError(
+                        f"{self.folder}: {sample.key} in {sample.shard} has label {sample.label}, but the manifest "
+                        f"names {len(names)} classes; validate the source config and rebuild it with `hsi compose`"
+                    )
+                if sample.key in seen:
+                    raise SourceError(
+                        f"{self.folder}: key {sample.key} occurs twice in the train split (again in {sample.shard}); "
+                        "validate the source config and rebuild it with `hsi compose`"
+                    )
+                seen.add(sample.key)
+                count += 1
+                yield sample
+            if count != stats.num_samples:
+                raise SourceError(
+                    f"{self.folder}: {stats.filename} holds {count} samples, its manifest lists {stats.num_samples}; "
+                    "validate the source config and rebuild it with `hsi compose`"
+                )
+
+    def verify_shards(self) -> None:
+        """Every listed shard is a file of the listed size and sha256 (read once, before any write)."""
+        for entry in self.manifest.splits.values():
+            for stats in entry.shards:
+                path = self.folder / stats.filename
+                if not path.is_file():
+                    raise SourceError(f"{path} is listed in its folder's manifest but missing; {REBUILD}")
+                size = path.stat().st_size
+                if size != stats.bytes:
+                    raise SourceError(f"{path} has {size} bytes, its manifest lists {stats.bytes}; {REBUILD}")
+                digest = sha256_file(path)
+                if digest != stats.sha256:
+                    raise SourceError(
+                        f"{path} does not match the sha256 its manifest lists ({digest[:12]}... != "
+                        f"{stats.sha256[:12]}...); {REBUILD}"
+                    )
+
     def select(self, wanted: Mapping[str, set[str]]) -> dict[str, SourceSample]:
         """{key: sample} of the wanted keys, per shard (only those shards are read)."""
         found: dict[str, SourceSample] = {}
@@ -76,8 +120,18 @@ class SourceConfig:
         return found
 
 
+REBUILD = "validate the source config and rebuild it with `hsi compose`"
+
+
 def open_source(folder: Path) -> SourceConfig:
     folder = Path(folder)
+    if folder.is_file():
+        raise SourceError(f"{folder} is a file: pass a composed config folder (e.g. OUT/hard-spurious-imagenet-10)")
+    if (folder / "_release.json").is_file() and not (folder / MANIFEST_NAME).is_file():
+        raise SourceError(
+            f"{folder} is a release folder, not a config: pass the composed config folder it was made from "
+            "(OUT/<config>) or one of its data/<config> folders"
+        )
     manifest = Manifest.read(folder)
     if manifest.holds != COMPOSITES or manifest.stage != "compose":
         raise SourceError(
@@ -91,6 +145,14 @@ def open_source(folder: Path) -> SourceConfig:
         )
     if not manifest.class_names:
         raise SourceError(f"{folder}: the manifest lists no class names; rebuild it with `hsi compose`")
+    try:
+        check_config_name(manifest.config)
+        for split, entry in manifest.splits.items():
+            check_split_name(split)
+            for name in entry.filenames:
+                check_shard_filename(name, split)
+    except UnsafeNameError as exc:
+        raise SourceError(f"{folder}: {exc}; {REBUILD}") from None
     for split, entry in manifest.splits.items():
         expected = [shard_filename(split, i) for i in range(len(entry.shards))]
         if entry.filenames != expected:

@@ -1,9 +1,12 @@
 """The SCGS stage: a source config's train split plus images regenerated where the ERM model is
 wrong, as a new config `<source>-scgs` (or `-scgs-random`, `-scgs-shifted`, `-scgs-none`).
 
-Before any write (when the stage object is made): M, the misclassified train samples (from the
-classifier or a predictions table), their pooled features, the per-class k-means and the sample
-(builder.augment.sampling). Then `run_stage` builds, resumably by shard:
+Before any write (when the stage object is made): where the config goes (builder.augment.preflight:
+never into or over its source), every source shard checked against its manifest's size and
+sha256, M, the misclassified train samples (from the classifier or a predictions table), their
+pooled features, the per-class k-means and the sample (builder.augment.sampling), and one
+Grad-CAM++ map, so a CAM layer that cannot give one is refused now. Then `run_stage` builds,
+resumably by shard:
 
 - every shard of the source, copied byte for byte under its own name (train, val, test: val and
   test are the source's, unchanged; copies, not links, so the config stands alone and releases
@@ -38,6 +41,7 @@ from builder.augment.misclassified import (
     misclassified_from_classifier,
     misclassified_from_predictions,
 )
+from builder.augment.preflight import check_generation, check_output_place, foreign_entries
 from builder.augment.sampling import ClusterPlan, SampledImage, check_sampling, sample_misclassified
 from builder.augment.source import TRAIN, SourceConfig, SourceError
 from builder.core.config import canonical_json, fingerprint
@@ -45,7 +49,15 @@ from builder.core.errors import UsageError
 from builder.core.manifest import COMPOSITES, ErrorCounts, Manifest, ShardStats, SplitEntry
 from builder.core.names import check_config_name
 from builder.core.records import Issue, count_by_reason
-from builder.core.runner import ShardPlan, ShardResult, plan_shards, prepare_output, report_progress
+from builder.core.runner import (
+    ForeignOutput,
+    ShardPlan,
+    ShardResult,
+    check_writable_folder,
+    plan_shards,
+    prepare_output,
+    report_progress,
+)
 from builder.core.shards import sha256_file, write_shard
 from builder.core.stage import RunOptions, Stage, StageRun, run_stage
 from builder.formats.augmented import AUGMENT_SCHEMA_VERSION, augment_members, generated_key
@@ -182,15 +194,18 @@ class ScgsStage(Stage):
         self.source, self.options, self.models = source, options.check(), models
         self.config = scgs_config_name(source.config, options.mask)
         self.out_dir = Path(out_root) / self.config
-        if self.out_dir.resolve() == source.folder.resolve():
-            raise UsageError(f"--out would write {self.config} into its own source folder; choose another --out")
+        check_output_place(Path(out_root), self.out_dir, source.folder)
+        check_writable_folder(self.out_dir)
+        check_generation(models.generation)
         self.cam_layer = options.cam_layer or models.classifier.cam_layer
+        source.verify_shards()  # a tampered or changed source is refused now, not midway through the copies
         self.sampling = self.sample()
         if not self.sampling.items:
             raise UsageError(
                 f"the classifier gets every one of the {self.sampling.predictions.train_samples} train samples of "
                 f"{source.config} right: SCGS has no misclassified image to regenerate"
             )
+        self.probe_cam()
         self._settings = json.loads(canonical_json(self.settings_payload()))
         self._plans = self.make_plans()
 
@@ -217,6 +232,12 @@ class ScgsStage(Stage):
             for j in range(options.per_image)
         ]
         return Sampling(predictions, sampled, clusters, items)
+
+    def probe_cam(self) -> None:
+        """One Grad-CAM++ map now, so a --cam-layer that cannot give one is refused before any write."""
+        first = self.sampling.items[0]
+        image = self.source.select({first.shard: {first.key}})[first.key].pixels
+        self.cams(np.stack([image]), [first.predicted])
 
     def make_plans(self) -> list[ShardPlan]:
         plans = []
@@ -250,6 +271,7 @@ class ScgsStage(Stage):
             "model_id": inpainter.model_id,
             "weights_sha256": inpainter.weights_sha256,
             "native_size": inpainter.native_size,
+            "dtype": inpainter.dtype,  # float16 and float32 draw other images: a resume must not mix them
         }
 
     # --- the Stage interface ----------------------------------------------------------------
@@ -264,6 +286,12 @@ class ScgsStage(Stage):
         return f"scgs {self.config}"
 
     def claim(self, overwrite: bool) -> None:
+        foreign = foreign_entries(self.out_dir) if overwrite else []
+        if foreign:
+            raise ForeignOutput(
+                f"--overwrite would delete {self.out_dir}, which also holds files hsi did not write "
+                f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}): move them out first"
+            )
         prepare_output(self.out_dir, overwrite)
 
     def shard_builder(self) -> ScgsShardBuilder:

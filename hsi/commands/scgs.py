@@ -65,8 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     require_extra("scgs", "augment", "torch", "timm", "diffusers", "sklearn", "pytorch_grad_cam")
-    from builder.augment.source import open_source
+    from builder.augment.preflight import check_generation
+    from builder.augment.source import SourceError, open_source
     from builder.augment.stage import ScgsModels, ScgsOptions, ScgsStage, check_run_options, run_scgs
+    from builder.backends.registry import BackendUnavailable
     from builder.backends.sd_inpaint import DEFAULT_SD_MODEL, GenerationSettings, SdInpainter
     from evaluation.labels import config_wnids
     from evaluation.scgs_classifier import load_scgs_classifier, read_train_predictions
@@ -92,10 +94,21 @@ def run(args: argparse.Namespace) -> int:
         paste_back=not args.no_paste_back,
         batch_size=args.sd_batch_size,
     )
+    check_generation(generation)
+    if args.sd_model and Path(args.sd_model).expanduser().is_file():
+        raise BackendUnavailable(
+            f"--sd-model {args.sd_model} is a file: pass the folder of a diffusers inpainting pipeline "
+            "(the one holding model_index.json) or a hub id"
+        )
     run_flags = run_options(args)
     check_run_options(run_flags)
     source = open_source(args.source)  # cheap refusals first: no train split, not a composed config
     wnids = config_wnids(source.manifest.to_json())
+    if len(wnids) != len(source.class_names):
+        raise SourceError(
+            f"{args.source}: its manifest names {len(source.class_names)} classes but its spec has {len(wnids)}; "
+            "validate the source config and rebuild it with `hsi compose`"
+        )
     canvas = int((source.manifest.spec or {}).get("canvas", 224))
     classifier = load_scgs_classifier(args.model, args.checkpoint, wnids, canvas, args.device, args.cam_layer)
     check = (
@@ -105,14 +118,12 @@ def run(args: argparse.Namespace) -> int:
     )
     rows = provenance = None
     if args.predictions is not None:
-        rows, provenance = read_train_predictions(args.predictions, wnids, classifier)
+        rows, provenance = read_train_predictions(args.predictions, wnids, classifier, source.manifest.fingerprint)
     inpainter = SdInpainter.load(args.sd_model or DEFAULT_SD_MODEL, device=args.device, dtype=args.sd_dtype)
     models = ScgsModels(classifier, inpainter, generation, check, rows, provenance)
     stage = ScgsStage(source, args.out, options, models)
     result = run_scgs(stage, run_flags)
-    from cards.scgs import write_scgs_previews
-
-    write_scgs_previews(stage.out_dir)  # beside the shards, as validation's previews: releases copy them
+    write_previews(stage.out_dir, result.manifest.fingerprint)
     summary = result.manifest.augment or {}
     overall = (summary.get("label_check") or {}).get("overall") or {}
     print(
@@ -122,3 +133,17 @@ def run(args: argparse.Namespace) -> int:
         f"{result.shards_built} shards built, {result.shards_reused} reused"
     )
     return 0
+
+
+def write_previews(folder: Path, fingerprint: str) -> None:
+    """The card's preview sheet and label-check figure beside the shards (releases copy them),
+    written under the folder's lock, and only while the folder still holds this run's output: a run
+    that started on it meanwhile is left alone (FolderLocked: run the same command again)."""
+    from builder.core.locks import exclusive_folder
+    from builder.core.manifest import Manifest
+    from cards.scgs import write_scgs_previews
+
+    with exclusive_folder(folder):
+        current = Manifest.read_if_present(folder)
+        if current is not None and current.fingerprint == fingerprint:
+            write_scgs_previews(folder)
