@@ -10,8 +10,9 @@ checkpointed resumably, and finally scored on the test split into `predictions.p
   initialised the model is wrapped in DDP and `stream()` gives each rank its own shards; rank 0
   evaluates and writes.
 - `last.pt` holds model, optimiser, scheduler, grad scaler, the python/numpy/torch RNG states, the
-  epoch, the history and the best score; `best.pt` the weights kept by `--select`. A resumed run
-  refuses settings that differ from the checkpoint's. Data order and augmentation derive from
+  epoch, the history and the best score; `best.pt` the weights kept by `--select`
+  (worst-group ties go to the higher mean accuracy). A resumed run refuses settings that differ
+  from the checkpoint's. Data order and augmentation derive from
   (seed, epoch), so a resumed run reaches the same weights bit for bit on the same device.
 """
 
@@ -39,8 +40,18 @@ from .training_data import Augmentation, TrainSamples, augment, collate_train, d
 
 LAST, BEST, SETTINGS_NAME = "last.pt", "best.pt", "train_settings.json"
 SELECT = ("worst-group", "mean")
+
 # Settings that do not change the weights, so a resume may change them.
 NOT_COMPARED = ("out", "workers", "progress")
+
+
+def improves(scores: Mapping, best: Mapping, select: str) -> bool:
+    """Whether an epoch's validation scores beat the best so far under `--select`. Worst-group ties
+    (often: the worst group stays at 0 for several epochs) go to the higher mean accuracy, so a tie
+    does not keep the first epoch merely because it came first; a full tie keeps the earlier epoch."""
+    if select == "worst-group":
+        return (scores["worst_group"], scores["mean"]) > (best["worst_group"], best["mean"])
+    return scores["mean"] > best["mean"]
 
 
 class TrainError(UsageError, ValueError):
@@ -461,8 +472,7 @@ def fit(
                 "val": scores,
             }
             history.append(record)
-            key = "worst_group" if settings.select == "worst-group" else "mean"
-            if best is None or scores[key] > best["val"][key]:
+            if best is None or improves(scores, best["val"], settings.select):
                 best = record
                 _atomic_save(
                     {
