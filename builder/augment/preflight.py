@@ -4,16 +4,12 @@ the config may be written, what --overwrite may remove, which generation setting
 from __future__ import annotations
 
 import math
-import re
 import string
 from pathlib import Path
 from typing import Any
 
-from builder.core.config import CONFIG_NAME
 from builder.core.errors import UsageError
-from builder.core.manifest import ERRORS_NAME, MANIFEST_NAME
-from builder.core.names import SHARD_FILENAME
-from builder.core.runner import OWN_TEMPORARY, STATE_DIR
+from builder.core.manifest import MANIFEST_NAME
 
 
 def check_generation(generation: Any) -> None:
@@ -40,34 +36,6 @@ def check_generation(generation: Any) -> None:
             f"--prompt-template may hold only the plain field {{class_name}}, got {', '.join(odd)} in "
             f"{generation.prompt_template!r}; write a literal brace twice ({{{{ or }}}})"
         )
-
-
-# What `hsi scgs` (and `hsi validate` on its folder) writes in a config folder; --overwrite removes
-# the folder only when it holds nothing else.
-OWN_NAMES = {
-    MANIFEST_NAME,
-    CONFIG_NAME,
-    ERRORS_NAME,
-    STATE_DIR,
-    "previews",
-    "validation.json",
-    "validation.md",
-    "scores_per_class.csv",
-}
-
-
-def foreign_entries(folder: Path) -> list[str]:
-    """The entries of `folder` that this toolkit did not write there."""
-    if not folder.is_dir():
-        return []
-    return sorted(
-        entry.name
-        for entry in folder.iterdir()
-        if entry.name not in OWN_NAMES
-        and not SHARD_FILENAME.fullmatch(entry.name)
-        and not OWN_TEMPORARY.match(entry.name)
-        and not re.fullmatch(r"\.validation\.md\.tmp", entry.name)
-    )
 
 
 def check_output_place(out_root: Path, out_dir: Path, source_folder: Path) -> None:

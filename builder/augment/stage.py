@@ -41,7 +41,7 @@ from builder.augment.misclassified import (
     misclassified_from_classifier,
     misclassified_from_predictions,
 )
-from builder.augment.preflight import check_generation, check_output_place, foreign_entries
+from builder.augment.preflight import check_generation, check_output_place
 from builder.augment.sampling import ClusterPlan, SampledImage, check_sampling, sample_misclassified
 from builder.augment.source import TRAIN, SourceConfig, SourceError
 from builder.core.config import canonical_json, fingerprint
@@ -50,7 +50,6 @@ from builder.core.manifest import COMPOSITES, ErrorCounts, Manifest, ShardStats,
 from builder.core.names import check_config_name
 from builder.core.records import Issue, count_by_reason
 from builder.core.runner import (
-    ForeignOutput,
     ShardPlan,
     ShardResult,
     check_writable_folder,
@@ -286,12 +285,6 @@ class ScgsStage(Stage):
         return f"scgs {self.config}"
 
     def claim(self, overwrite: bool) -> None:
-        foreign = foreign_entries(self.out_dir) if overwrite else []
-        if foreign:
-            raise ForeignOutput(
-                f"--overwrite would delete {self.out_dir}, which also holds files hsi did not write "
-                f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}): move them out first"
-            )
         prepare_output(self.out_dir, overwrite)
 
     def shard_builder(self) -> ScgsShardBuilder:

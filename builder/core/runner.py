@@ -25,7 +25,8 @@ from tqdm import tqdm
 
 from builder.core.config import CONFIG_NAME
 from builder.core.errors import HsiError, SettingsError
-from builder.core.manifest import MANIFEST_NAME, ShardStats
+from builder.core.manifest import ERRORS_NAME, MANIFEST_NAME, ShardStats
+from builder.core.names import SHARD_FILENAME
 from builder.core.records import Issue
 from builder.core.shards import shard_filename
 
@@ -118,11 +119,50 @@ def check_writable_folder(out_dir: Path, what: str = "--out") -> None:
         )
 
 
+# What the stages (and `hsi validate` on their folders) write in an output folder, beside its
+# shards and our temporaries: --overwrite removes a folder only when it holds nothing else.
+OWN_ENTRIES = frozenset(
+    {
+        MANIFEST_NAME,
+        CONFIG_NAME,
+        ERRORS_NAME,
+        STATE_DIR,
+        "spec.yaml",
+        "previews",
+        "validation.json",
+        "validation.md",
+        "scores_per_class.csv",
+    }
+)
+
+
+def foreign_entries(folder: Path) -> list[str]:
+    """The entries of `folder` that this toolkit did not write there (sorted names)."""
+    if not folder.is_dir():
+        return []
+    return sorted(
+        entry.name
+        for entry in folder.iterdir()
+        if entry.name not in OWN_ENTRIES
+        and not SHARD_FILENAME.fullmatch(entry.name)
+        and not OWN_TEMPORARY.match(entry.name)
+        and not re.fullmatch(r"\.validation\.md(\.\d+)?\.tmp", entry.name)
+    )
+
+
 def prepare_output(out_dir: Path, overwrite: bool) -> None:
     """Create `out_dir`; with `overwrite`, empty it first. Both only for a folder this toolkit wrote
-    (or an empty one): a folder of someone else's is never written into nor deleted."""
+    (or an empty one): a folder of someone else's is never written into, and --overwrite never
+    deletes a file the toolkit did not write (it refuses, naming them)."""
     check_writable_folder(out_dir)
     if overwrite and out_dir.exists():
+        foreign = foreign_entries(out_dir)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise ForeignOutput(
+                f"--overwrite would delete {shown} in {out_dir}, which this toolkit did not write: "
+                "move them out of the folder first, or choose another --out"
+            )
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 

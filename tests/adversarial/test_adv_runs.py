@@ -68,6 +68,24 @@ def test_only_the_toolkits_own_temporaries_are_removed(tmp_path):
     assert not (dataset / "val-00000.tar.4242.tmp").exists()
 
 
+def test_overwrite_of_our_own_folder_refuses_while_it_holds_a_users_file(tmp_path, capsys):
+    """Failed before: `--overwrite` on a compose folder of ours emptied it whole, a user's notes with it."""
+    write_parts(tmp_path / "parts", {"val": fake_images(["n01443537", "n02437312"], per_class=1)})
+    out = tmp_path / "out"
+    args = compose_args(tmp_path / "parts", out, "--no-progress")
+    assert main(args) == 0
+    dataset = out / "hard-spurious-imagenet"
+    (dataset / "my-notes.txt").write_text("mine")
+    before = {p.name: p.read_bytes() for p in dataset.iterdir() if p.is_file()}
+    assert main([*args, "--overwrite"]) == 2
+    assert "--overwrite would delete my-notes.txt in" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in dataset.iterdir() if p.is_file()} == before
+    (dataset / "my-notes.txt").unlink()
+    assert main([*args, "--overwrite"]) == 0  # only our own files left: emptied and rebuilt, the same bytes
+    del before["my-notes.txt"]
+    assert {p.name: p.read_bytes() for p in dataset.iterdir() if p.is_file()} == before
+
+
 def test_a_second_run_into_a_locked_folder_is_refused_naming_the_first(tmp_path, capsys):
     write_parts(tmp_path / "parts", {"val": fake_images(["n01443537", "n02437312"], per_class=1)})
     out = tmp_path / "out"

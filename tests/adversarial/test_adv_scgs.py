@@ -471,5 +471,5 @@ def test_files_of_the_user_in_the_output_folder_are_never_deleted(world, built, 
     shutil.copytree(built, ours)
     (ours / "notes.txt").write_text("mine")
     before = tree(ours)
-    refused(scgs(world, tmp_path / "ours", "--overwrite"), capsys, "also holds files hsi did not write (notes.txt)")
+    refused(scgs(world, tmp_path / "ours", "--overwrite"), capsys, "--overwrite would delete notes.txt in")
     assert tree(ours) == before
