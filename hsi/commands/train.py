@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--select",
         choices=["worst-group", "mean"],
         default="worst-group",
-        help="keep the epoch with the best validation worst-group (default) or mean accuracy",
+        help="keep the epoch with the best validation worst-group (default; ties: the better mean) or mean accuracy",
     )
     parser.add_argument("--train-split", default="train")
     parser.add_argument("--val-split", default="val")
