@@ -87,9 +87,10 @@ def load_back(release_dir: Path, rows: int = 4) -> str:
     from datasets import load_dataset
 
     here = Path.cwd()
+    cache_dir = release_dir.parent.resolve() / ".hf-cache"  # resolved first: a relative --out would nest it
     os.chdir(release_dir.parent)
     try:
-        dataset = load_dataset(release_dir.name, split="val", cache_dir=str(release_dir.parent / ".hf-cache"))
+        dataset = load_dataset(release_dir.name, split="val", cache_dir=str(cache_dir))
     finally:
         os.chdir(here)
     lines = [

@@ -6,9 +6,12 @@ import re
 from hsi.cli import main
 
 
-def test_demo_runs_every_stage_and_loads_the_release_back(tmp_path, capsys):
+def test_demo_runs_every_stage_and_loads_the_release_back(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a relative --out, as `make demo` passes it
     out = tmp_path / "demo-output"
-    assert main(["demo", "--out", str(out), "--no-progress"]) == 0
+    assert main(["demo", "--out", "demo-output", "--no-progress"]) == 0
+    # datasets' cache sits beside the release; it used to land in demo-output/demo-output/
+    assert (out / ".hf-cache").is_dir() and not (out / "demo-output").exists()
     printed = capsys.readouterr().out
     parts = json.loads((out / "parts" / "_info.json").read_text())
     assert parts["splits"]["val"]["num_samples"] == 4
