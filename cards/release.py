@@ -28,6 +28,7 @@ from builder.core.names import UnsafeNameError, check_config_name, check_shard_f
 from builder.core.shards import MANIFEST_NAME, iter_shard, read_manifest, sha256_file, write_json_atomic
 from cards.render import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary, render_card, table
 from cards.results import check_results, copy_plots, load_results, render_results
+from cards.scgs import LABEL_CHECK_NAME, PREVIEW_NAME, is_scgs
 
 RELEASE_META = "_release.json"
 VALIDATION_JSON = "validation.json"
@@ -419,11 +420,22 @@ def _stage_config(staging: Path, item: ReleaseInput, default: bool) -> ConfigSum
     source_previews = item.path / PREVIEWS_DIR
     if source_previews.is_dir() and not source_previews.is_symlink():
         target = inside(staging, PREVIEWS_DIR, item.config)
+        ours = own_previews(item.manifest, item.validation)
         for png in sorted(source_previews.glob("*.png")):
+            if png.name not in ours:  # a picture someone else put there is never published
+                continue
             target.mkdir(parents=True, exist_ok=True)
             copy_new_file(png, target / png.name)
             previews.append(f"{PREVIEWS_DIR}/{item.config}/{png.name}")
     return ConfigSummary(item.config, item.manifest, item.validation, tuple(previews), default, len(classes))
+
+
+def own_previews(manifest: dict, validation: dict) -> set[str]:
+    """The names of the previews the toolkit wrote for a config: those its validation report lists,
+    and the SCGS sheets of a config `hsi scgs` wrote."""
+    listed = validation.get("previews") if isinstance(validation, dict) else None
+    names = {Path(p).name for p in listed or [] if isinstance(p, str) and p.startswith(f"{PREVIEWS_DIR}/")}
+    return names | ({PREVIEW_NAME, LABEL_CHECK_NAME} if is_scgs(manifest) else set())
 
 
 def shard_classes(shard: Path) -> set:

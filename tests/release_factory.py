@@ -116,6 +116,7 @@ def make_composed_dataset(
         "fingerprint": fingerprint,
         "integrity": {"ok": True, "samples": sum(splits.values())},
         "shards": manifest.shard_sha256(),
+        "previews": [f"previews/sheet-{p}.png" for p in range(previews)],  # as validation lists its own
     }
     write_json_atomic(dataset / "validation.json", report if validation is None else validation)
     (dataset / "validation.md").write_text("# Validation\n\nall checks passed\n", "utf-8")

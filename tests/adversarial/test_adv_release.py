@@ -113,11 +113,23 @@ def test_a_link_planted_in_previews_is_never_followed(tmp_path):
     dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3})
     secret = tmp_path / "secret.txt"
     secret.write_text("id_rsa contents")
+    (dataset / "previews" / "sheet-0.png").unlink()
+    (dataset / "previews" / "sheet-0.png").symlink_to(secret)  # in place of a preview the report lists
     (dataset / "previews" / "zz-planted.png").symlink_to(secret)
     with pytest.raises(ReleaseError, match="symbolic link"):
         build_release(tmp_path / "rel" / NAME, [dataset])
-    copied = [p for p in tmp_path.rglob("zz-planted.png") if not p.is_symlink()]
+    copied = [p for p in tmp_path.rglob("*.png") if not p.is_symlink() and p.read_bytes() == secret.read_bytes()]
     assert copied == []
+
+
+def test_a_picture_the_toolkit_did_not_write_is_never_published(tmp_path):
+    """Failed before: every *.png in a config's previews/ went into the release, a user's own too."""
+    dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3})
+    (dataset / "previews" / "holiday.png").write_bytes((dataset / "previews" / "sheet-0.png").read_bytes())
+    release = build_release(tmp_path / "rel" / NAME, [dataset])
+    published = sorted(p.name for p in release.rglob("*.png"))
+    assert published == ["sheet-0.png"]
+    assert "holiday" not in (release / "README.md").read_text()
 
 
 def test_a_pass_report_for_other_shard_bytes_is_refused(tmp_path):
