@@ -45,8 +45,9 @@ def train_method(
 
     if options.method in ("jtt", "dfr"):
         require_groups(settings, f"--method {options.method}")
+    run = {"resume": resume, "overwrite": overwrite, "announce": announce}
     if options.method == "erm":
-        return train_erm(settings, out, resume=resume, overwrite=overwrite, announce=announce)
+        return train_erm(settings, out, **run)
     if options.method == "jtt":
         return train_jtt(
             settings,
@@ -54,9 +55,7 @@ def train_method(
             stage1_epochs=options.jtt_epochs,
             lambda_up=options.jtt_upweight,
             errors=options.jtt_errors,
-            resume=resume,
-            overwrite=overwrite,
-            announce=announce,
+            **run,
         )
     if options.method == "dfr":
         return train_dfr(
@@ -66,9 +65,7 @@ def train_method(
             refits=options.dfr_refits,
             scaler=options.dfr_scaler,
             erm_run=options.erm_run,
-            resume=resume,
-            overwrite=overwrite,
-            announce=announce,
+            **run,
         )
     raise TrainError(f"--method must be erm, jtt or dfr, got {options.method!r}")
 

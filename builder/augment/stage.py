@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -57,7 +56,7 @@ from builder.core.runner import (
     prepare_output,
     report_progress,
 )
-from builder.core.shards import sha256_file, write_shard
+from builder.core.shards import copy_with_sha256, write_shard
 from builder.core.stage import RunOptions, Stage, StageRun, run_stage
 from builder.formats.augmented import AUGMENT_SCHEMA_VERSION, augment_members, generated_key
 from builder.formats.composites import (
@@ -136,8 +135,7 @@ def copy_shard(item: CopiedShard, target: Path) -> ShardStats:
     """The source shard, copied whole (and checked against its manifest's sha256) or not at all."""
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
-        shutil.copyfile(item.source, tmp)
-        digest = sha256_file(tmp)
+        digest = copy_with_sha256(Path(item.source), tmp)
         if digest != item.stats.sha256:
             raise SourceError(
                 f"{item.source} does not match the sha256 its manifest lists ({digest} != {item.stats.sha256}); "

@@ -192,13 +192,29 @@ def write_shard(path: Path, samples: Iterable[Sample]) -> ShardStats:
         return writer.close()
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
+def _blocks(handle: io.RawIOBase, chunk: int) -> Iterator[memoryview]:
     buffer = bytearray(chunk)  # one buffer read into again and again: no fresh pages per chunk
     view = memoryview(buffer)
+    while size := handle.readinto(buffer):
+        yield view[:size]
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
     with open(path, "rb", buffering=0) as handle:
-        while size := handle.readinto(buffer):
-            digest.update(view[:size])
+        for block in _blocks(handle, chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def copy_with_sha256(source: Path, target: Path, chunk: int = 1 << 20) -> str:
+    """Copy `source` into the new file `target` (never through an existing file or link) and return
+    the sha256 of the bytes copied: one read where a copy and then a hash of the copy take two."""
+    digest = hashlib.sha256()
+    with open(source, "rb", buffering=0) as reader, open(target, "xb") as writer:
+        for block in _blocks(reader, chunk):
+            digest.update(block)
+            writer.write(block)
     return digest.hexdigest()
 
 

@@ -3,9 +3,11 @@ samples out of key order, and leaves nothing behind when a run fails midway."""
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
-from builder.core.shards import ShardFormatError, ShardWriter, iter_shard, write_shard
+from builder.core.shards import ShardFormatError, ShardWriter, copy_with_sha256, iter_shard, write_shard
 
 
 def samples(n: int) -> list[tuple[str, dict[str, bytes]]]:
@@ -31,3 +33,17 @@ def test_a_sample_out_of_order_or_twice_is_refused_and_no_file_is_left(tmp_path,
             writer.write("img_0001", {"json": b"{}"})
             writer.write(second, {"json": b"{}"})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_copy_with_sha256_copies_the_bytes_it_hashes_and_never_writes_through_a_link(tmp_path):
+    source = tmp_path / "train-00000.tar"
+    source.write_bytes(bytes(range(256)) * 9000)  # more than one 1 MiB block
+    digest = copy_with_sha256(source, tmp_path / "copy.tar")
+    assert (tmp_path / "copy.tar").read_bytes() == source.read_bytes()
+    assert digest == hashlib.sha256(source.read_bytes()).hexdigest()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    (tmp_path / "planted.tar").symlink_to(victim)
+    with pytest.raises(FileExistsError):
+        copy_with_sha256(source, tmp_path / "planted.tar")
+    assert victim.read_text() == "mine"
