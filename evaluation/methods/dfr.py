@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data import EvalBatches, make_loader
+from ..data import EvalBatches, SourceSplit, make_loader
 from ..groups import balanced_indices, check_groups_cover, groups_of
 from ..train import FitResult, TrainError, TrainSettings, fit, resolve_device
 from .options import MethodOptions, RunControl
@@ -45,7 +45,7 @@ def extract_features(module, pre, settings: TrainSettings, split: str) -> tuple[
     module.eval().to(device)
     mean = torch.tensor(pre.mean, device=device).view(1, 3, 1, 1) * 255
     std = torch.tensor(pre.std, device=device).view(1, 3, 1, 1) * 255
-    dataset = EvalBatches(settings.source, settings.config, split, pre, max(64, settings.batch_size))
+    dataset = EvalBatches(SourceSplit(settings.source, settings.config, split), pre, max(64, settings.batch_size))
     feats, labels, metas, keys = [], [], [], []
     with torch.inference_mode():
         for batch in make_loader(dataset, settings.workers, pin_memory=False):

@@ -14,6 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT)]
 
+from evaluation.data import SourceSplit  # noqa: E402
 from evaluation.train import TrainSettings, fit  # noqa: E402
 from evaluation.training_data import TrainSamples  # noqa: E402
 
@@ -42,7 +43,7 @@ def main(dataset: str, out: str) -> None:
     )
     # Stopped after epoch 1 of 2, as a kill would: the weights are the trained ones, not best.pt reloaded.
     result = fit(settings, stop_after_epoch=1, announce=lambda _: None)
-    data = TrainSamples(dataset, None, "train", result.preprocessing, seed=0, shuffle_buffer=32)
+    data = TrainSamples(SourceSplit(dataset, None, "train"), result.preprocessing, seed=0, shuffle_buffer=32)
     data.set_epoch(0)
     rank = dist.get_rank()
     record = {
