@@ -48,7 +48,6 @@ from builder.core.runner import (
     ShardResult,
     load_finished,
     plan_shards,
-    prepare_output,
     report_progress,
 )
 from builder.core.shards import write_shard
@@ -410,9 +409,6 @@ class ComposeStage(Stage):
 
     def progress_label(self) -> str:
         return f"compose {self.spec.name}"
-
-    def claim(self, overwrite: bool) -> None:
-        prepare_output(self.out_dir, overwrite)
 
     def before_run(self, plans: Sequence[ShardPlan], options: RunOptions) -> None:
         for stale in self.out_dir.glob(f"{CACHE_DIR}.*"):  # left by a killed run of ours (the folder is locked)
