@@ -10,7 +10,7 @@ OpenCV and loads PIL's plugins before its timer, as the PIL side has them loaded
 (that one-off start-up is printed beside the compose time). `--memory-check` composes a 4x larger parts
 set too and prints both peak RSS figures: they must not grow with the number of source images.
 
-    .venv/bin/python benchmarks/compose_speed.py [--images 150] [--memory-check]
+    .venv/bin/python benchmarks/compose_speed.py [--images 160] [--rounds 3] [--memory-check]
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -90,34 +91,45 @@ def jpeg_encode_rate(canvases: list[np.ndarray], quality: int, encode) -> tuple[
     return len(canvases) / (time.perf_counter() - start), len(canvases) / (time.process_time() - cpu)
 
 
+def measure_round(parts_dir: Path, out: Path, variant: str) -> dict:
+    """One compose in a child process, then the encode-only rates of the composites it wrote."""
+    run = compose_in_child(parts_dir, out, variant)
+    canvases = read_canvases(Path(run["dataset"]))
+    quality = load_variant(variant).jpeg_quality
+    run["pil_rate"], run["pil_cpu_rate"] = jpeg_encode_rate(canvases, quality, encode_jpeg_pil)
+    run["encoder_rate"], _ = jpeg_encode_rate(canvases, quality, encode_jpeg)
+    run["ratio"] = run["composites"] / run["seconds"] / run["pil_rate"]
+    # CPU time is what a core spends: steadier than wall time when other processes share it.
+    run["cpu_ratio"] = run["composites"] / run["cpu_seconds"] / run["pil_cpu_rate"]
+    return run
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=160, help="source images in the synthetic parts set")
     parser.add_argument("--variant", default="hard-spurious-imagenet")
+    parser.add_argument("--rounds", type=int, default=3, help="compose + encode-only rounds; medians are reported")
     parser.add_argument("--memory-check", action="store_true", help="also compose 4x the images and compare peak RSS")
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="hsi-compose-bench-") as tmp:
         tmp_path = Path(tmp)
         write_benchmark_parts(tmp_path / "parts", args.images)
-        run = compose_in_child(tmp_path / "parts", tmp_path / "out", args.variant)
-        compose_rate = run["composites"] / run["seconds"]
-        canvases = read_canvases(Path(run["dataset"]))
-        quality = load_variant(args.variant).jpeg_quality
-        encode_rate, encode_cpu_rate = jpeg_encode_rate(canvases, quality, encode_jpeg_pil)
-        compose_encode_rate, _ = jpeg_encode_rate(canvases, quality, encode_jpeg)
-        ratio = compose_rate / encode_rate
-        # CPU time is what a core spends: steadier than wall time when other processes share it.
-        cpu_ratio = run["composites"] / run["cpu_seconds"] / encode_cpu_rate
-        print(f"variant {args.variant}: {args.images} source images -> {run['composites']} composites on 1 core")
+        rounds = [measure_round(tmp_path / "parts", tmp_path / f"out{i}", args.variant) for i in range(args.rounds)]
+        run = {key: statistics.median(r[key] for r in rounds) for key in rounds[0] if key != "dataset"}
+        ratio, composites, seconds = run["ratio"], int(run["composites"]), run["seconds"]
+        print(f"variant {args.variant}: {args.images} source images -> {composites} composites on 1 core")
+        print(f"rounds: {args.rounds}, each a compose then both encoders on its composites; medians below")
         print(
-            f"compose:            {compose_rate:8.1f} composites/s per core ({run['seconds']:.2f} s; "
+            f"compose:            {composites / seconds:8.1f} composites/s per core ({seconds:.2f} s; "
             f"+{run['startup_seconds']:.2f} s once to import OpenCV and PIL's plugins)"
         )
-        print(f"JPEG encode only:   {encode_rate:8.1f} images/s per core with PIL ({len(canvases)} canvases)")
-        print(f"                    {compose_encode_rate:8.1f} images/s per core with compose's encoder")
+        print(f"JPEG encode only:   {run['pil_rate']:8.1f} images/s per core with PIL ({composites} canvases)")
+        print(f"                    {run['encoder_rate']:8.1f} images/s per core with compose's encoder")
         print(f"ratio to PIL:       {ratio:8.2f} (target >= 0.50: {'met' if ratio >= 0.50 else 'NOT met'})")
-        print(f"  by CPU time:      {cpu_ratio:8.2f} (compose {run['cpu_seconds']:.2f} s CPU)")
+        per_round = ", ".join(f"{r['ratio']:.2f}" for r in rounds)
+        print(f"  per round:        {per_round}")
+        print(f"  by CPU time:      {run['cpu_ratio']:8.2f} (compose {run['cpu_seconds']:.2f} s CPU)")
         print(f"peak RSS (compose): {run['peak_rss_mib']:8.1f} MiB for {args.images} images")
         if args.memory_check:
             write_benchmark_parts(tmp_path / "parts4", 4 * args.images)

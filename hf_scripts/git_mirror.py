@@ -29,14 +29,13 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from builder.core.shards import sha256_file
+from builder.core.shards import copy_checked, sha256_file
 from cards.release import VERSION_PATTERN, parse_version
 from hf_scripts.publish import KEEP_REMOTE, PublishError, check_release_folder, release_files, release_shards
 
@@ -75,18 +74,15 @@ def store_lfs_object(git_dir: Path, source: Path, expected: str, path: str) -> N
     if target.is_file() and not target.is_symlink() and sha256_file(target) == expected:
         return
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    try:
-        with open(source, "rb") as src, open(partial, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-        if sha256_file(partial) != expected:
-            raise PublishError(
-                f"{path} as staged in {git_dir} differs from its sha256 in _release.json; the release "
-                "folder changed while publishing or is damaged: rebuild it, nothing was committed"
-            )
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
+    copy_checked(
+        source,
+        target,
+        expected,
+        lambda _digest: PublishError(
+            f"{path} as staged in {git_dir} differs from its sha256 in _release.json; the release "
+            "folder changed while publishing or is damaged: rebuild it, nothing was committed"
+        ),
+    )
 
 
 def _env(extra: dict | None = None) -> dict:

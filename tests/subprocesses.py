@@ -5,15 +5,31 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
 
+def hsi_command(*args) -> list[str]:
+    """The command line `python -m hsi.cli ARGS`, for a process of one's own (Popen, a kill)."""
+    return [sys.executable, "-m", "hsi.cli", *map(str, args)]
+
+
+def wait_for_states(folder: Path, count: int, timeout: float = 60) -> None:
+    """Wait until a run in another process has finished `count` shards (their states in folder/_state)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if len(list((folder / "_state").glob("*.json"))) >= count:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"no progress in {folder}")
+
+
 def run_hsi(args, env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
     """`python -m hsi.cli ARGS` from the repository root, output captured as text."""
     return subprocess.run(
-        [sys.executable, "-m", "hsi.cli", *map(str, args)],
+        hsi_command(*args),
         env=env,
         capture_output=True,
         text=True,

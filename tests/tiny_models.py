@@ -6,6 +6,8 @@ so tests load them through the production loaders (`builder.backends.sam`, `buil
 - `write_tiny_lama`: a TorchScript module with big-lama's call signature `model(image, mask)`. It
   fills each hole with the mean of the known pixels in a 7 x 7 neighbourhood (repeated until the
   hole is covered) and insists, like big-lama, on sides that are multiples of 8.
+- `tiny_checkpoint_fixture` and `cpu_backend`: for the backend tests, a tiny file written once per
+  test module, and a backend made through the production registry on the CPU.
 """
 
 from __future__ import annotations
@@ -13,35 +15,25 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 from segment_anything.modeling import Sam
 
+from builder.backends import make_backend
 from builder.backends.sam import SamArchitecture, build_sam
 
 TINY_SAM_INPUT = 64
 
 
-# segment-anything's classes at toy sizes; `build_sam` makes the modules, as the loader does.
+# segment-anything's classes at toy sizes, by part; `build_sam` makes the modules, as the loader does.
+SAM_IMAGE_ENCODER = dict(image_size=TINY_SAM_INPUT, patch_size=16, embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0)
+SAM_ENCODER_ATTENTION = dict(window_size=2, global_attn_indexes=(1,), qkv_bias=True, use_rel_pos=True)
+SAM_PROMPT_ENCODER = dict(prompt_dim=32, mask_in_chans=8)
+SAM_MASK_DECODER = dict(num_multimask_outputs=3, decoder_depth=2, decoder_mlp_dim=64, decoder_heads=8)
+SAM_IOU_HEAD = dict(iou_head_depth=3, iou_head_hidden_dim=32)
 TINY_SAM = SamArchitecture(
-    image_size=TINY_SAM_INPUT,
-    patch_size=16,
-    embed_dim=32,
-    depth=2,
-    num_heads=2,
-    mlp_ratio=2.0,
-    window_size=2,
-    global_attn_indexes=(1,),
-    qkv_bias=True,
-    use_rel_pos=True,
-    prompt_dim=32,
-    mask_in_chans=8,
-    num_multimask_outputs=3,
-    decoder_depth=2,
-    decoder_mlp_dim=64,
-    decoder_heads=8,
-    iou_head_depth=3,
-    iou_head_hidden_dim=32,
+    **SAM_IMAGE_ENCODER, **SAM_ENCODER_ATTENTION, **SAM_PROMPT_ENCODER, **SAM_MASK_DECODER, **SAM_IOU_HEAD
 )
 
 
@@ -107,3 +99,20 @@ def tiny_lama_reference(image, mask):
     """What `TinyLama` gives for float tensors, computed eagerly (for expected values in tests)."""
     with torch.no_grad():
         return TinyLama()(image, mask)
+
+
+def tiny_checkpoint_fixture(write):
+    """A module-scoped fixture: the path of the file `write(folder)` saves (a `write_tiny_*`), written
+    once per test module. Assign it to the fixture's name."""
+
+    @pytest.fixture(scope="module")
+    def checkpoint(tmp_path_factory) -> Path:
+        return write(tmp_path_factory.mktemp(write.__name__))
+
+    return checkpoint
+
+
+def cpu_backend(kind: str, name: str, config_class, **settings):
+    """The backend `name` of `kind` through the production registry: on the CPU, 4 images a batch and
+    the checkpoint from its environment variable, unless `settings` say otherwise."""
+    return make_backend(kind, name, config_class(**{"checkpoint": None, "device": "cpu", "batch_size": 4, **settings}))

@@ -15,11 +15,27 @@ import importlib.util
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 BPE_FILE = "bpe_simple_vocab_16e6.txt.gz"
 MERGES = 49152 - 256 - 2  # CLIP's vocabulary size (49,408) less 512 byte symbols and 2 special tokens
 SAMPLE_SIZE = 16  # latent side
 TINY_NATIVE_SIZE = SAMPLE_SIZE * 2  # the VAE's two blocks halve the side once
 MAX_LENGTH = 77  # CLIP's context length; SD's text encoder has as many positions
+
+# Toy sizes, by part, for diffusers' and transformers' own classes; the UNet and the VAE share a block layout.
+BLOCKS = dict(block_out_channels=(16, 32), norm_num_groups=8, layers_per_block=1)
+UNET_BLOCKS = BLOCKS | dict(
+    down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"), up_block_types=("CrossAttnUpBlock2D", "UpBlock2D")
+)
+VAE_BLOCKS = BLOCKS | dict(down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2)
+# The inpainting UNet takes 9 channels: 4 noisy latents, 1 mask, 4 masked-image latents.
+UNET = dict(sample_size=SAMPLE_SIZE, in_channels=9, out_channels=4, cross_attention_dim=32, attention_head_dim=8)
+VAE = dict(sample_size=TINY_NATIVE_SIZE, in_channels=3, out_channels=3, latent_channels=4)
+TEXT_ENCODER = dict(
+    hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=MAX_LENGTH
+)
+SCHEDULER = dict(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", skip_prk_steps=True, steps_offset=1)
 
 
 def byte_symbols() -> list[str]:
@@ -56,6 +72,11 @@ def clip_tokenizer():
     return CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=MAX_LENGTH)
 
 
+def special_token_ids(tokenizer) -> dict[str, int]:
+    """`bos_token_id`, `eos_token_id` and `pad_token_id` of the tokenizer, for the text encoder's config."""
+    return {f"{name}_token_id": getattr(tokenizer, f"{name}_token_id") for name in ("bos", "eos", "pad")}
+
+
 def build_tiny_inpaint_pipeline(folder: Path, seed: int = 0) -> Path:
     import torch
     from diffusers import AutoencoderKL, PNDMScheduler, StableDiffusionInpaintPipeline, UNet2DConditionModel
@@ -63,54 +84,17 @@ def build_tiny_inpaint_pipeline(folder: Path, seed: int = 0) -> Path:
 
     tokenizer = clip_tokenizer()
     torch.manual_seed(seed)
-    unet = UNet2DConditionModel(
-        sample_size=SAMPLE_SIZE,
-        in_channels=9,  # 4 noisy latents + 1 mask + 4 masked-image latents
-        out_channels=4,
-        block_out_channels=(16, 32),
-        norm_num_groups=8,
-        layers_per_block=1,
-        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
-        cross_attention_dim=32,
-        attention_head_dim=8,
-    )
-    vae = AutoencoderKL(
-        in_channels=3,
-        out_channels=3,
-        block_out_channels=(16, 32),
-        norm_num_groups=8,
-        down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
-        up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"),
-        latent_channels=4,
-        layers_per_block=1,
-        sample_size=TINY_NATIVE_SIZE,
-    )
-    text_encoder = CLIPTextModel(
-        CLIPTextConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            intermediate_size=37,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            max_position_embeddings=MAX_LENGTH,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-    )
-    scheduler = PNDMScheduler(
-        beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", skip_prk_steps=True, steps_offset=1
+    components = dict(
+        unet=UNet2DConditionModel(**UNET_BLOCKS, **UNET),
+        vae=AutoencoderKL(**VAE_BLOCKS, **VAE),
+        text_encoder=CLIPTextModel(
+            CLIPTextConfig(vocab_size=len(tokenizer), **TEXT_ENCODER, **special_token_ids(tokenizer))
+        ),
+        scheduler=PNDMScheduler(**SCHEDULER),
+        tokenizer=tokenizer,
     )
     pipeline = StableDiffusionInpaintPipeline(
-        vae=vae,
-        text_encoder=text_encoder,
-        tokenizer=tokenizer,
-        unet=unet,
-        scheduler=scheduler,
-        safety_checker=None,
-        feature_extractor=None,
-        requires_safety_checker=False,
+        **components, safety_checker=None, feature_extractor=None, requires_safety_checker=False
     )
     folder = Path(folder)
     pipeline.save_pretrained(folder)
@@ -129,6 +113,18 @@ def one_intra_op_thread():
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def one_intra_op_thread_fixture(scope: str):
+    """An autouse fixture that runs the tests of its `scope` ("module", "session") under
+    `one_intra_op_thread`: assign it to a name in a test module or conftest."""
+
+    @pytest.fixture(scope=scope, autouse=True)
+    def one_thread():
+        with one_intra_op_thread():
+            yield
+
+    return one_thread
 
 
 def cached_tiny_inpaint_pipeline(tmp_path_factory, seed: int = 0) -> Path:

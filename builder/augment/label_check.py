@@ -9,7 +9,7 @@ model) call the image by its true class?
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from builder.core.errors import UsageError
 
@@ -31,13 +31,7 @@ class LabelCheck:
     flagged: bool
 
     def to_json(self) -> dict:
-        return {
-            "erm_label": self.erm_label,
-            "check_label": self.check_label,
-            "agrees": self.agrees,
-            "kept": self.kept,
-            "flagged": self.flagged,
-        }
+        return asdict(self)
 
 
 def label_check(true_label: int, erm_label: int, check_label: int | None, rule: str) -> LabelCheck:

@@ -39,13 +39,11 @@ class SourceSample:
 
 @dataclass(frozen=True)
 class SourceConfig:
+    """A composed config folder as `open_source` checked it: its manifest and its config's name."""
+
     folder: Path
     manifest: Manifest
-
-    @property
-    def config(self) -> str:
-        assert self.manifest.config is not None
-        return self.manifest.config
+    config: str
 
     @property
     def class_names(self) -> list[str]:
@@ -146,7 +144,7 @@ def open_source(folder: Path) -> SourceConfig:
     if not manifest.class_names:
         raise SourceError(f"{folder}: the manifest lists no class names; rebuild it with `hsi compose`")
     try:
-        check_config_name(manifest.config)
+        config = check_config_name(manifest.config)
         for split, entry in manifest.splits.items():
             check_split_name(split)
             for name in entry.filenames:
@@ -162,4 +160,4 @@ def open_source(folder: Path) -> SourceConfig:
             )
     if manifest.split(TRAIN).num_samples == 0:
         raise UsageError(f"{folder}: the {TRAIN} split is empty; there is nothing to augment")
-    return SourceConfig(folder, manifest)
+    return SourceConfig(folder, manifest, config)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,28 +44,13 @@ from builder.augment.sampling import ClusterPlan, SampledImage, check_sampling, 
 from builder.augment.source import TRAIN, SourceConfig, SourceError
 from builder.core.config import canonical_json, fingerprint
 from builder.core.errors import UsageError
-from builder.core.manifest import COMPOSITES, ErrorCounts, Manifest, ShardStats, SplitEntry
+from builder.core.manifest import COMPOSITES, Manifest, ShardStats, SplitEntry
 from builder.core.names import check_config_name
-from builder.core.records import Issue, count_by_reason
-from builder.core.runner import (
-    ShardPlan,
-    ShardResult,
-    check_writable_folder,
-    plan_shards,
-    prepare_output,
-    report_progress,
-)
-from builder.core.shards import copy_with_sha256, write_shard
-from builder.core.stage import RunOptions, Stage, StageRun, run_stage
+from builder.core.runner import ShardPlan, ShardResult, check_writable_folder, plan_shards, report_progress
+from builder.core.shards import copy_checked, write_shard
+from builder.core.stage import RunOptions, Stage, StageOutcome, StageRun, run_stage
+from builder.formats import composites
 from builder.formats.augmented import AUGMENT_SCHEMA_VERSION, augment_members, generated_key
-from builder.formats.composites import (
-    SCHEMA_VERSION,
-    composite_members,
-    count_composites,
-    decode_composite_json,
-    encode_jpeg,
-    merge_counts,
-)
 
 STAGE_NAME = "scgs"
 DEFAULT_SHARD_SIZE = 64
@@ -133,17 +117,14 @@ class CopiedShard:
 
 def copy_shard(item: CopiedShard, target: Path) -> ShardStats:
     """The source shard, copied whole (and checked against its manifest's sha256) or not at all."""
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    try:
-        digest = copy_with_sha256(Path(item.source), tmp)
-        if digest != item.stats.sha256:
-            raise SourceError(
-                f"{item.source} does not match the sha256 its manifest lists ({digest} != {item.stats.sha256}); "
-                "validate and rebuild the source config"
-            )
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    def mismatch(digest: str) -> SourceError:
+        return SourceError(
+            f"{item.source} does not match the sha256 its manifest lists ({digest} != {item.stats.sha256}); "
+            "validate and rebuild the source config"
+        )
+
+    digest = copy_checked(Path(item.source), target, item.stats.sha256, mismatch)
     return ShardStats(target.name, item.stats.num_samples, target.stat().st_size, digest)
 
 
@@ -257,7 +238,7 @@ class ScgsStage(Stage):
             "predictions": models.predictions_provenance,
             "generator": self.generator_provenance(),
             "generation": asdict(models.generation),
-            "schema_version": SCHEMA_VERSION,
+            "schema_version": composites.SCHEMA_VERSION,
             "augment_schema_version": AUGMENT_SCHEMA_VERSION,
         }
 
@@ -281,9 +262,6 @@ class ScgsStage(Stage):
 
     def progress_label(self) -> str:
         return f"scgs {self.config}"
-
-    def claim(self, overwrite: bool) -> None:
-        prepare_output(self.out_dir, overwrite)
 
     def shard_builder(self) -> ScgsShardBuilder:
         return ScgsShardBuilder(self)
@@ -332,17 +310,18 @@ class ScgsStage(Stage):
             if not result.kept:
                 continue
             keep = keeps[n] if keeps[n] is not None else np.zeros(stacked.shape[1:3], bool)
-            meta = {**decode_composite_json(sources[item.key].members), "variant": self.config}
+            meta = {**composites.decode_composite_json(sources[item.key].members), "variant": self.config}
             block = self.augment_block(item, keep, cam_keep[item.key], prompts[n], seeds[n], result.to_json())
+            jpeg = composites.encode_jpeg(generated[n], self.jpeg_quality)
             members = {
-                **composite_members(encode_jpeg(generated[n], self.jpeg_quality), item.label, meta),
+                **composites.composite_members(jpeg, item.label, meta),
                 **augment_members(block, keep, cam_of[item.key]),
             }
             samples.append((item.out_key, members))
             metas.append(meta)
         report_progress(len(items))
         stats = write_shard(self.out_dir / plan.filename, samples)
-        return ShardResult(stats, [], {"composites": count_composites(metas), "label_check": tally(checks)})
+        return ShardResult(stats, [], {"composites": composites.count_composites(metas), "label_check": tally(checks)})
 
     @property
     def jpeg_quality(self) -> int:
@@ -379,21 +358,18 @@ class ScgsStage(Stage):
 
     # --- the manifest -----------------------------------------------------------------------
 
-    def manifest(
-        self,
-        plans: Sequence[ShardPlan],
-        results: Sequence[ShardResult],
-        issues: Sequence[Issue],
-        previous: Manifest | None,
-    ) -> Manifest:
+    def manifest(self, outcome: StageOutcome) -> Manifest:
         source = self.source.manifest
         splits: dict[str, SplitEntry] = {}
-        generated = [r for p, r in zip(plans, results) if p.items and isinstance(p.items[0], GenerationItem)]
+        generated = [
+            r for p, r in zip(outcome.plans, outcome.results) if p.items and isinstance(p.items[0], GenerationItem)
+        ]
         for split, entry in source.splits.items():
-            stats = [r.stats for p, r in zip(plans, results) if p.split == split]
+            stats = [r.stats for r in outcome.results_of(split)]
             counts = entry.counts
             if split == TRAIN:
-                counts = merge_counts([entry.counts or {}, *[r.counts.get("composites", {}) for r in generated]])
+                generated_counts = [r.counts.get("composites", {}) for r in generated]
+                counts = composites.merge_counts([entry.counts or {}, *generated_counts])
             splits[split] = SplitEntry(split, stats, counts=counts, source_images=entry.source_images)
         check_counts = merge_tallies([r.counts.get("label_check", {}) for r in generated])
         return Manifest(
@@ -403,9 +379,9 @@ class ScgsStage(Stage):
             spec_fingerprint=source.spec_fingerprint,
             spec=source.spec,
             parts=source.parts,
-            schema_version=SCHEMA_VERSION,
+            schema_version=composites.SCHEMA_VERSION,
             splits=splits,
-            errors=ErrorCounts(len(issues), count_by_reason(issues)),
+            errors=outcome.errors,
             class_names=list(self.source.class_names),
             backends={
                 "classifier": self.models.classifier.provenance(),

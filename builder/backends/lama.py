@@ -21,15 +21,16 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
 from builder.backends.base import BackendInfo, Inpainter
-from builder.backends.registry import from_setting, register_backend
+from builder.backends.registry import register_backend
 from builder.backends.torch_base import (
+    CheckpointConfig,
     CheckpointSource,
     TorchBackend,
-    check_device_name,
     checkpoint_sha256,
     count_parameters,
 )
@@ -47,10 +48,9 @@ CHECKPOINT = CheckpointSource(
 
 
 @dataclass(frozen=True)
-class LamaConfig:
-    checkpoint: str | None = from_setting("lama_checkpoint")  # None: the LAMA_MODEL variable
-    device: str = "auto"
-    batch_size: int = 8  # images per forward pass, halved on out-of-memory
+class LamaConfig(CheckpointConfig):
+    source: ClassVar[CheckpointSource] = CHECKPOINT
+    checkpoint: str | None = CHECKPOINT.config_field()
 
 
 def padded_size(height: int, width: int, multiple: int = PAD_MULTIPLE) -> tuple[int, int]:
@@ -160,8 +160,7 @@ class LamaInpainter(TorchBackend, Inpainter):
 @register_backend("inpainter", "lama", config_class=LamaConfig, requires=("torch",))
 def make_lama_inpainter(config: LamaConfig) -> LamaInpainter:
     """Factory for `--inpainter lama`: every check that can fail happens here, before any work."""
-    check_device_name(config.device)
-    path = CHECKPOINT.locate(config.checkpoint)
+    path = config.locate()
     model = load_lama(path)
     batch_size = config.batch_size
     if batch_size > 1 and not accepts_batches(model):

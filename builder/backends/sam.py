@@ -29,15 +29,16 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
 from builder.backends.base import BackendInfo, Masker
 from builder.backends.registry import BackendUnavailable, from_setting, register_backend
 from builder.backends.torch_base import (
+    CheckpointConfig,
     CheckpointSource,
     TorchBackend,
-    check_device_name,
     checkpoint_sha256,
     count_parameters,
 )
@@ -54,11 +55,12 @@ CHECKPOINT = CheckpointSource(
 
 
 @dataclass(frozen=True)
-class SamConfig:
+class SamConfig(CheckpointConfig):
+    """`batch_size` counts images per encoder call."""
+
+    source: ClassVar[CheckpointSource] = CHECKPOINT
+    checkpoint: str | None = CHECKPOINT.config_field()
     model: str = from_setting("sam_model", "vit_h")  # one of SAM_MODELS
-    checkpoint: str | None = from_setting("sam_checkpoint")  # None: the HSI_SAM_CHECKPOINT variable
-    device: str = "auto"
-    batch_size: int = 8  # images per encoder call, halved on out-of-memory
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,26 @@ class SamArchitecture:
     iou_head_depth: int
     iou_head_hidden_dim: int
 
+    def encoder_kwargs(self) -> dict[str, Any]:
+        """segment-anything's `ImageEncoderViT` arguments (its norm layer apart): the fields it names
+        alike, plus the input side and the neck's width, which it calls `img_size` and `out_chans`."""
+        alike = {name: getattr(self, name) for name in ENCODER_GEOMETRY + ENCODER_ATTENTION}
+        return {"img_size": self.image_size, "out_chans": self.prompt_dim, **alike}
+
+    def transformer_kwargs(self) -> dict[str, Any]:
+        """The arguments of the mask decoder's `TwoWayTransformer`."""
+        return {
+            "depth": self.decoder_depth,
+            "embedding_dim": self.prompt_dim,
+            "mlp_dim": self.decoder_mlp_dim,
+            "num_heads": self.decoder_heads,
+        }
+
+
+# The SamArchitecture fields that ImageEncoderViT takes under the same name: the ViT's geometry
+# and its attention.
+ENCODER_GEOMETRY = ("patch_size", "embed_dim", "depth", "num_heads", "mlp_ratio")
+ENCODER_ATTENTION = ("qkv_bias", "use_rel_pos", "window_size", "global_attn_indexes")
 
 # The geometry of Meta's three checkpoints (segment_anything/build_sam.py), to name what a file holds.
 OFFICIAL = {
@@ -155,20 +177,7 @@ def build_sam(arch: SamArchitecture):
 
     grid = arch.image_size // arch.patch_size
     return Sam(
-        image_encoder=ImageEncoderViT(
-            img_size=arch.image_size,
-            patch_size=arch.patch_size,
-            embed_dim=arch.embed_dim,
-            depth=arch.depth,
-            num_heads=arch.num_heads,
-            mlp_ratio=arch.mlp_ratio,
-            out_chans=arch.prompt_dim,
-            qkv_bias=arch.qkv_bias,
-            norm_layer=partial(torch.nn.LayerNorm, eps=1e-6),
-            use_rel_pos=arch.use_rel_pos,
-            window_size=arch.window_size,
-            global_attn_indexes=arch.global_attn_indexes,
-        ),
+        image_encoder=ImageEncoderViT(**arch.encoder_kwargs(), norm_layer=partial(torch.nn.LayerNorm, eps=1e-6)),
         prompt_encoder=PromptEncoder(
             embed_dim=arch.prompt_dim,
             image_embedding_size=(grid, grid),
@@ -177,12 +186,7 @@ def build_sam(arch: SamArchitecture):
         ),
         mask_decoder=MaskDecoder(
             transformer_dim=arch.prompt_dim,
-            transformer=TwoWayTransformer(
-                depth=arch.decoder_depth,
-                embedding_dim=arch.prompt_dim,
-                mlp_dim=arch.decoder_mlp_dim,
-                num_heads=arch.decoder_heads,
-            ),
+            transformer=TwoWayTransformer(**arch.transformer_kwargs()),
             num_multimask_outputs=arch.num_multimask_outputs,
             iou_head_depth=arch.iou_head_depth,
             iou_head_hidden_dim=arch.iou_head_hidden_dim,
@@ -331,7 +335,6 @@ def select_by_iou(low_res_masks, iou_predictions):
 @register_backend("masker", "sam", config_class=SamConfig, requires=("torch", "segment_anything"))
 def make_sam_masker(config: SamConfig) -> SamMasker:
     """Factory for `--masker sam`: every check that can fail happens here, before any work."""
-    check_device_name(config.device)
-    path = CHECKPOINT.locate(config.checkpoint)
+    path = config.locate()
     sam, arch = load_sam(path, config.model)
     return SamMasker(sam, arch, config.model, path, checkpoint_sha256(path), config.device, config.batch_size)

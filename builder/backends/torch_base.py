@@ -15,10 +15,10 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from builder.backends.base import BackendInfo
-from builder.backends.registry import BackendUnavailable
+from builder.backends.registry import BackendUnavailable, from_setting
 from builder.core.shards import sha256_file
 
 T = TypeVar("T")
@@ -82,6 +82,32 @@ class CheckpointSource:
 
     def unusable(self, path: Path, reason: str) -> BackendUnavailable:
         return BackendUnavailable(f"{self.what} {path.name} cannot be used ({reason}): {self.help()}")
+
+    @property
+    def setting(self) -> str:
+        """The flat setting the flag fills (`--sam-checkpoint` -> `sam_checkpoint`)."""
+        return self.flag.removeprefix("--").replace("-", "_")
+
+    def config_field(self) -> Any:
+        """A backend config's `checkpoint` field: read from this source's setting; None: the variable."""
+        return from_setting(self.setting)
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """What every backend loaded from one checkpoint file takes: the file, where to run it, and how
+    many images share a forward pass (halved on out-of-memory). A subclass names its `source` and
+    declares `checkpoint = source.config_field()`."""
+
+    source: ClassVar[CheckpointSource]
+    checkpoint: str | None = None  # None: the source's environment variable
+    device: str = "auto"
+    batch_size: int = 8
+
+    def locate(self) -> Path:
+        """The checkpoint file, after checking the device name: both refuse before any work."""
+        check_device_name(self.device)
+        return self.source.locate(self.checkpoint)
 
 
 @dataclass(frozen=True)

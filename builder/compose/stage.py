@@ -41,18 +41,17 @@ from builder.compose.tables import format_table
 from builder.core.classes import class_of, imagenet_classes
 from builder.core.config import canonical_json, fingerprint
 from builder.core.errors import InputError
-from builder.core.manifest import COMPOSITES, ErrorCounts, Manifest, SplitEntry
-from builder.core.records import Issue, count_by_reason
+from builder.core.manifest import COMPOSITES, Manifest, SplitEntry
+from builder.core.records import Issue
 from builder.core.runner import (
     ShardPlan,
     ShardResult,
     load_finished,
     plan_shards,
-    prepare_output,
     report_progress,
 )
 from builder.core.shards import write_shard
-from builder.core.stage import RunOptions, Stage, run_stage
+from builder.core.stage import RunOptions, Stage, StageOutcome, run_stage
 from builder.core.taxonomy import group_name, sorted_groups, tier_of
 from builder.formats.composites import (
     SCHEMA_VERSION,
@@ -411,9 +410,6 @@ class ComposeStage(Stage):
     def progress_label(self) -> str:
         return f"compose {self.spec.name}"
 
-    def claim(self, overwrite: bool) -> None:
-        prepare_output(self.out_dir, overwrite)
-
     def before_run(self, plans: Sequence[ShardPlan], options: RunOptions) -> None:
         for stale in self.out_dir.glob(f"{CACHE_DIR}.*"):  # left by a killed run of ours (the folder is locked)
             if re.fullmatch(rf"{re.escape(CACHE_DIR)}\.\d+", stale.name) and stale.is_dir() and not stale.is_symlink():
@@ -441,17 +437,11 @@ class ComposeStage(Stage):
             self.spec, str(self.parts_dir), str(self.out_dir), str(self.cache_dir), self.cache_failures
         )
 
-    def manifest(
-        self,
-        plans: Sequence[ShardPlan],
-        results: Sequence[ShardResult],
-        issues: Sequence[Issue],
-        previous: Manifest | None,
-    ) -> Manifest:
+    def manifest(self, outcome: StageOutcome) -> Manifest:
         spec, parts_manifest = self.spec, self.parts_manifest
         splits: dict[str, SplitEntry] = {}
         for split in spec.output_splits:
-            split_results = [r for plan, r in zip(plans, results) if plan.split == split]
+            split_results = outcome.results_of(split)
             splits[split] = SplitEntry(
                 split,
                 [r.stats for r in split_results],
@@ -471,7 +461,7 @@ class ComposeStage(Stage):
             },
             schema_version=SCHEMA_VERSION,
             splits=splits,
-            errors=ErrorCounts(len(issues), count_by_reason(issues)),
+            errors=outcome.errors,
             class_names=class_names(spec),
             allowed_missing=list(self.missing) or None,
             notes=list(self.notes) or None,

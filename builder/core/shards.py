@@ -218,6 +218,24 @@ def copy_with_sha256(source: Path, target: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def copy_checked(source: Path, target: Path, expected: str, mismatch: Callable[[str], Exception]) -> str:
+    """Copy `source` to `target` only when the bytes copied have the sha256 `expected`, and return it.
+
+    The bytes go to a temporary file beside `target` (this process's own: a leftover of that name is
+    removed first), which replaces `target` once checked, so `target` is either the whole checked
+    copy or as it was. Otherwise `mismatch(digest)` is raised: the caller's error, in its words."""
+    partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    partial.unlink(missing_ok=True)
+    try:
+        digest = copy_with_sha256(source, partial)
+        if digest != expected:
+            raise mismatch(digest)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+    return digest
+
+
 @dataclass(frozen=True)
 class TarMember:
     """What a reader needs of one tar member: its name, where its data starts, its size, and

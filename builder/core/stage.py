@@ -27,9 +27,9 @@ from typing import ClassVar
 from builder.core.config import check_settings, save_settings
 from builder.core.errors import HsiError, UsageError
 from builder.core.locks import exclusive_folder
-from builder.core.manifest import ERRORS_NAME, Manifest, register_stage_output, write_jsonl_atomic
-from builder.core.records import Issue
-from builder.core.runner import ShardPlan, ShardResult, Stopwatch, remove_stale_temporaries, run_shards
+from builder.core.manifest import ERRORS_NAME, ErrorCounts, Manifest, register_stage_output, write_jsonl_atomic
+from builder.core.records import Issue, count_by_reason
+from builder.core.runner import ShardPlan, ShardResult, Stopwatch, prepare_output, remove_stale_temporaries, run_shards
 
 RUNNERS = ("local", "ray")
 
@@ -68,6 +68,26 @@ class StageRun:
     already_complete: bool = False
 
 
+@dataclass(frozen=True)
+class StageOutcome:
+    """What a run built, as `Stage.manifest` gets it: the plans and their results (in plan order),
+    every issue of the run with its split, and the manifest the folder held before (None: none)."""
+
+    plans: Sequence[ShardPlan]
+    results: Sequence[ShardResult]
+    issues: Sequence[Issue]
+    previous: Manifest | None
+
+    def results_of(self, split: str) -> list[ShardResult]:
+        """The results of `split`'s shards, in plan order."""
+        return [result for plan, result in zip(self.plans, self.results) if plan.split == split]
+
+    @property
+    def errors(self) -> ErrorCounts:
+        """The run's issues, counted by reason."""
+        return ErrorCounts(len(self.issues), count_by_reason(self.issues))
+
+
 class Stage(ABC):
     """One stage's part of a run; see the module docstring for the order `run_stage` calls these."""
 
@@ -94,14 +114,8 @@ class Stage(ABC):
         """A picklable callable that builds one shard (workers and Ray actors run it)."""
 
     @abstractmethod
-    def manifest(
-        self,
-        plans: Sequence[ShardPlan],
-        results: Sequence[ShardResult],
-        issues: Sequence[Issue],
-        previous: Manifest | None,
-    ) -> Manifest:
-        """The manifest of the finished folder (`previous` is the one found before this run)."""
+    def manifest(self, outcome: StageOutcome) -> Manifest:
+        """The manifest of the finished folder, from what the run built."""
 
     @property
     def splits(self) -> tuple[str, ...]:
@@ -120,8 +134,10 @@ class Stage(ABC):
         return False
 
     def claim(self, overwrite: bool) -> None:
-        """Make the folder ready; with `overwrite`, drop what this stage wrote there before."""
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        """Make the folder ready; with `overwrite`, drop what this stage wrote there before. By
+        default the stage owns the whole folder: never one of someone else's, and --overwrite
+        empties it (only of what this toolkit wrote)."""
+        prepare_output(self.out_dir, overwrite)
 
     def before_run(self, plans: Sequence[ShardPlan], options: RunOptions) -> None:  # noqa: B027 - optional hook
         """Work shared by all shards (caches, files beside the shards); runs after the settings are saved."""
@@ -177,8 +193,7 @@ def _run_locked(stage: Stage, options: RunOptions) -> StageRun:
 
     issues = located_issues(stage, plans, results)
     write_errors(out_dir, issues, replaced_splits=set(stage.splits) if stage.errors_per_split else None)
-    previous = Manifest.read_if_present(out_dir)
-    manifest = stage.manifest(plans, results, issues, previous)
+    manifest = stage.manifest(StageOutcome(plans, results, issues, Manifest.read_if_present(out_dir)))
     manifest.write(out_dir)
     return StageRun(manifest, issues, len(plans) - reused, reused, clock.seconds)
 

@@ -19,8 +19,8 @@ from builder.core.config import SettingsMismatch, canonical_json, drop_settings,
 from builder.core.errors import RunFailed
 from builder.core.manifest import ERRORS_NAME, PARTS, ErrorCounts, Manifest, SplitEntry
 from builder.core.records import Issue, count_by_reason
-from builder.core.runner import STATE_DIR, ShardPlan, ShardResult, check_writable_folder, plan_shards
-from builder.core.stage import RunOptions, Stage, StageRun, run_stage, write_errors
+from builder.core.runner import STATE_DIR, ShardPlan, check_writable_folder, plan_shards
+from builder.core.stage import RunOptions, Stage, StageOutcome, StageRun, run_stage, write_errors
 from builder.extract.shard_builder import (
     ExtractConfig,
     ExtractShardBuilder,
@@ -164,20 +164,15 @@ class ExtractStage(Stage):
         if options.runner == "ray" or options.gpus:
             unload_backends()  # the models run in other processes; free this one's copy (and its GPU memory)
 
-    def manifest(
-        self,
-        plans: Sequence[ShardPlan],
-        results: Sequence[ShardResult],
-        issues: Sequence[Issue],
-        previous: Manifest | None,
-    ) -> Manifest:
-        self.check_skipped(sum(r.stats.num_samples for r in results), issues)
+    def manifest(self, outcome: StageOutcome) -> Manifest:
+        results, previous = outcome.results, outcome.previous
+        self.check_skipped(sum(r.stats.num_samples for r in results), outcome.issues)
         entry = SplitEntry(
             self.split,
             [r.stats for r in results],
             fingerprint=fingerprint(self._settings),
             images_listed=self.listing.images_found,
-            errors=ErrorCounts(len(issues), count_by_reason(issues)),
+            errors=outcome.errors,
         )
         splits = dict(previous.splits) if previous else {}
         settings = dict(previous.settings or {}) if previous else {}

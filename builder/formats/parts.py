@@ -30,6 +30,7 @@ from PIL import Image
 from builder.core.classes import class_of
 from builder.core.records import Box
 from builder.core.shards import iter_shard, manifest_shard_paths, read_manifest
+from builder.formats.png import open_png
 
 PARTS_SCHEMA_VERSION = 1
 PARTS_MEMBERS = ("background.png", "canvas.npy", "cls", "crop.png", "erase.png", "json", "mask.png")
@@ -69,8 +70,7 @@ def decode_canvas(data: bytes) -> np.ndarray:
 
 def decode_png_image(data: bytes) -> Image.Image:
     """A PNG member as a loaded L or RGB image (other modes converted to one of them)."""
-    image = Image.open(io.BytesIO(data))
-    image.load()
+    image = open_png(data)
     if image.mode in ("L", "RGB"):
         return image  # converting to its own mode would only copy the pixels once more
     return image.convert("L" if image.mode == "1" else "RGB")

@@ -53,6 +53,14 @@ def error_rows(out: Path) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line]
 
 
+def compose_rehashed(parts: Path, out: Path) -> list[dict]:
+    """Compose hand-edited parts whose manifest digests were renewed (so only the bytes can tell),
+    assert the run succeeds, and return its error rows."""
+    rehash_parts(parts)
+    assert compose(parts, out) == 0
+    return error_rows(out)
+
+
 def test_a_corrupted_parts_shard_is_refused_before_anything_is_written(tmp_path, capsys):
     parts = make_parts(tmp_path)
     shard = parts / "val-00000.tar"
@@ -126,10 +134,8 @@ def test_a_truncated_parts_shard_becomes_a_row(tmp_path):
     parts = make_parts(tmp_path)
     shard = parts / "val-00001.tar"
     shard.write_bytes(shard.read_bytes()[:3000])
-    rehash_parts(parts)
     out = tmp_path / "out"
-    assert compose(parts, out) == 0
-    rows = error_rows(out)
+    rows = compose_rehashed(parts, out)
     assert [(r["reason"], r["shard"]) for r in rows] == [("unreadable-parts", "val-00001.tar")]
     manifest = json.loads((out / "hard-spurious-imagenet" / "_info.json").read_text())
     assert manifest["splits"]["val"]["num_samples"] == 3 * 12  # the three images of the intact shard
@@ -154,10 +160,7 @@ def hostile_member(kind: str):
 def test_unsafe_parts_members_become_rows(tmp_path, kind):
     parts = make_parts(tmp_path)
     rewrite_shard(parts / "val-00000.tar", hostile_member(kind))
-    rehash_parts(parts)
-    out = tmp_path / "out"
-    assert compose(parts, out) == 0
-    rows = error_rows(out)
+    rows = compose_rehashed(parts, tmp_path / "out")
     assert [(r["image_id"], r["reason"]) for r in rows] == [("ILSVRC2012_val_00000001", "unreadable-parts")]
     assert "crop.png" in rows[0]["detail"]
     assert not (tmp_path / "etc").exists() and not Path("/tmp/ILSVRC2012_val_00000001.crop.png").exists()
@@ -174,10 +177,7 @@ def test_a_member_named_dotdot_json_is_reported_not_dropped(tmp_path):
         return [(renamed, data)]
 
     rewrite_shard(parts / "val-00000.tar", edit)
-    rehash_parts(parts)
-    out = tmp_path / "out"
-    assert compose(parts, out) == 0
-    assert [r["image_id"] for r in error_rows(out)] == ["ILSVRC2012_val_00000002"]
+    assert [r["image_id"] for r in compose_rehashed(parts, tmp_path / "out")] == ["ILSVRC2012_val_00000002"]
 
 
 def png_claiming(width: int, height: int) -> bytes:
@@ -202,9 +202,6 @@ def test_a_decompression_bomb_crop_becomes_a_row(tmp_path):
         return [(info, data)]
 
     rewrite_shard(parts / "val-00000.tar", edit)
-    rehash_parts(parts)
-    out = tmp_path / "out"
-    assert compose(parts, out) == 0
-    rows = error_rows(out)
+    rows = compose_rehashed(parts, tmp_path / "out")
     assert [(r["image_id"], r["reason"]) for r in rows] == [("ILSVRC2012_val_00000003", "unreadable-parts")]
     assert "decompression bomb" in rows[0]["detail"]

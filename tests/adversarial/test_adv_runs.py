@@ -9,33 +9,20 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from fake_imagenet import extract_args, write_tree
 from parts_factory import compose_args, fake_images, write_parts
+from subprocesses import hsi_command, wait_for_states
 
 from builder.core.locks import exclusive_folder
 from hsi.cli import main
 
 
-def hsi(*args) -> list[str]:
-    return [sys.executable, "-m", "hsi.cli", *map(str, args)]
-
-
 def digests(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*.tar"))}
-
-
-def wait_for_states(folder: Path, count: int, timeout: float = 60) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if len(list((folder / "_state").glob("*.json"))) >= count:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"no progress in {folder}")
 
 
 def children_of(pid: int) -> list[int]:
@@ -55,12 +42,22 @@ def test_extract_overwrite_never_deletes_files_it_did_not_write(tmp_path, capsys
     assert {p.name: p.read_text() for p in parts.iterdir()} == foreign
 
 
-def test_only_the_toolkits_own_temporaries_are_removed(tmp_path):
+def small_compose_args(tmp_path: Path) -> list[str]:
+    """`hsi compose` of parts with one image of each of two classes (written here) into tmp_path/out."""
     write_parts(tmp_path / "parts", {"val": fake_images(["n01443537", "n02437312"], per_class=1)})
-    out = tmp_path / "out"
-    args = compose_args(tmp_path / "parts", out, "--no-progress")
+    return compose_args(tmp_path / "parts", tmp_path / "out", "--no-progress")
+
+
+@pytest.fixture()
+def composed(tmp_path) -> tuple[list[str], Path]:
+    """A finished small compose: its arguments and the dataset folder it wrote."""
+    args = small_compose_args(tmp_path)
     assert main(args) == 0
-    dataset = out / "hard-spurious-imagenet"
+    return args, tmp_path / "out" / "hard-spurious-imagenet"
+
+
+def test_only_the_toolkits_own_temporaries_are_removed(composed):
+    args, dataset = composed
     (dataset / "my-notes.tmp").write_text("mine")
     (dataset / "val-00000.tar.4242.tmp").write_bytes(b"half a shard")  # what a killed run of ours leaves
     assert main(args) == 0
@@ -68,13 +65,9 @@ def test_only_the_toolkits_own_temporaries_are_removed(tmp_path):
     assert not (dataset / "val-00000.tar.4242.tmp").exists()
 
 
-def test_overwrite_of_our_own_folder_refuses_while_it_holds_a_users_file(tmp_path, capsys):
+def test_overwrite_of_our_own_folder_refuses_while_it_holds_a_users_file(composed, capsys):
     """Failed before: `--overwrite` on a compose folder of ours emptied it whole, a user's notes with it."""
-    write_parts(tmp_path / "parts", {"val": fake_images(["n01443537", "n02437312"], per_class=1)})
-    out = tmp_path / "out"
-    args = compose_args(tmp_path / "parts", out, "--no-progress")
-    assert main(args) == 0
-    dataset = out / "hard-spurious-imagenet"
+    args, dataset = composed
     (dataset / "my-notes.txt").write_text("mine")
     before = {p.name: p.read_bytes() for p in dataset.iterdir() if p.is_file()}
     assert main([*args, "--overwrite"]) == 2
@@ -87,10 +80,9 @@ def test_overwrite_of_our_own_folder_refuses_while_it_holds_a_users_file(tmp_pat
 
 
 def test_a_second_run_into_a_locked_folder_is_refused_naming_the_first(tmp_path, capsys):
-    write_parts(tmp_path / "parts", {"val": fake_images(["n01443537", "n02437312"], per_class=1)})
-    out = tmp_path / "out"
+    args, out = small_compose_args(tmp_path), tmp_path / "out"
     with exclusive_folder(out / "hard-spurious-imagenet"):
-        code = main(compose_args(tmp_path / "parts", out, "--no-progress"))
+        code = main(args)
         assert code == 2
         assert f"is being written by another hsi run (pid {os.getpid()})" in capsys.readouterr().err
     assert not (out / "hard-spurious-imagenet").exists()
@@ -101,14 +93,15 @@ def test_two_composes_at_once_never_lose_composites(tmp_path):
         tmp_path / "parts", {"val": fake_images(["n01443537", "n02437312", "n01440764"], per_class=6)}, shard_size=2
     )
     common = ["compose", "--parts", tmp_path / "parts", "--shard-size", 12, "--workers", 2, "--no-progress"]
-    assert subprocess.run(hsi(*common, "--out", tmp_path / "clean"), check=False).returncode == 0
+    assert subprocess.run(hsi_command(*common, "--out", tmp_path / "clean"), check=False).returncode == 0
     racers = [
-        subprocess.Popen(hsi(*common, "--out", tmp_path / "race"), stderr=subprocess.PIPE, text=True) for _ in range(2)
+        subprocess.Popen(hsi_command(*common, "--out", tmp_path / "race"), stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
     ]
     outcomes = [(p.wait(timeout=120), p.stderr.read()) for p in racers]
     assert sorted(code for code, _ in outcomes) in ([0, 0], [0, 2])  # the second waits its turn or is refused
     assert all("another hsi run" in err for code, err in outcomes if code == 2)
-    assert subprocess.run(hsi(*common, "--out", tmp_path / "race"), check=False).returncode == 0
+    assert subprocess.run(hsi_command(*common, "--out", tmp_path / "race"), check=False).returncode == 0
     clean, race = tmp_path / "clean" / "hard-spurious-imagenet", tmp_path / "race" / "hard-spurious-imagenet"
     assert digests(race) == digests(clean)
     assert (race / "_info.json").read_bytes() == (clean / "_info.json").read_bytes()
@@ -117,7 +110,7 @@ def test_two_composes_at_once_never_lose_composites(tmp_path):
 def test_workers_die_with_their_parent(tmp_path):
     tree = write_tree(tmp_path / "imagenet", count=80)
     process = subprocess.Popen(
-        hsi(
+        hsi_command(
             "extract",
             "--source",
             tree.root,
@@ -153,13 +146,13 @@ def _state(pid: int) -> str:
 
 
 def test_a_full_disk_is_one_clear_error(tmp_path, capsys, monkeypatch):
-    write_parts(tmp_path / "parts", {"val": fake_images(["n01443537", "n02437312"], per_class=1)})
+    args = small_compose_args(tmp_path)
 
     def no_space(path, samples):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
     monkeypatch.setattr("builder.compose.stage.write_shard", no_space)
-    assert main(compose_args(tmp_path / "parts", tmp_path / "out", "--no-progress")) == 2
+    assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "No space left on device" in err and "run the same command to resume" in err
 
@@ -184,9 +177,11 @@ def test_a_failed_settings_write_leaves_the_old_settings_file_whole(tmp_path, mo
 def test_ctrl_c_stops_a_multi_worker_run_within_seconds_and_it_resumes(tmp_path):
     tree = write_tree(tmp_path / "imagenet", count=120)
     common = ["extract", "--source", tree.root, "--shard-size", 2, "--workers", 2, "--no-progress"]
-    assert subprocess.run(hsi(*common, "--out", tmp_path / "clean"), check=False).returncode == 0
+    assert subprocess.run(hsi_command(*common, "--out", tmp_path / "clean"), check=False).returncode == 0
     out = tmp_path / "stopped"
-    process = subprocess.Popen(hsi(*common, "--out", out), start_new_session=True, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        hsi_command(*common, "--out", out), start_new_session=True, stderr=subprocess.PIPE, text=True
+    )
     wait_for_states(out / "parts", 2)
     started = time.time()
     os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole process group
@@ -196,7 +191,7 @@ def test_ctrl_c_stops_a_multi_worker_run_within_seconds_and_it_resumes(tmp_path)
     assert "Traceback" not in err and err.strip().count("\n") == 0
     assert err.startswith("hsi extract: error: interrupted:") and "run the same command again to resume" in err
     assert len(list((out / "parts" / "_state").glob("*.json"))) < 60  # the queue was cancelled, not drained
-    assert subprocess.run(hsi(*common, "--out", out), check=False).returncode == 0
+    assert subprocess.run(hsi_command(*common, "--out", out), check=False).returncode == 0
     assert digests(out / "parts") == digests(tmp_path / "clean" / "parts")
     clean_manifest = json.loads((tmp_path / "clean" / "parts" / "_info.json").read_text())
     assert json.loads((out / "parts" / "_info.json").read_text()) == clean_manifest
@@ -204,8 +199,7 @@ def test_ctrl_c_stops_a_multi_worker_run_within_seconds_and_it_resumes(tmp_path)
 
 @pytest.mark.parametrize("target", ["file"])
 def test_compose_out_pointing_at_a_file_is_a_clear_error(tmp_path, capsys, target):
-    write_parts(tmp_path / "parts", {"val": fake_images(["n01443537", "n02437312"], per_class=1)})
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "hard-spurious-imagenet").write_text("not a folder")
-    assert main(compose_args(tmp_path / "parts", tmp_path / "out", "--no-progress")) == 2
+    assert main(small_compose_args(tmp_path)) == 2
     assert "is a file, not a folder" in capsys.readouterr().err

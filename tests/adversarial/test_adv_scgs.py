@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from planted_spurious import compose_planted
 from scgs_factory import generated, scgs_command, write_erm_checkpoint
+from tiny_sd import cached_tiny_inpaint_pipeline, one_intra_op_thread_fixture
 
 from builder.core.locks import exclusive_folder
 from builder.core.manifest import MANIFEST_NAME, Manifest
@@ -42,18 +43,11 @@ class World:
     pipeline: Path
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    from tiny_sd import one_intra_op_thread
-
-    with one_intra_op_thread():
-        yield
+_one_thread = one_intra_op_thread_fixture("module")
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> World:
-    from tiny_sd import cached_tiny_inpaint_pipeline
-
     root = tmp_path_factory.mktemp("adv-scgs")
     source = compose_planted(root / "planted", per_class=16, holdout=0.34)
     checkpoint = write_erm_checkpoint(root / "erm" / "best.pt")

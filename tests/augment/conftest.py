@@ -8,15 +8,10 @@ from pathlib import Path
 import pytest
 from planted_spurious import compose_planted
 from scgs_factory import write_erm_checkpoint
+from tiny_sd import cached_tiny_inpaint_pipeline, one_intra_op_thread_fixture
 
-
-@pytest.fixture(scope="session", autouse=True)
-def _one_thread():
-    """The tiny models' ops are too small to split: one torch thread is faster on a busy machine."""
-    from tiny_sd import one_intra_op_thread
-
-    with one_intra_op_thread():
-        yield
+# The tiny models' ops are too small to split: one torch thread is faster on a busy machine.
+_one_thread = one_intra_op_thread_fixture("session")
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +26,4 @@ def erm_checkpoint(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_pipeline(tmp_path_factory) -> Path:
-    from tiny_sd import cached_tiny_inpaint_pipeline
-
     return cached_tiny_inpaint_pipeline(tmp_path_factory)

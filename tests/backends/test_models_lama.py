@@ -2,29 +2,22 @@
 big-lama's call signature: padding, cropping, untouched pixels, batching, checkpoint errors."""
 
 import hashlib
+from functools import partial
 
 import numpy as np
 import pytest
 import torch
-from tiny_models import tiny_lama_reference, write_tiny_lama
+from tiny_models import cpu_backend, tiny_checkpoint_fixture, tiny_lama_reference, write_tiny_lama
 
-from builder.backends import BackendUnavailable, make_backend
+from builder.backends import BackendUnavailable
 from builder.backends.lama import LamaConfig, pad_to_multiple, padded_size
 
 # torch marks TorchScript deprecated; big-lama is published only in that form.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")
 
 
-def make_inpainter(**overrides):
-    """The `lama` inpainter through the registry, on the CPU unless overridden."""
-    values = {"checkpoint": None, "device": "cpu", "batch_size": 4}
-    values.update(overrides)
-    return make_backend("inpainter", "lama", LamaConfig(**values))
-
-
-@pytest.fixture(scope="module")
-def tiny_lama_path(tmp_path_factory):
-    return write_tiny_lama(tmp_path_factory.mktemp("lama"))
+make_inpainter = partial(cpu_backend, "inpainter", "lama", LamaConfig)
+tiny_lama_path = tiny_checkpoint_fixture(write_tiny_lama)
 
 
 @pytest.fixture()

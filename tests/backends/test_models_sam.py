@@ -2,28 +2,20 @@
 own classes: checkpoint errors, provenance, mask selection by predicted IoU, batching, OOM retries."""
 
 import hashlib
+from functools import partial
 
 import numpy as np
 import pytest
 import torch
-from tiny_models import TINY_SAM_INPUT, build_tiny_sam, write_tiny_sam
+from tiny_models import TINY_SAM_INPUT, build_tiny_sam, cpu_backend, tiny_checkpoint_fixture, write_tiny_sam
 
-from builder.backends import BackendUnavailable, make_backend
+from builder.backends import BackendUnavailable
 from builder.backends.sam import SamConfig, infer_architecture, select_by_iou
 from builder.backends.torch_base import AdaptiveBatch
 from builder.core.records import Box
 
-
-def make_masker(**overrides):
-    """The `sam` masker through the registry, with the tiny SAM's settings unless overridden."""
-    values = {"model": "auto", "checkpoint": None, "device": "cpu", "batch_size": 4}
-    values.update(overrides)
-    return make_backend("masker", "sam", SamConfig(**values))
-
-
-@pytest.fixture(scope="module")
-def tiny_sam_path(tmp_path_factory):
-    return write_tiny_sam(tmp_path_factory.mktemp("sam"))
+make_masker = partial(cpu_backend, "masker", "sam", SamConfig, model="auto")  # "auto": the tiny SAM's shapes
+tiny_sam_path = tiny_checkpoint_fixture(write_tiny_sam)
 
 
 @pytest.fixture()

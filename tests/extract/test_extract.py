@@ -4,14 +4,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from fake_imagenet import write_tree
 from PIL import Image
+from subprocesses import hsi_command, wait_for_states
 
 from builder.core.classes import class_of
 from builder.core.shards import sha256_file
@@ -183,16 +182,7 @@ def test_missing_source_exits_2_with_a_reason(tmp_path, capsys):
 
 
 def _hsi(*args):
-    return [sys.executable, "-m", "hsi.cli", "extract", "--no-progress", *map(str, args)]
-
-
-def _wait_for_states(parts_dir: Path, count: int, timeout: float = 60) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if len(list((parts_dir / "_state").glob("*.json"))) >= count:
-            return
-        time.sleep(0.02)
-    raise AssertionError("extract made no progress")
+    return hsi_command("extract", "--no-progress", *args)
 
 
 @pytest.mark.parametrize("kill", ["main-process", "worker"])
@@ -203,7 +193,7 @@ def test_killed_run_resumes_to_identical_output(tmp_path, kill):
 
     out = tmp_path / "killed"
     process = subprocess.Popen(_hsi(*common, "--out", out), start_new_session=True)
-    _wait_for_states(out / "parts", 2)
+    wait_for_states(out / "parts", 2)
     if kill == "worker":
         children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
         os.kill(int(children[0]), signal.SIGKILL)

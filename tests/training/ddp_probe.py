@@ -14,8 +14,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT)]
 
+from settings_factory import small_run  # noqa: E402
+
 from evaluation.data import SourceSplit  # noqa: E402
-from evaluation.train import TrainSettings, fit  # noqa: E402
+from evaluation.train import fit  # noqa: E402
 from evaluation.training_data import TrainSamples  # noqa: E402
 
 
@@ -30,17 +32,7 @@ def weights_digest(module) -> str:
 def main(dataset: str, out: str) -> None:
     import torch.distributed as dist
 
-    settings = TrainSettings(
-        source=dataset,
-        out=str(Path(out) / "run"),
-        model="test_efficientnet",
-        epochs=2,
-        batch_size=16,
-        lr=0.05,
-        device="cpu",
-        shuffle_buffer=32,
-        select="mean",
-    )
+    settings = small_run(dataset, Path(out) / "run", model="test_efficientnet", batch_size=16)
     # Stopped after epoch 1 of 2, as a kill would: the weights are the trained ones, not best.pt reloaded.
     result = fit(settings, stop_after_epoch=1, announce=lambda _: None)
     data = TrainSamples(SourceSplit(dataset, None, "train"), result.preprocessing, seed=0, shuffle_buffer=32)
