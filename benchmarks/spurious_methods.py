@@ -43,7 +43,7 @@ from planted_spurious import compose_planted  # noqa: E402
 
 from evaluation.methods.gradmix import GradMixOptions  # noqa: E402
 from evaluation.train import TrainSettings  # noqa: E402
-from evaluation.train_run import MethodOptions, run_label, run_seed  # noqa: E402
+from evaluation.train_run import MethodOptions, RunControl, run_label, run_seed  # noqa: E402
 from evaluation.train_summary import method_line, summarise_method  # noqa: E402
 
 METHODS = ("erm", "jtt", "dfr", "gradmix", "random-box")
@@ -116,7 +116,9 @@ def run_benchmark(
             folder = root / "runs" / run_label(settings, options) / f"seed-{seed}"
             if name == "dfr" and "erm" in methods:  # DFR retrains the last layer of this seed's ERM run
                 options = replace(options, erm_run=root / "runs" / "erm" / f"seed-{seed}")
-            scores = run_seed(replace(settings, seed=seed, out=str(folder)), options, folder, announce=announce)
+            scores = run_seed(
+                replace(settings, seed=seed, out=str(folder)), options, folder, RunControl(announce=announce)
+            )
             results[name].append(scores)
     return {name: {**summarise_method(found), "epoch_seconds": epoch_seconds(found)} for name, found in results.items()}
 

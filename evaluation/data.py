@@ -17,6 +17,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -88,7 +89,34 @@ def decode_member_sample(key: str, members: dict[str, bytes], pre: Preprocessing
     return array, int(members["cls"]), meta
 
 
-class EvalBatches(IterableDataset):
+@dataclass(frozen=True)
+class SourceSplit:
+    """One split of a source `stream()` reads (a release folder with its `config`, a composed dataset
+    folder, an hf:// address): where a reader's samples come from."""
+
+    source: Any
+    config: str | None
+    split: str
+
+
+class SplitReader(IterableDataset):
+    """The samples of one split read through `stream()` for a model whose input is prepared by `pre`:
+    what the evaluation batches and the training samples share."""
+
+    def __init__(self, where: SourceSplit, pre: Preprocessing, **stream_options: Any):
+        self.stream = stream(where.source, where.config, where.split, **stream_options)
+        self.pre = pre
+
+    @property
+    def shards(self) -> list[str]:
+        return self.stream.shards
+
+    @property
+    def num_samples(self) -> int | None:
+        return self.stream.num_samples
+
+
+class EvalBatches(SplitReader):
     """Batches of (preprocessed uint8 images, sample rows, error rows) from `stream()`'s shards.
 
     With `limit`, every reader walks the shards in manifest order and keeps the first `limit`
@@ -96,34 +124,23 @@ class EvalBatches(IterableDataset):
 
     def __init__(
         self,
-        source,
-        config: str | None,
-        split: str,
+        where: SourceSplit,
         pre: Preprocessing,
         batch_size: int,
         limit: int | None = None,
         rank: int | None = None,
         world_size: int | None = None,
     ):
-        self.shard_stream = stream(source, config, split, rank=rank, world_size=world_size)
-        self.pre = pre
+        super().__init__(where, pre, rank=rank, world_size=world_size)
         self.batch_size = batch_size
         self.limit = limit
-
-    @property
-    def shards(self) -> list[str]:
-        return self.shard_stream.shards
-
-    @property
-    def num_samples(self) -> int | None:
-        return self.shard_stream.num_samples
 
     def _samples(self) -> Iterator[tuple[str, str, dict[str, bytes] | None, dict | None]]:
         """(shard, key, members, error) in reading order, for this reader."""
         if self.limit is None:
-            shards, stride, offset = self.shard_stream._assignment()
+            shards, stride, offset = self.stream._assignment()
         else:
-            index, count = self.shard_stream._reader()
+            index, count = self.stream._reader()
             shards, stride, offset = self.shards, count, index
         position = 0
         for url in shards:

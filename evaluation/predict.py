@@ -18,7 +18,7 @@ import numpy as np
 
 from builder import __version__
 
-from .data import EvalBatches, make_loader, read_dataset_manifest
+from .data import EvalBatches, SourceSplit, make_loader, read_dataset_manifest
 from .labels import LabelSpace, config_wnids, resolve_label_space
 from .models import LoadedModel, Preprocessing, count_outputs
 
@@ -187,7 +187,7 @@ def plan_run(
     label_space: str = "imagenet",
 ) -> RunPlan:
     """Resolve the data and match the model's output size to a label space; refuses before any work."""
-    dataset = EvalBatches(source, config, split, loaded.preprocessing, batch_size, limit)
+    dataset = EvalBatches(SourceSplit(source, config, split), loaded.preprocessing, batch_size, limit)
     manifest = read_dataset_manifest(dataset.shards)
     wnids = config_wnids(manifest)
     space = resolve_label_space(count_outputs(loaded.module, loaded.preprocessing), loaded.classes, wnids, label_space)

@@ -30,7 +30,7 @@ import numpy as np
 
 from builder.core.errors import InputError, UsageError
 
-from .data import read_dataset_manifest
+from .data import SourceSplit, read_dataset_manifest
 from .groups import GroupMetadataError, check_groups_cover, groups_of, selection_scores, training_group
 from .labels import config_wnids
 from .methods.gradmix import GradMixOptions, Mixer, step_generator
@@ -367,9 +367,7 @@ def fit(
     wnids = config_wnids(manifest)
     module, pre = build_model(settings, len(wnids), (manifest.get("spec") or {}).get("canvas"))
     data = TrainSamples(
-        settings.source,
-        settings.config,
-        settings.train_split,
+        SourceSplit(settings.source, settings.config, settings.train_split),
         pre,
         seed=settings.seed,
         shuffle_buffer=settings.shuffle_buffer,

@@ -8,66 +8,34 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
+from .methods.options import MethodOptions, RunControl
 from .predictions import write_predictions
 from .train import TrainError, TrainSettings, _pct_or_na, evaluate_split, is_main_process, require_groups, split_scores
+
+__all__ = ["MethodOptions", "RunControl", "run_label", "run_seed", "run_seeds", "train_method"]
 
 SCORES_NAME = "scores.json"
 
 
-@dataclass(frozen=True)
-class MethodOptions:
-    method: str = "erm"
-    jtt_epochs: int = 1
-    jtt_upweight: int = 50
-    jtt_errors: str = "train-pass"
-    dfr_c: tuple[float, ...] = (1.0, 0.7, 0.3, 0.1, 0.07, 0.03, 0.01)
-    dfr_refits: int = 20
-    dfr_scaler: str = "train"
-    erm_run: Path | None = None
-    extra: dict = field(default_factory=dict)
-
-
-def train_method(
-    settings: TrainSettings,
-    options: MethodOptions,
-    out: Path,
-    *,
-    resume: bool = False,
-    overwrite: bool = False,
-    announce: Callable[[str], None] = print,
-):
+def trainers() -> dict[str, Callable]:
+    """`--method` name -> its trainer(settings, out, options, control) -> (FitResult, info)."""
     from .methods.dfr import train_dfr
     from .methods.erm import train_erm
     from .methods.jtt import train_jtt
 
+    return {"erm": train_erm, "jtt": train_jtt, "dfr": train_dfr}
+
+
+def train_method(settings: TrainSettings, options: MethodOptions, out: Path, control: RunControl = RunControl()):
     if options.method in ("jtt", "dfr"):
         require_groups(settings, f"--method {options.method}")
-    run = {"resume": resume, "overwrite": overwrite, "announce": announce}
-    if options.method == "erm":
-        return train_erm(settings, out, **run)
-    if options.method == "jtt":
-        return train_jtt(
-            settings,
-            out,
-            stage1_epochs=options.jtt_epochs,
-            lambda_up=options.jtt_upweight,
-            errors=options.jtt_errors,
-            **run,
-        )
-    if options.method == "dfr":
-        return train_dfr(
-            settings,
-            out,
-            grid=options.dfr_c,
-            refits=options.dfr_refits,
-            scaler=options.dfr_scaler,
-            erm_run=options.erm_run,
-            **run,
-        )
-    raise TrainError(f"--method must be erm, jtt or dfr, got {options.method!r}")
+    trainer = trainers().get(options.method)
+    if trainer is None:
+        raise TrainError(f"--method must be erm, jtt or dfr, got {options.method!r}")
+    return trainer(settings, out, options, control)
 
 
 def run_label(settings: TrainSettings, options: MethodOptions) -> str:
@@ -77,16 +45,10 @@ def run_label(settings: TrainSettings, options: MethodOptions) -> str:
 
 
 def run_seed(
-    settings: TrainSettings,
-    options: MethodOptions,
-    out: Path,
-    *,
-    resume: bool = False,
-    overwrite: bool = False,
-    announce: Callable[[str], None] = print,
+    settings: TrainSettings, options: MethodOptions, out: Path, control: RunControl = RunControl()
 ) -> dict | None:
     """Train `options.method` with `settings.seed` into `out`, score the test split; rank 0 returns scores."""
-    result, info = train_method(settings, options, out, resume=resume, overwrite=overwrite, announce=announce)
+    result, info = train_method(settings, options, out, control)
     if not is_main_process():
         return None
     run = evaluate_split(result.model, result.preprocessing, settings, settings.test_split)
@@ -108,7 +70,7 @@ def run_seed(
         "info": info,
     }
     (out / SCORES_NAME).write_text(json.dumps(scores, indent=2, sort_keys=True) + "\n")
-    announce(
+    control.announce(
         f"hsi train: {label} seed {settings.seed}: test mean {100 * scores['test']['mean']:.1f} "
         f"worst {_pct_or_na(scores['test']['worst_group'])}"
     )
@@ -120,22 +82,12 @@ def run_seeds(
     options: MethodOptions,
     out: Path,
     seeds: Sequence[int],
-    *,
-    resume: bool = False,
-    overwrite: bool = False,
-    announce: Callable[[str], None] = print,
+    control: RunControl = RunControl(),
 ) -> list[dict]:
     results = []
     for seed in seeds:
         folder = Path(out) / run_label(settings, options) / f"seed-{seed}"
-        scores = run_seed(
-            replace(settings, seed=seed, out=str(folder)),
-            options,
-            folder,
-            resume=resume,
-            overwrite=overwrite,
-            announce=announce,
-        )
+        scores = run_seed(replace(settings, seed=seed, out=str(folder)), options, folder, control)
         if scores is not None:
             results.append(scores)
     return results

@@ -15,15 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from builder.formats.stream import shuffled, stream
+from builder.formats.stream import shuffled
 
-from .data import prepare_image
+from .data import SourceSplit, SplitReader, prepare_image
 from .models import Preprocessing
-
-try:
-    from torch.utils.data import IterableDataset
-except ImportError:  # pragma: no cover - training needs the models extra
-    IterableDataset = object
 
 
 def derived_seed(*parts) -> int:
@@ -41,14 +36,12 @@ class _ToArray:
         return prepare_image(picture.convert("RGB"), self.pre)
 
 
-class TrainSamples(IterableDataset):
+class TrainSamples(SplitReader):
     """Samples {key, image, label, meta} of the training split; `repeats[key]` extra copies of a sample."""
 
     def __init__(
         self,
-        source,
-        config: str | None,
-        split: str,
+        where: SourceSplit,
         pre: Preprocessing,
         *,
         seed: int,
@@ -58,18 +51,12 @@ class TrainSamples(IterableDataset):
         repeats: Mapping[str, int] | None = None,
     ):
         # shuffle_buffer=1: the stream shuffles shard order per epoch; the buffer is ours (after repeats).
-        self.stream = stream(
-            source, config, split, shuffle_buffer=1, seed=seed, transform=_ToArray(pre), keep_json=True
-        )
+        super().__init__(where, pre, shuffle_buffer=1, seed=seed, transform=_ToArray(pre), keep_json=True)
         self.seed, self.buffer = seed, shuffle_buffer
         self.groups = set(groups) if groups else None
         self.sizes = set(int(s) for s in sizes) if sizes else None
         self.repeats = dict(repeats or {})
         self.epoch = 0
-
-    @property
-    def shards(self) -> list[str]:
-        return self.stream.shards
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch

@@ -7,7 +7,7 @@ The report holds no timestamps or machine paths, so the same dataset gives the s
 from __future__ import annotations
 
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,14 +75,20 @@ def _fmt(value, digits: int = 3) -> str:
     return str(value)
 
 
+def _table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    """A Markdown table: the header, its rule, a line per row (cells as they are written)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+
+
 def _group_size_table(group_size: dict[str, int]) -> list[str]:
     """Samples per group (rows, the paper's order first) and size (columns, ascending)."""
     pairs = [name.rsplit("/", 1) for name in group_size]
     groups = sorted_groups(g for g, _ in pairs)
     sizes = sorted({s for _, s in pairs}, key=lambda s: (len(s), s))
-    rows = [f"| group | {' | '.join(f'{s} px' for s in sizes)} |", "|---|" + "---|" * len(sizes)]
-    rows += [f"| {g} | {' | '.join(str(group_size.get(f'{g}/{s}', 0)) for s in sizes)} |" for g in groups]
-    return rows
+    return _table(
+        ["group", *(f"{s} px" for s in sizes)], ([g, *(group_size.get(f"{g}/{s}", 0) for s in sizes)] for g in groups)
+    )
 
 
 def _heading(title: str) -> list[str]:
@@ -129,10 +135,9 @@ def count_rows(rows: list[dict]) -> dict:
 
 def _rows_table(rows: list[dict]) -> list[str]:
     """Error rows as a table (the first MAX_LISTED; all are in the JSON)."""
-    lines = ["| reason | split | shard | key | detail |", "|---|---|---|---|---|"]
-    for row in rows[:MAX_LISTED]:
-        cells = [row["reason"], row.get("split"), row.get("shard"), row.get("key"), row["detail"]]
-        lines.append("| " + " | ".join(str(cell or "").replace("|", "\\|") for cell in cells) + " |")
+    cells = ([row["reason"], row.get("split"), row.get("shard"), row.get("key"), row["detail"]] for row in rows)
+    escaped = [[str(cell or "").replace("|", "\\|") for cell in row] for row in cells]
+    lines = _table(["reason", "split", "shard", "key", "detail"], escaped[:MAX_LISTED])
     if len(rows) > MAX_LISTED:
         lines.append(f"\n... and {len(rows) - MAX_LISTED} more in `{JSON_NAME}`.")
     return lines
@@ -140,16 +145,15 @@ def _rows_table(rows: list[dict]) -> list[str]:
 
 def _issues_section(issues: dict) -> list[str]:
     """Every error row of the report counted by reason, with what the reason means."""
-    lines = _heading("Issues") + [
+    rows = (
+        [reason, count, REASONS.get(reason, ""), VALIDATION_REASONS[reason][1] if reason in VALIDATION_REASONS else ""]
+        for reason, count in issues["by_reason"].items()
+    )
+    return _heading("Issues") + [
         f"{issues['total']} rows, each with its split, shard and key in `{JSON_NAME}`:",
         "",
-        "| reason | rows | action | meaning |",
-        "|---|---|---|---|",
+        *_table(["reason", "rows", "action", "meaning"], rows),
     ]
-    for reason, count in issues["by_reason"].items():
-        meaning = VALIDATION_REASONS[reason][1] if reason in VALIDATION_REASONS else ""
-        lines.append(f"| {reason} | {count} | {REASONS.get(reason, '')} | {meaning} |")
-    return lines
 
 
 def _integrity_section(integrity: dict) -> list[str]:
@@ -208,18 +212,10 @@ def _correlation_table(correlations: dict) -> list[str]:
     partial = "partial_spearman" in correlations["centre"]
     averaged = f", mean over {correlations['averaged_over']} models" if correlations.get("averaged_over") else ""
     level = round(100 * correlations.get("confidence", 0.95))
-    header = "| score | Spearman | p | interval | Kendall tau-b | p | interval |"
-    rule = "|---|---|---|---|---|---|---|"
+    header = ["score", "Spearman", "p", "interval", "Kendall tau-b", "p", "interval"]
     if partial:
-        header, rule = header + " partial Spearman (clean accuracy held fixed) |", rule + "---|"
-    lines = [
-        "",
-        f"Rank correlation with per-class accuracy ({correlations['classes']} classes{averaged}; "
-        f"p two-sided, {level}% bootstrap interval over classes):",
-        "",
-        header,
-        rule,
-    ]
+        header.append("partial Spearman (clean accuracy held fixed)")
+    rows = []
     for name in ("centre", "size"):
         row = correlations[name]
         cells = []
@@ -232,7 +228,7 @@ def _correlation_table(correlations: dict) -> list[str]:
             ]
         if partial:
             cells.append(_fmt(row.get("partial_spearman")))
-        lines.append(f"| {name} | {' | '.join(cells)} |")
+        rows.append([name, *cells])
     for model, result in (correlations.get("models") or {}).items():
         centre, size = result["centre"], result["size"]
         cells = [
@@ -245,8 +241,14 @@ def _correlation_table(correlations: dict) -> list[str]:
         ]
         if partial:
             cells.append(f"{_fmt(centre.get('partial_spearman'))} / {_fmt(size.get('partial_spearman'))}")
-        lines.append(f"| {model}: centre / size | {' | '.join(cells)} |")
-    return lines
+        rows.append([f"{model}: centre / size", *cells])
+    return [
+        "",
+        f"Rank correlation with per-class accuracy ({correlations['classes']} classes{averaged}; "
+        f"p two-sided, {level}% bootstrap interval over classes):",
+        "",
+        *_table(header, rows),
+    ]
 
 
 def _detection_section(detection: dict) -> list[str]:
@@ -262,10 +264,10 @@ def _detection_section(detection: dict) -> list[str]:
         + (":" if detection["below_threshold"] else "."),
     ]
     if detection["below_threshold"]:
-        lines += ["", "| image | wnid | mean IoU |", "|---|---|---|"]
+        below = detection["below_threshold"][:MAX_LISTED]
         lines += [
-            f"| {row['image_id']} | {row['wnid']} | {row['mean_iou']:.3f} |"
-            for row in detection["below_threshold"][:MAX_LISTED]
+            "",
+            *_table(["image", "wnid", "mean IoU"], ([r["image_id"], r["wnid"], f"{r['mean_iou']:.3f}"] for r in below)),
         ]
     unreadable = detection.get("unreadable") or []
     if unreadable:

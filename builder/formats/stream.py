@@ -183,12 +183,22 @@ def decode_sample(key: str, members: dict[str, bytes], transform: Callable | Non
 
 
 class ShardStream(_IterableBase):
-    """A torch IterableDataset over the decoded samples of a list of shards."""
+    """`stream(...)`: a torch IterableDataset of dicts {key, image, label, group, size, position,
+    background[, json]} over the shards of `split` of a source (see the module's docstring).
+
+    `transform` is applied to the PIL image (e.g. torchvision transforms). Pass `rank`/`world_size`
+    to override what torch.distributed or the RANK/WORLD_SIZE variables say. `handler` decides
+    what a broken shard does (see `builder.core.shards.iter_shard`): raise (the default), or e.g.
+    `collect_read_errors(errors)` to skip bad members and record why. `uneven`: when the samples do
+    not divide among the nodes, "drop" the last `N % world_size` of the epoch or "pad" by repeating
+    its first ones, so every node yields `len()` samples (see the module's docstring).
+    """
 
     def __init__(
         self,
-        shards: list[str],
-        num_samples: int | None,
+        source: str | os.PathLike | Sequence[str],
+        config: str | None = None,
+        split: str = "test",
         *,
         shuffle_buffer: int = 0,
         seed: int = 0,
@@ -197,17 +207,18 @@ class ShardStream(_IterableBase):
         rank: int | None = None,
         world_size: int | None = None,
         handler: ReadErrorHandler = raise_read_error,
-        shard_lengths: Sequence[int] | None = None,
         uneven: str = "drop",
     ):
+        if isinstance(source, Path):
+            source = str(source)
+        # the manifest's shard lengths, or None (then unused) unless there is one per shard
+        shards, num_samples, shard_lengths = resolve_shard_lengths(source, config, split)
         if not shards:
             raise ValueError("no shards to read")
         if uneven not in UNEVEN:
             raise ValueError(f"uneven={uneven!r}; use one of {', '.join(UNEVEN)}")
-        if shard_lengths is not None and len(shard_lengths) != len(shards):
-            raise ValueError(f"{len(shard_lengths)} shard lengths for {len(shards)} shards")
-        self.shards = list(shards)
-        self.shard_lengths = list(shard_lengths) if shard_lengths is not None else None
+        self.shards = shards
+        self.shard_lengths = shard_lengths
         self.uneven = uneven
         self.num_samples = num_samples
         self.shuffle_buffer = shuffle_buffer
@@ -347,42 +358,6 @@ def shuffled(items: Iterator, buffer_size: int, rng: np.random.Generator) -> Ite
     yield from buffer
 
 
-def stream(
-    source: str | os.PathLike | Sequence[str],
-    config: str | None = None,
-    split: str = "test",
-    *,
-    shuffle_buffer: int = 0,
-    seed: int = 0,
-    transform: Callable | None = None,
-    keep_json: bool = False,
-    rank: int | None = None,
-    world_size: int | None = None,
-    handler: ReadErrorHandler = raise_read_error,
-    uneven: str = "drop",
-):
-    """A torch IterableDataset of dicts {key, image, label, group, size, position, background[, json]}.
-
-    `transform` is applied to the PIL image (e.g. torchvision transforms). Pass `rank`/`world_size`
-    to override what torch.distributed or the RANK/WORLD_SIZE variables say. `handler` decides
-    what a broken shard does (see `builder.core.shards.iter_shard`): raise (the default), or e.g.
-    `collect_read_errors(errors)` to skip bad members and record why. `uneven`: when the samples do
-    not divide among the nodes, "drop" the last `N % world_size` of the epoch or "pad" by repeating
-    its first ones, so every node yields `len()` samples (see the module's docstring).
-    """
-    if isinstance(source, Path):
-        source = str(source)
-    shards, num_samples, lengths = resolve_shard_lengths(source, config, split)
-    return ShardStream(
-        shards,
-        num_samples,
-        shuffle_buffer=shuffle_buffer,
-        seed=seed,
-        transform=transform,
-        keep_json=keep_json,
-        rank=rank,
-        world_size=world_size,
-        handler=handler,
-        shard_lengths=lengths,
-        uneven=uneven,
-    )
+# The reader users train from: `stream(source, config, split, shuffle_buffer=..., seed=..., ...)` builds
+# one; the class owns the parameters, so they are declared (and documented) once.
+stream = ShardStream

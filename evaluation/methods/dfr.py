@@ -17,17 +17,17 @@ estimate); `scaler="heldout"` fits it on the held-out features, the data the hea
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from ..data import EvalBatches, make_loader
+from ..data import EvalBatches, SourceSplit, make_loader
 from ..groups import balanced_indices, check_groups_cover, groups_of
 from ..train import FitResult, TrainError, TrainSettings, fit, resolve_device
+from .options import MethodOptions, RunControl
 
-C_GRID = (1.0, 0.7, 0.3, 0.1, 0.07, 0.03, 0.01)
 SCALERS = ("train", "heldout")
 DFR_NAME = "dfr.json"
 
@@ -45,7 +45,7 @@ def extract_features(module, pre, settings: TrainSettings, split: str) -> tuple[
     module.eval().to(device)
     mean = torch.tensor(pre.mean, device=device).view(1, 3, 1, 1) * 255
     std = torch.tensor(pre.std, device=device).view(1, 3, 1, 1) * 255
-    dataset = EvalBatches(settings.source, settings.config, split, pre, max(64, settings.batch_size))
+    dataset = EvalBatches(SourceSplit(settings.source, settings.config, split), pre, max(64, settings.batch_size))
     feats, labels, metas, keys = [], [], [], []
     with torch.inference_mode():
         for batch in make_loader(dataset, settings.workers, pin_memory=False):
@@ -146,27 +146,20 @@ class DfrModel:
 
 
 def train_dfr(
-    settings: TrainSettings,
-    out: Path,
-    *,
-    grid: Sequence[float] = C_GRID,
-    refits: int = 20,
-    scaler: str = "train",
-    erm_run: Path | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    announce: Callable[[str], None] = print,
+    settings: TrainSettings, out: Path, options: MethodOptions, control: RunControl
 ) -> tuple[FitResult, dict]:
-    """ERM (or the ERM run in `erm_run`), then DFR^Val_Tr on the held-out split."""
+    """ERM (or the finished ERM run in `options.erm_run`, resumed), then DFR^Val_Tr on the held-out split
+    with C from `options.dfr_c`, `dfr_refits` refits and the scaler fitted on `dfr_scaler`."""
     from sklearn.preprocessing import StandardScaler
+
+    grid, refits, scaler, erm_run = options.dfr_c, options.dfr_refits, options.dfr_scaler, options.erm_run
 
     if scaler not in SCALERS:
         raise TrainError(f"--dfr-scaler must be one of {', '.join(SCALERS)}, got {scaler!r}")
     if refits < 1 or not grid:
         raise TrainError("--dfr-refits must be at least 1 and --dfr-c must list at least one C")
-    erm = fit(
-        settings, erm_run or out / "erm", resume=resume or erm_run is not None, overwrite=overwrite, announce=announce
-    )
+    erm_control = replace(control, resume=control.resume or erm_run is not None)
+    erm = fit(settings, erm_run or out / "erm", **erm_control.fit_keywords())
     k = len(erm.wnids)
     x_val, y_val, g_val = extract_features(erm.model, erm.preprocessing, settings, settings.val_split)
     g_val = np.asarray(g_val)
@@ -192,5 +185,5 @@ def train_dfr(
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / DFR_NAME).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-    announce(f"hsi train: DFR C={best_c} ({refits} refits, scaler on {scaler}); tuning worst-group {tuning}")
+    control.announce(f"hsi train: DFR C={best_c} ({refits} refits, scaler on {scaler}); tuning worst-group {tuning}")
     return FitResult(out, head, erm.preprocessing, erm.wnids, erm.best, erm.history), info

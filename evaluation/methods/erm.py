@@ -3,24 +3,16 @@ with --train-groups / --train-sizes: the paper's ERM-easy trains on the Easy tie
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from ..train import FitResult, TrainSettings, fit
+from .options import MethodOptions, RunControl
 
 
 def train_erm(
-    settings: TrainSettings,
-    out: Path,
-    *,
-    resume: bool = False,
-    overwrite: bool = False,
-    stop_after_epoch: int | None = None,
-    announce: Callable[[str], None] = print,
+    settings: TrainSettings, out: Path, options: MethodOptions, control: RunControl
 ) -> tuple[FitResult, dict]:
-    result = fit(
-        settings, out, resume=resume, overwrite=overwrite, stop_after_epoch=stop_after_epoch, announce=announce
-    )
+    result = fit(settings, out, **control.fit_keywords())
     return result, {
         "method": "erm",
         "best_epoch": result.best["epoch"] if result.best else None,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +23,7 @@ import torch
 
 from ..groups import GroupMetadataError, training_group
 from ..train import LAST, FitResult, TrainError, TrainSettings, evaluate_split, fit
+from .options import MethodOptions, RunControl
 
 JTT_ERRORS = ("train-pass", "eval")
 ERROR_SET_NAME = "jtt_error_set.json"
@@ -61,16 +62,10 @@ def error_set_summary(errors: Mapping[str, str | None], lambda_up: int, source: 
 
 
 def train_jtt(
-    settings: TrainSettings,
-    out: Path,
-    *,
-    stage1_epochs: int,
-    lambda_up: int,
-    errors: str = "train-pass",
-    resume: bool = False,
-    overwrite: bool = False,
-    announce: Callable[[str], None] = print,
+    settings: TrainSettings, out: Path, options: MethodOptions, control: RunControl
 ) -> tuple[FitResult, dict]:
+    """Stage 1 for `options.jtt_epochs` (T), then stage 2 with the errors seen 1 + `jtt_upweight` times."""
+    stage1_epochs, lambda_up, errors = options.jtt_epochs, options.jtt_upweight, options.jtt_errors
     if errors not in JTT_ERRORS:
         raise TrainError(f"--jtt-errors must be one of {', '.join(JTT_ERRORS)}, got {errors!r}")
     if stage1_epochs < 1:
@@ -80,22 +75,18 @@ def train_jtt(
         stage1_settings,
         out / "stage1",
         record_errors=errors == "train-pass",
-        resume=resume,
-        overwrite=overwrite,
-        announce=announce,
+        **control.fit_keywords(),
     )
     found = stage1.train_errors if errors == "train-pass" else eval_pass_errors(stage1, stage1_settings)
     summary = error_set_summary(found or {}, lambda_up, errors)
     (out).mkdir(parents=True, exist_ok=True)
     (out / ERROR_SET_NAME).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    announce(f"hsi train: JTT error set {summary['size']} samples ({errors}), by group {summary['groups']}")
+    control.announce(f"hsi train: JTT error set {summary['size']} samples ({errors}), by group {summary['groups']}")
     stage2 = fit(
         settings,
         out / "stage2",
         repeats=upsample_counts(summary["keys"], lambda_up),
-        resume=resume,
-        overwrite=overwrite,
-        announce=announce,
+        **control.fit_keywords(),
     )
     info = {
         "method": "jtt",

@@ -5,7 +5,35 @@ Errors are not handled here: a command raises `HsiError` and `hsi.cli` prints it
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
+from typing import Any, TypeVar
+
+Options = TypeVar("Options")
+
+
+class OptionsMismatch(LookupError):
+    """An option object built from flags that do not define all its fields (or from an override it
+    has no field for): a programming error, so a traceback (exit 1), never a usage error."""
+
+
+def options_from(values: Any, cls: type[Options], /, **overrides: Any) -> Options:
+    """The dataclass `cls` with each field taken from `overrides`, else from the attribute of the same
+    name of `values` (a parsed command line, or another settings object).
+
+    A field that neither gives is refused by name, so a renamed flag cannot fall back to a default
+    unnoticed: a field the command leaves at its default is passed as an override."""
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    unknown = sorted(set(overrides) - set(names))
+    if unknown:
+        raise OptionsMismatch(f"{cls.__name__} has no field {', '.join(unknown)}; its fields are {', '.join(names)}")
+    missing = [name for name in names if name not in overrides and not hasattr(values, name)]
+    if missing:
+        raise OptionsMismatch(
+            f"{cls.__name__}: no flag and no override gives {', '.join(missing)}; "
+            "add the flag or pass the value to options_from"
+        )
+    return cls(**{name: overrides[name] if name in overrides else getattr(values, name) for name in names})
 
 
 def positive_int(text: str) -> int:
@@ -57,14 +85,7 @@ def run_options(args: argparse.Namespace, gpus: tuple[int, ...] = ()):
     """The `RunOptions` of a stage command's flags."""
     from builder.core.stage import RunOptions
 
-    return RunOptions(
-        workers=args.workers,
-        runner=args.runner,
-        ray_address=args.ray_address,
-        gpus=gpus,
-        progress=not args.no_progress,
-        overwrite=args.overwrite,
-    )
+    return options_from(args, RunOptions, gpus=gpus, progress=not args.no_progress)
 
 
 def require_extra(command: str, extra: str, *modules: str) -> None:

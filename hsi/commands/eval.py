@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from builder.core.errors import InputError, UsageError
-from hsi.commands.common import positive_int, require_extra
+from hsi.commands.common import options_from, positive_int, require_extra
 
 HELP = "evaluate models on a composed config: predictions, per-group metrics with intervals, reports, leaderboard"
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -234,22 +234,14 @@ def run(args: argparse.Namespace) -> int:
 
     entries = model_entries(args)
     split = args.split or _default_split(args.source, args.config)
-    settings = RunSettings(
-        config=args.config,
+    settings = options_from(
+        args,
+        RunSettings,
         split=split,
-        batch_size=args.batch_size,
-        workers=args.workers,
-        device=args.device,
-        amp=args.amp,
-        channels_last=args.channels_last,
-        limit=args.limit,
-        label_space=args.label_space,
         progress=not args.no_progress,
         bootstrap=bootstrap,
         clean_root=args.clean,
-        clean_split=args.clean_split,
         parts_dir=args.parts,
-        overwrite=args.overwrite,
     )
     loaded_models = [load_model(entry["model"], model_options(entry, args)) for entry in entries]
     results = []

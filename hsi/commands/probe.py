@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from builder.core.errors import UsageError
-from hsi.commands.common import add_imagenet_flags, positive_int, require_extra
+from hsi.commands.common import add_imagenet_flags, options_from, positive_int, require_extra
 from hsi.commands.eval import add_model_arguments, model_entries, model_options
 
 HELP = "bias probes (spectral, critical band, shape) per model and their correlation with Hard-Spurious accuracy"
@@ -132,19 +132,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.criterion_level < 1:
         raise UsageError(f"--criterion-level must be in (0, 1), got {args.criterion_level}")
-    settings = ProbeSettings(
-        probes=_probes(args),
-        source=args.source,
-        split=args.split,
-        boxes=args.boxes,
-        limit=args.limit,
-        cue_conflict=args.cue_conflict,
-        criterion=args.criterion,
-        criterion_level=args.criterion_level,
-        batch_size=args.batch_size,
-        device=args.device,
-        seed=args.seed,
-    )
+    settings = options_from(args, ProbeSettings, probes=_probes(args))
     link = _eval_link(args)
     models = [load_model(entry["model"], model_options(entry, args)) for entry in model_entries(args)]
     summary = probe_zoo(

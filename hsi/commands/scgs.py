@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hsi.commands.common import add_run_flags, require_extra, run_options
+from hsi.commands.common import add_run_flags, options_from, require_extra, run_options
 
 DEFAULT_SHARD_SIZE = 64  # builder.augment.stage's; not imported here, so `hsi --help` stays light
 
@@ -73,26 +73,9 @@ def run(args: argparse.Namespace) -> int:
     from evaluation.labels import config_wnids
     from evaluation.scgs_classifier import load_scgs_classifier, read_train_predictions
 
-    options = ScgsOptions(
-        mask=args.mask,
-        threshold=args.threshold,
-        cam_layer=args.cam_layer,
-        clusters=args.clusters,
-        fraction=args.fraction,
-        per_image=args.per_image,
-        keep=args.keep,
-        seed=args.seed,
-        batch_size=args.batch_size,
-        shard_size=args.shard_size,
-    ).check()
-    generation = GenerationSettings(
-        prompt_template=args.prompt_template,
-        negative_prompt=args.negative_prompt,
-        steps=args.steps,
-        guidance=args.guidance,
-        strength=args.strength,
-        paste_back=not args.no_paste_back,
-        batch_size=args.sd_batch_size,
+    options = options_from(args, ScgsOptions).check()
+    generation = options_from(
+        args, GenerationSettings, paste_back=not args.no_paste_back, batch_size=args.sd_batch_size
     )
     check_generation(generation)
     if args.sd_model and Path(args.sd_model).expanduser().is_file():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hsi.commands.common import require_extra
+from hsi.commands.common import options_from, require_extra
 
 HELP = (
     "train baselines (ERM, JTT, DFR; optionally with GradMix) on a config's train split, with seeds and "
@@ -146,39 +146,16 @@ def settings_from(args: argparse.Namespace):
         mixing = GradMixOptions(args.augment, args.gradmix_layers, tuple(args.gradmix_area), args.gradmix_convention)
     except GradMixError as exc:
         raise TrainError(str(exc)) from None
-    return TrainSettings(
+    return options_from(
+        args,
+        TrainSettings,
         source=str(args.source),
         out=str(args.out),
-        config=args.config,
-        model=args.model,
-        pretrained=args.pretrained,
-        checkpoint=args.checkpoint,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        optimizer=args.optimizer,
-        momentum=args.momentum,
-        weight_decay=args.weight_decay,
-        schedule=args.schedule,
-        warmup_epochs=args.warmup_epochs,
-        step_epochs=args.step_epochs,
-        step_gamma=args.step_gamma,
-        label_smoothing=args.label_smoothing,
         mixing=mixing,
         augmentation=Augmentation(not args.no_flip, args.random_resized_crop, args.crop_scale_min),
-        seed=args.seed,
-        select=args.select,
-        train_split=args.train_split,
-        val_split=args.val_split,
-        test_split=args.test_split,
-        train_groups=args.train_groups,
-        train_sizes=args.train_sizes,
-        shuffle_buffer=args.shuffle_buffer,
-        input_size=args.input_size,
-        device=args.device,
         amp=not args.no_amp,
         channels_last=not args.no_channels_last,
-        workers=args.workers,
+        progress=False,  # no progress bar: a run's progress is its per-epoch lines
     )
 
 
@@ -196,25 +173,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.source:
         raise TrainError("pass the dataset to train on: hsi train SOURCE --out DIR (a composed config folder)")
-    from evaluation.train_run import MethodOptions, run_seeds
+    from evaluation.train_run import MethodOptions, RunControl, run_seeds
 
-    options = MethodOptions(
-        args.method,
-        args.jtt_epochs,
-        args.jtt_upweight,
-        args.jtt_errors,
-        args.dfr_c,
-        args.dfr_refits,
-        args.dfr_scaler,
-        args.erm_run,
-    )
     results = run_seeds(
         settings_from(args),
-        options,
+        options_from(args, MethodOptions),
         args.out,
         range(args.seed, args.seed + args.seeds),
-        resume=args.resume,
-        overwrite=args.overwrite,
+        options_from(args, RunControl, announce=print),
     )
     if results:
         from evaluation.train_summary import method_line, summarise_method

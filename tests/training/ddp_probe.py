@@ -16,6 +16,7 @@ sys.path[:0] = [str(ROOT)]
 
 from settings_factory import small_run  # noqa: E402
 
+from evaluation.data import SourceSplit  # noqa: E402
 from evaluation.train import fit  # noqa: E402
 from evaluation.training_data import TrainSamples  # noqa: E402
 
@@ -34,7 +35,7 @@ def main(dataset: str, out: str) -> None:
     settings = small_run(dataset, Path(out) / "run", model="test_efficientnet", batch_size=16)
     # Stopped after epoch 1 of 2, as a kill would: the weights are the trained ones, not best.pt reloaded.
     result = fit(settings, stop_after_epoch=1, announce=lambda _: None)
-    data = TrainSamples(dataset, None, "train", result.preprocessing, seed=0, shuffle_buffer=32)
+    data = TrainSamples(SourceSplit(dataset, None, "train"), result.preprocessing, seed=0, shuffle_buffer=32)
     data.set_epoch(0)
     rank = dist.get_rank()
     record = {

@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 
+from evaluation.data import SourceSplit
 from evaluation.methods.jtt import error_set_summary, upsample_counts
 from evaluation.models import Preprocessing
 from evaluation.train import TrainError
@@ -13,13 +14,13 @@ from evaluation.training_data import TrainSamples
 
 
 def test_error_samples_appear_one_plus_lambda_times(small_planted):
-    plain = TrainSamples(str(small_planted), None, "train", Preprocessing((64, 64)), seed=0, shuffle_buffer=50)
+    plain = TrainSamples(
+        SourceSplit(str(small_planted), None, "train"), Preprocessing((64, 64)), seed=0, shuffle_buffer=50
+    )
     keys = [s["key"] for s in plain]
     errors = keys[::7]
     repeated = TrainSamples(
-        str(small_planted),
-        None,
-        "train",
+        SourceSplit(str(small_planted), None, "train"),
         Preprocessing((64, 64)),
         seed=0,
         shuffle_buffer=50,

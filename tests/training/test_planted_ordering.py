@@ -18,7 +18,7 @@ import pytest
 from planted_spurious import compose_planted
 
 from evaluation.train import TrainSettings
-from evaluation.train_run import MethodOptions, run_seed
+from evaluation.train_run import MethodOptions, RunControl, run_seed
 
 MARGIN = 0.2
 
@@ -40,14 +40,14 @@ def test_dfr_and_jtt_beat_erm_on_the_worst_group(tmp_path):
         shuffle_buffer=512,
         select="mean",
     )
-    quiet = dict(announce=lambda _: None)
-    erm = run_seed(base, MethodOptions("erm"), tmp_path / "erm", **quiet)
-    dfr = run_seed(base, MethodOptions("dfr", dfr_refits=5, erm_run=tmp_path / "erm"), tmp_path / "dfr", **quiet)
+    quiet = RunControl(announce=lambda _: None)
+    erm = run_seed(base, MethodOptions("erm"), tmp_path / "erm", quiet)
+    dfr = run_seed(base, MethodOptions("dfr", dfr_refits=5, erm_run=tmp_path / "erm"), tmp_path / "dfr", quiet)
     jtt = run_seed(
         replace(base, select="worst-group"),
         MethodOptions("jtt", jtt_epochs=6, jtt_upweight=20),
         tmp_path / "jtt",
-        **quiet,
+        quiet,
     )
     worst = {name: run["test"]["worst_group"] for name, run in (("erm", erm), ("dfr", dfr), ("jtt", jtt))}
     assert worst["erm"] + MARGIN < worst["dfr"], worst
