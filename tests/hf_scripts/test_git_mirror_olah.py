@@ -78,7 +78,8 @@ def olah_server(tmp_path):
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 30
+        # olah imports a web stack: on a loaded 2-core machine its start-up alone has taken 30 s
+        deadline = time.monotonic() + 120
         while True:
             if process.poll() is not None:
                 pytest.fail(f"olah exited with {process.returncode}: {log.read_text(errors='replace')[-3000:]}")
@@ -89,7 +90,7 @@ def olah_server(tmp_path):
                 break  # it answers (a 404 for an absent repo): up
             except OSError:
                 if time.monotonic() > deadline:
-                    pytest.fail(f"olah did not answer within 30 s: {log.read_text(errors='replace')[-3000:]}")
+                    pytest.fail(f"olah did not answer within 120 s: {log.read_text(errors='replace')[-3000:]}")
                 time.sleep(0.2)
         yield f"http://{netloc}", mirrors, log
     finally:
