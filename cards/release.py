@@ -25,10 +25,10 @@ from builder import __version__
 from builder.core.errors import HsiError
 from builder.core.manifest import COMPOSITES, Manifest, format_of
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
+from builder.core.runner import own_preview_names, read_json_dict, refuse_foreign, stray_entries
 from builder.core.shards import MANIFEST_NAME, iter_shard, read_manifest, sha256_file, write_json_atomic
 from cards.render import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary, render_card, table
-from cards.results import check_results, copy_plots, load_results, render_results
-from cards.scgs import LABEL_CHECK_NAME, PREVIEW_NAME, is_scgs
+from cards.results import RELEASE_PLOT_SUFFIX, RESULTS_DIR, check_results, copy_plots, load_results, render_results
 
 RELEASE_META = "_release.json"
 VALIDATION_JSON = "validation.json"
@@ -308,6 +308,8 @@ def build_release(
         raise ReleaseError(
             f"{release_dir} is not empty and is not a release folder; --overwrite only replaces a release"
         )
+    if release_dir.exists():
+        refuse_foreign(release_dir, foreign_release_entries(release_dir), "--out", ReleaseError)
     inputs = [load_release_input(Path(d)) for d in dataset_dirs]
     names = [i.config for i in inputs]
     duplicated = sorted({n for n in names if names.count(n) > 1})
@@ -371,6 +373,46 @@ def build_release(
     return release_dir
 
 
+def _listed_shards(entry) -> set:
+    try:
+        return {shard["filename"] for listed in entry["splits"].values() for shard in listed}
+    except (KeyError, TypeError, AttributeError):
+        return set()
+
+
+def foreign_release_entries(release_dir: Path) -> list[str]:
+    """The entries of an existing release folder that `hsi release` did not write there (sorted
+    paths, folders with a trailing `/`): what is not in the layout above for the configs its
+    `_release.json` lists, with the shards listed there and, per config, the previews its
+    validation report lists (own_preview_names) and the results plots."""
+    data = release_dir / "data"
+    configs = read_json_dict(release_dir / RELEASE_META).get("configs")
+    configs = configs if isinstance(configs, dict) else {}
+    data_files = {c: _listed_shards(e) | {MANIFEST_NAME, VALIDATION_JSON, VALIDATION_MD} for c, e in configs.items()}
+    previews = {
+        c: own_preview_names(read_json_dict(data / c / MANIFEST_NAME), read_json_dict(data / c / VALIDATION_JSON))
+        for c in configs
+        if isinstance(c, str) and "/" not in c
+    }
+
+    def own_file(relative: str) -> bool:
+        parts = relative.split("/")
+        if len(parts) == 1:
+            return relative in ("README.md", RELEASE_META)
+        if len(parts) == 2:
+            return parts[0] == RESULTS_DIR and parts[1].endswith(RELEASE_PLOT_SUFFIX)
+        top, config, name = parts
+        return (top == "data" and name in data_files.get(config, ())) or (
+            top == PREVIEWS_DIR and name in previews.get(config, ())
+        )
+
+    def own_folder(relative: str) -> bool:
+        top, _, config = relative.partition("/")
+        return relative in ("data", PREVIEWS_DIR, RESULTS_DIR) or (top in ("data", PREVIEWS_DIR) and config in previews)
+
+    return stray_entries(release_dir, own_file, own_folder)
+
+
 def _pid_alive(pid: int) -> bool:
     if pid == os.getpid():
         return False  # a folder of our own pid is from an earlier process that had it
@@ -420,7 +462,7 @@ def _stage_config(staging: Path, item: ReleaseInput, default: bool) -> ConfigSum
     source_previews = item.path / PREVIEWS_DIR
     if source_previews.is_dir() and not source_previews.is_symlink():
         target = inside(staging, PREVIEWS_DIR, item.config)
-        ours = own_previews(item.manifest, item.validation)
+        ours = own_preview_names(item.manifest, item.validation)
         for png in sorted(source_previews.glob("*.png")):
             if png.name not in ours:  # a picture someone else put there is never published
                 continue
@@ -428,14 +470,6 @@ def _stage_config(staging: Path, item: ReleaseInput, default: bool) -> ConfigSum
             copy_new_file(png, target / png.name)
             previews.append(f"{PREVIEWS_DIR}/{item.config}/{png.name}")
     return ConfigSummary(item.config, item.manifest, item.validation, tuple(previews), default, len(classes))
-
-
-def own_previews(manifest: dict, validation: dict) -> set[str]:
-    """The names of the previews the toolkit wrote for a config: those its validation report lists,
-    and the SCGS sheets of a config `hsi scgs` wrote."""
-    listed = validation.get("previews") if isinstance(validation, dict) else None
-    names = {Path(p).name for p in listed or [] if isinstance(p, str) and p.startswith(f"{PREVIEWS_DIR}/")}
-    return names | ({PREVIEW_NAME, LABEL_CHECK_NAME} if is_scgs(manifest) else set())
 
 
 def shard_classes(shard: Path) -> set:

@@ -18,6 +18,7 @@ from builder.core.errors import InputError
 from evaluation.report import fmt
 
 RESULTS_DIR = "results"
+RELEASE_PLOT_SUFFIX = "_accuracy_vs_size.png"  # results/<model slug><suffix> in a release
 EVAL_JSON = "eval.json"
 MAIN_PLOT = "plots/accuracy_vs_size.png"
 
@@ -85,7 +86,7 @@ def copy_plots(results: list[ModelResult], staging: Path) -> dict[str, str]:
     for result in results:
         plot = result.folder / MAIN_PLOT
         if plot.is_file():
-            target = staging / RESULTS_DIR / f"{result.slug}_accuracy_vs_size.png"
+            target = staging / RESULTS_DIR / f"{result.slug}{RELEASE_PLOT_SUFFIX}"
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(plot, target)
             copied[result.slug] = f"{RESULTS_DIR}/{target.name}"

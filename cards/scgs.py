@@ -11,12 +11,11 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from builder.core.manifest import Manifest
+from builder.core.runner import SCGS_LABEL_CHECK_NAME, SCGS_PREVIEW_NAME
 from builder.core.shards import iter_shard
 from builder.formats.augmented import decode_augment_json, decode_cam, decode_keep_mask, is_generated
 from builder.formats.composites import decode_composite_pixels
 
-PREVIEW_NAME = "scgs_preview.png"
-LABEL_CHECK_NAME = "scgs_label_check.png"
 COLUMNS = ("source", "Grad-CAM++", "keep-mask", "generated")
 
 
@@ -108,7 +107,10 @@ def write_scgs_previews(folder: Path) -> list[Path]:
     folder = Path(folder)
     manifest = Manifest.read(folder).to_json()
     previews = folder / "previews"
-    return [preview_sheet(folder, previews / PREVIEW_NAME), label_check_figure(manifest, previews / LABEL_CHECK_NAME)]
+    return [
+        preview_sheet(folder, previews / SCGS_PREVIEW_NAME),
+        label_check_figure(manifest, previews / SCGS_LABEL_CHECK_NAME),
+    ]
 
 
 def _pct(value) -> str:

@@ -16,7 +16,8 @@ The JPEG bytes are copied as they are in the shards (byte-identical), every shar
 checked against the dataset's manifest first, and `DIR/_export.json` lists every file written with
 its sha256, shard and sample key. The folders are built under a temporary sibling and renamed into
 place at the end, so DIR never holds half an export; an existing DIR is used only when it is empty,
-or replaced with `--overwrite` when it holds an export of this toolkit (never a foreign folder).
+or replaced with `--overwrite` when it holds an export of this toolkit and nothing else (never a
+foreign folder, never a file someone put into an export: that is refused, naming the files).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 
 from builder.core.errors import InputError, SettingsError
 from builder.core.manifest import Manifest, write_json_atomic
+from builder.core.runner import refuse_foreign, stray_entries
 from builder.core.shards import iter_shard, sha256_file
 from builder.core.taxonomy import PAPER_GROUPS, sorted_groups
 from builder.formats.composites import decode_composite_json
@@ -84,6 +86,18 @@ def claim_folder(folder: Path, overwrite: bool) -> None:
         )
     if not overwrite:
         raise SettingsError(f"{folder} already holds an export; pass --overwrite to replace it")
+    refuse_foreign(folder, foreign_export_entries(folder), "--imagefolder", SettingsError)
+
+
+def foreign_export_entries(folder: Path) -> list[str]:
+    """The entries of an earlier export that it did not write (see stray_entries): anything but
+    its `_export.json`, the files that lists and the folders holding them."""
+    try:
+        listed = {row["path"] for row in read_export_manifest(folder)["files"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        listed = set()  # an unreadable record claims nothing: everything in the folder is kept
+    parents = {"/".join(path.split("/")[:n]) for path in listed for n in range(1, path.count("/") + 1)}
+    return stray_entries(folder, lambda path: path == EXPORT_MANIFEST or path in listed, parents.__contains__)
 
 
 def export_imagefolder(

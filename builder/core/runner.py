@@ -119,35 +119,116 @@ def check_writable_folder(out_dir: Path, what: str = "--out") -> None:
         )
 
 
-# What the stages (and `hsi validate` on their folders) write in an output folder, beside its
-# shards and our temporaries: --overwrite removes a folder only when it holds nothing else.
-OWN_ENTRIES = frozenset(
+VALIDATION_REPORT = "validation.json"  # validation.report's JSON_NAME: core cannot import validation
+# What the stages (and `hsi validate` on their folders) write in an output folder as plain files,
+# beside its shards and our temporaries: --overwrite removes a folder only when it holds nothing else.
+OWN_FILES = frozenset(
     {
         MANIFEST_NAME,
         CONFIG_NAME,
         ERRORS_NAME,
-        STATE_DIR,
         "spec.yaml",
-        "previews",
-        "validation.json",
+        VALIDATION_REPORT,
         "validation.md",
         "scores_per_class.csv",
     }
 )
+PREVIEWS_DIR = "previews"
+# The sheets `hsi scgs` draws in its folder's previews/ (cards.scgs draws them, cards.release
+# publishes them): named here, at the bottom of the stack, so the claim and the release agree.
+SCGS_PREVIEW_NAME = "scgs_preview.png"
+SCGS_LABEL_CHECK_NAME = "scgs_label_check.png"
+# The previews/ pictures a stage draws itself, beyond those its validation report lists (by the
+# stage name in the folder's manifest, as STAGE_OUTPUTS in builder.core.manifest).
+STAGE_PREVIEWS: dict[str, frozenset[str]] = {"scgs": frozenset({SCGS_PREVIEW_NAME, SCGS_LABEL_CHECK_NAME})}
+# `_state/` holds one record per finished shard, written through a temporary of ours.
+STATE_RECORD = re.compile(rf"{SHARD_FILENAME.pattern}\.json(?:\.\d+\.tmp)?")
+
+
+def is_plain_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
+def is_plain_folder(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
+
+
+def read_json_dict(path: Path) -> dict:
+    """A JSON object file of ours, or {} when it is missing, a link or unreadable (it then claims nothing)."""
+    try:
+        data = json.loads(path.read_text("utf-8")) if is_plain_file(path) else None
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def own_preview_names(manifest: dict, report: dict) -> set[str]:
+    """The names of the pictures in a folder's `previews/` that the toolkit drew for it, from its
+    manifest and validation report: those the report lists (as `previews/NAME`) and those its stage
+    draws itself (STAGE_PREVIEWS)."""
+    listed = report.get("previews")
+    paths = listed if isinstance(listed, list) else []
+    names = {
+        p.removeprefix(f"{PREVIEWS_DIR}/") for p in paths if isinstance(p, str) and p.startswith(f"{PREVIEWS_DIR}/")
+    }
+    stage = manifest.get("stage")
+    return names | (STAGE_PREVIEWS.get(stage, frozenset()) if isinstance(stage, str) else frozenset())
+
+
+def _own_top_file(name: str) -> bool:
+    return (
+        name in OWN_FILES
+        or bool(SHARD_FILENAME.fullmatch(name))
+        or bool(OWN_TEMPORARY.match(name))
+        or bool(re.fullmatch(r"\.validation\.md(\.\d+)?\.tmp", name))
+    )
+
+
+def stray_entries(folder: Path, own_file: Callable[[str], bool], own_folder: Callable[[str], bool]) -> list[str]:
+    """The entries below `folder` the toolkit did not write, as sorted paths relative to it (a folder
+    with a trailing `/`, not looked into). `own_file`/`own_folder` say which relative paths are ours;
+    only our folders are descended into, and a link is never ours."""
+    found: list[str] = []
+
+    def walk(path: Path, prefix: str) -> None:
+        for entry in path.iterdir():
+            relative = prefix + entry.name
+            if is_plain_file(entry) and own_file(relative):
+                continue
+            if is_plain_folder(entry) and own_folder(relative):
+                walk(entry, relative + "/")
+            else:
+                found.append(relative + ("/" if is_plain_folder(entry) else ""))
+
+    if is_plain_folder(folder):
+        walk(folder, "")
+    return sorted(found)
 
 
 def foreign_entries(folder: Path) -> list[str]:
-    """The entries of `folder` that this toolkit did not write there (sorted names)."""
-    if not folder.is_dir():
-        return []
-    return sorted(
-        entry.name
-        for entry in folder.iterdir()
-        if entry.name not in OWN_ENTRIES
-        and not SHARD_FILENAME.fullmatch(entry.name)
-        and not OWN_TEMPORARY.match(entry.name)
-        and not re.fullmatch(r"\.validation\.md(\.\d+)?\.tmp", entry.name)
-    )
+    """The entries of a stage's output folder that this toolkit did not write there (see
+    stray_entries). It looks into our own sub-folders: `_state/` holds only shard records, `previews/`
+    only the pictures drawn for this folder (own_preview_names). A name of ours on an entry of
+    another kind (a folder where we write a file) is foreign."""
+    previews = own_preview_names(read_json_dict(folder / MANIFEST_NAME), read_json_dict(folder / VALIDATION_REPORT))
+
+    def own_file(relative: str) -> bool:
+        top, _, below = relative.partition("/")
+        if not below:
+            return _own_top_file(top)
+        return (top == STATE_DIR and bool(STATE_RECORD.fullmatch(below))) or (top == PREVIEWS_DIR and below in previews)
+
+    return stray_entries(folder, own_file, lambda relative: relative in (STATE_DIR, PREVIEWS_DIR))
+
+
+def refuse_foreign(folder: Path, foreign: Sequence[str], flag: str, error: type[Exception] = ForeignOutput) -> None:
+    """Refuse an --overwrite that would delete `foreign` (paths in `folder`), naming them."""
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise error(
+            f"--overwrite would delete {shown} in {folder}, which this toolkit did not write: "
+            f"move them out of the folder first, or choose another {flag}"
+        )
 
 
 def prepare_output(out_dir: Path, overwrite: bool) -> None:
@@ -156,13 +237,7 @@ def prepare_output(out_dir: Path, overwrite: bool) -> None:
     deletes a file the toolkit did not write (it refuses, naming them)."""
     check_writable_folder(out_dir)
     if overwrite and out_dir.exists():
-        foreign = foreign_entries(out_dir)
-        if foreign:
-            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-            raise ForeignOutput(
-                f"--overwrite would delete {shown} in {out_dir}, which this toolkit did not write: "
-                "move them out of the folder first, or choose another --out"
-            )
+        refuse_foreign(out_dir, foreign_entries(out_dir), "--out")
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
