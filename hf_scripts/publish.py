@@ -38,6 +38,7 @@ from cards.release import (
     read_release_meta,
 )
 from cards.render import CardError, check_card
+from cards.results import RELEASE_PLOT_SUFFIX, RESULTS_DIR
 
 REPO_TYPE = "dataset"
 KEEP_REMOTE = {".gitattributes"}  # created by the Hub with the repo; not part of a release
@@ -108,6 +109,8 @@ def _in_layout(path: str, configs: set[str], shards: dict[str, str]) -> bool:
     parts = path.split("/")
     if len(parts) == 1:
         return path in ("README.md", RELEASE_META)
+    if len(parts) == 2:  # the card's results plots (`hsi release --results`)
+        return parts[0] == RESULTS_DIR and parts[1].endswith(RELEASE_PLOT_SUFFIX) and not parts[1].startswith(".")
     if len(parts) != 3 or parts[1] not in configs:
         return False
     if parts[0] == "data":

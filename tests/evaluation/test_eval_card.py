@@ -9,6 +9,7 @@ import shutil
 import pytest
 from eval_cli import eval_args
 
+from hf_scripts.publish import release_files
 from hsi.cli import main
 from validation.report import validate_dataset
 
@@ -43,6 +44,9 @@ def test_release_card_gets_a_results_section_from_eval_reports(
     assert section.index("planted_finder") < section.index("planted_corner")  # best worst group first
     plot = "results/hard-spurious-imagenet_ts_planted_corner.pt_accuracy_vs_size.png"
     assert f"]({plot})" in section and (release / plot).is_file()
+    # and publishing takes the plots along: they are part of the release's layout, not strays
+    published = dict(release_files(release, json.loads((release / "_release.json").read_text())))
+    assert plot in published and "README.md" in published
 
 
 def test_results_of_other_data_are_refused(validated, planted_corner, tmp_path, capsys):
