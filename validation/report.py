@@ -6,6 +6,7 @@ The report holds no timestamps or machine paths, so the same dataset gives the s
 
 from __future__ import annotations
 
+import json
 import tarfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -325,15 +326,34 @@ def write_report(out_dir: Path, payload: dict) -> tuple[Path, Path]:
     return json_path, md_path
 
 
+# The pictures validation draws: only these, and only when the earlier report lists them, are
+# removed with that report, so previews/ never keeps a sheet the new report does not vouch for.
+PREVIEW_NAMES = frozenset({"contact_sheet.png", "parts_grid.png", SCORES_PLOT})
+
+
+def listed_previews(out_dir: Path) -> list[Path]:
+    """The previews an earlier report in `out_dir` lists that validation itself draws (regular files
+    in `previews/`, never a link); nothing when there is no readable report."""
+    try:
+        listed = json.loads((out_dir / JSON_NAME).read_text("utf-8")).get("previews")
+    except (OSError, ValueError, AttributeError):
+        return []
+    names = {p.removeprefix(f"{PREVIEWS_DIR}/") for p in listed or [] if isinstance(p, str)}
+    paths = [out_dir / PREVIEWS_DIR / name for name in sorted(names & PREVIEW_NAMES)]
+    return [path for path in paths if path.is_file() and not path.is_symlink()]
+
+
 def invalidate_report(out_dir: Path) -> None:
     """Remove an earlier report before validating, so a run that crashes or is killed never leaves
-    a PASS that vouches for what it did not check."""
-    for name in (JSON_NAME, MD_NAME):
+    a PASS that vouches for what it did not check; then the pictures it listed, which the new run
+    draws again if it still can (a sheet it cannot draw must not outlive the report)."""
+    stale_previews = listed_previews(out_dir)
+    for path in [out_dir / JSON_NAME, out_dir / MD_NAME, *stale_previews]:
         try:
-            (out_dir / name).unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
         except OSError as exc:
             raise InputError(
-                f"cannot remove the earlier {name} in {out_dir}: {exc.strerror or exc}; "
+                f"cannot remove the earlier {path.relative_to(out_dir)} in {out_dir}: {exc.strerror or exc}; "
                 "pass --out DIR on writable storage"
             ) from None
 

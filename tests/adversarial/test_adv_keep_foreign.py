@@ -54,6 +54,29 @@ def test_overwrite_of_a_validated_folder_of_ours_replaces_it_whole(composed):
     assert {p.name: p.read_bytes() for p in dataset.glob("*.tar")} == shards
 
 
+def test_validating_again_without_parts_drops_the_sheets_the_new_report_does_not_list(composed):
+    """The earlier report's parts grid and score plot go with it: a second `hsi validate` without
+    --parts draws neither, and a sheet left behind unlisted would make --overwrite refuse."""
+    args, dataset = composed
+    assert main(["validate", str(dataset)]) == 0
+    listed = json.loads((dataset / "validation.json").read_text())["previews"]
+    assert listed == ["previews/contact_sheet.png"]
+    assert sorted(p.name for p in (dataset / "previews").iterdir()) == ["contact_sheet.png"]
+    assert main([*args, "--overwrite"]) == 0
+
+
+def test_a_report_cannot_make_validation_delete_a_file_it_did_not_draw(composed):
+    args, dataset = composed
+    (dataset / "previews" / "mine.png").write_bytes(b"mine")
+    report = json.loads((dataset / "validation.json").read_text())
+    report["previews"] += ["previews/mine.png", "previews/../_info.json", "../outside.png"]
+    (dataset / "validation.json").write_text(json.dumps(report))
+    (dataset.parent / "outside.png").write_bytes(b"outside")
+    assert main(["validate", str(dataset)]) == 0
+    assert (dataset / "previews" / "mine.png").read_bytes() == b"mine"
+    assert (dataset / "_info.json").is_file() and (dataset.parent / "outside.png").read_bytes() == b"outside"
+
+
 @pytest.mark.parametrize(
     ("planted", "named"),
     [
