@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import __version__
-from builder.core.errors import HsiError
+from builder.core.errors import HsiError, first_few
 from builder.core.manifest import COMPOSITES, Manifest, format_of
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
 from builder.core.runner import own_preview_names, read_json_dict, refuse_foreign, stray_entries
@@ -155,10 +155,9 @@ def check_validated_shards(dataset_dir: Path, validation: dict, listed: dict[str
         )
     differing = sorted(name for name in set(recorded) | set(listed) if recorded.get(name) != listed.get(name))
     if differing:
-        shown = ", ".join(differing[:5]) + (f" and {len(differing) - 5} more" if len(differing) > 5 else "")
         raise ReleaseError(
             f"{dataset_dir}: validation is stale: {VALIDATION_JSON} checked other bytes than the "
-            f"manifest lists for {shown}; re-run `hsi validate {dataset_dir}`"
+            f"manifest lists for {first_few(differing)}; re-run `hsi validate {dataset_dir}`"
         )
 
 

@@ -31,3 +31,10 @@ class RunFailed(HsiError):
     """A run stopped midway (a backend failed on a whole shard); finished shards are kept."""
 
     exit_status = EXIT_FAILED
+
+
+def first_few(names, limit: int = 5) -> str:
+    """`names` for an error message: the first `limit`, then how many more there are."""
+    names = list(names)
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more

@@ -24,7 +24,7 @@ from typing import Any
 from tqdm import tqdm
 
 from builder.core.config import CONFIG_NAME
-from builder.core.errors import HsiError, SettingsError
+from builder.core.errors import HsiError, SettingsError, first_few
 from builder.core.manifest import ERRORS_NAME, MANIFEST_NAME, ShardStats
 from builder.core.names import SHARD_FILENAME
 from builder.core.records import Issue
@@ -224,9 +224,8 @@ def foreign_entries(folder: Path) -> list[str]:
 def refuse_foreign(folder: Path, foreign: Sequence[str], flag: str, error: type[Exception] = ForeignOutput) -> None:
     """Refuse an --overwrite that would delete `foreign` (paths in `folder`), naming them."""
     if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise error(
-            f"--overwrite would delete {shown} in {folder}, which this toolkit did not write: "
+            f"--overwrite would delete {first_few(foreign)} in {folder}, which this toolkit did not write: "
             f"move them out of the folder first, or choose another {flag}"
         )
 
