@@ -45,15 +45,14 @@ def test_runner_ray_without_ray_is_a_one_line_error_that_writes_nothing(tmp_path
 
 
 def test_a_programming_error_in_validate_is_a_traceback_not_a_usage_error(tmp_path, monkeypatch):
-    import validation.integrity
+    import validation.report  # imported before patching: a first import now would bind the broken one for good
 
     write_parts(tmp_path / "parts", {"val": fake_images(["n01443537", "n02437312"], per_class=1)})
 
     def broken(*args, **kwargs):
         raise RuntimeError("a bug in the integrity checks")
 
-    monkeypatch.setattr(validation.integrity, "check_dataset", broken)
-    monkeypatch.setattr("validation.report.check_dataset", broken)
+    monkeypatch.setattr(validation.report, "check_dataset", broken)  # where validate calls it
     with pytest.raises(RuntimeError, match="a bug in the integrity checks"):
         main(["validate", str(tmp_path / "parts"), "--no-previews"])
 
