@@ -9,6 +9,7 @@ Multi-GPU / multi-node: `torchrun --nproc-per-node 8 -m hsi.cli train ...` (DDP;
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from hsi.commands.common import options_from, require_extra
@@ -25,6 +26,16 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def _floats(text: str) -> tuple[float, ...]:
     return tuple(float(v) for v in text.split(",") if v.strip())
+
+
+def default_loader_workers(most: int = 4) -> int:
+    """`most`, or fewer on a machine with fewer cores: PyTorch warns when a DataLoader asks for
+    more workers than the process may run on."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return min(most, cores)
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -77,7 +88,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--no-amp", action="store_true", help="no mixed precision on CUDA")
     parser.add_argument("--no-channels-last", action="store_true")
-    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=default_loader_workers(),
+        help="DataLoader worker processes decoding shards (default 4, or the cores this process may use if "
+        "fewer; 0 decodes in the main process)",
+    )
     parser.add_argument("--jtt-epochs", type=int, default=1, help="JTT's T: stage-1 ERM epochs")
     parser.add_argument(
         "--jtt-upweight", type=int, default=50, help="JTT's lambda_up (error samples seen 1 + it times)"
