@@ -8,7 +8,7 @@ applies its own checks, and the pixels are the ones it would decode from the ori
 
 Whatever the fast path cannot vouch for (an interlaced image, a stream that does not end where the
 header says it must, malformed chunks) is decoded from the original bytes, so damaged or hostile
-members fail exactly as they did before.
+members fail exactly as they did before; so are images of over 32 MiB of rows, to keep memory low.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # IHDR colour type -> samples per pixel
 _STORED_BLOCK = 0xFFFF  # the most bytes one stored deflate block holds
 _ZLIB_HEADER = b"\x78\x01"  # deflate, 32 KiB window, no dictionary; (0x78 * 256 + 0x01) % 31 == 0
+# The fast path holds the rows twice more than Pillow's streaming decode; past this (a 10-megapixel
+# RGB background) the memory matters more than the milliseconds.
+FAST_PATH_MAX_ROW_BYTES = 32 << 20
 
 
 def open_png(data: bytes) -> Image.Image:
@@ -45,6 +48,8 @@ def stored_copy(data: bytes) -> bytes | None:
     if interlace or colour not in _CHANNELS or depth not in (1, 2, 4, 8, 16):
         return None
     expected = height * (1 + (width * _CHANNELS[colour] * depth + 7) // 8)
+    if expected > FAST_PATH_MAX_ROW_BYTES:
+        return None
     idat = [i for i, (kind, _) in enumerate(chunks) if kind == b"IDAT"]
     if not idat or idat != list(range(idat[0], idat[-1] + 1)):
         return None  # no image data, or IDAT chunks not consecutive: Pillow's own path decides

@@ -49,3 +49,12 @@ def test_interlaced_images_are_left_to_pillow():
     ihdr[12] = 1
     interlaced = assemble([(b"IHDR", bytes(ihdr)), *chunks[1:]])
     assert stored_copy(interlaced) is None
+
+
+def test_images_past_the_size_limit_take_pillows_streaming_decode(monkeypatch):
+    data = png_bytes(IMAGES["rgb over one stored block"])
+    monkeypatch.setattr("builder.formats.png.FAST_PATH_MAX_ROW_BYTES", 200 * (1 + 250 * 3) - 1)
+    assert stored_copy(data) is None
+    assert np.array_equal(np.asarray(open_png(data)), pil_pixels(data))
+    monkeypatch.setattr("builder.formats.png.FAST_PATH_MAX_ROW_BYTES", 200 * (1 + 250 * 3))
+    assert stored_copy(data) is not None
