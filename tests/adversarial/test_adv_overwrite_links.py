@@ -171,3 +171,16 @@ def test_validation_reads_an_earlier_report_whose_previews_are_not_a_list(compos
     (dataset / "validation.json").write_text(json.dumps({"previews": listed}))
     assert main(["validate", str(dataset)]) == 0
     assert json.loads((dataset / "validation.json").read_text())["previews"] == ["previews/contact_sheet.png"]
+
+
+def test_a_release_folder_that_is_a_link_is_refused_and_left_as_it_was(tmp_path):
+    """Failed before: the link was swapped for the new release, then rmtree raised on the old one."""
+    dataset = make_composed_dataset(tmp_path / "sets", previews=1)
+    release = build_release(tmp_path / "hard-spurious-imagenet", [dataset], version="v1.0.0")
+    link = tmp_path / "linked"
+    link.symlink_to(release, target_is_directory=True)
+    before = tree(release)
+    with pytest.raises(ReleaseError, match=r"linked is a link \(to .*\): --overwrite only replaces a real release"):
+        build_release(link, [dataset], overwrite=True, version="v1.0.0")
+    assert link.is_symlink() and tree(release) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hard-spurious-imagenet", "linked", "sets"]
