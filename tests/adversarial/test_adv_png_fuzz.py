@@ -7,19 +7,16 @@ from __future__ import annotations
 import io
 import random
 import struct
-import tarfile
 import tracemalloc
 import zlib
 
 import numpy as np
 import pytest
-from parts_factory import compose_args, fake_images, rehash_parts, write_parts
 from PIL import Image
-from png_factory import IMAGES, assemble, chunks_of, png_bytes
+from png_factory import IMAGES, assemble, broken_chunk_type_inside_the_image_data, chunks_of, png_bytes
 
 from builder.formats.parts import decode_png
 from builder.formats.png import open_png, stored_copy
-from hsi.cli import main
 
 SEEDS = [("rgb odd width", 6), ("grey", 9), ("rgba", 1), ("1-bit", 6), ("16-bit grey", 6), ("palette", 6)]
 
@@ -171,38 +168,9 @@ def test_a_large_claimed_size_with_a_tiny_stream_allocates_no_rows():
     assert peak < 1 << 20  # the inflate stopped at what the stream holds; no buffer of the claimed rows
 
 
-def _broken_chunk_type_inside_the_image_data(data: bytes) -> bytes:
-    """The image stream's second half in a chunk whose type is not four letters: Pillow, needing
-    those bytes, raises SyntaxError (past the image data it would ignore the chunk)."""
-    chunks = chunks_of(data)
-    stream = b"".join(body for kind, body in chunks if kind == b"IDAT")
-    half = len(stream) // 2
-    rest = [chunk for chunk in chunks[1:] if chunk[0] != b"IDAT"]
-    return assemble([chunks[0], (b"IDAT", stream[:half]), (b"ID\x00T", stream[half:]), *rest])
-
-
 def test_a_broken_chunk_type_inside_the_image_data_is_a_value_error():
-    damaged = _broken_chunk_type_inside_the_image_data(png_bytes(IMAGES["rgb odd width"]))
+    damaged = broken_chunk_type_inside_the_image_data(png_bytes(IMAGES["rgb odd width"]))
     with pytest.raises(SyntaxError):  # Pillow's own error for it, which compose does not catch
         _pillow(damaged)
     with pytest.raises(ValueError, match="broken PNG file"):
         decode_png(damaged)
-
-
-def test_a_crop_with_a_broken_chunk_type_becomes_a_row_not_a_crash(tmp_path):
-    parts = tmp_path / "parts"
-    write_parts(parts, {"val": fake_images(["n01443537", "n02437312"], per_class=1)}, shard_size=2)
-    shard = parts / "val-00000.tar"
-    with tarfile.open(shard) as tar:
-        members = [(info, tar.extractfile(info).read()) for info in tar]
-    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:
-        for info, data in members:
-            if info.name == "ILSVRC2012_val_00000002.crop.png":
-                data = _broken_chunk_type_inside_the_image_data(data)
-                info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    rehash_parts(parts)
-    out = tmp_path / "out"
-    assert main(compose_args(parts, out, "--no-progress")) == 0
-    rows = (out / "hard-spurious-imagenet" / "errors.jsonl").read_text().splitlines()
-    assert len(rows) == 1 and '"ILSVRC2012_val_00000002"' in rows[0] and '"unreadable-parts"' in rows[0]
