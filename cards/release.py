@@ -303,6 +303,11 @@ def build_release(
         raise ReleaseError("give at least one composed dataset folder")
     if release_dir.exists() and not overwrite:
         raise ReleaseError(f"{release_dir} exists; use --overwrite to replace it")
+    if release_dir.is_symlink():  # the swap below would replace the link and leave the release behind it
+        raise ReleaseError(
+            f"{release_dir} is a link (to {os.readlink(release_dir)}): --overwrite only replaces a real "
+            "release folder; pass the folder it leads to, or remove the link"
+        )
     if release_dir.exists() and any(release_dir.iterdir()) and not (release_dir / RELEASE_META).is_file():
         raise ReleaseError(
             f"{release_dir} is not empty and is not a release folder; --overwrite only replaces a release"

@@ -39,6 +39,16 @@ def assemble(chunks: list[tuple[bytes, bytes]]) -> bytes:
     )
 
 
+def broken_chunk_type_inside_the_image_data(data: bytes) -> bytes:
+    """The image stream's second half in a chunk whose type is not four letters: Pillow, needing
+    those bytes, raises SyntaxError (past the image data it would ignore the chunk)."""
+    chunks = chunks_of(data)
+    stream = b"".join(body for kind, body in chunks if kind == b"IDAT")
+    half = len(stream) // 2
+    rest = [chunk for chunk in chunks[1:] if chunk[0] != b"IDAT"]
+    return assemble([chunks[0], (b"IDAT", stream[:half]), (b"ID\x00T", stream[half:]), *rest])
+
+
 RNG = np.random.default_rng(7)
 IMAGES = {
     "rgb odd width": Image.fromarray(RNG.integers(0, 256, (37, 61, 3), dtype=np.uint8)),

@@ -338,7 +338,9 @@ def listed_previews(out_dir: Path) -> list[Path]:
         listed = json.loads((out_dir / JSON_NAME).read_text("utf-8")).get("previews")
     except (OSError, ValueError, AttributeError):
         return []
-    names = {p.removeprefix(f"{PREVIEWS_DIR}/") for p in listed or [] if isinstance(p, str)}
+    if not isinstance(listed, list):
+        return []  # not a report of ours: it names no sheet
+    names = {p.removeprefix(f"{PREVIEWS_DIR}/") for p in listed if isinstance(p, str)}
     paths = [out_dir / PREVIEWS_DIR / name for name in sorted(names & PREVIEW_NAMES)]
     return [path for path in paths if path.is_file() and not path.is_symlink()]
 
@@ -383,6 +385,11 @@ def validate_dataset(
 
     dataset_dir = Path(dataset_dir)
     out_dir = Path(report_dir) if report_dir is not None else dataset_dir
+    if (out_dir / PREVIEWS_DIR).is_symlink():  # its sheets would be drawn (and old ones removed) outside
+        raise InputError(
+            f"{out_dir / PREVIEWS_DIR} is a link: validation draws its sheets only into a real folder; "
+            "remove the link, or pass --out DIR"
+        )
     invalidate_report(out_dir)
     integrity = None
     if check_integrity:

@@ -96,6 +96,7 @@ def foreign_export_entries(folder: Path) -> list[str]:
         listed = {row["path"] for row in read_export_manifest(folder)["files"]}
     except (OSError, ValueError, KeyError, TypeError):
         listed = set()  # an unreadable record claims nothing: everything in the folder is kept
+    listed = {path for path in listed if isinstance(path, str)}  # a path that is not a string claims nothing
     parents = {"/".join(path.split("/")[:n]) for path in listed for n in range(1, path.count("/") + 1)}
     return stray_entries(folder, lambda path: path == EXPORT_MANIFEST or path in listed, parents.__contains__)
 

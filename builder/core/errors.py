@@ -34,7 +34,12 @@ class RunFailed(HsiError):
 
 
 def first_few(names, limit: int = 5) -> str:
-    """`names` for an error message: the first `limit`, then how many more there are."""
+    """`names` for an error message: the first `limit`, then how many more there are. A character
+    that does not print (a newline in a file name) is shown escaped, so the message stays one line."""
     names = list(names)
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
-    return ", ".join(names[:limit]) + more
+    return ", ".join(_printable(str(name)) for name in names[:limit]) + more
+
+
+def _printable(name: str) -> str:
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)

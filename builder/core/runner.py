@@ -235,6 +235,11 @@ def prepare_output(out_dir: Path, overwrite: bool) -> None:
     (or an empty one): a folder of someone else's is never written into, and --overwrite never
     deletes a file the toolkit did not write (it refuses, naming them)."""
     check_writable_folder(out_dir)
+    if overwrite and out_dir.is_symlink():  # rmtree refuses a link; what it leads to is not emptied either
+        raise ForeignOutput(
+            f"{out_dir} is a link (to {os.readlink(out_dir)}): --overwrite only replaces a real folder; "
+            "pass the folder it leads to, or remove the link"
+        )
     if overwrite and out_dir.exists():
         refuse_foreign(out_dir, foreign_entries(out_dir), "--out")
         shutil.rmtree(out_dir)

@@ -77,12 +77,15 @@ def decode_png_image(data: bytes) -> Image.Image:
 
 
 def decode_png_checked(data: bytes) -> Image.Image:
-    """`decode_png_image`, with a decompression bomb refused as a ValueError (Pillow raises its own
-    error type for those, which callers that skip bad members miss)."""
+    """`decode_png_image`, with a decompression bomb and a broken chunk refused as a ValueError
+    (Pillow raises DecompressionBombError and SyntaxError for those, which callers that skip bad
+    members miss)."""
     try:
         return decode_png_image(data)
     except Image.DecompressionBombError as exc:
         raise ValueError(f"refused as a decompression bomb: {exc}") from None
+    except SyntaxError as exc:  # a chunk type that is not four letters where image data was due
+        raise ValueError(str(exc)) from None
 
 
 def decode_png(data: bytes) -> np.ndarray:

@@ -9,6 +9,10 @@ applies its own checks, and the pixels are the ones it would decode from the ori
 Whatever the fast path cannot vouch for (an interlaced image, a stream that does not end where the
 header says it must, malformed chunks) is decoded from the original bytes, so damaged or hostile
 members fail exactly as they did before; so are images of over 32 MiB of rows, to keep memory low.
+One exception: ISA-L does not check a deflate block's Huffman code sets, so a crafted stream whose
+code set zlib refuses as invalid (and whose checksum matches) decodes here where Pillow refuses it
+(tests/adversarial/test_adv_png_fuzz.py); telling them apart would need the second inflate this
+module exists to avoid.
 """
 
 from __future__ import annotations
@@ -53,10 +57,13 @@ def stored_copy(data: bytes) -> bytes | None:
     idat = [i for i, (kind, _) in enumerate(chunks) if kind == b"IDAT"]
     if not idat or idat != list(range(idat[0], idat[-1] + 1)):
         return None  # no image data, or IDAT chunks not consecutive: Pillow's own path decides
+    stream = b"".join(chunks[i][1] for i in idat)
+    if stream and stream[0] >> 4 > 7:
+        return None  # a window over 32 KiB (RFC 1950 forbids it): zlib refuses it, ISA-L would not
     inflater = isal_zlib.decompressobj()
     try:
         # One byte over what the header allows: a stream that holds more is left to Pillow.
-        rows = inflater.decompress(b"".join(chunks[i][1] for i in idat), expected + 1)
+        rows = inflater.decompress(stream, expected + 1)
     except isal_zlib.error:  # type: ignore[misc]  # isal's stubs type `error` as a plain name
         return None  # not a stream ISA-L can read: Pillow's own decode reports it
     if len(rows) != expected or not inflater.eof or inflater.unused_data:

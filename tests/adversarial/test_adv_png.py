@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from parts_factory import compose_args, fake_images, rehash_parts, write_parts
 from PIL import Image
-from png_factory import IMAGES, assemble, chunks_of, pil_pixels, png_bytes
+from png_factory import IMAGES, assemble, broken_chunk_type_inside_the_image_data, chunks_of, pil_pixels, png_bytes
 
 from builder.formats.png import open_png, stored_copy
 from hsi.cli import main
@@ -63,7 +63,14 @@ def test_a_decompression_bomb_is_refused_before_any_inflate(monkeypatch):
         open_png(huge)
 
 
-def test_a_crop_with_a_cut_image_stream_becomes_a_row_not_composites(tmp_path):
+def _cut_image_stream(data: bytes) -> bytes:
+    return assemble([(kind, body[:-30] if kind == b"IDAT" else body) for kind, body in chunks_of(data)])
+
+
+# a broken chunk type: Pillow raises SyntaxError, which compose did not catch (a traceback) before
+# decode_png_checked turned it into a ValueError
+@pytest.mark.parametrize("damage", [_cut_image_stream, broken_chunk_type_inside_the_image_data])
+def test_a_crop_with_a_damaged_image_stream_becomes_a_row_not_composites(tmp_path, damage):
     parts = tmp_path / "parts"
     write_parts(parts, {"val": fake_images(["n01443537", "n02437312"], per_class=1)}, shard_size=2)
     shard = parts / "val-00000.tar"
@@ -72,8 +79,7 @@ def test_a_crop_with_a_cut_image_stream_becomes_a_row_not_composites(tmp_path):
     with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:
         for info, data in members:
             if info.name == "ILSVRC2012_val_00000002.crop.png":
-                chunks = chunks_of(data)
-                data = assemble([(kind, body[:-30] if kind == b"IDAT" else body) for kind, body in chunks])
+                data = damage(data)
                 info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     rehash_parts(parts)

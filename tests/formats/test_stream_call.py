@@ -66,3 +66,17 @@ def test_the_documented_call_reads_through_both_import_paths(tmp_path):
     ]
     assert [s["key"] for s in samples] == again  # same seed, same rank: same order
     assert errors == []
+
+
+def test_a_stream_pickles_as_spawned_dataloader_workers_receive_it(tmp_path):
+    """`stream` is a class now: an instance travels to spawn-started workers by pickle, settings and
+    epoch included, and reads the same samples there."""
+    import pickle
+
+    pytest.importorskip("torch")
+    dataset = make_composed_dataset(tmp_path, splits={"test": 8}, shard_size=4)
+    data = stream(dataset, shuffle_buffer=3, seed=5, rank=0, world_size=2)
+    data.set_epoch(2)
+    copy = pickle.loads(pickle.dumps(data))
+    assert (copy.epoch, copy.seed, copy.shards, len(copy)) == (2, 5, data.shards, 4)
+    assert [s["key"] for s in copy] == [s["key"] for s in data]

@@ -103,3 +103,31 @@ def test_hsi_eval_probe_and_scgs_flags_give_every_field_of_their_options():
     generation = options_from(scgs, GenerationSettings, paste_back=True, batch_size=scgs.sd_batch_size)
     assert generation == GenerationSettings(steps=4, batch_size=2)
     assert run_options(scgs, gpus=(1,)) == RunOptions(gpus=(1,))
+
+
+class _Reached(Exception):
+    """Stops `hsi eval` once the settings it built reached the evaluation."""
+
+
+def test_hsi_eval_flags_reach_the_settings_the_evaluation_gets(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    import evaluation.models
+    import evaluation.pipeline
+    from hsi.cli import main
+
+    seen = {}
+
+    def evaluate(loaded, source, out, settings, announce):
+        seen["settings"] = settings
+        raise _Reached
+
+    monkeypatch.setattr(evaluation.models, "load_model", lambda spec, options: spec)
+    monkeypatch.setattr(evaluation.pipeline, "evaluate_model", evaluate)
+    source = tmp_path / "cfg"
+    source.mkdir()
+    argv = ["eval", str(source), "--model", "timm:resnet18", "--split", "val", "--out", str(tmp_path / "o")]
+    with pytest.raises(_Reached):
+        main([*argv, "--batch-size", "3", "--workers", "0", "--label-space", "subset", "--overwrite"])
+    settings = seen["settings"]
+    assert (settings.batch_size, settings.workers, settings.label_space, settings.overwrite) == (3, 0, "subset", True)
+    assert (settings.split, settings.progress, settings.config) == ("val", True, None)
