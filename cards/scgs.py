@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
+from builder.core.errors import InputError
 from builder.core.manifest import Manifest
 from builder.core.runner import SCGS_LABEL_CHECK_NAME, SCGS_PREVIEW_NAME
 from builder.core.shards import iter_shard
@@ -105,8 +106,10 @@ def label_check_figure(manifest: dict, out_path: Path) -> Path:
 def write_scgs_previews(folder: Path) -> list[Path]:
     """The preview sheet and the label-check figure under `folder/previews/`, which releases copy."""
     folder = Path(folder)
-    manifest = Manifest.read(folder).to_json()
     previews = folder / "previews"
+    if previews.is_symlink():  # the sheets would be drawn outside the folder, over whatever is there
+        raise InputError(f"{previews} is a link: the SCGS sheets are drawn only into a real folder; remove the link")
+    manifest = Manifest.read(folder).to_json()
     return [
         preview_sheet(folder, previews / SCGS_PREVIEW_NAME),
         label_check_figure(manifest, previews / SCGS_LABEL_CHECK_NAME),

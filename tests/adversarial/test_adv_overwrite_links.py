@@ -184,3 +184,19 @@ def test_a_release_folder_that_is_a_link_is_refused_and_left_as_it_was(tmp_path)
         build_release(link, [dataset], overwrite=True, version="v1.0.0")
     assert link.is_symlink() and tree(release) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hard-spurious-imagenet", "linked", "sets"]
+
+
+def test_scgs_sheets_are_never_drawn_through_a_linked_previews_folder(tmp_path):
+    from builder.core.errors import InputError
+    from cards.scgs import write_scgs_previews
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "scgs_preview.png").write_bytes(b"mine")
+    folder = tmp_path / "scgs"
+    folder.mkdir()
+    (folder / "previews").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(InputError, match="is a link"):
+        write_scgs_previews(folder)
+    assert [p.name for p in outside.iterdir()] == ["scgs_preview.png"]
+    assert (outside / "scgs_preview.png").read_bytes() == b"mine"
