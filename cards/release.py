@@ -23,9 +23,9 @@ from pathlib import Path
 
 from builder import __version__
 from builder.core.errors import HsiError, first_few
+from builder.core.folders import own_preview_names, read_json_dict, refuse_foreign, stray_entries
 from builder.core.manifest import COMPOSITES, Manifest, format_of
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
-from builder.core.runner import own_preview_names, read_json_dict, refuse_foreign, stray_entries
 from builder.core.shards import MANIFEST_NAME, iter_shard, read_manifest, sha256_file, write_json_atomic
 from cards.render import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary, render_card, table
 from cards.results import RELEASE_PLOT_SUFFIX, RESULTS_DIR, check_results, copy_plots, load_results, render_results

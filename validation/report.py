@@ -6,7 +6,6 @@ The report holds no timestamps or machine paths, so the same dataset gives the s
 
 from __future__ import annotations
 
-import json
 import tarfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ from pathlib import Path
 
 from builder import __version__
 from builder.core.errors import InputError
+from builder.core.folders import PREVIEWS_DIR, VALIDATION_REPORT, is_plain_file, own_preview_names, read_json_dict
 from builder.core.manifest import COMPOSITES, PARTS, Manifest, format_of
 from builder.core.records import REASONS, VALIDATION_REASONS
 from builder.core.shards import MANIFEST_NAME, read_manifest, write_json_atomic
@@ -21,9 +21,8 @@ from builder.core.taxonomy import sorted_groups
 from validation.integrity import DECODE_ERRORS, IntegrityResult, check_dataset
 from validation.scores import ScoreReport
 
-JSON_NAME = "validation.json"
+JSON_NAME = VALIDATION_REPORT  # named in builder.core.folders, which must know it and cannot import this
 MD_NAME = "validation.md"
-PREVIEWS_DIR = "previews"
 SCORES_CSV = "scores_per_class.csv"
 SCORES_PLOT = "score_distributions.png"
 MAX_LISTED = 50  # failures / low-IoU images listed in the readable report (all are in the JSON)
@@ -334,15 +333,8 @@ PREVIEW_NAMES = frozenset({"contact_sheet.png", "parts_grid.png", SCORES_PLOT})
 def listed_previews(out_dir: Path) -> list[Path]:
     """The previews an earlier report in `out_dir` lists that validation itself draws (regular files
     in `previews/`, never a link); nothing when there is no readable report."""
-    try:
-        listed = json.loads((out_dir / JSON_NAME).read_text("utf-8")).get("previews")
-    except (OSError, ValueError, AttributeError):
-        return []
-    if not isinstance(listed, list):
-        return []  # not a report of ours: it names no sheet
-    names = {p.removeprefix(f"{PREVIEWS_DIR}/") for p in listed if isinstance(p, str)}
-    paths = [out_dir / PREVIEWS_DIR / name for name in sorted(names & PREVIEW_NAMES)]
-    return [path for path in paths if path.is_file() and not path.is_symlink()]
+    names = own_preview_names({}, read_json_dict(out_dir / JSON_NAME)) & PREVIEW_NAMES
+    return [path for path in (out_dir / PREVIEWS_DIR / name for name in sorted(names)) if is_plain_file(path)]
 
 
 def invalidate_report(out_dir: Path) -> None:

@@ -44,9 +44,10 @@ from builder.augment.sampling import ClusterPlan, SampledImage, check_sampling, 
 from builder.augment.source import TRAIN, SourceConfig, SourceError
 from builder.core.config import canonical_json, fingerprint
 from builder.core.errors import UsageError
+from builder.core.folders import check_writable_folder
 from builder.core.manifest import COMPOSITES, Manifest, ShardStats, SplitEntry
 from builder.core.names import check_config_name
-from builder.core.runner import ShardPlan, ShardResult, check_writable_folder, plan_shards, report_progress
+from builder.core.runner import ShardPlan, ShardResult, plan_shards, report_progress
 from builder.core.shards import copy_checked, write_shard
 from builder.core.stage import RunOptions, Stage, StageOutcome, StageRun, run_stage
 from builder.formats import composites

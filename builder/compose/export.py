@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from builder.core.errors import InputError, SettingsError
+from builder.core.folders import refuse_foreign, stray_entries
 from builder.core.manifest import Manifest, write_json_atomic
-from builder.core.runner import refuse_foreign, stray_entries
 from builder.core.shards import iter_shard, sha256_file
 from builder.core.taxonomy import PAPER_GROUPS, sorted_groups
 from builder.formats.composites import decode_composite_json

@@ -26,10 +26,11 @@ from typing import ClassVar
 
 from builder.core.config import check_settings, save_settings
 from builder.core.errors import HsiError, UsageError
+from builder.core.folders import prepare_output, remove_stale_temporaries
 from builder.core.locks import exclusive_folder
 from builder.core.manifest import ERRORS_NAME, ErrorCounts, Manifest, register_stage_output, write_jsonl_atomic
 from builder.core.records import Issue, count_by_reason
-from builder.core.runner import ShardPlan, ShardResult, Stopwatch, prepare_output, remove_stale_temporaries, run_shards
+from builder.core.runner import ShardPlan, ShardResult, Stopwatch, run_shards
 
 RUNNERS = ("local", "ray")
 

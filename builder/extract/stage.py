@@ -17,9 +17,10 @@ from typing import ClassVar
 
 from builder.core.config import SettingsMismatch, canonical_json, drop_settings, fingerprint, load_settings
 from builder.core.errors import RunFailed
+from builder.core.folders import check_writable_folder
 from builder.core.manifest import ERRORS_NAME, PARTS, ErrorCounts, Manifest, SplitEntry
 from builder.core.records import Issue, count_by_reason
-from builder.core.runner import STATE_DIR, ShardPlan, check_writable_folder, plan_shards
+from builder.core.runner import STATE_DIR, ShardPlan, plan_shards
 from builder.core.stage import RunOptions, Stage, StageOutcome, StageRun, run_stage, write_errors
 from builder.extract.shard_builder import (
     ExtractConfig,

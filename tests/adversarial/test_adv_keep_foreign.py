@@ -11,7 +11,7 @@ import pytest
 from parts_factory import compose_args, fake_images, write_parts
 from release_factory import make_composed_dataset
 
-from builder.core.runner import SCGS_LABEL_CHECK_NAME, SCGS_PREVIEW_NAME, foreign_entries
+from builder.core.folders import SCGS_LABEL_CHECK_NAME, SCGS_PREVIEW_NAME, foreign_entries
 from cards.release import ReleaseError, build_release
 from hsi.cli import main
 

@@ -12,7 +12,7 @@ import pytest
 from parts_factory import compose_args, fake_images, write_parts
 from release_factory import make_composed_dataset
 
-from builder.core.runner import foreign_entries
+from builder.core.folders import foreign_entries
 from cards.release import ReleaseError, build_release, foreign_release_entries
 from hsi.cli import main
 
