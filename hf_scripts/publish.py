@@ -23,22 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.core.errors import HsiError
-from builder.core.manifest import MANIFEST_NAME
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename
 from builder.core.shards import sha256_file
 from cards.release import (
-    PREVIEWS_DIR,
     RELEASE_META,
-    VALIDATION_JSON,
-    VALIDATION_MD,
     ReleaseError,
     check_version_bump,
     describe_changes,
+    foreign_release_entries,
     parse_version,
     read_release_meta,
 )
 from cards.render import CardError, check_card
-from cards.results import RELEASE_PLOT_SUFFIX, RESULTS_DIR
 
 REPO_TYPE = "dataset"
 KEEP_REMOTE = {".gitattributes"}  # created by the Hub with the repo; not part of a release
@@ -105,26 +101,15 @@ def release_shards(meta: dict) -> dict[str, str]:
     return shards
 
 
-def _in_layout(path: str, configs: set[str], shards: dict[str, str]) -> bool:
-    parts = path.split("/")
-    if len(parts) == 1:
-        return path in ("README.md", RELEASE_META)
-    if len(parts) == 2:  # the card's results plots (`hsi release --results`)
-        return parts[0] == RESULTS_DIR and parts[1].endswith(RELEASE_PLOT_SUFFIX) and not parts[1].startswith(".")
-    if len(parts) != 3 or parts[1] not in configs:
-        return False
-    if parts[0] == "data":
-        return parts[2] in (MANIFEST_NAME, VALIDATION_JSON, VALIDATION_MD) or path in shards
-    return parts[0] == PREVIEWS_DIR and parts[2].endswith(".png") and not parts[2].startswith(".")
-
-
 def release_files(release_dir: Path, meta: dict) -> list[tuple[str, int]]:
     """(path in repo, bytes) of the release's files, sorted: exactly what `hsi release` writes for the
     configs of `_release.json`. A link, or a file that is not part of that layout (something planted
     in the folder), is refused rather than published."""
     release_dir = Path(release_dir)
     shards = release_shards(meta)
-    configs = set(meta["configs"])
+    # what `hsi release` did not write there, by the same layout its --overwrite check uses
+    foreign = set(foreign_release_entries(release_dir))
+    foreign_folders = tuple(entry for entry in foreign if entry.endswith("/"))
     files, strays = [], []
     for folder, dirs, names in os.walk(release_dir):  # os.walk never descends into linked folders
         for name in sorted(names) + [d for d in dirs if (Path(folder) / d).is_symlink()]:
@@ -132,7 +117,7 @@ def release_files(release_dir: Path, meta: dict) -> list[tuple[str, int]]:
             relative = path.relative_to(release_dir).as_posix()
             if path.is_symlink() or not path.is_file():
                 raise PublishError(f"{path} is a link or not a regular file; a release holds only its own files")
-            if not _in_layout(relative, configs, shards):
+            if relative in foreign or relative.startswith(foreign_folders):
                 strays.append(relative)
             files.append((relative, path.stat().st_size))
     if strays:
