@@ -17,9 +17,8 @@ from PIL import Image
 
 from builder.core.classes import class_of
 from builder.core.config import ConfigError
-from builder.core.manifest import PARTS, format_of
 from builder.core.records import Issue
-from builder.core.shards import MANIFEST_NAME, TarMember, member_problem, read_manifest, tar_members
+from builder.core.shards import MANIFEST_NAME, TarMember, member_problem, tar_members
 from builder.formats.parts import decode_mask, decode_png_checked, object_window, stored_crop_box
 
 NEEDED_MEMBERS = ("crop.png", "mask.png", "background.png")
@@ -58,15 +57,6 @@ def resolve_parts_dir(path: Path) -> Path:
     if not (path / MANIFEST_NAME).is_file() and (path / "parts" / MANIFEST_NAME).is_file():
         return path / "parts"
     return path
-
-
-def read_parts_manifest(parts_dir: Path) -> dict:
-    manifest = read_manifest(parts_dir)
-    if format_of(manifest.get("stage")) != PARTS:
-        raise ConfigError(
-            f"{parts_dir} holds a {manifest.get('stage')!r} manifest, not the parts written by `hsi extract`"
-        )
-    return manifest
 
 
 def index_parts_shard(
