@@ -22,7 +22,9 @@ class FolderLocked(UsageError):
 
 
 def lock_path(folder: Path) -> Path:
-    folder = Path(folder).absolute()
+    """The lock of a folder by its resolved path, so the same folder reached through a link (or a
+    linked parent) takes the same lock."""
+    folder = Path(folder).resolve()
     return folder.parent / f".{folder.name}.lock"
 
 

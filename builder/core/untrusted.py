@@ -1,0 +1,242 @@
+"""The one reading layer for files that may come from a stranger: a checkpoint, a predictions table,
+an `eval.json` in a results folder, a `models.yaml`, a release's `_release.json`.
+
+Every such file is read here, never with a bare `json.loads`, `yaml.safe_load`, `pq.read_table` or
+`torch.load`: a link, a folder or a missing file is refused before it is opened, a syntax error is
+one line naming the file, and `Fields` gives checked access to the object inside, so a wrong type
+or an out-of-range value is one line naming the file and the field (`eval.json: metrics.samples:
+expected an integer, got 'abc'`). Nothing is unpickled: `load_torch` passes `weights_only=True`,
+so a crafted checkpoint cannot run code; training state is tensors and plain types.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from builder.core.errors import InputError, _printable
+
+
+class UntrustedInput(InputError, ValueError):
+    """A file a command reads that is not what it should be (link, syntax, schema, values)."""
+
+
+def describe(value: object) -> str:
+    """A short, one-line picture of a value for an error message."""
+    kinds = {dict: "an object", list: "a list", type(None): "null", bool: "a boolean"}
+    if type(value) in kinds and not isinstance(value, bool):
+        return kinds[type(value)]
+    text = repr(value)
+    return _printable(text if len(text) <= 40 else text[:37] + "...")
+
+
+def _where(path: Path | str) -> str:
+    return _printable(str(path))
+
+
+def regular_file(path: Path, what: str) -> Path:
+    """`path`, refused unless it is a plain file (not a link, a folder, a FIFO, or missing)."""
+    path = Path(path)
+    if path.is_symlink():
+        raise UntrustedInput(f"{_where(path)}: {what} is a link; links are never followed: pass the file itself")
+    if not path.exists():
+        raise UntrustedInput(f"{_where(path)}: {what} not found")
+    if not path.is_file():
+        raise UntrustedInput(f"{_where(path)}: {what} is not a regular file")
+    return path
+
+
+def read_json(path: Path, what: str = "JSON file") -> Any:
+    """The parsed JSON of a plain file, or one line naming the file and where it breaks."""
+    path = regular_file(path, what)
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"), parse_constant=_refuse_constant)
+    except UnicodeDecodeError:
+        raise UntrustedInput(f"{_where(path)}: {what} is not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise UntrustedInput(
+            f"{_where(path)}: {what} is not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})"
+        ) from None
+    except RecursionError:
+        raise UntrustedInput(f"{_where(path)}: {what} nests too deeply to be one of ours") from None
+
+
+def _refuse_constant(name: str) -> float:
+    raise json.JSONDecodeError(f"{name} is not a JSON number", name, 0)
+
+
+def read_yaml(path: Path, what: str = "YAML file") -> Any:
+    """The parsed YAML (safe loader) of a plain file, or one line naming the file and the line."""
+    import yaml
+
+    path = regular_file(path, what)
+    try:
+        return yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UntrustedInput(f"{_where(path)}: {what} is not UTF-8 text") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or type(error).__name__
+        raise UntrustedInput(f"{_where(path)}: {what} is not valid YAML ({problem}{at})") from None
+    except RecursionError:
+        raise UntrustedInput(f"{_where(path)}: {what} nests too deeply") from None
+
+
+def read_parquet(path: Path, what: str = "parquet table"):
+    """A pyarrow Table from a plain file, or one line saying the file is not a readable parquet table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = regular_file(path, what)
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowException, OSError, ValueError, IndexError, KeyError, TypeError) as error:
+        reason = _printable(str(error).splitlines()[0] if str(error) else type(error).__name__)
+        raise UntrustedInput(f"{_where(path)}: {what} is not a readable parquet file ({reason})") from None
+
+
+def load_torch(path: Path, what: str = "checkpoint", hint: str = "") -> Any:
+    """`torch.load(weights_only=True)` of a plain file: tensors and plain types only, never code.
+
+    A truncated or foreign file, or one that needs unpickling beyond tensors, is one line; `hint`
+    says what to do (e.g. which flag names the file)."""
+    import pickle
+
+    import torch
+
+    path = regular_file(path, what)
+    tail = f"; {hint}" if hint else ""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        first = _printable(str(error).splitlines()[0])[:160] if str(error) else "it holds objects"
+        raise UntrustedInput(
+            f"{_where(path)}: {what} holds more than tensors and plain values, and is never unpickled ({first}){tail}"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError, KeyError, AttributeError, IndexError) as error:
+        first = _printable(str(error).splitlines()[0])[:160] if str(error) else type(error).__name__
+        raise UntrustedInput(f"{_where(path)}: {what} is truncated or not a torch file ({first}){tail}") from None
+
+
+_NO_DEFAULT = object()
+
+
+class Fields:
+    """Checked access to one object (a JSON or YAML mapping) read from an untrusted file.
+
+    Each accessor names the file and the dotted field in its error, so a reader states its schema as
+    a sequence of reads: `meta.integer("classes", low=1)`, `meta.object("model").string("spec")`.
+    """
+
+    def __init__(self, data: object, source: Path | str, where: str = "") -> None:
+        self.source = _where(source)
+        self.where = where
+        if not isinstance(data, Mapping):
+            raise self.error(f"expected an object, got {describe(data)}")
+        self.data = data
+
+    def error(self, problem: str, key: str | None = None) -> UntrustedInput:
+        field = ".".join(part for part in (self.where, key) if part)
+        return UntrustedInput(f"{self.source}: {field + ': ' if field else ''}{problem}")
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def raw(self, key: str, default: Any = _NO_DEFAULT) -> Any:
+        if key not in self.data or (self.data[key] is None and default is not _NO_DEFAULT):
+            if default is _NO_DEFAULT:
+                raise self.error("missing", key)
+            return default
+        return self.data[key]
+
+    def only(self, allowed: Iterable[str]) -> Fields:
+        """Refuse keys outside `allowed` (a typo is not silently ignored)."""
+        unknown = sorted(str(k) for k in self.data if k not in set(allowed))
+        if unknown:
+            raise self.error(f"unknown key {describe(unknown[0])} (known: {', '.join(sorted(allowed))})")
+        return self
+
+    def object(self, key: str, default: Any = _NO_DEFAULT) -> Fields:
+        value = self.raw(key, {} if default is not _NO_DEFAULT else _NO_DEFAULT)
+        return Fields(value, self.source, ".".join(p for p in (self.where, key) if p))
+
+    def objects(self, key: str, default: Any = _NO_DEFAULT) -> list[Fields]:
+        prefix = ".".join(p for p in (self.where, key) if p)
+        return [Fields(item, self.source, f"{prefix}[{n}]") for n, item in enumerate(self.list(key, default))]
+
+    def list(self, key: str, default: Any = _NO_DEFAULT) -> list:
+        value = self.raw(key, default)
+        if not isinstance(value, list):
+            raise self.error(f"expected a list, got {describe(value)}", key)
+        return value
+
+    def string(
+        self,
+        key: str,
+        default: Any = _NO_DEFAULT,
+        *,
+        pattern: re.Pattern | None = None,
+        choices: Iterable[str] | None = None,
+    ) -> Any:
+        value = self.raw(key, default)
+        if value is default and default is not _NO_DEFAULT:
+            return value
+        return check_string(value, lambda problem: self.error(problem, key), pattern=pattern, choices=choices)
+
+    def integer(self, key: str, default: Any = _NO_DEFAULT, *, low: int | None = None, high: int | None = None) -> Any:
+        value = self.raw(key, default)
+        if value is default and default is not _NO_DEFAULT:
+            return value
+        return check_integer(value, lambda problem: self.error(problem, key), low=low, high=high)
+
+    def number(
+        self, key: str, default: Any = _NO_DEFAULT, *, low: float | None = None, high: float | None = None
+    ) -> Any:
+        value = self.raw(key, default)
+        if value is default and default is not _NO_DEFAULT:
+            return value
+        return check_number(value, lambda problem: self.error(problem, key), low=low, high=high)
+
+    def boolean(self, key: str, default: Any = _NO_DEFAULT) -> Any:
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            raise self.error(f"expected true or false, got {describe(value)}", key)
+        return value
+
+
+def check_string(value: object, error, *, pattern: re.Pattern | None = None, choices: Iterable[str] | None = None):
+    if not isinstance(value, str):
+        raise error(f"expected a string, got {describe(value)}")
+    if choices is not None and value not in set(choices):
+        raise error(f"{describe(value)} is not one of {', '.join(sorted(choices))}")
+    if pattern is not None and not pattern.fullmatch(value):
+        raise error(f"{describe(value)} is not of the expected form")
+    return value
+
+
+def check_integer(value: object, error, *, low: int | None = None, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise error(f"expected an integer, got {describe(value)}")
+    _check_range(value, error, low, high)
+    return value
+
+
+def check_number(value: object, error, *, low: float | None = None, high: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise error(f"expected a number, got {describe(value)}")
+    if not math.isfinite(value):
+        raise error(f"expected a finite number, got {describe(value)}")
+    _check_range(value, error, low, high)
+    return value
+
+
+def _check_range(value, error, low, high) -> None:
+    if low is not None and value < low:
+        raise error(f"{value} is below the smallest allowed value {low}")
+    if high is not None and value > high:
+        raise error(f"{value} is above the largest allowed value {high}")
