@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from builder import __version__
+from builder.core import markdown
 from builder.core.errors import HsiError
 from builder.core.taxonomy import sorted_groups, tier_sort_key
 from builder.formats.composites import COMPOSITE_FIELDS, SCHEMA_VERSION
@@ -229,12 +230,7 @@ def check_card(text: str, expected: list[ConfigSummary] | None = None) -> dict:
 
 
 def table(header: list[str], rows: list[list[Any]]) -> str:
-    def cell(value: Any) -> str:
-        return str(value).replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
+    return markdown.table(header, rows, none="None")
 
 
 def code_block(text: str, language: str = "") -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from builder.core import markdown
+
 EVAL_JSON, EVAL_MD = "eval.json", "eval.md"
 REPORT_SCHEMA = "hsi-eval/1"
 
@@ -54,9 +56,7 @@ def comparison_rows(rows: list[dict], labels: list[str], rates: list[str], diffe
 
 
 def md_table(header: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join("" if c is None else str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
+    return markdown.table(header, rows)
 
 
 def _grid(rows: list[dict], row_key: str, column_key: str, metric: str = "top1") -> str:

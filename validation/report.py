@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import __version__
+from builder.core import markdown
 from builder.core.errors import InputError
 from builder.core.folders import PREVIEWS_DIR, VALIDATION_REPORT, is_plain_file, own_preview_names, read_json_dict
 from builder.core.manifest import COMPOSITES, PARTS, Manifest, format_of
@@ -77,8 +78,7 @@ def _fmt(value, digits: int = 3) -> str:
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
     """A Markdown table: the header, its rule, a line per row (cells as they are written)."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return markdown.table_lines(header, rows, none="None")
 
 
 def _group_size_table(group_size: dict[str, int]) -> list[str]:
@@ -136,7 +136,7 @@ def count_rows(rows: list[dict]) -> dict:
 def _rows_table(rows: list[dict]) -> list[str]:
     """Error rows as a table (the first MAX_LISTED; all are in the JSON)."""
     cells = ([row["reason"], row.get("split"), row.get("shard"), row.get("key"), row["detail"]] for row in rows)
-    escaped = [[str(cell or "").replace("|", "\\|") for cell in row] for row in cells]
+    escaped = [[str(cell or "") for cell in row] for row in cells]  # markdown.table_lines escapes `|`
     lines = _table(["reason", "split", "shard", "key", "detail"], escaped[:MAX_LISTED])
     if len(rows) > MAX_LISTED:
         lines.append(f"\n... and {len(rows) - MAX_LISTED} more in `{JSON_NAME}`.")
