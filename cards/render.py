@@ -434,7 +434,7 @@ LIMITATIONS = """- The objects are cut out by ImageNet's ground-truth boxes and 
 
 def shipped_variant(spec: dict | None) -> str | None:
     """The shipped variant whose spec this is (name and shard size aside), or None for a custom spec."""
-    from builder.variants.spec import NAMED_VARIANTS, load_variant
+    from builder.compose.spec import NAMED_VARIANTS, load_variant
 
     ignored = {"name", "shard_size"}
     own = {k: v for k, v in (spec or {}).items() if k not in ignored}
@@ -459,7 +459,7 @@ def _words(values) -> str:
 
 def inherited_description(spec: dict) -> bool:
     """True when a custom spec still carries a shipped variant's description (overrides keep it)."""
-    from builder.variants.spec import NAMED_VARIANTS, load_variant
+    from builder.compose.spec import NAMED_VARIANTS, load_variant
 
     own = str(spec.get("description") or "").strip()
     shipped = {load_variant(n).description.strip() for n in NAMED_VARIANTS}

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from builder import __version__
-from builder.compose.backgrounds import canvas_background
 from builder.core.config import fingerprint
+from builder.core.imaging import canvas_background
 from builder.core.manifest import ERRORS_NAME, ErrorCounts, Manifest, SplitEntry, write_jsonl_atomic
 from builder.core.records import Box
 from builder.core.shards import write_shard

@@ -49,11 +49,11 @@ from builder.compose.geometry import (
     object_size,
     place,
     resize_mask,
-    resize_rgb,
 )
 from builder.compose.object_crop import PAPER_CROP_CLIPPED, PaperCropClipped, read_spec_object
 from builder.compose.parts_input import index_checked_parts
 from builder.core.errors import HsiError, InputError
+from builder.core.imaging import resize_rgb
 from builder.core.manifest import COMPOSITES, Manifest, ManifestError, format_of
 from builder.core.records import Issue, count_by_reason
 from builder.core.runner import _init_worker, stop_pool

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from builder.compose.backgrounds import stable_rank
+from builder.core.rng import stable_rank
 from builder.core.shards import iter_shard, manifest_shard_paths, read_manifest
 from builder.core.taxonomy import sorted_groups
 from builder.formats.composites import decode_composite_image, decode_composite_json

@@ -32,17 +32,20 @@ from builder.compose.background_cache import (
     read_cached_background,
     read_canvas_background,
 )
-from builder.compose.backgrounds import DONOR_KINDS, gray_background, noise_background, sample_rng
-from builder.compose.geometry import Placement, object_size, paste, place, resize_mask, resize_rgb
+from builder.compose.backgrounds import DONOR_KINDS, gray_background, noise_background
+from builder.compose.geometry import Placement, object_size, paste, place, resize_mask
 from builder.compose.object_crop import PAPER_CROP_CLIPPED, PaperCropClipped, read_spec_object
 from builder.compose.parts_input import index_checked_parts, read_parts_manifest_checked, verify_parts_shards
 from builder.compose.planning import ImageJob, check_has_work, coverage_report, images_per_shard, plan_jobs
+from builder.compose.spec import VariantSpec, load_variant
 from builder.compose.tables import format_table
 from builder.core.classes import class_of, imagenet_classes
 from builder.core.config import canonical_json, fingerprint
 from builder.core.errors import InputError
+from builder.core.imaging import resize_rgb
 from builder.core.manifest import COMPOSITES, Manifest, SplitEntry
 from builder.core.records import Issue
+from builder.core.rng import sample_rng
 from builder.core.runner import (
     ShardPlan,
     ShardResult,
@@ -63,7 +66,6 @@ from builder.formats.composites import (
     sample_key,
 )
 from builder.formats.parts_index import MemberReader, PartsRef, resolve_parts_dir
-from builder.variants import VariantSpec, load_variant
 
 TOOL_NAME = "hard-spurious-imagenet"
 SPEC_NAME = "spec.yaml"

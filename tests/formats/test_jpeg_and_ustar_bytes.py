@@ -14,7 +14,7 @@ import pytest
 from parts_factory import FakeImage, render_image
 from PIL import Image
 
-from builder.compose.geometry import resize_rgb
+from builder.core.imaging import resize_rgb
 from builder.core.shards import _ustar_header, iter_shard, sha256_file, tar_members, write_shard, written_members
 from builder.formats.composites import encode_jpeg, encode_jpeg_bgr, rgb_to_bgr
 from builder.formats.parts import decode_canvas, encode_canvas

@@ -23,13 +23,13 @@ from builder.compose.geometry import (
     CROPS,
     MODES,
     PASTE_MODES,
-    RESIZE_FILTERS,
     SIZE_ROUNDINGS,
     GeometryError,
     check_position,
 )
 from builder.core.classes import class_of, is_known_wnid
 from builder.core.config import ConfigError, fingerprint, load_yaml_mapping
+from builder.core.imaging import RESIZE_FILTERS
 from builder.formats.composites import position_token
 
 NAMED_VARIANTS = ("hard-spurious-imagenet", "hard-spurious-imagenet-ar", "hard-spurious-imagenet-10")
