@@ -56,7 +56,7 @@ from builder.core.errors import HsiError, InputError
 from builder.core.imaging import resize_rgb
 from builder.core.manifest import COMPOSITES, Manifest, ManifestError, format_of
 from builder.core.records import Issue, count_by_reason
-from builder.core.runner import _init_worker, stop_pool
+from builder.core.runner import init_worker, stop_pool
 from builder.core.shards import MANIFEST_NAME, ShardReadError, iter_shard, sha256_file
 from builder.core.taxonomy import group_name, tier_of
 from builder.formats.augmented import (
@@ -761,7 +761,7 @@ def _map_shards(tasks: list[ShardTask], workers: int) -> list[ShardCheck]:
         pool = ProcessPoolExecutor(
             max_workers=min(workers, len(tasks)),
             mp_context=context,
-            initializer=_init_worker,
+            initializer=init_worker,
             initargs=(context.Value("q", 0),),
         )
         try:

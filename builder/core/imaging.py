@@ -17,8 +17,11 @@ RESIZE_FILTERS: dict[str, Image.Resampling] = {
 
 def resize_rgb(array: np.ndarray | Image.Image, w: int, h: int, resize_filter: str = "bicubic") -> np.ndarray:
     """`array` may be a PIL image: resizing one crop to several sizes then converts it only once."""
-    image = array if isinstance(array, Image.Image) else None
-    if (image.size if image is not None else (array.shape[1], array.shape[0])) == (w, h):
+    if isinstance(array, Image.Image):
+        image, size = array, array.size
+    else:
+        image, size = None, (array.shape[1], array.shape[0])
+    if size == (w, h):
         return np.asarray(array)
     if image is None:
         image = Image.fromarray(array)

@@ -24,7 +24,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from builder.core.errors import SettingsError, UsageError, _printable
+from builder.core.errors import SettingsError, UsageError, printable
 from builder.core.locks import exclusive_folder
 from builder.core.manifest import write_json_atomic
 
@@ -44,7 +44,7 @@ def _sha256(path: Path) -> str:
 
 
 def _show(path: Path | str) -> str:
-    return _printable(str(path))
+    return printable(str(path))
 
 
 def check_relative(relative: str) -> list[str]:
@@ -115,7 +115,7 @@ class OwnedFolder:
             )
         if data.get("kind") != self.kind:
             raise OwnedFolderError(
-                f"{_show(self.root)} was written by `hsi {_printable(str(data.get('kind')))}`, not `hsi {self.kind}`: "
+                f"{_show(self.root)} was written by `hsi {printable(str(data.get('kind')))}`, not `hsi {self.kind}`: "
                 f"choose another {self.flag}"
             )
         return {k: v for k, v in files.items() if _is_safe(k)}
