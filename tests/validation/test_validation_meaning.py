@@ -326,7 +326,7 @@ def test_failures_are_the_same_for_any_worker_count(copy):
 
 
 def test_ctrl_c_during_a_parallel_validate_stops_with_one_line_and_status_130(built, tmp_path, monkeypatch, capsys):
-    import validation.integrity as integrity
+    import validation.integrity.driver as integrity
 
     dataset, parts = built
     out = tmp_path / "report"
