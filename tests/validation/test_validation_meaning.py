@@ -274,7 +274,8 @@ def test_boxes_past_their_image_are_clipped_and_reported(tmp_path):
 def test_scores_outside_zero_one_are_refused():
     from builder.core.errors import InputError
     from builder.core.records import Box
-    from validation.scores import ImageBoxes, compute_scores
+    from validation.scores.boxes import ImageBoxes
+    from validation.scores.report import compute_scores
 
     with pytest.raises(InputError, match=r"outside \[0, 1\].*--sizes-from"):
         compute_scores([ImageBoxes("a", WNIDS[0], 100, 80, (Box(40, 30, 400, 300, WNIDS[0]),))])
@@ -283,7 +284,8 @@ def test_scores_outside_zero_one_are_refused():
 def test_correlations_carry_p_values_and_bootstrap_intervals(tmp_path):
     from scipy.stats import kendalltau, spearmanr
 
-    from validation.scores import ClassScore, correlate_with_accuracy
+    from validation.scores.boxes import ClassScore
+    from validation.scores.correlations import correlate_with_accuracy
 
     classes = [
         ClassScore(w, "", 3, centre, size)
@@ -368,7 +370,8 @@ def test_row_labels_fit_and_thumbnails_span_classes(tmp_path):
 
 
 def test_score_histograms_state_n_and_the_papers_values():
-    from validation.scores import ClassScore, distribution_labels
+    from validation.scores.boxes import ClassScore
+    from validation.scores.plots import distribution_labels
 
     classes = [ClassScore("a", "", 2, 0.5, 0.2), ClassScore("b", "", 3, 0.7, 0.4)]
     centre, size = distribution_labels(classes, "centre"), distribution_labels(classes, "size")

@@ -16,16 +16,10 @@ from validate_cli import scores_from_csv
 from builder.core.records import Box
 from builder.formats.loc_csv import read_loc_boxes, read_loc_solution
 from hsi.cli import main
-from validation.scores import (
-    ImageBoxes,
-    average_ranks,
-    boxes_from_loc_csv,
-    compute_scores,
-    image_sizes_from_folder,
-    kendall_tau_b,
-    score_image,
-    spearman,
-)
+from validation.scores.boxes import ImageBoxes, score_image
+from validation.scores.correlations import average_ranks, kendall_tau_b, spearman
+from validation.scores.inputs import boxes_from_loc_csv, image_sizes_from_folder
+from validation.scores.report import compute_scores
 
 TENCH, GOLDFISH = "n01440764", "n01443537"
 
