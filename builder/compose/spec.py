@@ -312,6 +312,15 @@ def _coerce(values: Mapping[str, Any]) -> dict:
     return data
 
 
+def spec_from_json(data: Mapping[str, Any], source: str = "_info.json") -> VariantSpec:
+    """The typed spec a manifest recorded (its `spec` field), defaults filled by this type and nowhere
+    else; a field this tool does not know, or a value it would not compose, is one line naming it."""
+    try:
+        return VariantSpec(**_coerce(data))
+    except (ConfigError, TypeError) as exc:
+        raise ConfigError(f"{source}: its spec is not one this tool composes ({exc})") from None
+
+
 def variant_folder(name: str) -> str:
     """The folder of a named variant: its name with '-' as '_' (an importable package name)."""
     return name.replace("-", "_")

@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from builder.augment.stage import ScgsModels, ScgsOptions, ScgsStage, check_run_options, run_scgs
     from builder.backends.registry import backend_config, make_backend
     from builder.backends.sd_inpaint import GenerationSettings
+    from builder.compose.spec import spec_from_json
     from evaluation.labels import config_wnids
     from evaluation.scgs_classifier import load_scgs_classifier, read_train_predictions
 
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
             f"{args.source}: its manifest names {len(source.class_names)} classes but its spec has {len(wnids)}; "
             "validate the source config and rebuild it with `hsi compose`"
         )
-    canvas = int((source.manifest.spec or {}).get("canvas", 224))
+    canvas = spec_from_json(source.manifest.spec or {"name": args.source}).canvas
     classifier = load_scgs_classifier(args.model, args.checkpoint, wnids, canvas, args.device, args.cam_layer)
     check = (
         load_scgs_classifier(args.check_model, None, wnids, canvas, args.device, None, "--check-model", True)

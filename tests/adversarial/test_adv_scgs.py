@@ -174,7 +174,7 @@ def test_a_tampered_source_manifest_is_refused_before_any_write(world, tmp_path,
         (hostile_shard, ("'../x.tar' is not of the form <split>-NNNNN.tar",)),
         (no_train, ("has no train split",)),
         (two_classes, ("names 2 classes but its spec has 4",)),
-        (labels_beyond_the_class_names, ("but the manifest names 2 classes",)),
+        (labels_beyond_the_class_names, ("its spec is not one this tool composes", "subset.pairs")),
         (inflated, ("holds 40 samples, its manifest lists 45",)),
     ]
     for n, (edit, needles) in enumerate(cases):

@@ -3,19 +3,20 @@ manifest order so the result is the same for any worker count."""
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from builder.compose.spec import spec_from_json
+from builder.core.config import ConfigError
 from builder.core.errors import HsiError, InputError
-from builder.core.manifest import COMPOSITES, Manifest, format_of
+from builder.core.manifest import COMPOSITES, Manifest, ManifestError, ShardStats, SplitEntry, format_of
 from builder.core.runner import init_worker, stop_pool
 from builder.core.shards import MANIFEST_NAME
-from validation.integrity.pixels import PartsLookup, object_rules
+from validation.integrity.pixels import PartsLookup
 from validation.integrity.results import (
     DEFAULT_PLACEMENT_TOLERANCE,
     IntegrityResult,
@@ -33,7 +34,7 @@ class ShardTask:
 
     dataset_dir: str
     split: str
-    entry: dict
+    entry: ShardStats
     stage: str
     class_names: list | None
     spec: dict
@@ -70,7 +71,7 @@ def close_lookups() -> None:
 def check_shard(task: ShardTask) -> ShardCheck:
     """Every check of one shard and its samples (cross-shard checks are left to the merge)."""
     result = IntegrityResult(task.stage, tolerance=task.tolerance)
-    name = task.entry.get("filename", "?")
+    name = task.entry.filename
     digest = check_shard_file(Path(task.dataset_dir), task.split, task.entry, result.failures)
     if digest is None:
         return ShardCheck(result, {}, [], False)
@@ -82,7 +83,7 @@ def check_shard(task: ShardTask) -> ShardCheck:
         _parts_lookup(task.parts_dir),
         task.tolerance,
         result,
-        task.spec.get("resize_filter", "bicubic"),
+        task.spec.get("resize_filter"),
         task.spec,
     )
     check_sample = checker.composite if format_of(task.stage) == COMPOSITES else checker.parts_sample
@@ -96,8 +97,8 @@ def check_shard(task: ShardTask) -> ShardCheck:
         keys.append(key)
         check_sample(name, key, members, counts)
     result.samples_checked = len(keys)
-    if len(keys) != task.entry.get("num_samples"):
-        declared = describe_value(task.entry.get("num_samples"))
+    if len(keys) != task.entry.num_samples:
+        declared = describe_value(task.entry.num_samples)
         result.failures.append(
             failure("shard-count", f"holds {len(keys)} samples, manifest says {declared}", task.split, name)
         )
@@ -149,16 +150,27 @@ def _map_shards(tasks: list[ShardTask], workers: int) -> list[ShardCheck]:
         ) from None
 
 
-def load_manifest(dataset_dir: Path) -> tuple[Manifest, dict]:
-    """The typed manifest (a malformed one is refused with the field at fault) and its raw JSON,
-    whose derived fields (`filenames`, `shard_lengths`) are compared with the shards."""
+def load_manifest(dataset_dir: Path) -> Manifest:
+    """The typed manifest (a malformed one is refused with the field at fault), of a stage whose
+    folders hold parts or composites."""
     manifest = Manifest.read(dataset_dir)
     if manifest.holds is None:
         raise InputError(
             f"{dataset_dir / MANIFEST_NAME}: stage {manifest.stage!r} is neither compose nor extract; "
             "validate a composed config folder or a parts folder"
         )
-    return manifest, json.loads((Path(dataset_dir) / MANIFEST_NAME).read_text("utf-8"))
+    return manifest
+
+
+def resolved_spec(manifest: Manifest) -> dict:
+    """Every field of a composed folder's spec, defaults from the spec type (`builder.compose.spec`),
+    as a plain dict for the workers; {} for a folder without one (parts)."""
+    if manifest.spec is None:
+        return {}
+    try:
+        return asdict(spec_from_json(manifest.spec, MANIFEST_NAME))
+    except ConfigError as exc:
+        raise ManifestError(f"{exc}; the dataset was not composed by this tool, or its manifest was edited") from None
 
 
 def check_dataset(
@@ -169,17 +181,16 @@ def check_dataset(
     A malformed manifest is refused (`ManifestError`); every problem below it is a failure row."""
     dataset_dir = Path(dataset_dir)
     tolerance = check_tolerance(tolerance)
-    manifest, raw = load_manifest(dataset_dir)
+    manifest = load_manifest(dataset_dir)
     stage = manifest.stage
     result = IntegrityResult(stage, tolerance=tolerance)
     parts = str(parts_dir) if parts_dir is not None and format_of(stage) == COMPOSITES else None
-    if parts is not None:
-        object_rules(manifest.spec or {})  # refused here, once, rather than in every worker
+    spec = resolved_spec(manifest)  # refused here, once, rather than in every worker
     tasks, listed = [], Counter()
     for split in sorted(manifest.splits):
-        for shard in raw["splits"][split]["shards"]:
-            listed[shard["filename"]] += 1
-            if listed[shard["filename"]] == 1:
+        for shard in manifest.splits[split].shards:
+            listed[shard.filename] += 1
+            if listed[shard.filename] == 1:
                 tasks.append(
                     ShardTask(
                         str(dataset_dir),
@@ -187,7 +198,7 @@ def check_dataset(
                         shard,
                         stage,
                         manifest.class_names,
-                        manifest.spec or {},
+                        spec,
                         parts,
                         tolerance,
                     )
@@ -200,7 +211,7 @@ def check_dataset(
     for split in sorted(manifest.splits):
         _merge_split(
             split,
-            raw["splits"][split],
+            manifest.splits[split],
             stage,
             [(t, c) for t, c in zip(tasks, checks) if t.split == split],
             result,
@@ -211,7 +222,7 @@ def check_dataset(
 
 def _merge_split(
     split: str,
-    entry: dict,
+    entry: SplitEntry,
     stage: str,
     checked: list[tuple[ShardTask, ShardCheck]],
     result: IntegrityResult,
@@ -219,15 +230,14 @@ def _merge_split(
 ) -> None:
     """The shard results of one split, in manifest order, with the split's own checks: derived
     fields, keys across shards, totals and counts. `seen` maps every key met so far to its shard."""
-    shards = entry.get("shards", [])
-    if [s.get("filename") for s in shards] != entry.get("filenames", []):
+    if entry.recorded_filenames is not None and list(entry.recorded_filenames) != entry.filenames:
         result.failures.append(failure("manifest", "filenames and shards list different files", split))
-    if [s.get("num_samples") for s in shards] != entry.get("shard_lengths", []):
+    if entry.recorded_lengths is not None and list(entry.recorded_lengths) != entry.shard_lengths:
         result.failures.append(failure("manifest", "shard_lengths disagree with the shards' num_samples", split))
     counts: dict = {}
     total = 0
     for task, check in checked:
-        name = task.entry["filename"]
+        name = task.entry.filename
         part = check.result
         result.failures.extend(part.failures)
         for key in check.keys:
@@ -242,14 +252,14 @@ def _merge_split(
         result.source_ids.extend(part.source_ids)
         _add_counts(counts, check.counts)
         total += part.samples_checked
-    if total != entry.get("num_samples"):
+    if total != entry.num_samples:
         result.failures.append(
             failure(
                 "split-count",
-                f"shards hold {total} samples, manifest says {describe_value(entry.get('num_samples'))}",
+                f"shards hold {total} samples, manifest says {describe_value(entry.num_samples)}",
                 split,
             )
         )
     if format_of(stage) == COMPOSITES:
-        compare_counts(split, entry.get("counts", {}), counts, result.failures)
+        compare_counts(split, entry.counts or {}, counts, result.failures)
     result.counts[split] = {"num_samples": total, **{k: dict(sorted(v.items())) for k, v in sorted(counts.items())}}

@@ -11,16 +11,12 @@ import numpy as np
 
 from builder.compose.background_cache import read_canvas_background
 from builder.compose.geometry import (
-    BOX_ROUNDINGS,
-    CROPS,
-    SIZE_ROUNDINGS,
     resize_mask,
 )
 from builder.compose.object_crop import PAPER_CROP_CLIPPED, PaperCropClipped, read_spec_object
 from builder.compose.parts_input import index_checked_parts
 from builder.core.imaging import resize_rgb
-from builder.core.manifest import Manifest, ManifestError
-from builder.core.shards import MANIFEST_NAME
+from builder.core.manifest import Manifest
 from builder.formats.parts_index import MemberReader, PartsRef
 from validation.integrity.results import DECODE_ERRORS
 
@@ -85,7 +81,7 @@ class PartsLookup:
 
 
 def placement_error(
-    composite: np.ndarray, meta: dict, crop: np.ndarray, mask: np.ndarray, resize_filter: str = "bicubic"
+    composite: np.ndarray, meta: dict, crop: np.ndarray, mask: np.ndarray, resize_filter: str
 ) -> float | None:
     """Mean absolute difference between the declared pasted region and the resized crop (over the
     mask's pixels when only the mask was pasted); None when nothing can be compared."""
@@ -117,22 +113,9 @@ def background_error(composite: np.ndarray, meta: dict, background: np.ndarray) 
 
 
 def object_rules(spec: dict) -> tuple[str, str, str]:
-    """How the spec cuts and sizes the object (`crop`, `box_rounding`, `size_rounding`; a spec
-    that predates a field has its default); ManifestError for a value compose does not know."""
-    rules = []
-    for name, default, known in (
-        ("crop", "inclusive", CROPS),
-        ("box_rounding", "none", BOX_ROUNDINGS),
-        ("size_rounding", "half-up", SIZE_ROUNDINGS),
-    ):
-        value = spec.get(name, default)
-        if value not in known:
-            raise ManifestError(
-                f"{MANIFEST_NAME}: spec field {name} is {value!r}, not one of {', '.join(known)}; "
-                "the dataset was not composed by this tool, or its manifest was edited"
-            )
-        rules.append(value)
-    return rules[0], rules[1], rules[2]
+    """How the spec cuts and sizes the object (`crop`, `box_rounding`, `size_rounding`), from the
+    spec as `resolved_spec` typed it (its type has the defaults and refused unknown values)."""
+    return spec["crop"], spec["box_rounding"], spec["size_rounding"]
 
 
 def from_parts(fail, reason: str, source_id: str, read):

@@ -36,7 +36,7 @@ class SampleChecker:
     parts: PartsLookup | None
     tolerance: float
     result: IntegrityResult
-    resize_filter: str = "bicubic"
+    resize_filter: str | None = None  # the spec's (builder.compose.spec); None for parts
     spec: dict = field(default_factory=dict)
 
     def failure_recorder(self, shard: str, key: str):
@@ -113,7 +113,7 @@ class SampleChecker:
             meta["size"],
             meta["canvas"],
             meta["mode"],
-            self.spec.get("margin") or 0,
+            self.spec.get("margin", 0),
             size_rounding,
         )
         if expected_wh != (meta["box_w"], meta["box_h"]):

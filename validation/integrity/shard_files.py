@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from builder.core.manifest import ShardStats
 from builder.core.records import Issue
 from builder.core.shards import MANIFEST_NAME, ShardReadError, iter_shard, sha256_file
 from builder.formats.composites import (
@@ -36,9 +37,9 @@ def safe_shard_name(name) -> bool:
     )
 
 
-def check_shard_file(dataset_dir: Path, split: str, entry: dict, failures: list[Issue]) -> str | None:
+def check_shard_file(dataset_dir: Path, split: str, entry: ShardStats, failures: list[Issue]) -> str | None:
     """Existence, byte size and sha256 of one listed shard: its sha256 on disk, None when missing."""
-    name = entry.get("filename", "?")
+    name = entry.filename
     if not safe_shard_name(name):
         failures.append(
             failure(
@@ -51,16 +52,16 @@ def check_shard_file(dataset_dir: Path, split: str, entry: dict, failures: list[
         failures.append(failure("missing-shard", f"listed in {MANIFEST_NAME} but not a file on disk", split, name))
         return None
     size = path.stat().st_size
-    if "bytes" in entry and size != entry["bytes"]:
+    if size != entry.bytes:
         failures.append(
-            failure("shard-size", f"{size} bytes on disk, manifest says {describe_value(entry['bytes'])}", split, name)
+            failure("shard-size", f"{size} bytes on disk, manifest says {describe_value(entry.bytes)}", split, name)
         )
     digest = sha256_file(path)
-    if "sha256" in entry and digest != entry["sha256"]:
+    if digest != entry.sha256:
         failures.append(
             failure(
                 "shard-sha256",
-                f"sha256 {digest[:16]}... differs from the manifest's {str(entry['sha256'])[:16]}...",
+                f"sha256 {digest[:16]}... differs from the manifest's {entry.sha256[:16]}...",
                 split,
                 name,
             )
