@@ -16,7 +16,7 @@ from builder.core.config import CONFIG_NAME
 from builder.core.errors import SettingsError, first_few
 from builder.core.manifest import ERRORS_NAME, MANIFEST_NAME
 from builder.core.names import SHARD_FILENAME
-from builder.core.runner import STATE_DIR
+from builder.core.runner import STATE_DIR, read_state_record
 
 
 class ForeignOutput(SettingsError, FileExistsError):
@@ -130,15 +130,45 @@ def foreign_entries(folder: Path) -> list[str]:
     stray_entries). It looks into our own sub-folders: `_state/` holds only shard records, `previews/`
     only the pictures drawn for this folder (own_preview_names). A name of ours on an entry of
     another kind (a folder where we write a file) is foreign."""
-    previews = own_preview_names(read_json_dict(folder / MANIFEST_NAME), read_json_dict(folder / VALIDATION_REPORT))
+    manifest = read_json_dict(folder / MANIFEST_NAME)
+    previews = own_preview_names(manifest, read_json_dict(folder / VALIDATION_REPORT))
+    shards = listed_shards(manifest)
 
     def own_file(relative: str) -> bool:
         top, _, below = relative.partition("/")
         if not below:
             return _own_top_file(top)
-        return (top == STATE_DIR and bool(STATE_RECORD.fullmatch(below))) or (top == PREVIEWS_DIR and below in previews)
+        return (top == STATE_DIR and own_state_record(folder, below, shards)) or (
+            top == PREVIEWS_DIR and below in previews
+        )
 
     return stray_entries(folder, own_file, lambda relative: relative in (STATE_DIR, PREVIEWS_DIR))
+
+
+def listed_shards(manifest: dict) -> set[str]:
+    """The shard filenames a folder's manifest lists (none when it lists them in another form)."""
+    splits = manifest.get("splits")
+    entries = splits.values() if isinstance(splits, dict) else []
+    rows = [row for entry in entries if isinstance(entry, dict) for row in _list(entry.get("shards"))]
+    return {row["filename"] for row in rows if isinstance(row, dict) and isinstance(row.get("filename"), str)}
+
+
+def _list(value: object) -> list:
+    return value if isinstance(value, list) else []
+
+
+def own_state_record(folder: Path, name: str, shards: set[str]) -> bool:
+    """Whether `_state/NAME` is one of our shard records: named after a shard this folder holds (its
+    manifest lists it, or the shard file is there) and, unless it is our temporary of one (a killed
+    run's half-written record, beside a shard already renamed into place), parsing as our state
+    record of that shard. A user's `_state/val-00099.tar.json` for a shard that does not exist is
+    theirs, whatever its name."""
+    if not STATE_RECORD.fullmatch(name):
+        return False
+    shard = name[: name.index(".tar") + len(".tar")]
+    if shard not in shards and not is_plain_file(folder / shard):
+        return False
+    return name.endswith(".tmp") or read_state_record(folder / STATE_DIR / name, shard) is not None
 
 
 def refuse_foreign(folder: Path, foreign: Sequence[str], flag: str, error: type[Exception] = ForeignOutput) -> None:

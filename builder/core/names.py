@@ -21,6 +21,12 @@ CONFIG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # Split names as datasets accepts them (word characters), which also keeps `<split>-NNNNN.tar` parseable.
 SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]{0,63}")
 SHARD_FILENAME = re.compile(r"(?P<split>[A-Za-z0-9][A-Za-z0-9_]{0,63})-(?P<index>[0-9]{5,9})\.tar")
+# One path component made from a sample's metadata (a source id, a sample key, a group's folder such
+# as `xy:0.25,0.75_gray`): never `.`, `..` or a hidden name, no separator, printable ASCII only.
+PATH_COMPONENT = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._,:-]{0,199}")
+WNID = re.compile(r"n[0-9]{8}")
+# A pixel size that becomes a folder name (`56/`): a positive int, at most a canvas anyone builds.
+MAX_SIZE = 100_000
 
 
 class UnsafeNameError(InputError, ValueError):
@@ -63,6 +69,33 @@ def check_shard_filename(name: object, split: str | None = None) -> str:
             f"shard filename {name!r} is listed under split {split!r}; a shard is named after its split"
         )
     return match.string  # the name itself, now known to be a str
+
+
+def check_path_component(name: object, what: str = "name") -> str:
+    return _matching(
+        PATH_COMPONENT,
+        name,
+        f"is not a safe {what} to become a file or folder name (ASCII letters, digits and . _ - , :, "
+        "not starting with '.', at most 200 characters)",
+    )
+
+
+def check_wnid(name: object) -> str:
+    return _matching(WNID, name, "is not a WordNet id (n followed by 8 digits)")
+
+
+def check_size(value: object) -> str:
+    """A pixel size as the folder name it becomes (`56`): a positive int, never a string."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_SIZE:
+        raise UnsafeNameError(f"{value!r} is not a size in pixels (an integer from 1 to {MAX_SIZE})")
+    return str(value)
+
+
+def check_relative_path(path: object, what: str = "path") -> list[str]:
+    """The components of a relative path `a/b/c` a record lists, each one a safe component."""
+    if not isinstance(path, str) or not path:
+        raise UnsafeNameError(f"{path!r} is not a relative path")
+    return [check_path_component(part, what) for part in path.split("/")]
 
 
 def inside(folder: Path, *parts: str) -> Path:

@@ -75,16 +75,32 @@ def _state_path(out_dir: Path, plan: ShardPlan) -> Path:
     return out_dir / STATE_DIR / f"{plan.filename}.json"
 
 
+def read_state_record(path: Path, shard: str) -> ShardResult | None:
+    """The record at `path` when it is a state record of ours for `shard` (a plain file whose JSON
+    is a ShardResult of that shard, with the types we write), else None."""
+    if path.is_symlink() or not path.is_file():
+        return None
+    try:
+        result = ShardResult.from_json(json.loads(path.read_text("utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+    stats = result.stats
+    plain = (
+        stats.filename == shard
+        and all(isinstance(n, int) and not isinstance(n, bool) for n in (stats.num_samples, stats.bytes))
+        and isinstance(stats.sha256, str)
+        and isinstance(result.counts, dict)
+    )
+    return result if plain else None
+
+
 def load_finished(out_dir: Path, plan: ShardPlan) -> ShardResult | None:
     """A shard is finished when both its tar and its state record exist and agree in size."""
     state, tar = _state_path(out_dir, plan), out_dir / plan.filename
-    if not (state.is_file() and tar.is_file()):
+    if not tar.is_file():
         return None
-    try:
-        result = ShardResult.from_json(json.loads(state.read_text("utf-8")))
-    except (ValueError, KeyError, TypeError):
-        return None
-    return result if result.stats.bytes == tar.stat().st_size else None
+    result = read_state_record(state, plan.filename)
+    return result if result is not None and result.stats.bytes == tar.stat().st_size else None
 
 
 def record_finished(out_dir: Path, plan: ShardPlan, result: ShardResult) -> None:

@@ -20,6 +20,7 @@ CRITERIA = ("absolute", "relative")
 CRITERION_LEVEL = 0.5
 BASE_FREQUENCY = 1.75
 A_BOUNDS = (0.0, 4.0)
+PROPERTIES = ("bandwidth_octaves", "centre_frequency", "peak_noise_sensitivity")
 
 
 def find_thresholds(matrix: np.ndarray, criterion: str = "absolute", level: float = CRITERION_LEVEL) -> np.ndarray:
@@ -91,21 +92,56 @@ def fit_channel(thresholds) -> dict:
             )
     except (RuntimeError, ValueError) as exc:
         result["degenerate"] = [f"the Gaussian fit did not converge: {exc}"]
-        return result
+        return {**result, **dict.fromkeys(PROPERTIES)}
     result["fit"] = {"A": float(a), "mu": float(mu), "sigma": float(sigma)}
     result.update(channel_properties(a, mu, sigma))
     result["degenerate"] = degeneracies(thresholds, float(a), float(mu), float(sigma))
+    if result["degenerate"]:  # the fitted parameters stay in `fit`; no channel figure is given for them
+        result.update(dict.fromkeys(PROPERTIES))
     return result
+
+
+def degenerate_cause(matrix: np.ndarray, thresholds, criterion: str, level: float) -> tuple[str, str | None]:
+    """Why the thresholds leave nothing to fit, in the matrix's own numbers, and what to try (or None)."""
+    from .critical_band import NOISE_SDS
+
+    matrix = np.asarray(matrix, dtype=float)
+    thresholds = np.asarray(thresholds)
+    clean = float(matrix[0].max())
+    if criterion == "absolute" and clean <= level:
+        return (
+            f"the noise-free accuracy ({clean:.2f}) is not above the absolute criterion ({level:.0%}): even "
+            "without noise no band passes, so the thresholds say nothing about the noise",
+            f"pass --criterion relative (a band passes above {level:.0%} of its noise-free accuracy), or probe a "
+            "model and images it classifies better than that",
+        )
+    if clean == 0:
+        return (
+            "the model classifies none of the images correctly even without noise",
+            "check the model's weights and preprocessing, or probe more images (--limit)",
+        )
+    if not thresholds.any():
+        return (
+            f"every band passes even at the strongest noise (SD {NOISE_SDS[-1]}): the noise never brings the "
+            "accuracy down to the criterion",
+            "a higher --criterion-level"
+            if criterion == "relative"
+            else "pass --criterion relative, or a higher --criterion-level",
+        )
+    return ("the thresholds per band have no single peak a Gaussian can describe", None)
 
 
 def summarise(matrix: np.ndarray, criterion: str = "absolute", level: float = CRITERION_LEVEL) -> dict:
     from .critical_band import BAND_CENTRES, NOISE_SDS
 
     thresholds = find_thresholds(matrix, criterion, level)
-    return {
+    result = {
         "noise_sds": list(NOISE_SDS),
         "band_centres": list(BAND_CENTRES),
         "accuracy": np.asarray(matrix, dtype=float).round(6).tolist(),
         "criterion": {"kind": criterion, "level": level},
         **fit_channel(thresholds),
     }
+    if result["degenerate"]:  # only then: a channel's probes.json stays as it was
+        result["cause"], result["suggestion"] = degenerate_cause(matrix, thresholds, criterion, level)
+    return result

@@ -15,50 +15,16 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from builder.core.owned import OwnedFolder
+
 from ..report import md_table, write_json
+from .schema import BIASES, bias_values, eval_values
 
 MIN_MODELS = 3
 TABLE_CSV, TABLE_MD = "probe_table.csv", "probe_table.md"
 CORRELATIONS_JSON, CORRELATIONS_MD = "correlations.json", "correlations.md"
 SCATTER_PNG = "plots/probe_scatter.png"
-BIASES = ("shape_bias", "spectral_bias", "lpp", "hpp", "cb_bandwidth", "cb_centre_frequency", "cb_peak_sensitivity")
-
-
-def bias_values(probes: dict) -> dict:
-    """The per-model bias numbers; a degenerate critical-band fit contributes none."""
-    values = {name: None for name in BIASES}
-    if probes.get("shape"):
-        values["shape_bias"] = probes["shape"]["shape_bias"]
-    if probes.get("spectral"):
-        for key in ("spectral_bias", "lpp", "hpp"):
-            values[key] = probes["spectral"][key]
-    band = probes.get("critical_band")
-    if band and band.get("fit") and not band["degenerate"]:
-        values.update(
-            cb_bandwidth=band["bandwidth_octaves"],
-            cb_centre_frequency=band["centre_frequency"],
-            cb_peak_sensitivity=band["peak_noise_sensitivity"],
-        )
-    return values
-
-
-def eval_values(report: dict) -> dict:
-    """Group accuracies (per group and per group@size), worst group, background-class share of the
-    errors on foreign backgrounds, overall and clean top-1 from one eval.json."""
-    metrics = report["metrics"]
-    values: dict = {"top1": (metrics.get("overall") or {}).get("top1", {}).get("value")}
-    for row in metrics.get("by_group") or []:
-        values[f"{row['group']}_top1"] = row["top1"]["value"]
-    for row in metrics.get("by_group_size") or []:
-        values[f"{row['group']}@{row['size']}_top1"] = row["top1"]["value"]
-    summary = metrics.get("groups_summary")
-    values["worst_group"] = summary["worst_group"]["group"] if summary else None
-    values["worst_group_top1"] = summary["worst_group"]["value"] if summary else None
-    background = metrics.get("background_class")
-    values["background_class_share"] = background["overall"]["share_of_errors"]["value"] if background else None
-    clean = report.get("clean")
-    values["clean_top1"] = clean["top1"]["value"] if clean else None
-    return values
+FILES = (TABLE_CSV, TABLE_MD, CORRELATIONS_JSON, CORRELATIONS_MD, SCATTER_PNG)
 
 
 def table_rows(entries: list[tuple[str, dict, dict]]) -> list[dict]:
@@ -149,16 +115,15 @@ def correlations(rows: list[dict], resamples: int = 1000, seed: int = 0) -> dict
     return result
 
 
-def write_table(out_dir: Path, rows: list[dict]) -> tuple[Path, Path]:
+def write_table(out: OwnedFolder, rows: list[dict]) -> tuple[Path, Path]:
     columns: list[str] = []
     for row in rows:
         columns += [c for c in row if c not in columns]
-    csv_path, md_path = Path(out_dir) / TABLE_CSV, Path(out_dir) / TABLE_MD
 
     def cell(value):
         return "" if value is None else (f"{value:.4f}" if isinstance(value, float) else value)
 
-    with open(csv_path, "w", newline="", encoding="utf-8") as handle:
+    with out.writing(TABLE_CSV) as tmp, open(tmp, "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         writer.writerows([{k: cell(v) for k, v in row.items()} for row in rows])
@@ -167,12 +132,12 @@ def write_table(out_dir: Path, rows: list[dict]) -> tuple[Path, Path]:
         "",
         md_table(columns, [[cell(row.get(c)) for c in columns] for row in rows]),
     ]
-    md_path.write_text("\n".join(lines) + "\n", "utf-8")
-    return csv_path, md_path
+    return out.root / TABLE_CSV, out.write_text(TABLE_MD, "\n".join(lines) + "\n")
 
 
-def write_correlations(out_dir: Path, result: dict) -> Path:
-    write_json(Path(out_dir) / CORRELATIONS_JSON, result)
+def write_correlations(out: OwnedFolder, result: dict) -> Path:
+    with out.writing(CORRELATIONS_JSON) as tmp:
+        write_json(tmp, result)
     lines = ["# Do the biases predict Hard-Spurious-ImageNet accuracy?", "", result["method"] + ".", ""]
     if result.get("note"):
         lines.append(f"**{result['note']}.**")
@@ -194,12 +159,10 @@ def write_correlations(out_dir: Path, result: dict) -> Path:
             for p in result["pairs"]
         ]
         lines.append(md_table(["bias", "metric", "models", "Spearman rho", "95% interval", "p", "note"], rows))
-    path = Path(out_dir) / CORRELATIONS_MD
-    path.write_text("\n".join(lines) + "\n", "utf-8")
-    return path
+    return out.write_text(CORRELATIONS_MD, "\n".join(lines) + "\n")
 
 
-def write_scatter(out_dir: Path, rows: list[dict]) -> Path | None:
+def write_scatter(out: OwnedFolder, rows: list[dict]) -> Path | None:
     """Each bias (rows of panels) against the main Hard-Spurious numbers (columns)."""
     from ..plots import _pyplot
 
@@ -222,8 +185,9 @@ def write_scatter(out_dir: Path, rows: list[dict]) -> Path | None:
             ax.set_xlabel(bias, fontsize=8)
             ax.set_ylabel(target, fontsize=8)
     fig.tight_layout()
-    path = Path(out_dir) / SCATTER_PNG
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    try:
+        with out.writing(SCATTER_PNG) as tmp:
+            fig.savefig(tmp, dpi=110)
+    finally:
+        plt.close(fig)
+    return out.root / SCATTER_PNG

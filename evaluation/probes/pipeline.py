@@ -3,16 +3,17 @@ already probed with the same settings and weights is read back instead of re-run
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from builder import __version__
+from builder.core.owned import OwnedFolder
 
 from ..models import LoadedModel, model_slug
-from .report import PROBES_JSON, write_model_report
+from .report import PROBES_JSON, PROBES_MD, write_model_report
 from .runner import ProbeModel, ValImages, load_val_images, probe_preprocessing
+from .schema import read_probes
 
 PROBES = ("spectral", "critical-band", "shape")
 PROBE_SCHEMA = "hsi-probe/1"
@@ -52,15 +53,10 @@ def _identity(loaded: LoadedModel, settings: ProbeSettings) -> dict:
     }
 
 
-def read_existing(folder: Path, identity: dict) -> dict | None:
-    path = folder / PROBES_JSON
-    if not path.is_file():
-        return None
-    try:
-        report = json.loads(path.read_text("utf-8"))
-    except ValueError:
-        return None
-    return report if report.get("identity") == identity else None
+def read_existing(out: OwnedFolder, folder: str, identity: dict) -> dict | None:
+    """The model's earlier report in OUT/<folder>/ when it has the same identity (else None)."""
+    path = out.root / folder / PROBES_JSON
+    return read_probes(path, identity) if path.exists() else None
 
 
 class ValCache:
@@ -81,21 +77,23 @@ class ValCache:
 def probe_model(
     loaded: LoadedModel,
     settings: ProbeSettings,
-    out_dir: Path,
+    out: OwnedFolder,
     val_cache: ValCache,
     overwrite: bool = False,
     announce: Callable[[str], None] = print,
 ) -> tuple[Path, dict]:
-    """Run the probes of `settings` on one model; returns its folder and report."""
+    """Run the probes of `settings` on one model into OUT/<model>/; returns that folder and the report."""
     from . import channel, critical_band, spectral
     from .shape import run_shape
 
-    folder = Path(out_dir) / model_slug(loaded.spec)
+    folder = model_slug(loaded.spec)
+    for name in (PROBES_JSON, PROBES_MD):  # a link on the way or a user's file: refused before the probes run
+        out.path(f"{folder}/{name}")
     identity = _identity(loaded, settings)
-    existing = None if overwrite else read_existing(folder, identity)
+    existing = None if overwrite else read_existing(out, folder, identity)
     if existing is not None:
-        announce(f"{loaded.spec}: already probed with these settings in {folder.name}/ (pass --overwrite to redo it)")
-        return folder, existing
+        announce(f"{loaded.spec}: already probed with these settings in {folder}/ (pass --overwrite to redo it)")
+        return out.root / folder, existing
     model = ProbeModel(loaded, settings.device, settings.batch_size, announce)
     report: dict = {
         "schema": PROBE_SCHEMA,
@@ -114,15 +112,17 @@ def probe_model(
     if "critical-band" in settings.probes:
         announce(f"{loaded.spec}: critical band on {len(val.labels)} images")
         matrix = critical_band.accuracy_matrix(model, val, settings.batch_size, settings.seed)
-        report["critical_band"] = {
-            "images": len(val.labels),
-            **channel.summarise(matrix, settings.criterion, settings.criterion_level),
-        }
+        band = channel.summarise(matrix, settings.criterion, settings.criterion_level)
+        report["critical_band"] = {"images": len(val.labels), **band}
+        if band["degenerate"]:
+            announce(
+                f"{loaded.spec}: critical band: degenerate fit, no bandwidth reported: {band['cause']}"
+                + (f"; try: {band['suggestion']}" if band.get("suggestion") else "")
+            )
     if "shape" in settings.probes:
         announce(f"{loaded.spec}: shape bias on {settings.cue_conflict}")
         report["shape"] = run_shape(
             model, settings.cue_conflict, probe_preprocessing(loaded.preprocessing, crop=False), settings.batch_size
         )
-    folder.mkdir(parents=True, exist_ok=True)
-    write_model_report(folder, report)
-    return folder, report
+    write_model_report(out, folder, report)
+    return out.root / folder, report

@@ -3,7 +3,9 @@ same dict; the cross-model files are written by `correlate`."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections import Counter
+
+from builder.core.owned import OwnedFolder
 
 from ..report import md_table, write_json
 
@@ -54,8 +56,8 @@ def _critical_band_lines(result: dict) -> list[str]:
         else f"accuracy above {crit['level']:.0%} of the noise-free accuracy"
     )
     out.append(f"Thresholds per band (0 = the strongest noise is tolerated; {rule}): {result['thresholds']}.")
-    if result.get("fit"):
-        fit = result["fit"]
+    fit = result.get("fit")
+    if fit and not result["degenerate"]:
         out.append(
             f"Gaussian fit: A = {fit['A']:.3f}, mu = {fit['mu']:.3f}, sigma = {fit['sigma']:.3f}: "
             f"**bandwidth {result['bandwidth_octaves']:.2f} octaves, centre frequency "
@@ -63,7 +65,15 @@ def _critical_band_lines(result: dict) -> list[str]:
             f"{result['peak_noise_sensitivity']:.3f}**."
         )
     if result["degenerate"]:
-        out.append("**Degenerate fit** (do not read these as a channel): " + "; ".join(result["degenerate"]) + ".")
+        # A degenerate fit's parameters describe no channel: no figure is shown for them, only why.
+        fitted = f" (fitted A = {fit['A']:.3f}, mu = {fit['mu']:.3f}, sigma = {fit['sigma']:.3f})" if fit else ""
+        cause = f" because {result['cause']}" if result.get("cause") else ""
+        out.append(
+            f"Bandwidth n/a, centre frequency n/a, peak noise sensitivity n/a: **degenerate fit**{fitted}{cause}."
+        )
+        out.append("Why the fit is not a channel: " + "; ".join(result["degenerate"]) + ".")
+        if result.get("suggestion"):
+            out.append(f"Try: {result['suggestion']}.")
     return out + [""]
 
 
@@ -78,6 +88,14 @@ def _shape_lines(result: dict) -> list[str]:
         for c, v in result["per_category"].items()
     ]
     header = ["shape category", "images", "shape hits", "texture hits", "shape bias"]
+    errors = result.get("errors") or []
+    if errors:
+        reasons = Counter(row["reason"] for row in errors)
+        summary += (
+            f" {len(errors)} stimuli skipped ("
+            + ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items()))
+            + "; listed in probes.json under shape.errors)."
+        )
     return _table_section("Shape bias", summary, header, rows, result)
 
 
@@ -103,6 +121,8 @@ def render_model_markdown(report: dict) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def write_model_report(folder: Path, report: dict) -> None:
-    write_json(Path(folder) / PROBES_JSON, report)
-    (Path(folder) / PROBES_MD).write_text(render_model_markdown(report), "utf-8")
+def write_model_report(out: OwnedFolder, folder: str, report: dict) -> None:
+    """OUT/<folder>/probes.json and probes.md, through the command's owned output folder."""
+    with out.writing(f"{folder}/{PROBES_JSON}") as tmp:
+        write_json(tmp, report)
+    out.write_text(f"{folder}/{PROBES_MD}", render_model_markdown(report))

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from builder.core.errors import _printable
+
 from .runner import ProbeInputError
 
 
@@ -84,49 +86,102 @@ def parse_stimulus_name(name: str) -> tuple[str, str] | None:
     return match.group(1), match.group(3)
 
 
-def scan_stimuli(folder: Path) -> tuple[list[Stimulus], list[str]]:
-    """Every stimulus under `folder`, sorted, and what is wrong with the folder (empty when nothing)."""
+@dataclass
+class StimulusFolder:
+    """What a cue-conflict folder holds: its usable stimuli, what makes the folder unusable, and the
+    entries left out with a reason (a link is never followed, so its stimulus is skipped)."""
+
+    stimuli: list[Stimulus]
+    problems: list[str]
+    skipped: list[dict]
+
+
+def _shown(name: str) -> str:
+    return _printable(name)
+
+
+def scan_folder(folder: Path) -> StimulusFolder:
+    """Every stimulus under `folder`, sorted, what is wrong with the folder, and the skipped links."""
     folder = Path(folder)
     if not folder.is_dir():
-        return [], [f"{folder} is not a folder"]
-    problems, stimuli = [], []
-    present = {p.name for p in folder.iterdir() if p.is_dir()}
-    missing = sorted(set(CATEGORIES) - present)
+        return StimulusFolder([], [f"{_shown(str(folder))} is not a folder"], [])
+    problems: list[str] = []
+    stimuli: list[Stimulus] = []
+    skipped: list[dict] = []
+    entries = sorted(folder.iterdir())
+    linked = {p.name for p in entries if p.is_symlink()}
+    present = {p.name for p in entries if p.is_dir() and p.name not in linked}
+    missing = sorted(set(CATEGORIES) - present - linked)
     if missing:
         problems.append(f"missing class folders: {', '.join(missing)}")
-    for entry in sorted(folder.iterdir()):
-        if entry.is_dir() and entry.name not in CATEGORY_INDICES:
-            problems.append(f"unexpected folder {entry.name}/ (not one of the 16 categories)")
+    for entry in entries:
+        name = _shown(entry.name)
+        if entry.name in linked and not entry.name.startswith("."):
+            problems.append(f"{name} is a link; links are never followed: put the class folder itself there")
+        elif entry.is_dir() and entry.name not in CATEGORY_INDICES:
+            problems.append(f"unexpected folder {name}/ (not one of the 16 categories)")
         elif not entry.is_dir() and not entry.name.startswith("."):
-            problems.append(f"unexpected file {entry.name} beside the class folders")
+            problems.append(f"unexpected file {name} beside the class folders")
     for category in CATEGORIES:
         if category not in present:
             continue
         for path in sorted((folder / category).iterdir()):
             if path.name.startswith("."):
                 continue
+            name = _shown(path.name)
+            if path.is_symlink():  # never opened: a link may lead anywhere on the machine
+                skipped.append({"key": f"{category}/{name}", "reason": "link", "detail": "links are never followed"})
+                continue
             parsed = parse_stimulus_name(path.name)
             if parsed is None or not path.is_file():
-                problems.append(f"unexpected name {category}/{path.name} (expected <shape><i>-<texture><j>.png)")
+                problems.append(f"unexpected name {category}/{name} (expected <shape><i>-<texture><j>.png)")
             elif parsed[0] != category:
-                problems.append(f"{category}/{path.name} names the shape {parsed[0]} but sits in {category}/")
+                problems.append(f"{category}/{name} names the shape {parsed[0]} but sits in {category}/")
             else:
                 stimuli.append(Stimulus(path, *parsed))
         if not any(s.shape == category for s in stimuli):
             problems.append(f"class folder {category}/ holds no stimulus")
-    return stimuli, problems
+    return StimulusFolder(stimuli, problems, skipped)
+
+
+def scan_stimuli(folder: Path) -> tuple[list[Stimulus], list[str]]:
+    """Every stimulus under `folder`, sorted, and what is wrong with the folder (empty when nothing)."""
+    scan = scan_folder(folder)
+    return scan.stimuli, scan.problems
+
+
+def open_folder(folder: Path) -> StimulusFolder:
+    """The folder's stimuli and skipped entries, or one ProbeInputError line listing what is wrong."""
+    scan = scan_folder(folder)
+    if scan.problems:
+        shown = scan.problems[:20] + ([f"... and {len(scan.problems) - 20} more"] if len(scan.problems) > 20 else [])
+        raise ProbeInputError(
+            f"cue-conflict folder {_shown(str(folder))} cannot be used (16 class folders of "
+            "<shape><i>-<texture><j>.png expected): " + "; ".join(shown)
+        )
+    return scan
 
 
 def load_stimuli(folder: Path) -> list[Stimulus]:
     """The stimuli, or a ProbeInputError listing everything that is wrong with the folder."""
-    stimuli, problems = scan_stimuli(folder)
-    if problems:
-        shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
-        raise ProbeInputError(
-            f"cue-conflict folder {folder} cannot be used (16 class folders of "
-            "<shape><i>-<texture><j>.png expected):\n  " + "\n  ".join(shown)
-        )
-    return stimuli
+    return open_folder(folder).stimuli
+
+
+def read_stimulus(stimulus: Stimulus, preprocessing) -> np.ndarray:
+    """One stimulus at the model's input (H x W x 3 uint8); a link or an unreadable file is an
+    `ImageDecodeError` with its reason, which the caller records as a skipped stimulus."""
+    from PIL import Image
+
+    from builder.core.untrusted import UntrustedInput, regular_file
+    from builder.extract.images import ImageDecodeError, decode_image
+
+    from ..data import prepare_image
+
+    try:
+        regular_file(stimulus.path, "stimulus")  # checked again at opening: the scan saw it a moment ago
+    except UntrustedInput as exc:
+        raise ImageDecodeError("link" if stimulus.path.is_symlink() else "not-a-file", str(exc)) from None
+    return prepare_image(Image.fromarray(decode_image(stimulus.path).rgb), preprocessing)
 
 
 def category_probabilities(probs: np.ndarray) -> np.ndarray:
@@ -167,26 +222,40 @@ def shape_bias(decisions: list[str], shapes: list[str], textures: list[str]) -> 
 
 def run_shape(model, folder: Path, preprocessing, batch_size: int = 64) -> dict:
     """Shape bias of `model` (a ProbeModel) on the folder; `preprocessing` puts the stimuli at the
-    model's input (the 224 PNGs as they are, at the probes' 224 input)."""
-    from PIL import Image
+    model's input (the 224 PNGs as they are, at the probes' 224 input). A link or an unreadable
+    stimulus is skipped and listed under `errors` (key, reason, detail), never a crash."""
+    from builder.extract.images import ImageDecodeError
 
-    from ..data import prepare_image
-
-    stimuli = load_stimuli(folder)
+    scan = open_folder(folder)
+    errors = list(scan.skipped)
     decisions: list[str] = []
-    for start in range(0, len(stimuli), batch_size):
-        chunk = stimuli[start : start + batch_size]
-        arrays = [prepare_image(Image.open(s.path).convert("RGB"), preprocessing) for s in chunk]
+    used: list[Stimulus] = []
+    for start in range(0, len(scan.stimuli), batch_size):
+        arrays = []
+        for stimulus in scan.stimuli[start : start + batch_size]:
+            try:
+                arrays.append(read_stimulus(stimulus, preprocessing))
+            except ImageDecodeError as exc:
+                key = f"{stimulus.shape}/{_shown(stimulus.path.name)}"
+                errors.append({"key": key, "reason": exc.reason, "detail": _shown(exc.detail)})
+                continue
+            used.append(stimulus)
+        if not arrays:
+            continue
         images = np.stack(arrays).transpose(0, 3, 1, 2).astype(np.float32) / 255.0
         scores = category_probabilities(model.probabilities(images))
         decisions += [CATEGORIES[i] for i in scores.argmax(axis=1)]
-    result = shape_bias(decisions, [s.shape for s in stimuli], [s.texture for s in stimuli])
+    if not used:
+        first = f" (first: {errors[0]['key']}: {errors[0]['reason']})" if errors else ""
+        raise ProbeInputError(f"cue-conflict folder {_shown(str(folder))}: no stimulus could be read{first}")
+    result = shape_bias(decisions, [s.shape for s in used], [s.texture for s in used])
     result["notes"] = (
         []
-        if len(stimuli) == EXPECTED_IMAGES
+        if len(used) == EXPECTED_IMAGES
         else [
-            f"{len(stimuli)} stimuli, not the {EXPECTED_IMAGES} of the published set: not comparable with published "
-            "values"
+            f"{len(used)} stimuli, not the {EXPECTED_IMAGES} of the published set: not comparable with published values"
         ]
     )
+    if errors:  # only then: a complete folder's probes.json stays as it was
+        result["errors"] = sorted(errors, key=lambda row: row["key"])
     return result

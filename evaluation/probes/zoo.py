@@ -8,12 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.core.errors import UsageError
+from builder.core.owned import OwnedFolder
 
 from ..models import LoadedModel, model_slug
-from ..pipeline import RunSettings, evaluate_model, load_existing
+from ..pipeline import RunSettings, evaluate_model
 from ..report import EVAL_JSON
-from . import correlate
+from . import correlate, schema
 from .pipeline import ProbeSettings, ValCache, probe_model
+from .shape import open_folder
 
 
 class MissingEvaluation(UsageError):
@@ -28,24 +30,27 @@ class EvalLink:
 
 
 def eval_report(loaded: LoadedModel, link: EvalLink, announce: Callable[[str], None]) -> dict:
-    """The model's eval.json: read from EVAL_DIR/<model>/, or produced there by evaluate_model."""
+    """The model's eval.json: read from EVAL_DIR/<model>/, or produced there by evaluate_model; every
+    field the probe uses is checked (one line naming the file and the field)."""
     folder = Path(link.eval_dir) / model_slug(loaded.spec)
     path = folder / EVAL_JSON
     if link.source is not None:
         # evaluate_model itself reuses an evaluation of the same data revision and weights
-        return evaluate_model(loaded, link.source, link.eval_dir, link.run or RunSettings(), announce=announce).report
-    if not path.is_file():
+        report = evaluate_model(loaded, link.source, link.eval_dir, link.run or RunSettings(), announce=announce).report
+        schema.eval_values(report, path)
+        return report
+    if not (path.exists() or path.is_symlink()):
         flags = f"--model {loaded.spec}" if " " not in loaded.spec else "the same --model/--models flags"
         raise MissingEvaluation(
             f"{loaded.spec} has no {EVAL_JSON} in {folder}; run `hsi eval SOURCE` with {flags} and "
             f"--out {link.eval_dir} first, or pass --eval-source SOURCE to evaluate it on the fly"
         )
-    report = load_existing(folder)
-    expected = loaded.describe()
+    report = schema.read_eval(path)
+    found, expected = schema.eval_model(report, path), loaded.describe()
     for key in ("spec", "checkpoint_sha256"):
-        if report["model"].get(key) != expected[key]:
+        if found[key] != expected[key]:
             raise MissingEvaluation(
-                f"{path} evaluates {report['model'].get(key)!r} as its {key}, not "
+                f"{path} evaluates {found[key]!r} as its {key}, not "
                 f"{expected[key]!r}: re-run `hsi eval` for this model or pass --eval-source"
             )
     return report
@@ -61,24 +66,31 @@ def probe_zoo(
     overwrite: bool = False,
     announce: Callable[[str], None] = print,
 ) -> dict:
-    """Probe every model; with an eval link, write the table, correlations and scatter plots."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cache = ValCache(settings, announce)
-    if link is not None and link.source is None:  # refuse before the first probe, not after an hour of them
-        for loaded in models:
-            if not (Path(link.eval_dir) / model_slug(loaded.spec) / EVAL_JSON).is_file():
-                eval_report(loaded, link, announce)
-    probed = [(loaded, *probe_model(loaded, settings, out_dir, cache, overwrite, announce)) for loaded in models]
-    summary: dict = {"models": [{"spec": loaded.spec, "folder": folder.name} for loaded, folder, _ in probed]}
-    if link is None:
-        return summary
-    entries = [(loaded.spec, report, eval_report(loaded, link, announce)) for loaded, _, report in probed]
-    rows = correlate.table_rows(entries)
-    summary["table"] = [str(p) for p in correlate.write_table(out_dir, rows)]
-    result = correlate.correlations(rows, resamples, seed)
-    summary["correlations"] = str(correlate.write_correlations(out_dir, result))
-    summary["correlation_note"] = result.get("note")
-    scatter = correlate.write_scatter(out_dir, rows)
-    summary["scatter"] = str(scatter) if scatter else None
+    """Probe every model; with an eval link, write the table, correlations and scatter plots. Every
+    file goes through the probe's owned output folder (locked, no links, never a user's file)."""
+    if "shape" in settings.probes:  # a malformed stimulus folder is refused before any probe runs
+        open_folder(settings.cue_conflict)
+    evaluations: dict[int, dict] = {}
+    if link is not None and link.source is None:
+        # Every eval.json is read and checked before the first probe, not after an hour of them.
+        evaluations = {n: eval_report(loaded, link, announce) for n, loaded in enumerate(models)}
+    with OwnedFolder(Path(out_dir), "probe") as out:
+        for name in correlate.FILES if link is not None else ():  # refused now, not after the probes
+            out.path(name)
+        cache = ValCache(settings, announce)
+        probed = [(loaded, *probe_model(loaded, settings, out, cache, overwrite, announce)) for loaded in models]
+        summary: dict = {"models": [{"spec": loaded.spec, "folder": folder.name} for loaded, folder, _ in probed]}
+        if link is None:
+            return summary
+        entries = [
+            (loaded.spec, report, evaluations[n] if n in evaluations else eval_report(loaded, link, announce))
+            for n, (loaded, _, report) in enumerate(probed)
+        ]
+        rows = correlate.table_rows(entries)
+        summary["table"] = [str(p) for p in correlate.write_table(out, rows)]
+        result = correlate.correlations(rows, resamples, seed)
+        summary["correlations"] = str(correlate.write_correlations(out, result))
+        summary["correlation_note"] = result.get("note")
+        scatter = correlate.write_scatter(out, rows)
+        summary["scatter"] = str(scatter) if scatter else None
     return summary

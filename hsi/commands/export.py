@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 HELP = "write a composed dataset as image folders (the paper's <size>/Group_<n>/<wnid>/ layout, or ours by group)"
@@ -35,4 +36,20 @@ def run(args: argparse.Namespace) -> int:
     )
     counts = ", ".join(f"{split}: {n}" for split, n in sorted(summary.by_split.items()))
     print(f"exported {summary.files} images to {summary.folder} ({counts}); list in {summary.folder}/_export.json")
+    if summary.skipped:
+        reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(summary.skipped.items()))
+        print(
+            f"warning: skipped {sum(summary.skipped.values())} samples whose metadata cannot be exported safely "
+            f"({reasons}); each is a row under `skipped` in {summary.folder}/_export.json",
+            file=sys.stderr,
+        )
+    if summary.placeholders:
+        print(
+            f"warning: the images hold {summary.classes_present} of the dataset's {summary.classes} classes; every "
+            f"ImageFolder root has all {summary.classes} class folders ({summary.placeholders} empty placeholders), "
+            "so that folder order is label order: pass allow_empty=True to torchvision's ImageFolder, and "
+            f"--class-map {summary.folder}/classes.txt to timm's validate.py (it numbers only folders holding "
+            "images, and would score against wrong labels without it)",
+            file=sys.stderr,
+        )
     return 0

@@ -2,8 +2,10 @@
 --eval-dir, their Spearman correlations with each model's Hard-Spurious-ImageNet accuracies.
 
 Writes OUT/<model>/probes.json and probes.md; with --eval-dir also OUT/probe_table.csv/.md,
-OUT/correlations.json/.md and OUT/plots/probe_scatter.png. Exit status 0, or 2 for usage errors
-(a model that cannot be loaded, a malformed cue-conflict folder, a missing evaluation).
+OUT/correlations.json/.md and OUT/plots/probe_scatter.png, all through the probe's owned folder
+(builder.core.owned: one run at a time, nothing through a link, never a file it did not write).
+Exit status 0, or 2 for usage errors (a model that cannot be loaded, a malformed cue-conflict
+folder, a missing or malformed evaluation, an --out it may not write).
 """
 
 from __future__ import annotations
@@ -21,8 +23,33 @@ EXIT_OK = 0
 PROBE_NAMES = ("spectral", "critical-band", "shape")
 
 
+# What the probes do to an image, whatever the model's own data config says (runner.py): the title
+# of eval's preprocessing group ("the canvas as it is") is eval's, not the probes'.
+PREPROCESSING_TITLE = "preprocessing (the probes' own geometry, the same for every model)"
+PREPROCESSING_DESCRIPTION = (
+    "ImageNet images (spectral, critical band): shorter side resized to 256, then a centre crop of 224 x 224. "
+    "Cue-conflict stimuli (shape): resized to 224 x 224 if they differ, no crop. Normalisation and resize "
+    "filter: the model's data config unless given here."
+)
+
+
+class _ProbeGroupTitles:
+    """The parser as `add_model_arguments` sees it, giving its preprocessing group the probes' title."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self.parser = parser
+
+    def add_argument_group(self, title: str | None = None, **kwargs):
+        if title is not None and title.split(" ", 1)[0] == "preprocessing":
+            title, kwargs["description"] = PREPROCESSING_TITLE, PREPROCESSING_DESCRIPTION
+        return self.parser.add_argument_group(title, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.parser, name)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_model_arguments(parser, eval_only=False)
+    add_model_arguments(_ProbeGroupTitles(parser), eval_only=False)  # type: ignore[arg-type]
     data = parser.add_argument_group("stimuli")
     add_imagenet_flags(
         data,
@@ -67,7 +94,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--bootstrap", type=positive_int, default=1000, help="bootstrap resamples over models (default 1000)"
     )
     run = parser.add_argument_group("running")
-    run.add_argument("--out", type=Path, default=Path("probe-output"), help="output folder (default probe-output)")
+    run.add_argument(
+        "--out",
+        type=Path,
+        default=Path("probe-output"),
+        help="output folder (default probe-output): an empty folder or one `hsi probe` wrote; never a link",
+    )
     run.add_argument("--batch-size", type=positive_int, default=64, help="images per forward pass (default 64)")
     run.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
     run.add_argument(

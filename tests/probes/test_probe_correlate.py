@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from builder.core.owned import OwnedFolder
 from evaluation.probes import correlate
 
 
@@ -52,7 +53,8 @@ def test_fewer_than_three_models_give_no_number(tmp_path):
     rows = correlate.table_rows([("a", _probes(0.1, 0.2), _eval(0.3, 0.3)), ("b", _probes(0.2, 0.1), _eval(0.4, 0.4))])
     result = correlate.correlations(rows)
     assert result["pairs"] == [] and "at least 3 models" in result["note"]
-    text = correlate.write_correlations(tmp_path, result).read_text()
+    with OwnedFolder(tmp_path, "probe") as out:
+        text = correlate.write_correlations(out, result).read_text()
     assert "at least 3 models" in text and "rho" not in text.split("\n", 4)[-1]
 
 
@@ -75,7 +77,8 @@ def test_spearman_with_bootstrap_intervals(tmp_path):
     assert constant["rho"] is None and "constant" in constant["note"]
     again = correlate.correlations(rows, resamples=200, seed=1)
     assert json.dumps(again, sort_keys=True) == json.dumps(result, sort_keys=True)
-    csv_path, md_path = correlate.write_table(tmp_path, rows)
+    with OwnedFolder(tmp_path, "probe") as out:
+        csv_path, md_path = correlate.write_table(out, rows)
     assert "CoR@56_top1" in csv_path.read_text() and "m5" in md_path.read_text()
     assert np.isfinite(pair["p"])
 
