@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from builder.core.errors import _printable
+from builder.core.errors import printable
 
 from .runner import ProbeInputError
 
@@ -97,7 +97,7 @@ class StimulusFolder:
 
 
 def _shown(name: str) -> str:
-    return _printable(name)
+    return printable(name)
 
 
 def scan_folder(folder: Path) -> StimulusFolder:
