@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,7 +25,7 @@ def average_ranks(values: Sequence[float]) -> np.ndarray:
     return rankdata(np.asarray(values, dtype=float), method="average")
 
 
-def _constant(values: Sequence[float]) -> bool:
+def constant(values: Sequence[float]) -> bool:
     return len(set(values)) < 2
 
 
@@ -32,54 +33,96 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     """Spearman's rho (nan when a side is constant)."""
     from scipy.stats import spearmanr
 
-    return float("nan") if _constant(x) or _constant(y) else float(spearmanr(x, y).statistic)
+    return float("nan") if constant(x) or constant(y) else float(spearmanr(x, y).statistic)
 
 
 def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
     """Kendall's tau-b, which corrects for ties (nan when a side is constant)."""
     from scipy.stats import kendalltau
 
-    return float("nan") if _constant(x) or _constant(y) else float(kendalltau(x, y, variant="b").statistic)
+    return float("nan") if constant(x) or constant(y) else float(kendalltau(x, y, variant="b").statistic)
+
+
+def vectorised_spearman(a, b, axis=-1):
+    """Spearman's rho of each resample at once: Pearson's r of scipy's average ranks (NaN for a
+    resample with a constant side, whose order says nothing)."""
+    from scipy.stats import rankdata
+
+    ra = rankdata(a, axis=axis)
+    rb = rankdata(b, axis=axis)
+    ra = ra - ra.mean(axis=axis, keepdims=True)
+    rb = rb - rb.mean(axis=axis, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (ra * rb).sum(axis=axis) / np.sqrt((ra**2).sum(axis=axis) * (rb**2).sum(axis=axis))
+
+
+def _kendall(a, b):
+    from scipy.stats import kendalltau
+
+    return float("nan") if constant(a) or constant(b) else kendalltau(a, b, variant="b").statistic
+
+
+@dataclass(frozen=True)
+class RankCorrelation:
+    """A rank correlation with its two-sided p-value and a paired percentile bootstrap interval.
+    Resamples in which a side is constant have no rank order: they are left out of the interval and
+    counted (`undefined_resamples`), never scored as 0, which would pull the interval towards 0."""
+
+    value: float
+    p_value: float | None
+    low: float | None
+    high: float | None
+    undefined_resamples: int | None
+
+
+def rank_correlation(
+    x: Sequence[float],
+    y: Sequence[float],
+    method: str = "spearman",
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    level: float = BOOTSTRAP_CONFIDENCE,
+    rng: np.random.Generator | None = None,
+) -> RankCorrelation:
+    """The one bootstrap of a rank correlation (scipy.stats.bootstrap, paired, percentile), used by
+    `hsi validate --scores` over classes and by the probes over models. NaN value and no interval
+    when a side is constant."""
+    import warnings
+
+    from scipy.stats import bootstrap, kendalltau, spearmanr
+
+    if constant(x) or constant(y):
+        return RankCorrelation(float("nan"), None, None, None, None)
+    result = spearmanr(x, y) if method == "spearman" else kendalltau(x, y, variant="b")
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore")  # scipy warns about the undefined resamples counted below
+        boot = bootstrap(
+            (np.asarray(x, float), np.asarray(y, float)),
+            vectorised_spearman if method == "spearman" else _kendall,
+            paired=True,
+            vectorized=method == "spearman",
+            n_resamples=resamples,
+            confidence_level=level,
+            method="percentile",
+            rng=rng if rng is not None else np.random.default_rng(BOOTSTRAP_SEED),
+        )
+    distribution = np.asarray(boot.bootstrap_distribution, dtype=float)
+    finite = distribution[np.isfinite(distribution)]
+    low = high = None
+    if len(finite):
+        tail = (1 - level) / 2 * 100
+        low, high = (float(v) for v in np.percentile(finite, [tail, 100 - tail]))
+    return RankCorrelation(
+        float(result.statistic), float(result.pvalue), low, high, int(len(distribution) - len(finite))
+    )
 
 
 def correlation_with_interval(x: Sequence[float], y: Sequence[float], method: str) -> dict:
     """The correlation, its two-sided p-value and a paired percentile bootstrap interval over
-    classes (BOOTSTRAP_RESAMPLES resamples, seeded)."""
-    from scipy.stats import bootstrap, kendalltau, spearmanr
-
-    if _constant(x) or _constant(y):
-        return {"value": float("nan"), "p_value": None, "ci": None}
-    if method == "spearman":
-
-        def test(a, b):
-            return spearmanr(a, b)
-    else:
-
-        def test(a, b):
-            return kendalltau(a, b, variant="b")
-
-    result = test(x, y)
-
-    def statistic(a, b):
-        if _constant(a) or _constant(b):  # a resample with a constant side carries no order
-            return 0.0
-        return test(a, b).statistic
-
-    interval = bootstrap(
-        (np.asarray(x, float), np.asarray(y, float)),
-        statistic,
-        paired=True,
-        vectorized=False,
-        n_resamples=BOOTSTRAP_RESAMPLES,
-        confidence_level=BOOTSTRAP_CONFIDENCE,
-        method="percentile",
-        rng=np.random.default_rng(BOOTSTRAP_SEED),
-    ).confidence_interval
-    return {
-        "value": float(result.statistic),
-        "p_value": float(result.pvalue),
-        "ci": [float(interval.low), float(interval.high)],
-    }
+    classes (BOOTSTRAP_RESAMPLES resamples, seeded), as validation.json writes it."""
+    found = rank_correlation(x, y, method)
+    interval = None if found.low is None else [found.low, found.high]
+    return {"value": found.value, "p_value": found.p_value, "ci": interval}
 
 
 def partial_correlation(r_xy: float, r_xz: float, r_yz: float) -> float:
