@@ -89,7 +89,9 @@ def analyse(
 ) -> dict:
     """Metrics, report and plots from a predictions file only, written into `folder` (a ModelFolder,
     or a plain folder its caller owns)."""
-    if not isinstance(folder, ModelFolder):
+    if isinstance(folder, ModelFolder):
+        folder.check_writable([EVAL_JSON, EVAL_MD])  # refused before a plot is replaced
+    else:
         folder = PlainFolder(Path(folder))
     frame, metadata = read_predictions(predictions_path)
     metrics = compute_metrics(frame, label_space_size=metadata["label_space"]["classes"], settings=bootstrap)
@@ -311,19 +313,40 @@ def load_existing(folder: Path) -> dict:
     return checked_report(Path(folder) / EVAL_JSON)
 
 
+def _estimate(fields: Fields, key: str) -> None:
+    estimate = fields.object(key)
+    for name in ("value", "low", "high"):
+        estimate.number(name, None)
+
+
+def _checked_section(fields: Fields, key: str) -> dict:
+    """A clean-photo or bare-background section, checked for every field eval.md shows."""
+    section = fields.object(key)
+    section.string("file")
+    section.integer("images", low=0)
+    if key == "clean":
+        _estimate(section, "top1")
+        section.string("preprocessing")
+        section.integer("missing", 0, low=0)
+        for row in section.objects("drop_by_group"):
+            row.string("group")
+            _estimate(row, "drop")
+        for row in section.objects("errors", []):
+            row.string("key")
+            row.string("detail")
+    else:
+        section.number("top1", low=0, high=1)
+    return dict(section.data)
+
+
 def model_only_sections(previous: Path) -> dict:
     """The sections only the model could compute (clean photos, bare backgrounds), kept from the
-    run's own eval.json beside the predictions, so recomputing (`--from`) never drops them."""
+    run's own eval.json beside the predictions, so recomputing (`--from`) never drops them; each is
+    checked (one line naming the file and field) before it goes into a report."""
     if not previous.exists() and not previous.is_symlink():
         return {}
-    report = read_json(previous, "eval.json")
-    fields = Fields(report, previous)
-    kept = {}
-    for key in MODEL_ONLY:
-        if fields.has(key):
-            section = fields.object(key)
-            section.string("file")
-            kept[key] = dict(section.data)
+    fields = Fields(read_json(previous, "eval.json"), previous)
+    kept = {key: _checked_section(fields, key) for key in MODEL_ONLY if fields.has(key)}
     if kept:
         kept["carried_over"] = (
             f"{', '.join(sorted(kept))}: from the model run's eval.json (their intervals keep its bootstrap settings)"

@@ -312,3 +312,51 @@ def test_a_hub_shard_is_proved_in_the_cache_downloaded_again_once_then_refused(t
     del manifest["splits"]["test"]["shards"][0]["sha256"]
     with pytest.raises(HsiError, match="sha256: missing"):
         verified.verify_shards([url], manifest, "test", "_info.json", said.append)
+
+
+def test_fuzzed_model_only_sections_are_carried_into_a_report_or_one_line(setup, tmp_path):
+    """`--from` carries the clean and bare-background sections of the eval.json beside the
+    predictions: seeded mutations of them render into eval.md, or are HsiError; nothing else."""
+    from evaluation.pipeline import model_only_sections
+    from evaluation.report import render_markdown
+
+    out = tmp_path / "out"
+    assert evaluate(setup, out) == 0
+    report = json.loads((out / MODEL / "eval.json").read_text())
+    estimate = {"value": 0.5, "low": 0.25, "high": 0.75}
+    sections = {
+        "clean": {
+            "images": 4,
+            "top1": estimate,
+            "drop_by_group": [{"group": "CoR", "drop": estimate}],
+            "missing": 1,
+            "errors": [{"key": "a", "reason": "undecodable-clean-image", "detail": "truncated"}],
+            "file": "clean_accuracy.csv",
+            "preprocessing": "the whole photo",
+        },
+        "background_only": {"images": 2, "top1": 0.5, "classes": 2, "file": "background_accuracy.csv", "errors": []},
+    }
+    rng = random.Random(7)
+    junk = [None, "x|y\n## injected", -3, 1e308, [], {}, True, "", [{}], {"value": "a"}]
+    outcomes = {"ok": 0, "refused": 0}
+    path = tmp_path / "eval.json"
+    for _ in range(200):
+        mutated = json.loads(json.dumps(sections))
+        name = rng.choice(sorted(mutated))
+        section = mutated[name]
+        key = rng.choice(sorted(section))
+        if rng.random() < 0.3:
+            section.pop(key)
+        elif isinstance(section[key], list) and section[key] and rng.random() < 0.5:
+            section[key][0] = rng.choice(junk)
+        else:
+            section[key] = rng.choice(junk)
+        path.write_text(json.dumps({**report, **mutated}))
+        try:
+            kept = model_only_sections(path)
+            render_markdown({**report, **kept})
+            outcomes["ok"] += 1
+        except HsiError as error:
+            assert "\n" not in str(error)
+            outcomes["refused"] += 1
+    assert outcomes["ok"] > 10 and outcomes["refused"] > 50
