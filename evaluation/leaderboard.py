@@ -1,37 +1,118 @@
 """leaderboard.csv / leaderboard.md: one row per evaluated model on the same data, sorted by worst
-group (best first), built from each model's eval.json; and the check that skips a model already
-evaluated on the same data revision with the same settings."""
+group (best first), rebuilt from every model folder's eval.json in the output folder; and the check
+that skips a model already evaluated on the same data revision with the same settings.
+
+Every eval.json is read through the one reading layer and checked for the fields used here before
+any model runs, so a broken report in another model's folder is one line naming the file and the
+field, not a traceback after the whole run. A partial run (`--limit`) has its own folder and its own
+row, marked as partial and listed after the full runs, never in their place.
+"""
 
 from __future__ import annotations
 
 import csv
-import json
+import io
 from pathlib import Path
+
+from builder.core.owned import OwnedFolder, OwnedFolderError
+from builder.core.untrusted import Fields, read_json
 
 from .report import EVAL_JSON, fmt, md_table
 
 LEADERBOARD_CSV, LEADERBOARD_MD = "leaderboard.csv", "leaderboard.md"
+DATA_KEYS = ("source", "config", "split", "fingerprint")  # one leaderboard per data revision
 
 
 def run_identity(report: dict) -> dict:
     """What makes two evaluations the same: data revision, model and weights, preprocessing, label space."""
     data = report["data"]
     return {
-        "data": {k: data.get(k) for k in ("source", "config", "split", "fingerprint", "limit")},
+        "data": {k: data.get(k) for k in (*DATA_KEYS, "limit")},
         "model": {k: report["model"].get(k) for k in ("spec", "checkpoint_sha256")},
         "preprocessing": {k: v for k, v in report["preprocessing"].items() if k != "description"},
         "label_space": report["label_space"].get("name"),
     }
 
 
+def data_identity(report: dict) -> dict:
+    """The data revision a report was measured on: the rows of one leaderboard share it."""
+    return {k: report["data"].get(k) for k in DATA_KEYS}
+
+
+def is_partial(report: dict) -> bool:
+    """A `--limit` run over fewer samples than the split holds (older reports: any `--limit` run)."""
+    data = report["data"]
+    partial = data.get("partial")
+    return bool(partial) if partial is not None else data.get("limit") is not None
+
+
+def _estimate(fields: Fields, key: str) -> None:
+    """A {value, low, high} estimate (value may be null; low and high come together)."""
+    estimate = fields.object(key)
+    estimate.number("value", None)
+    if estimate.has("low") or estimate.has("high"):
+        estimate.number("low")
+        estimate.number("high")
+
+
+def checked_report(path: Path) -> dict:
+    """An eval.json, checked for every field the leaderboard and the skip check read (UntrustedInput,
+    one line naming the file and the field, otherwise)."""
+    report = read_json(path, "eval.json")
+    top = Fields(report, path)
+    model = top.object("model")
+    model.string("spec")
+    model.string("checkpoint_sha256", None)
+    data = top.object("data")
+    data.string("source")
+    data.string("config", None)
+    data.string("split")
+    data.string("fingerprint", None)
+    data.integer("limit", None, low=1)
+    data.boolean("partial", False)
+    preprocessing = top.object("preprocessing")
+    preprocessing.boolean("cropped", False)
+    preprocessing.number("crop_pct", None, low=0, high=1)
+    top.object("label_space").string("name")
+    metrics = top.object("metrics")
+    metrics.integer("samples", low=0)
+    if metrics.has("overall"):
+        _estimate(metrics.object("overall"), "top1")
+    if metrics.boolean("has_groups", False):
+        summary = metrics.object("groups_summary")
+        summary.object("worst_group").string("group")
+        _estimate(summary, "worst_group")
+        _estimate(summary, "mean_over_groups")
+        for group in metrics.objects("by_group"):
+            group.string("group")
+            _estimate(group, "top1")
+    return report
+
+
+def model_reports(root: Path) -> list[tuple[str, dict]]:
+    """(folder name, checked eval.json) of every model folder under `root`, in name order; a link
+    where a model folder or its eval.json should be is refused, never followed."""
+    found = []
+    root = Path(root)
+    if not root.is_dir():
+        return found
+    for folder in sorted(root.iterdir()):
+        report_path = folder / EVAL_JSON
+        if folder.is_symlink() and report_path.exists():
+            raise OwnedFolderError(
+                f"{folder} is a link (to {folder.readlink()}); a model folder is never read or written through a "
+                "link: remove it, or choose another --out"
+            )
+        if folder.is_dir() and (report_path.exists() or report_path.is_symlink()):
+            found.append((folder.name, checked_report(report_path)))
+    return found
+
+
 def already_evaluated(folder: Path, identity: dict) -> bool:
     path = folder / EVAL_JSON
     if not path.is_file():
         return False
-    try:
-        return run_identity(json.loads(path.read_text("utf-8"))) == identity
-    except (ValueError, KeyError):
-        return False
+    return run_identity(checked_report(path)) == identity
 
 
 def leaderboard_row(report: dict, folder_name: str) -> dict:
@@ -44,6 +125,8 @@ def leaderboard_row(report: dict, folder_name: str) -> dict:
         if report["preprocessing"].get("cropped")
         else "canvas as is",
         "samples": metrics["samples"],
+        "limit": report["data"].get("limit") or "",
+        "partial": "true" if is_partial(report) else "false",
         "top1": metrics.get("overall", {}).get("top1", {}).get("value"),
     }
     if metrics.get("has_groups"):
@@ -52,8 +135,8 @@ def leaderboard_row(report: dict, folder_name: str) -> dict:
         row.update(
             worst_group=worst["group"],
             worst_group_top1=worst["value"],
-            worst_group_low=worst["low"],
-            worst_group_high=worst["high"],
+            worst_group_low=worst.get("low"),
+            worst_group_high=worst.get("high"),
             mean_over_groups=summary["mean_over_groups"]["value"],
         )
         for group in metrics["by_group"]:
@@ -61,62 +144,75 @@ def leaderboard_row(report: dict, folder_name: str) -> dict:
     return row
 
 
-def collect(out_dir: Path, data_identity: dict) -> list[tuple[dict, dict]]:
-    """(row, report) of every model folder under out_dir evaluated on the same data."""
-    found = []
-    for path in sorted(Path(out_dir).glob(f"*/{EVAL_JSON}")):
-        report = json.loads(path.read_text("utf-8"))
-        if run_identity(report)["data"] == data_identity:
-            found.append((leaderboard_row(report, path.parent.name), report))
-    return found
+def collect(root: Path, identity: dict) -> list[tuple[dict, dict]]:
+    """(row, report) of every model folder under `root` evaluated on the data revision `identity`."""
+    return [
+        (leaderboard_row(report, name), report)
+        for name, report in model_reports(root)
+        if data_identity(report) == identity
+    ]
 
 
 def _sort_key(row: dict):
     worst = row.get("worst_group_top1")
-    return (-(worst if worst is not None else row.get("top1") or 0.0), -(row.get("top1") or 0.0), row["model"])
+    return (
+        row["partial"] == "true",  # partial runs after every full one
+        -(worst if worst is not None else row.get("top1") or 0.0),
+        -(row.get("top1") or 0.0),
+        row["model"],
+    )
 
 
-def write_leaderboard(out_dir: Path, data_identity: dict) -> tuple[Path, Path, list[dict]]:
-    entries = sorted(collect(out_dir, data_identity), key=lambda item: _sort_key(item[0]))
+def _csv_text(columns: list[str], rows: list[dict]) -> str:
+    handle = io.StringIO(newline="")
+    writer = csv.DictWriter(handle, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rows)
+    return handle.getvalue()
+
+
+def write_leaderboard(owned: OwnedFolder, identity: dict) -> tuple[Path, Path, list[dict]]:
+    """leaderboard.csv and leaderboard.md of the data revision `identity`, from every model folder's
+    eval.json in `owned` (not only the models of this run), written through `owned`."""
+    entries = sorted(collect(owned.root, identity), key=lambda item: _sort_key(item[0]))
     rows = [row for row, _ in entries]
     columns: list[str] = []
     for row in rows:
         columns += [c for c in row if c not in columns]
-    csv_path, md_path = Path(out_dir) / LEADERBOARD_CSV, Path(out_dir) / LEADERBOARD_MD
-    with open(csv_path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
+    csv_path = owned.write_text(LEADERBOARD_CSV, _csv_text(columns, rows))
+    any_partial = any(row["partial"] == "true" for row in rows)
     lines = [
-        f"# Leaderboard: {data_identity['config']} / {data_identity['split']} ({data_identity['source']})",
+        f"# Leaderboard: {identity['config']} / {identity['split']} ({identity['source']})",
         "",
         "Sorted by worst-group top-1 (best first); intervals are 95% bootstrap intervals over source images.",
         "",
     ]
+    if any_partial:
+        lines += ["Partial runs (`--limit`) cover only their first samples: listed after the full runs, unranked.", ""]
     table_rows = []
-    for rank, (row, report) in enumerate(entries, 1):
+    rank = 0
+    for row, report in entries:
         metrics = report["metrics"]
         if metrics.get("has_groups"):
             worst = metrics["groups_summary"]["worst_group"]
             worst_text, mean_text = f"{worst['group']} {fmt(worst)}", fmt(metrics["groups_summary"]["mean_over_groups"])
         else:
             worst_text = mean_text = "n/a (no groups)"
-        table_rows.append(
-            [
-                rank,
-                f"`{row['model']}`",
-                row["preprocessing"],
-                fmt(metrics.get("overall", {}).get("top1")),
-                mean_text,
-                worst_text,
-                (row["checkpoint_sha256"] or "")[:12],
-            ]
-        )
-    lines.append(
-        md_table(
-            ["rank", "model", "preprocessing", "top-1", "mean over groups", "worst group", "checkpoint sha256"],
-            table_rows,
-        )
-    )
-    md_path.write_text("\n".join(lines) + "\n", "utf-8")
+        partial = row["partial"] == "true"
+        rank += not partial
+        cells = [
+            "-" if partial else rank,
+            f"`{row['model']}`",
+            row["preprocessing"],
+            fmt(metrics.get("overall", {}).get("top1")),
+            mean_text,
+            worst_text,
+            (row["checkpoint_sha256"] or "")[:12],
+        ]
+        if any_partial:
+            cells.append(f"partial: first {row['limit']} samples" if partial else "full")
+        table_rows.append(cells)
+    header = ["rank", "model", "preprocessing", "top-1", "mean over groups", "worst group", "checkpoint sha256"]
+    lines.append(md_table(header + (["run"] if any_partial else []), table_rows))
+    md_path = owned.write_text(LEADERBOARD_MD, "\n".join(lines) + "\n")
     return csv_path, md_path, rows

@@ -83,6 +83,7 @@ class LoadedModel:
     checkpoint_name: str | None = None
     checkpoint_sha256: str | None = None
     notes: list[str] = field(default_factory=list)
+    default_preprocessing: Preprocessing | None = None  # before any flag: the model's own data config
 
     def describe(self) -> dict:
         return {
@@ -340,6 +341,7 @@ def load_model(spec: str, options: ModelOptions = ModelOptions()) -> LoadedModel
         loaded = _load_state_dict_file(path, options)
     else:
         loaded = _load_timm(spec, options)
+    loaded.default_preprocessing = loaded.preprocessing
     loaded.preprocessing = _apply_overrides(loaded.preprocessing, options)
     return loaded
 

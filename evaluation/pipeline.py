@@ -1,15 +1,27 @@
 """One model, end to end: predictions -> metrics -> eval.json, eval.md, plots; and the same analysis
 from a predictions file alone (`hsi eval --from`). Several models share one output folder and a
-leaderboard."""
+leaderboard.
+
+Every file goes through the output folder's `OwnedFolder` (evaluation.eval_folder), into a model
+folder whose name carries what changes the numbers. A folder already holding this evaluation is
+skipped, or given just the passes it lacks (`--clean`, `--parts`, classified from the saved
+predictions' samples without predicting the composites again); one holding an evaluation with
+other settings is refused unless `--overwrite`, which replaces its files and removes the earlier
+run's files the new one does not produce.
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from builder.core.owned import OwnedFolder, OwnedFolderError
+from builder.core.untrusted import Fields, read_json
+
+from . import eval_folder
 from .bootstrap import BootstrapSettings
+from .eval_folder import EVAL_KIND, ModelFolder, PlainFolder
 from .extra_sets import (
     BACKGROUND_ACCURACY_CSV,
     CLEAN_ACCURACY_CSV,
@@ -17,15 +29,16 @@ from .extra_sets import (
     clean_predictions,
     write_class_accuracy,
 )
-from .leaderboard import already_evaluated, run_identity
+from .leaderboard import already_evaluated, checked_report, run_identity
 from .metrics import clean_drop, compute_metrics
-from .models import LoadedModel, model_slug
+from .models import LoadedModel
 from .plots import write_plots
-from .predict import PredictionRun, RunPlan, plan_run, run_predictions
+from .predict import Classifier, PredictionRun, RunPlan, plan_run, resolve_device, run_predictions, verify_plan
 from .predictions import PREDICTIONS_NAME, read_predictions, write_predictions
-from .report import EVAL_JSON, build_report, write_report
+from .report import EVAL_JSON, EVAL_MD, build_report, render_markdown, write_json
 
 PLOTS_DIR = "plots"
+MODEL_ONLY = ("clean", "background_only")  # sections only the model can compute, each with its file
 
 
 @dataclass
@@ -54,59 +67,102 @@ class EvalResult:
     skipped: bool = False
 
 
-def analyse(predictions_path: Path, folder: Path, bootstrap: BootstrapSettings, extras: dict | None = None) -> dict:
-    """Metrics, report and plots from a predictions file only."""
+def report_files(report: dict) -> set[str]:
+    """The files of a model folder its report stands for: the rest are an earlier run's leftovers."""
+    files = {EVAL_JSON, EVAL_MD, *(report.get("plots") or [])}
+    files.add((report.get("files") or {}).get("predictions") or PREDICTIONS_NAME)
+    for section in MODEL_ONLY:
+        if isinstance(report.get(section), dict) and report[section].get("file"):
+            files.add(report[section]["file"])
+    return files
+
+
+def save_report(folder, report: dict) -> None:
+    """eval.json and eval.md (the bytes `report.write_report` writes), through the folder's writes."""
+    with folder.writing(EVAL_JSON) as path:
+        write_json(path, report)
+    folder.write_text(EVAL_MD, render_markdown(report) + "\n")
+
+
+def analyse(
+    predictions_path: Path, folder: ModelFolder | Path, bootstrap: BootstrapSettings, extras: dict | None = None
+) -> dict:
+    """Metrics, report and plots from a predictions file only, written into `folder` (a ModelFolder,
+    or a plain folder its caller owns)."""
+    if isinstance(folder, ModelFolder):
+        folder.check_writable([EVAL_JSON, EVAL_MD])  # refused before a plot is replaced
+    else:
+        folder = PlainFolder(Path(folder))
     frame, metadata = read_predictions(predictions_path)
     metrics = compute_metrics(frame, label_space_size=metadata["label_space"]["classes"], settings=bootstrap)
     extras = dict(extras or {})
     title = f"{metadata['model']['spec']} on {metadata['data']['config']}/{metadata['data']['split']}"
-    extras["plots"] = [f"{PLOTS_DIR}/{name}" for name in write_plots(metrics, folder / PLOTS_DIR, title)]
-    extras["files"] = {"predictions": predictions_path.name}
+    extras["plots"] = [f"{PLOTS_DIR}/{name}" for name in write_plots(metrics, folder, title, PLOTS_DIR)]
+    extras["files"] = {"predictions": Path(predictions_path).name}
     report = build_report(metadata, metrics, extras)
-    write_report(folder, report)
+    save_report(folder, report)
+    folder.keep_only(report_files(report))
     return report
 
 
-def _extra_sets(run, loaded: LoadedModel, settings: RunSettings, folder: Path, announce) -> dict:
-    extras: dict = {}
-    if settings.clean_root is None and settings.parts_dir is None:
-        return extras
-    ok = [r for r in run.rows if r["status"] == "ok" and r["meta"].get("source_id")]
-    labels = {r["meta"]["source_id"]: r["label_class"] for r in ok}
-    if settings.clean_root is not None:
-        import pandas as pd
+def composites_of_rows(rows: list[dict]):
+    """The composites' ok rows with a source id (what the clean-photo drop compares against), from a
+    run's prediction rows."""
+    import pandas as pd
 
+    return pd.DataFrame(
+        [
+            {
+                "status": "ok",
+                "key": r["key"],
+                "correct": r["correct"],
+                "correct_top5": r["correct_top5"],
+                "source_id": r["meta"].get("source_id"),
+                "group": r["meta"].get("group"),
+                "size": r["meta"].get("size"),
+                "label_class": r["label_class"],
+            }
+            for r in rows
+            if r["status"] == "ok" and r["meta"].get("source_id")
+        ],
+        columns=["status", "key", "correct", "correct_top5", "source_id", "group", "size", "label_class"],
+    )
+
+
+def composites_of_predictions(path: Path):
+    """The same rows from a saved predictions.parquet (to add a pass without predicting again)."""
+    frame, _ = read_predictions(path)
+    ok = frame[(frame["status"] == "ok") & frame["source_id"].notna() & (frame["source_id"] != "")]
+    columns = ["status", "key", "correct", "correct_top5", "source_id", "group", "size", "label_class"]
+    return ok[columns].reset_index(drop=True)
+
+
+def _extra_sets(
+    composites, classifier, loaded: LoadedModel, settings: RunSettings, folder: ModelFolder, announce, passes
+) -> dict:
+    """The clean-photo and bare-background passes named in `passes` ("clean", "background_only")."""
+    extras: dict = {}
+    labels = {str(s): int(c) for s, c in zip(composites["source_id"], composites["label_class"])}
+    if "clean" in passes:
         clean, missing, errors = clean_predictions(
-            run.classifier, loaded.preprocessing, settings.clean_root, settings.clean_split, labels, settings.batch_size
+            classifier, loaded.preprocessing, settings.clean_root, settings.clean_split, labels, settings.batch_size
         )
-        composites = pd.DataFrame(
-            [
-                {
-                    "status": "ok",
-                    "key": r["key"],
-                    "correct": r["correct"],
-                    "correct_top5": r["correct_top5"],
-                    "source_id": r["meta"].get("source_id"),
-                    "group": r["meta"].get("group"),
-                    "size": r["meta"].get("size"),
-                }
-                for r in ok
-            ]
-        )
-        write_class_accuracy(clean, folder / CLEAN_ACCURACY_CSV)
+        with folder.writing(CLEAN_ACCURACY_CSV) as path:
+            write_class_accuracy(clean, path)
         extras["clean"] = {
-            **clean_drop(clean, composites, settings.bootstrap),
+            **clean_drop(clean, composites.drop(columns=["label_class"]), settings.bootstrap),
             "missing": missing,
             "errors": errors,
             "file": CLEAN_ACCURACY_CSV,
             "preprocessing": "the whole photo through the same preprocessing as the composites",
         }
         announce(f"clean photos: {len(clean)} classified, {missing} not found under the clean root")
-    if settings.parts_dir is not None:
+    if "background_only" in passes:
         frame, errors = background_predictions(
-            run.classifier, loaded.preprocessing, settings.parts_dir, settings.batch_size
+            classifier, loaded.preprocessing, settings.parts_dir, settings.batch_size
         )
-        rows = write_class_accuracy(frame, folder / BACKGROUND_ACCURACY_CSV)
+        with folder.writing(BACKGROUND_ACCURACY_CSV) as path:
+            rows = write_class_accuracy(frame, path)
         extras["background_only"] = {
             "images": int(len(frame)),
             "top1": float(frame["correct"].mean()) if len(frame) else 0.0,
@@ -117,16 +173,36 @@ def _extra_sets(run, loaded: LoadedModel, settings: RunSettings, folder: Path, a
     return extras
 
 
+def _requested(settings: RunSettings) -> list[str]:
+    return [
+        name
+        for name, given in (("clean", settings.clean_root), ("background_only", settings.parts_dir))
+        if given is not None
+    ]
+
+
+def _differences(previous: dict, identity: dict) -> str:
+    earlier = run_identity(previous)
+    return ", ".join(key.replace("_", " ") for key in identity if earlier.get(key) != identity[key])
+
+
 def evaluate_model(
     loaded: LoadedModel,
     source,
-    out_dir: Path,
+    out_dir: Path | OwnedFolder,
     settings: RunSettings,
     announce: Callable[[str], None] = print,
     folder_name: str | None = None,
 ) -> EvalResult:
-    """Evaluate one model into OUT/<model>/, unless the same evaluation is already there."""
-    folder = Path(out_dir) / (folder_name or model_slug(loaded.spec))
+    """Evaluate one model into OUT/<model folder>/, unless the same evaluation is already there.
+
+    `out_dir` is the output folder, held by the caller (`hsi eval` holds it for all its models and
+    the leaderboard) or, given as a path, held here for this one model."""
+    if not isinstance(out_dir, OwnedFolder):
+        with OwnedFolder(Path(out_dir), EVAL_KIND) as owned:
+            return evaluate_model(loaded, source, owned, settings, announce, folder_name)
+    name = folder_name or eval_folder.folder_name(loaded, settings.label_space, settings.limit)
+    folder = ModelFolder(out_dir, name)
     plan = plan_run(
         loaded,
         source,
@@ -137,16 +213,53 @@ def evaluate_model(
         label_space=settings.label_space,
     )
     identity = planned_identity(loaded, source, settings, plan.manifest, plan.space.name)
-    if not settings.overwrite and already_evaluated(folder, identity):
-        announce(
-            f"{loaded.spec}: already evaluated on this data revision in {folder.name}/ (pass --overwrite to redo it)"
-        )
-        return EvalResult(folder, load_existing(folder), skipped=True)
+    folder.check_writable([PREDICTIONS_NAME, EVAL_JSON, EVAL_MD])
+    previous = checked_report(folder.path / EVAL_JSON) if (folder.path / EVAL_JSON).exists() else None
+    if previous is not None and not settings.overwrite:
+        if run_identity(previous) != identity:
+            raise OwnedFolderError(
+                f"{folder.path} holds an evaluation of {loaded.spec} with another {_differences(previous, identity)}; "
+                "pass --overwrite to replace it, or choose another --out"
+            )
+        missing = [section for section in _requested(settings) if not previous.get(section)]
+        if not missing:
+            announce(f"{loaded.spec}: already evaluated on this data revision in {name}/ (pass --overwrite to redo it)")
+            return EvalResult(folder.path, previous, skipped=True)
+        if folder.owns(PREDICTIONS_NAME):  # otherwise the whole evaluation runs again
+            return _add_passes(loaded, plan, settings, folder, previous, missing, announce)
+    verify_plan(plan, settings.split, settings.limit, announce)
     run = predictions_for(loaded, source, settings, plan=plan, announce=announce)
-    folder.mkdir(parents=True, exist_ok=True)
-    predictions = write_predictions(folder / PREDICTIONS_NAME, run.rows, run.errors, run.metadata)
-    extras = _extra_sets(run, loaded, settings, folder, announce)
-    return EvalResult(folder, analyse(predictions, folder, settings.bootstrap, extras))
+    with folder.writing(PREDICTIONS_NAME) as path:
+        write_predictions(path, run.rows, run.errors, run.metadata)
+    extras = _extra_sets(
+        composites_of_rows(run.rows), run.classifier, loaded, settings, folder, announce, _requested(settings)
+    )
+    return EvalResult(folder.path, analyse(folder.path / PREDICTIONS_NAME, folder, settings.bootstrap, extras))
+
+
+def _add_passes(
+    loaded: LoadedModel,
+    plan: RunPlan,
+    settings: RunSettings,
+    folder: ModelFolder,
+    previous: dict,
+    missing: list[str],
+    announce: Callable[[str], None],
+) -> EvalResult:
+    """The passes an evaluated model lacks, on the samples of its saved predictions; the report is
+    rewritten from those predictions with every model-only section, old and new."""
+    announce(
+        f"{loaded.spec}: already evaluated in {folder.name}/; adding {' and '.join(missing)} from its saved predictions"
+    )
+    predictions = folder.path / PREDICTIONS_NAME
+    classifier = Classifier(
+        loaded, plan.space, resolve_device(settings.device), settings.amp, settings.channels_last, announce
+    )
+    extras = {key: previous[key] for key in MODEL_ONLY if previous.get(key)}
+    extras.update(
+        _extra_sets(composites_of_predictions(predictions), classifier, loaded, settings, folder, announce, missing)
+    )
+    return EvalResult(folder.path, analyse(predictions, folder, settings.bootstrap, extras))
 
 
 def predictions_for(
@@ -196,7 +309,49 @@ def planned_identity(loaded: LoadedModel, source, settings: RunSettings, manifes
 
 
 def load_existing(folder: Path) -> dict:
-    return json.loads((folder / EVAL_JSON).read_text("utf-8"))
+    """A model folder's eval.json, checked (one line naming the file and field otherwise)."""
+    return checked_report(Path(folder) / EVAL_JSON)
+
+
+def _estimate(fields: Fields, key: str) -> None:
+    estimate = fields.object(key)
+    for name in ("value", "low", "high"):
+        estimate.number(name, None)
+
+
+def _checked_section(fields: Fields, key: str) -> dict:
+    """A clean-photo or bare-background section, checked for every field eval.md shows."""
+    section = fields.object(key)
+    section.string("file")
+    section.integer("images", low=0)
+    if key == "clean":
+        _estimate(section, "top1")
+        section.string("preprocessing")
+        section.integer("missing", 0, low=0)
+        for row in section.objects("drop_by_group"):
+            row.string("group")
+            _estimate(row, "drop")
+        for row in section.objects("errors", []):
+            row.string("key")
+            row.string("detail")
+    else:
+        section.number("top1", low=0, high=1)
+    return dict(section.data)
+
+
+def model_only_sections(previous: Path) -> dict:
+    """The sections only the model could compute (clean photos, bare backgrounds), kept from the
+    run's own eval.json beside the predictions, so recomputing (`--from`) never drops them; each is
+    checked (one line naming the file and field) before it goes into a report."""
+    if not previous.exists() and not previous.is_symlink():
+        return {}
+    fields = Fields(read_json(previous, "eval.json"), previous)
+    kept = {key: _checked_section(fields, key) for key in MODEL_ONLY if fields.has(key)}
+    if kept:
+        kept["carried_over"] = (
+            f"{', '.join(sorted(kept))}: from the model run's eval.json (their intervals keep its bootstrap settings)"
+        )
+    return kept
 
 
 __all__ = [
@@ -207,4 +362,5 @@ __all__ = [
     "planned_identity",
     "already_evaluated",
     "load_existing",
+    "model_only_sections",
 ]

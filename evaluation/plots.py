@@ -113,14 +113,17 @@ def background_class_share(metrics: dict, path: Path, title: str) -> Path:
     return _save(plt, fig, path)
 
 
-def write_plots(metrics: dict, folder: Path, title: str) -> list[str]:
-    """The plots this config allows, as file names relative to `folder`."""
+def write_plots(metrics: dict, folder, title: str, subfolder: str = "plots") -> list[str]:
+    """The plots this config allows, written as `subfolder/NAME.png` through `folder.writing` (a
+    ModelFolder: no link followed, no user's file replaced); returns their names."""
     if not metrics.get("has_groups"):
         return []
-    folder.mkdir(parents=True, exist_ok=True)
-    written = [accuracy_vs_size(metrics, folder / "accuracy_vs_size.png", title)]
+    plots = [("accuracy_vs_size.png", accuracy_vs_size)]
     if len({r["position"] for r in metrics["by_position_size"]}) > 2:
-        written.append(position_size_heatmap(metrics, folder / "position_size_heatmap.png", title))
+        plots.append(("position_size_heatmap.png", position_size_heatmap))
     if metrics.get("background_class") and metrics["background_class"]["by_group_size"]:
-        written.append(background_class_share(metrics, folder / "background_class_share.png", title))
-    return [p.name for p in written]
+        plots.append(("background_class_share.png", background_class_share))
+    for name, draw in plots:
+        with folder.writing(f"{subfolder}/{name}") as path:
+            draw(metrics, path, title)
+    return [name for name, _ in plots]

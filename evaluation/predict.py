@@ -21,6 +21,7 @@ from builder import __version__
 from .data import EvalBatches, SourceSplit, make_loader, read_dataset_manifest
 from .labels import LabelSpace, config_wnids, resolve_label_space
 from .models import LoadedModel, Preprocessing, count_outputs
+from .verified_shards import VERIFIED, shards_read, verify_shards
 
 TOP_K = 5
 
@@ -174,6 +175,7 @@ class RunPlan:
     manifest: dict
     wnids: tuple[str, ...]
     space: LabelSpace
+    verified: str | None = None  # "sha256" once `verify_plan` proved every shard the run reads
 
 
 def plan_run(
@@ -243,6 +245,8 @@ def run_predictions(
             "fingerprint": manifest.get("fingerprint"),
             "num_samples": dataset.num_samples,
             "limit": limit,
+            "partial": is_partial(limit, dataset.num_samples),
+            "verified": plan.verified,
         },
         "run": {
             "device": torch_device.type,
@@ -258,6 +262,26 @@ def run_predictions(
         "notes": list(loaded.notes),
     }
     return PredictionRun(rows, metadata, errors, seconds, classifier)
+
+
+def is_partial(limit: int | None, num_samples: int | None) -> bool:
+    """A `--limit` run that reads fewer samples than the split holds (the leaderboard marks it)."""
+    return limit is not None and (num_samples is None or limit < num_samples)
+
+
+def verify_plan(plan: RunPlan, split: str, limit: int | None, announce: Callable[[str], None] = print) -> None:
+    """Check the sha256 of every shard the run reads, before the loader starts, and point the reader
+    at the proved files (for a hub source, the checked copies in the cache); with `--limit`, only the
+    shards holding the first `limit` samples are checked and read. `hsi eval` calls it once per model;
+    a training loop's per-epoch passes leave it to the caller, which checks its data once."""
+    stream = plan.dataset.stream
+    urls = shards_read(stream.shards, stream.shard_lengths, limit)
+    where = f"{urls[0].rsplit('/', 1)[0]}/_info.json" if urls else "_info.json"
+    local = verify_shards(urls, plan.manifest, split, where, announce)
+    if stream.shard_lengths is not None:
+        stream.shard_lengths = stream.shard_lengths[: len(urls)]
+    stream.shards = [local[url] for url in urls]
+    plan.verified = VERIFIED
 
 
 def preprocess_arrays(images, pre: Preprocessing):

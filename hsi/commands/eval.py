@@ -1,8 +1,11 @@
 """`hsi eval`: measure one or several models on a config's groups, sizes, positions and tiers.
 
-Writes OUT/<model>/predictions.parquet, eval.json, eval.md and plots/, and OUT/leaderboard.csv/.md.
+Writes OUT/<model>/predictions.parquet, eval.json, eval.md and plots/, and OUT/leaderboard.csv/.md,
+all through OUT's OwnedFolder: one run per OUT, nothing through a link, never a user's file. The
+model folder's name carries what changes the numbers (`-crop0.875`, `-subset`, `-limit240`).
 Exit status: 0 on success, 2 for usage errors (a model that cannot be loaded, outputs that fit no
-label space, a missing source), printed as `hsi eval: error: ...`.
+label space, a missing source, a shard that fails its sha256, a broken eval.json in OUT), printed as
+`hsi eval: error: ...`.
 """
 
 from __future__ import annotations
@@ -98,7 +101,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--limit", type=positive_int, help="evaluate only the first N samples (a quick look)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     run.add_argument(
-        "--overwrite", action="store_true", help="re-evaluate a model already evaluated on the same data revision"
+        "--overwrite",
+        action="store_true",
+        help="re-evaluate a model already evaluated in its folder under --out (on this data revision, or with other "
+        "weights or data), replacing its files",
     )
     analysis = parser.add_argument_group("analysis")
     analysis.add_argument(
@@ -193,6 +199,11 @@ def model_options(entry: dict, args: argparse.Namespace):
     )
 
 
+def _value(estimate: dict | None) -> str:
+    value = (estimate or {}).get("value")
+    return "n/a" if value is None else f"{value:.3f}"
+
+
 def _announce(text: str) -> None:
     print(text, file=sys.stderr)
 
@@ -227,69 +238,88 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 0:
         raise UsageError("--workers must be 0 or more")
 
-    from evaluation.leaderboard import write_leaderboard
+    from evaluation.eval_folder import claimed
+    from evaluation.leaderboard import (
+        LEADERBOARD_CSV,
+        LEADERBOARD_MD,
+        data_identity,
+        model_reports,
+        write_leaderboard,
+    )
     from evaluation.models import load_model
     from evaluation.pipeline import RunSettings, evaluate_model
     from evaluation.report import EVAL_MD
 
-    entries = model_entries(args)
-    split = args.split or _default_split(args.source, args.config)
-    settings = options_from(
-        args,
-        RunSettings,
-        split=split,
-        progress=not args.no_progress,
-        bootstrap=bootstrap,
-        clean_root=args.clean,
-        parts_dir=args.parts,
-    )
-    loaded_models = [load_model(entry["model"], model_options(entry, args)) for entry in entries]
-    results = []
-    for loaded in loaded_models:
-        result = evaluate_model(loaded, args.source, args.out, settings, announce=_announce)
-        results.append(result)
-        metrics = result.report["metrics"]
-        summary = f"top-1 {metrics['overall']['top1']['value']:.3f}" if metrics.get("overall") else "no samples"
-        if metrics.get("has_groups"):
-            worst = metrics["groups_summary"]["worst_group"]
-            summary += f", worst group {worst['group']} {worst['value']:.3f}"
-        print(f"{loaded.spec}: {summary} ({metrics['samples']} samples, {metrics['errors']['total']} error rows)")
-        print(f"  reports: {result.folder / EVAL_MD} and eval.json, predictions.parquet, plots/")
-    data = results[0].report["data"]
-    identity = {k: data.get(k) for k in ("source", "config", "split", "fingerprint", "limit")}
-    _, md_path, rows = write_leaderboard(args.out, identity)
+    with claimed(args.out) as owned:
+        model_reports(owned.root)  # a broken eval.json of another model: refused before any model runs
+        for name in (LEADERBOARD_CSV, LEADERBOARD_MD):  # and a linked or foreign leaderboard
+            owned.path(name)
+        entries = model_entries(args)
+        split = args.split or _default_split(args.source, args.config)
+        settings = options_from(
+            args,
+            RunSettings,
+            split=split,
+            progress=not args.no_progress,
+            bootstrap=bootstrap,
+            clean_root=args.clean,
+            parts_dir=args.parts,
+        )
+        loaded_models = [load_model(entry["model"], model_options(entry, args)) for entry in entries]
+        results = []
+        for loaded in loaded_models:
+            result = evaluate_model(loaded, args.source, owned, settings, announce=_announce)
+            results.append(result)
+            metrics = result.report["metrics"]
+            summary = f"top-1 {_value(metrics['overall']['top1'])}" if metrics.get("overall") else "no samples"
+            if metrics.get("has_groups"):
+                worst = metrics["groups_summary"]["worst_group"]
+                summary += f", worst group {worst['group']} {_value(worst)}"
+            print(f"{loaded.spec}: {summary} ({metrics['samples']} samples, {metrics['errors']['total']} error rows)")
+            print(f"  reports: {result.folder / EVAL_MD} and eval.json, predictions.parquet, plots/")
+        _, md_path, rows = write_leaderboard(owned, data_identity(results[0].report))
     print(f"leaderboard ({len(rows)} models): {md_path} and leaderboard.csv")
     return EXIT_OK
 
 
-def _model_only_sections(previous: Path) -> dict:
-    """The sections only the model could compute (clean photos, bare backgrounds), kept from the
-    run's own eval.json beside the predictions, so recomputing never drops them."""
-    import json
+def _report_folder(path: Path, out: Path | None):
+    """(OwnedFolder, model folder name) where `--from PATH` writes: `--out` itself when given, else the
+    model folder PATH lies in, inside the `hsi eval` output folder that recorded it (otherwise PATH's
+    own folder, which OwnedFolder refuses unless it holds nothing foreign)."""
+    from builder.core.owned import RECORD_NAME, OwnedFolder, OwnedFolderError
+    from evaluation.eval_folder import EVAL_KIND
+    from evaluation.predictions import PREDICTIONS_NAME
 
-    if not previous.is_file():
-        return {}
-    report = json.loads(previous.read_text("utf-8"))
-    kept = {key: report[key] for key in ("clean", "background_only") if report.get(key)}
-    if kept:
-        kept["carried_over"] = (
-            f"{', '.join(sorted(kept))}: from the model run's eval.json (their intervals keep its bootstrap settings)"
-        )
-    return kept
+    if out is not None:
+        return OwnedFolder(out, EVAL_KIND), ""
+    model_dir = path.parent
+    if not (model_dir.parent / RECORD_NAME).is_file():
+        return OwnedFolder(model_dir, EVAL_KIND), ""
+    try:
+        with OwnedFolder(model_dir.parent, EVAL_KIND) as root:
+            recorded = root.owns(f"{model_dir.name}/{path.name}") and path.name == PREDICTIONS_NAME
+    except OwnedFolderError:
+        recorded = False
+    if recorded and not model_dir.is_symlink():
+        return OwnedFolder(model_dir.parent, EVAL_KIND), model_dir.name
+    return OwnedFolder(model_dir, EVAL_KIND), ""
 
 
 def _run_from(args: argparse.Namespace, bootstrap) -> int:
-    from evaluation.pipeline import analyse
+    from evaluation.eval_folder import ModelFolder
+    from evaluation.pipeline import analyse, model_only_sections
     from evaluation.report import EVAL_JSON, EVAL_MD
 
     path = args.from_predictions
     if not path.is_file():
         raise UsageError(f"--from {path}: no such file")
-    folder = args.out if args.out != Path("eval-output") else path.parent
-    extras = _model_only_sections(path.parent / EVAL_JSON)
-    report = analyse(path, folder, bootstrap, extras)
+    owned, name = _report_folder(path, args.out if args.out != Path("eval-output") else None)
+    with owned:
+        folder = ModelFolder(owned, name)
+        extras = model_only_sections(path.parent / EVAL_JSON)
+        report = analyse(path, folder, bootstrap, extras)
     print(
-        f"reports recomputed from {path.name}: {folder / EVAL_MD} and eval.json ({report['metrics']['samples']} "
+        f"reports recomputed from {path.name}: {folder.path / EVAL_MD} and eval.json ({report['metrics']['samples']} "
         "samples)"
     )
     return EXIT_OK

@@ -55,7 +55,7 @@ def test_results_of_other_data_are_refused(validated, planted_corner, tmp_path, 
     capsys.readouterr()
     assert main(["release", str(validated), "--out", str(tmp_path / "r1"), "--results", str(evals)]) == 2
     assert "cover only the first 10 samples" in capsys.readouterr().err
-    path = evals / "ts_planted_corner.pt" / "eval.json"
+    path = evals / "ts_planted_corner.pt-limit10" / "eval.json"  # a --limit run has a folder of its own
     report = json.loads(path.read_text())
     report["data"].update(limit=None, fingerprint="0123456789abcdef")
     path.write_text(json.dumps(report))

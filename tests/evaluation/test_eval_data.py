@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import torch
 from eval_cli import eval_args
+from parts_factory import rehash_parts
 from PIL import Image
 
 from builder.core.shards import iter_shard, write_shard
@@ -40,6 +41,7 @@ def test_bad_samples_and_broken_shards_are_counted_rows_and_the_run_goes_on(
     rewrite_shard(shards[0], lambda k, m: (k, {**m, "jpg": b"not a jpeg"}) if k == first_key else (k, m))
     data = shards[2].read_bytes()
     shards[2].write_bytes(data[: len(data) // 2 + 100])  # cut mid-member: the tar breaks off
+    rehash_parts(dataset)  # a manifest that vouches for the damage: eval refuses a shard that differs from it
     out = tmp_path / "out"
     assert main(eval_args(dataset, f"ts:{planted_corner}", str(out), workers=2)) == 0
     report = json.loads((out / "ts_planted_corner.pt" / "eval.json").read_text())
@@ -67,6 +69,7 @@ def test_a_config_without_group_metadata_is_plain_accuracy_and_says_so(paper_set
 
     for shard in sorted(dataset.glob("val-*.tar")):
         rewrite_shard(shard, strip)
+    rehash_parts(dataset)
     out = tmp_path / "out"
     assert main(eval_args(dataset, f"ts:{planted_corner}", str(out))) == 0
     report = json.loads((out / "ts_planted_corner.pt" / "eval.json").read_text())

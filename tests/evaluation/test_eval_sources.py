@@ -45,9 +45,9 @@ def test_leaderboard_of_two_models_sorted_by_worst_group_and_skipped_when_done(
     listing.write_text(f"- model: ts:{planted_corner.name}\n  mean: 0\n  std: 1\n  crop_pct: 0.875\n")
     (tmp_path / planted_corner.name).write_bytes(planted_corner.read_bytes())
     assert main(eval_args(paper_set, str(listing), str(tmp_path / "yaml"), raw=False)) == 0
-    report = json.loads((tmp_path / "yaml" / "ts_planted_corner.pt" / "eval.json").read_text())
+    report = json.loads((tmp_path / "yaml" / "ts_planted_corner.pt-crop0.875" / "eval.json").read_text())
     assert report["preprocessing"]["crop_pct"] == 0.875
-    assert "centre-cropped on purpose" in (tmp_path / "yaml" / "ts_planted_corner.pt" / "eval.md").read_text()
+    assert "centre-cropped on purpose" in (tmp_path / "yaml" / "ts_planted_corner.pt-crop0.875" / "eval.md").read_text()
 
 
 def printed_skips(capsys) -> int:

@@ -1,0 +1,152 @@
+"""Where one model's evaluation lives inside `hsi eval --out`: the folder's name, which carries what
+changes the numbers, and every write into it, through the output folder's `OwnedFolder` (so nothing
+goes through a link, no user's file is replaced, and a re-run removes only its own leftovers)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from builder.core.owned import OwnedFolder
+
+from .models import LoadedModel, Preprocessing, model_slug
+
+EVAL_KIND = "eval"  # the OwnedFolder kind of `hsi eval --out`
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
+
+
+def _numbers(values: tuple[float, ...]) -> str:
+    return _number(values[0]) if len(set(values)) == 1 else ",".join(_number(v) for v in values)
+
+
+def _preprocessing_parts(loaded: LoadedModel) -> list[str]:
+    """The preprocessing that departs from the model's own default, as name parts. A TorchScript file
+    carries no data config: its flags are its preprocessing, so only a crop counts there."""
+    pre = loaded.preprocessing
+    parts = [f"crop{_number(pre.crop_pct)}"] if pre.crop_pct is not None else []
+    default: Preprocessing | None = loaded.default_preprocessing
+    if default is None or loaded.spec.startswith("ts:"):
+        return parts
+    if pre.input_size != default.input_size:
+        h, w = pre.input_size
+        parts.append(f"size{h}" if h == w else f"size{h}x{w}")
+    if pre.interpolation != default.interpolation:
+        parts.append(pre.interpolation)
+    if pre.mean != default.mean:
+        parts.append(f"mean{_numbers(pre.mean)}")
+    if pre.std != default.std:
+        parts.append(f"std{_numbers(pre.std)}")
+    return parts
+
+
+def folder_name(loaded: LoadedModel, label_space: str = "imagenet", limit: int | None = None) -> str:
+    """`<model>` for a default run; `<model>-crop0.875`, `<model>-subset`, `<model>-limit240`... when
+    the preprocessing, the label space or `--limit` differ, so runs that give other numbers never
+    share a folder (nor replace each other's report and leaderboard row)."""
+    parts = [model_slug(loaded.spec), *_preprocessing_parts(loaded)]
+    if label_space != "imagenet":
+        parts.append(label_space)
+    if limit is not None:
+        parts.append(f"limit{limit}")
+    return "-".join(parts)
+
+
+@contextmanager
+def claimed(root: Path, kind: str = EVAL_KIND) -> Iterator[OwnedFolder]:
+    """`OwnedFolder(root, kind)` held for the block; when the block fails before writing anything
+    into a folder this run created, the empty folders are removed again (a refusal leaves no trace)."""
+    created = not (Path(root).exists() or Path(root).is_symlink())
+    try:
+        with OwnedFolder(root, kind) as owned:
+            yield owned
+    except BaseException:
+        if created:
+            _remove_empty(Path(root))
+        raise
+
+
+def _remove_empty(root: Path) -> None:
+    if root.is_symlink() or not root.is_dir():
+        return
+    for folder in sorted((p for p in root.rglob("*") if p.is_dir() and not p.is_symlink()), reverse=True):
+        with suppress(OSError):
+            folder.rmdir()
+    with suppress(OSError):
+        root.rmdir()
+
+
+class ModelFolder:
+    """The files of one evaluation: `name/...` inside an OwnedFolder (`name` "" for its root)."""
+
+    def __init__(self, owned: OwnedFolder, name: str = "") -> None:
+        self.owned = owned
+        self.name = name
+
+    @property
+    def path(self) -> Path:
+        return self.owned.root / self.name if self.name else self.owned.root
+
+    def check_writable(self, files: list[str]) -> None:
+        """Refuse now, before any work, what writing `files` would refuse later: a linked model
+        folder, a user's file where one of them goes (creating nothing)."""
+        if self.name and not (self.path.exists() or self.path.is_symlink()):
+            return
+        for file in files:
+            self.owned.path(self.relative(file))
+
+    def relative(self, file: str) -> str:
+        return f"{self.name}/{file}" if self.name else file
+
+    @contextmanager
+    def writing(self, file: str) -> Iterator[Path]:
+        """A temporary path for any writer; renamed to `file` and recorded when the block succeeds."""
+        with self.owned.writing(self.relative(file)) as tmp:
+            yield tmp
+
+    def write_text(self, file: str, text: str) -> Path:
+        return self.owned.write_text(self.relative(file), text)
+
+    def owns(self, file: str) -> bool:
+        return self.owned.owns(self.relative(file))
+
+    def keep_only(self, files: set[str]) -> list[str]:
+        """Remove this folder's recorded files outside `files` (an earlier run's leftovers: a
+        `clean_accuracy.csv` the new run did not produce, a plot the new metrics do not allow)."""
+        # a report written at the root of a folder (`--from ... --out X`) tidies only its plots
+        prefix = f"{self.name}/" if self.name else "plots/"
+        keep = {self.relative(f) for f in files}
+        removed = [n for n in self.owned.listed(prefix) if n not in keep]
+        for name in removed:
+            self.owned.remove(name)
+        return removed
+
+
+class PlainFolder:
+    """The same writes into a folder its caller owns and checks (e.g. a training report's folder)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    @contextmanager
+    def writing(self, file: str) -> Iterator[Path]:
+        target = self.path / file
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp{target.suffix}")
+        try:
+            yield tmp
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def write_text(self, file: str, text: str) -> Path:
+        with self.writing(file) as tmp:
+            tmp.write_text(text, "utf-8")
+        return self.path / file
+
+    def keep_only(self, files: set[str]) -> list[str]:
+        return []

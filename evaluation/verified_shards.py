@@ -1,0 +1,109 @@
+"""Every shard an evaluation reads is first checked against its manifest's sha256 (and size).
+
+A flipped byte in a JPEG decodes to other pixels, so without this check an altered shard gives other
+probabilities under the original fingerprint, and the leaderboard takes it for the same data
+revision. The check runs in the main process before the DataLoader starts (its workers then read
+files already proved), on the shards the run will read (with `--limit`, only the first ones).
+
+A hub source (hf://) is downloaded into the Hugging Face cache (`HF_HUB_CACHE`) and the cached copy
+is checked and read, so what is proved is what is read; a cached copy that fails the check is
+downloaded once more before the shard is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from builder.core.errors import InputError, _printable
+from builder.core.shards import sha256_file
+from builder.core.untrusted import Fields
+
+VERIFIED = "sha256"  # what eval.json's data.verified records
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+class ShardMismatch(InputError):
+    """A shard whose bytes are not the ones its manifest lists: nothing is evaluated."""
+
+
+def _name(url: str) -> str:
+    return url.rsplit("/", 1)[-1]
+
+
+def expected_digests(manifest: dict, split: str, where: str) -> dict[str, tuple[str, int]]:
+    """{shard filename: (sha256, bytes)} of `split`, as the manifest lists them (checked fields)."""
+    entry = Fields(manifest, where).object("splits").object(split)
+    listed = {}
+    for shard in entry.objects("shards"):
+        listed[shard.string("filename")] = (shard.string("sha256", pattern=_SHA256), shard.integer("bytes", low=0))
+    return listed
+
+
+def shards_read(urls: list[str], lengths: list[int] | None, limit: int | None) -> list[str]:
+    """The shards a run reads: all of them, or with `limit` and known lengths the first ones holding
+    the first `limit` samples (the evaluation reads shards in manifest order)."""
+    if limit is None or lengths is None or len(lengths) != len(urls):
+        return list(urls)
+    chosen, total = [], 0
+    for url, length in zip(urls, lengths):
+        if total >= limit:
+            break
+        chosen.append(url)
+        total += length
+    return chosen
+
+
+def _hub_copy(url: str, force: bool) -> Path:
+    """The local cached copy of a hub file (downloaded when missing, or again when `force`)."""
+    from huggingface_hub import HfFileSystem, hf_hub_download
+
+    resolved = HfFileSystem().resolve_path(url)
+    return Path(
+        hf_hub_download(
+            resolved.repo_id,
+            resolved.path_in_repo,
+            repo_type=resolved.repo_type,
+            revision=resolved.revision,
+            force_download=force,
+        )
+    )
+
+
+def _matches(path: Path, digest: str, size: int) -> bool:
+    return path.stat().st_size == size and sha256_file(path) == digest
+
+
+def verify_shards(
+    urls: list[str],
+    manifest: dict,
+    split: str,
+    where: str,
+    announce: Callable[[str], None] = print,
+) -> dict[str, str]:
+    """{url: local path to read} for each of `urls`, each proved to hold the manifest's bytes;
+    refuses (ShardMismatch, one line naming the shard) at the first that does not."""
+    listed = expected_digests(manifest, split, where)
+    local: dict[str, str] = {}
+    for url in urls:
+        name = _name(url)
+        if name not in listed:
+            raise ShardMismatch(
+                f"{where}: shard {_printable(name)} has no sha256 in the manifest; it cannot be verified"
+            )
+        digest, size = listed[name]
+        remote = "://" in url
+        path = _hub_copy(url, force=False) if remote else Path(url)
+        if not path.is_file():
+            raise ShardMismatch(f"shard {_printable(str(path))} is missing; the manifest lists it")
+        if not _matches(path, digest, size) and remote:
+            announce(f"hsi eval: the cached copy of {name} differs from the manifest; downloading it again")
+            path = _hub_copy(url, force=True)
+        if not _matches(path, digest, size):
+            raise ShardMismatch(
+                f"shard {_printable(url)} does not match the sha256 its manifest lists (changed or damaged since it "
+                "was written): nothing was evaluated; rebuild or download the dataset again"
+            )
+        local[url] = str(path)
+    return local
