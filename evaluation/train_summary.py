@@ -173,9 +173,9 @@ def render_markdown(summaries: list[dict], comparison: dict | None) -> str:
 
 
 def plot_summary(summaries: list[dict], path: Path) -> None:
-    from .plots import _pyplot
+    from .plots import headless_pyplot
 
-    plt = _pyplot()
+    plt = headless_pyplot()
     fig, ax = plt.subplots(figsize=(1.8 + 1.4 * len(summaries), 3.2))
     x = np.arange(len(summaries))
     for offset, key, label in ((-0.18, "mean", "mean"), (0.18, "worst_group", "worst group")):

@@ -137,14 +137,14 @@ def write_correlations(out: OwnedFolder, result: dict) -> Path:
 
 def write_scatter(out: OwnedFolder, rows: list[dict]) -> Path | None:
     """Each bias (rows of panels) against the main Hard-Spurious numbers (columns)."""
-    from ..plots import _pyplot
+    from ..plots import headless_pyplot
 
     biases = [b for b in BIASES if any(r.get(b) is not None for r in rows)]
     wanted = ("worst_group_top1", "CoR_top1", "CoR@56_top1", "background_class_share", "clean_top1", "top1")
     targets = [t for t in wanted if any(r.get(t) is not None for r in rows)]
     if not biases or not targets:
         return None
-    plt = _pyplot()
+    plt = headless_pyplot()
     fig, axes = plt.subplots(len(biases), len(targets), figsize=(3 * len(targets), 2.6 * len(biases)), squeeze=False)
     for i, bias in enumerate(biases):
         for j, target in enumerate(targets):
