@@ -29,6 +29,7 @@ from builder.formats.composites import COMPOSITE_FIELDS
 from builder.formats.stream import iter_tar_samples, source_manifest, stream
 
 from .models import Preprocessing
+from .predictions import is_utf8
 
 try:
     from torch.utils.data import IterableDataset
@@ -85,7 +86,7 @@ def _shard_name(url: str) -> str:
     return url.rsplit("/", 1)[-1]
 
 
-class SampleError(ValueError):
+class SampleError(UntrustedInput):
     """A sample whose members are not what a composite holds: it becomes that sample's error row."""
 
 
@@ -109,6 +110,8 @@ def sample_json(raw: bytes) -> dict:
     fields = Fields(meta, "json member") if isinstance(meta, dict) else None
     if fields is None:
         raise SampleError(f"json member is {describe(meta)}, not an object")
+    if not is_utf8(meta):
+        raise SampleError("json member holds text that is not UTF-8 (an escaped lone surrogate)")
     for name, (kind, _, _) in COMPOSITE_FIELDS.items():
         if meta.get(name) is None:
             continue

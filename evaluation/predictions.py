@@ -187,6 +187,8 @@ class PredictionsTable:
                 f"its '{METADATA_KEY.decode()}' schema metadata is not JSON ({_printable(reason)})"
             ) from None
         Fields(self.metadata, self.where, METADATA_KEY.decode())  # an object, or one line saying what it is
+        if not is_utf8(self.metadata):
+            raise self.error(f"its '{METADATA_KEY.decode()}' schema metadata holds text that is not UTF-8")
         self.keys: list | None = None
 
     def error(self, problem: str, column: str | None = None) -> UntrustedInput:
@@ -333,6 +335,16 @@ class PredictionsTable:
                 f"table's own columns said otherwise in {differing} cells",
             ]
         return derived
+
+
+def is_utf8(data: object) -> bool:
+    """Whether every text in parsed JSON can be written as UTF-8: JSON's \\ud800 escapes parse to
+    lone surrogates, which no table or report can hold."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _refuse_constant(name: str) -> float:
