@@ -145,22 +145,17 @@ def read_train_predictions(
     """(rows in the config's labels, provenance) of an `hsi eval` predictions.parquet; refused when
     it was made with another model than `classifier`, on another split or on another build of the
     config (`source_fingerprint`, the source manifest's), or lacks the columns M is read from."""
-    from .predictions import read_predictions
+    from builder.core.untrusted import UntrustedInput
+
+    from .predictions import read_prediction_rows
 
     path = Path(path)
     if not path.is_file():
         raise PredictionsMismatch(f"--predictions {path}: no such file (pass the predictions.parquet of hsi eval)")
-    try:
-        table, metadata = read_predictions(path)
-    except (OSError, ValueError) as exc:
-        raise PredictionsMismatch(f"--predictions {path.name}: {exc}") from None
-    metadata = metadata if isinstance(metadata, dict) else {}
-    missing = [name for name in PREDICTION_COLUMNS if name not in table.columns]
-    if missing:
-        raise PredictionsMismatch(
-            f"--predictions {path.name} has no column {', '.join(missing)}: pass the predictions.parquet that "
-            "`hsi eval --split train` wrote, unedited"
-        )
+    try:  # the columns M is read from, each of its type, class indices 0-999, no key twice
+        table, metadata = read_prediction_rows(path, PREDICTION_COLUMNS)
+    except UntrustedInput as exc:
+        raise PredictionsMismatch(f"--predictions {exc}") from None
     data = metadata.get("data") if isinstance(metadata.get("data"), dict) else {}
     if data.get("split") not in (None, "train"):
         raise PredictionsMismatch(
