@@ -79,8 +79,7 @@ class OwnedFolder:
         self._stack = ExitStack()
         try:
             self._stack.enter_context(exclusive_folder(root.resolve()))
-            self.files = self._read_record()
-            root.mkdir(parents=True, exist_ok=True)
+            self.files = self._read_record()  # the folder itself is made by the first write: a refusal leaves none
         except BaseException:
             self._stack.close()
             raise
@@ -129,6 +128,7 @@ class OwnedFolder:
         an existing entry there must be a file of ours."""
         parts = check_relative(relative)
         folder = self.root
+        folder.mkdir(parents=True, exist_ok=True)
         for part in parts[:-1]:
             folder = folder / part
             if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
