@@ -431,6 +431,7 @@ def _fit(
     manifest = train_manifest(settings)
     check_selection_split(manifest, settings, settings.val_split, "--val-split")
     compared = {**settings.compared(), "data": data_identity(manifest, settings)}
+    folder.check_writable(SETTINGS_NAME, BEST, LAST)
     state = check_resume(folder, compared, resume, overwrite)  # before any training: a refusal costs nothing
     if settings.select == "worst-group":
         require_groups(settings, "--select worst-group")

@@ -59,6 +59,13 @@ class RunFolder:
             target = self.owned.path(relative)
         return target if target.exists() or target.is_symlink() else None
 
+    def check_writable(self, *names: str) -> None:
+        """Refuse now, before any work, what a later write of `names` would refuse (a link on the way,
+        a user's file in the place of one of ours)."""
+        if self.owned is not None:
+            for name in names:
+                self.owned.path(self.relative(name))
+
     def _owner(self) -> OwnedFolder:
         if self.owned is None:
             raise RuntimeError("only rank 0 writes a training run")  # a programming error, never a user's

@@ -75,6 +75,7 @@ def run_seed(
 
 
 def _run_seed(settings: TrainSettings, options: MethodOptions, out: RunFolder, control: RunControl) -> dict | None:
+    out.check_writable(PREDICTIONS_NAME, SCORES_NAME)
     result, info = train_method(settings, options, out, control)
     if not is_main_process():
         return None

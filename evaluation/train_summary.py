@@ -36,11 +36,12 @@ SEED_FOLDER = re.compile(r"seed-(\d{1,9})")
 def read_scores(path: Path) -> dict:
     """A run's `scores.json`, checked: the fields the summary reads, with their types and ranges."""
     fields = Fields(read_json(path, "scores.json"), path)
+    method, seed = fields.string("method", pattern=RUN_LABEL), fields.integer("seed", low=0)
     test = fields.object("test")
     groups = test.object("groups")
     return {
-        "method": fields.string("method", pattern=RUN_LABEL),
-        "seed": fields.integer("seed", low=0),
+        "method": method,
+        "seed": seed,
         "test": {
             "mean": test.number("mean", low=0, high=1),
             "worst_group": test.number("worst_group", None, low=0, high=1),

@@ -165,6 +165,7 @@ def _train_dfr(
         raise TrainError(f"--dfr-scaler must be one of {', '.join(SCALERS)}, got {scaler!r}")
     if refits < 1 or not grid:
         raise TrainError("--dfr-refits must be at least 1 and --dfr-c must list at least one C")
+    out.check_writable(DFR_NAME)
     if erm_run is not None:
         erm = load_finished_run(settings, erm_run, "--erm-run")
     else:

@@ -76,6 +76,7 @@ def _train_jtt(
         raise TrainError(f"--jtt-errors must be one of {', '.join(JTT_ERRORS)}, got {errors!r}")
     if stage1_epochs < 1:
         raise TrainError(f"--jtt-epochs (T) must be at least 1, got {stage1_epochs}")
+    out.check_writable(ERROR_SET_NAME)
     stage1_settings = replace(settings, epochs=stage1_epochs, select="mean")
     stage1 = fit(
         stage1_settings,
