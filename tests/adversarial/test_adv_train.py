@@ -383,3 +383,23 @@ def test_train_refuses_an_empty_val_split_before_training(planted, tmp_path, cap
     line = refused(capsys, ["train", data, "--out", tmp_path / "runs", *TINY, "--select", "mean"])
     assert "'val' split" in line and "holds 0 samples" in line and "--holdout" in line
     assert not (tmp_path / "runs").exists()
+
+
+def test_fuzzed_scores_and_predictions_read_or_are_one_line(finished, tmp_path):
+    from evaluation.train_summary import read_scores, read_test_predictions
+
+    seed = finished[0] / "erm" / "seed-0"
+    rng, outcomes = random.Random(2111), {"read": 0, "refused": 0}
+    started = time.perf_counter()
+    for name, reader, rounds in (("scores.json", read_scores, 150), ("predictions.parquet", read_test_predictions, 80)):
+        real, path = (seed / name).read_bytes(), tmp_path / name
+        for _ in range(rounds):
+            path.write_bytes(_mutate(rng, real))
+            try:
+                reader(path)
+            except HsiError as error:
+                assert "\n" not in str(error)
+                outcomes["refused"] += 1
+            else:
+                outcomes["read"] += 1
+    assert outcomes["refused"] and outcomes["read"] and time.perf_counter() - started < 20, outcomes
