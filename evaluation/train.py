@@ -11,9 +11,13 @@ checkpointed resumably, and finally scored on the test split into `predictions.p
   evaluates and writes.
 - `last.pt` holds model, optimiser, scheduler, grad scaler, the python/numpy/torch RNG states, the
   epoch, the history and the best score; `best.pt` the weights kept by `--select`
-  (worst-group ties go to the higher mean accuracy). A resumed run refuses settings that differ
-  from the checkpoint's. Data order and augmentation derive from
+  (worst-group ties go to the higher mean accuracy). Both are tensors and plain values, read with
+  `weights_only=True` and checked (`evaluation.train_state`). A resumed run refuses settings that
+  differ from the checkpoint's, and data that is not what it trained on (the manifest's config,
+  fingerprint and shard digests, not the path). Data order and augmentation derive from
   (seed, epoch), so a resumed run reaches the same weights bit for bit on the same device.
+- Every file is written through the `--out` folder's `OwnedFolder` (`evaluation.train_folder`): one
+  run per folder, nothing through a link, never over a user's file.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 group, every group and every tier; a paired comparison of two methods on the Hard tier (on
 configs without tiers, on the whole test split, said so): the mean over seeds of the per-seed
 accuracy difference with a 95% t interval, and an exact McNemar test (scipy's binomial test on the
-discordant images, pooled over seeds) on per-image correctness. Read from the runs' files only.
+discordant images, pooled over seeds) on per-image correctness. Read from the runs' files only,
+each checked as someone else's input (`builder.core.untrusted`); written through an OwnedFolder.
 """
 
 from __future__ import annotations
