@@ -91,7 +91,7 @@ class OwnedFolder:
 
     def _read_record(self) -> dict[str, str]:
         record = self.root / RECORD_NAME
-        if not self.root.is_dir() or not any(self.root.iterdir()):
+        if not self.root.is_dir() or _holds_nothing(self.root):
             return {}
         if record.is_symlink() or not record.is_file():
             raise OwnedFolderError(
@@ -212,6 +212,15 @@ class OwnedFolder:
         for name in removed:
             self.remove(name)
         return removed
+
+
+def _holds_nothing(folder: Path) -> bool:
+    """No file and no link anywhere below `folder`: empty, or only the empty folders `path()` made for a
+    run that was refused (or failed) before its first write, which must not make the folder foreign."""
+    for where, folders, files in os.walk(folder):
+        if files or any(os.path.islink(os.path.join(where, name)) for name in folders):
+            return False
+    return True
 
 
 def _is_safe(relative: str) -> bool:
