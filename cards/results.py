@@ -157,7 +157,13 @@ def read_training(folder: Path, predictions: str | None) -> dict | None:
     if training is None:
         return None
     fields = Fields(training, path, "metadata.training")
-    return {"method": fields.string("method"), "seed": fields.integer("seed")}
+    return {
+        "method": fields.string("method"),
+        "seed": fields.integer("seed"),
+        # the weights the run kept, when the run records them (its checkpoint file and sha256)
+        "checkpoint": fields.string("checkpoint", None),
+        "checkpoint_sha256": fields.string("checkpoint_sha256", None, pattern=SHA256),
+    }
 
 
 def _reports_of(folder: Path) -> list[Path]:
@@ -292,13 +298,15 @@ def _preprocessing(report: dict) -> str:
 
 def _weights(result: ModelResult) -> tuple[str, str]:
     """(weights, sha256) cells: what the report and the run's records say, never an empty cell."""
-    model = result.report["model"]
-    sha = f"`{model['checkpoint_sha256']}`" if model["checkpoint_sha256"] else "not recorded"
-    if model["checkpoint"]:
-        return model["checkpoint"], sha
-    if result.training:
-        trained = f"trained with hsi train ({result.training['method']}, seed {result.training['seed']})"
-        return f"{trained}; no checkpoint file in its report", sha
+    model, training = result.report["model"], result.training or {}
+    checkpoint = model["checkpoint"] or training.get("checkpoint")
+    digest = model["checkpoint_sha256"] or training.get("checkpoint_sha256")
+    sha = f"`{digest}`" if digest else "not recorded"
+    if training:
+        trained = f"trained with hsi train ({training['method']}, seed {training['seed']})"
+        return (f"{checkpoint}, {trained}" if checkpoint else f"{trained}; its run records no checkpoint file"), sha
+    if checkpoint:
+        return checkpoint, sha
     return "the library's published weights of the spec", sha
 
 

@@ -229,3 +229,35 @@ def test_the_eval_json_reader_survives_seeded_mutations(tmp_path):
         except HsiError:
             outcomes["refused"] += 1
     assert outcomes["read"] > 0 and outcomes["refused"] > 0
+
+
+def predictions_with(folder: Path, metadata: dict) -> None:
+    """A predictions table carrying `hsi` metadata, as `hsi train` writes for its runs."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"key": ["a"]}).replace_schema_metadata({"hsi": json.dumps(metadata)})
+    pq.write_table(table, folder / "predictions.parquet")
+
+
+def test_a_trained_model_shows_its_run_not_empty_weights(dataset, tmp_path):
+    """Failed before (issue 21, 14): a model of `hsi train --report` had an empty weights cell and
+    sha256 "n/a"; the card now says what the run records: the method and seed, and the checkpoint
+    file and its sha256 when the run records them."""
+    evals = tmp_path / "evals"
+    erm = model_folder(evals, "erm-seed-0", eval_report("erm seed 0 (timm:resnet18)"))
+    predictions_with(erm, {"training": {"method": "erm", "seed": 0}})
+    sha = "ab" * 32
+    jtt = model_folder(evals, "jtt-seed-1", eval_report("jtt seed 1 (timm:resnet18)"))
+    predictions_with(jtt, {"training": {"method": "jtt", "seed": 1, "checkpoint": "best.pt", "checkpoint_sha256": sha}})
+    out = tmp_path / "rel"
+    assert release(dataset, out, evals) == 0
+    card = (out / "README.md").read_text()
+    assert (
+        "| `erm seed 0 (timm:resnet18)` | trained with hsi train (erm, seed 0); its run records no checkpoint" in card
+    )
+    assert f"| `jtt seed 1 (timm:resnet18)` | best.pt, trained with hsi train (jtt, seed 1) | `{sha}` |" in card
+    assert "n/a |" not in card.split("| model | weights |")[1].split("\n\n")[0]
+    # a predictions table whose metadata is not ours is one line, not a traceback
+    predictions_with(erm, {"training": {"method": 5}})
+    assert release(dataset, tmp_path / "rel2", evals) == 2
