@@ -13,6 +13,7 @@ from pathlib import Path
 from .methods.options import MethodOptions, RunControl
 from .predictions import write_predictions
 from .train import (
+    BEST,
     TrainError,
     TrainSettings,
     _pct_or_na,
@@ -65,6 +66,18 @@ def run_label(settings: TrainSettings, options: MethodOptions) -> str:
     return f"{options.method}+{mixing.augment}" if mixing.active else options.method
 
 
+def kept_weights(out: RunFolder) -> dict:
+    """The weights file the run kept (`best.pt`, as a path inside the train `--out`, e.g.
+    `erm/seed-0/best.pt`) and its sha256, for the card; nothing when the method keeps none (DFR
+    refits a head it does not save)."""
+    from builder.core.shards import sha256_file
+
+    best = out.existing(BEST)
+    if best is None:
+        return {}
+    return {"checkpoint": f"{out.root.name}/{out.relative(BEST)}", "checkpoint_sha256": sha256_file(best)}
+
+
 def run_seed(
     settings: TrainSettings, options: MethodOptions, out: Path | RunFolder, control: RunControl = RunControl()
 ) -> dict | None:
@@ -88,6 +101,7 @@ def _run_seed(settings: TrainSettings, options: MethodOptions, out: RunFolder, c
         "seed": settings.seed,
         "settings": settings.to_json(),
         "method_info": info,
+        **kept_weights(out),
     }
     with out.writing(PREDICTIONS_NAME) as tmp:
         write_predictions(tmp, run.rows, run.errors, run.metadata)

@@ -357,3 +357,36 @@ def test_scgs_predictions_with_a_pred_class_that_is_no_class_index_are_one_line(
     message = str(refused.value)
     assert "\n" not in message and message.startswith(f"--predictions {path}: column pred_class: ")
     assert ("holds text values" if pred == "abc" else f"row 0 ({table['key'][0].as_py()}) holds") in message
+
+
+def test_a_classes_file_that_is_missing_or_a_link_is_one_line(tmp_path):
+    """Failed before: a raw FileNotFoundError traceback from read_classes_file."""
+    import os
+
+    from evaluation.models import ModelError, read_classes_file
+
+    with pytest.raises(ModelError, match="--classes .*not found"):
+        read_classes_file(tmp_path / "missing.txt")
+    (tmp_path / "real.txt").write_text("n01440764\n")
+    os.symlink(tmp_path / "real.txt", tmp_path / "link.txt")
+    with pytest.raises(ModelError, match="is a link"):
+        read_classes_file(tmp_path / "link.txt")
+    (tmp_path / "binary.txt").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ModelError, match="not UTF-8|codec"):
+        read_classes_file(tmp_path / "binary.txt")
+    assert read_classes_file(tmp_path / "real.txt") == ("n01440764",)
+
+
+def test_a_cls_beyond_the_configs_labels_without_a_class_index_is_one_line():
+    """Failed before: an IndexError traceback (wnids[cls]) for a -10 sample whose json had no class_index."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from builder.core.errors import InputError
+    from evaluation.predict import prediction_rows
+
+    classifier = SimpleNamespace(column_of=np.arange(1000), class_index=np.arange(1000))
+    rows = [{"key": "k0", "shard": "test-00000.tar", "cls": 57, "meta": {}}]
+    with pytest.raises(InputError, match="cls 57 is beyond the config's 10 labels"):
+        prediction_rows(np.full((1, 1000), 1e-3), rows, classifier, tuple(f"n0{i:07d}" for i in range(10)))
