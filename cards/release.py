@@ -1,15 +1,19 @@
 """Release folders: composed, validated datasets gathered as configs of one loadable folder.
 
     <release>/README.md                      the card (cards.render)
-    <release>/_release.json                  name, version, default config, every shard's sha256, changelog
+    <release>/_release.json                  name, version, default config, every shard's sha256, changelog,
+                                             and the sha256 of every file it wrote (`files`)
     <release>/data/<config>/<split>-%05d.tar the shards, byte-identical to the dataset's
     <release>/data/<config>/_info.json       the dataset's manifest (timm's WebDataset reader form)
     <release>/data/<config>/validation.json  the validation report it passed (+ validation.md)
     <release>/previews/<config>/*.png        preview sheets shown in the card
+    <release>/results/<model>_accuracy_vs_size.png   with --results: each model's plot (cards.results)
 
 Only manifests and validation reports are read to learn what exists; shards are copied and their
 sha256 checked against the manifest. A dataset whose validation is missing, failed or belongs to
 another build is refused. The folder is built under a temporary name and renamed when complete.
+`--overwrite` replaces only a folder whose every file is one the earlier release recorded in its
+`_release.json` and is unchanged since (sha256): a file someone put there, or edited, is refused by name.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,14 +32,16 @@ from builder.core.folders import own_preview_names, read_json_dict, refuse_forei
 from builder.core.manifest import COMPOSITES, Manifest, format_of
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
 from builder.core.shards import MANIFEST_NAME, iter_shard, read_manifest, sha256_file, write_json_atomic
+from builder.core.untrusted import Fields, check_string, read_json
 from cards.render import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary, render_card, table
-from cards.results import RELEASE_PLOT_SUFFIX, RESULTS_DIR, check_results, copy_plots, load_results, render_results
+from cards.results import RELEASE_PLOT_SUFFIX, RESULTS_DIR, copy_plots, load_results, render_results, select_results
 
 RELEASE_META = "_release.json"
 VALIDATION_JSON = "validation.json"
 VALIDATION_MD = "validation.md"
 PREVIEWS_DIR = "previews"
 VERSION_PATTERN = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class ReleaseError(HsiError):
@@ -240,8 +247,89 @@ def describe_changes(previous: dict | None, configs: dict[str, dict]) -> list[st
 
 
 def read_release_meta(release_dir: Path) -> dict | None:
+    """The release's `_release.json`, checked field by field (read_release_record), or None when the
+    folder has none."""
     path = Path(release_dir) / RELEASE_META
-    return json.loads(path.read_text("utf-8")) if path.is_file() else None
+    if not (path.exists() or path.is_symlink()):
+        return None
+    return read_release_record(path)
+
+
+def read_release_record(path: Path, source: str | None = None) -> dict:
+    """A `_release.json` (of a folder, or downloaded from the Hub) as the plain dict `hsi release` wrote,
+    every field it is read for checked: one line naming the file (`source`, if given) and the field.
+    Config, split and shard names become paths, so each must pass the name rules."""
+    return check_release_record(read_json(path, RELEASE_META), source or path)
+
+
+def _name(fields: Fields, field: str, name: object, check: Callable[[object], str]) -> str:
+    """`name` (the value of `field`, or the key itself) if it passes the name rule `check`."""
+    try:
+        return check(name)
+    except UnsafeNameError as exc:
+        raise fields.error(str(exc), field) from None
+
+
+def _record_configs(configs: Fields) -> dict:
+    checked = {}
+    for config in configs.data:
+        entry = configs.object(_name(configs, str(config), config, check_config_name))
+        splits = entry.object("splits")
+        listed = {}
+        for split in splits.data:
+            _name(splits, str(split), split, check_split_name)
+            listed[split] = [
+                {
+                    "filename": _name(
+                        shard, "filename", shard.string("filename"), lambda n, s=split: check_shard_filename(n, s)
+                    ),
+                    "num_samples": shard.integer("num_samples", low=0),
+                    "bytes": shard.integer("bytes", low=0),
+                    "sha256": shard.string("sha256", pattern=SHA256),
+                }
+                for shard in splits.objects(split)
+            ]
+        checked[config] = {"fingerprint": entry.string("fingerprint", None), "splits": listed}
+    return checked
+
+
+def _record_changelog(fields: Fields) -> list[dict]:
+    return [
+        {
+            "version": entry.string("version"),
+            "changes": [
+                check_string(line, lambda problem, n=n, e=entry: e.error(problem, f"changes[{n}]"))
+                for n, line in enumerate(entry.list("changes", []))
+            ],
+        }
+        for entry in fields.objects("changelog", [])
+    ]
+
+
+def check_release_record(data: object, source: Path | str) -> dict:
+    top = Fields(data, source)
+    record = {
+        "name": top.string("name", None),
+        "version": top.string("version", None, pattern=VERSION_PATTERN),
+        "default_config": top.string("default_config"),
+        "configs": _record_configs(top.object("configs")),
+        "changelog": _record_changelog(top),
+        "previous": None,
+        "tool": dict(top.object("tool", None).data),
+    }
+    if top.has("previous"):
+        previous = top.object("previous")
+        record["previous"] = {
+            "version": previous.string("version", None, pattern=VERSION_PATTERN),
+            "configs": _record_configs(previous.object("configs", None)),
+            "changelog": _record_changelog(previous),
+        }
+    if top.has("files"):
+        files = top.object("files")
+        record["files"] = {str(k): files.string(str(k), pattern=SHA256) for k in files.data}
+    if record["default_config"] not in record["configs"]:
+        raise top.error(f"{record['default_config']!r} is not one of its configs", "default_config")
+    return record
 
 
 def published_base(previous_release: Path | None, replaced: dict | None, version: str | None) -> dict | None:
@@ -285,6 +373,7 @@ def build_release(
     results_dirs: list[Path] | tuple[Path, ...] = (),
     title: str | None = None,
     description: str | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> Path:
     """Gather validated composed datasets into the release folder `release_dir` and return it.
 
@@ -293,7 +382,8 @@ def build_release(
     version, supplies the changelog so far (see `published_base`).
     `results_dirs`: `hsi eval` outputs whose reports become the card's Results section.
     `title`/`description`: the card's heading and introduction (by default they say whether the
-    configs are the paper's benchmark or a custom build).
+    configs are the paper's benchmark or a custom build). `announce` receives notes (a partial
+    evaluation left out of the card).
     """
     release_dir = Path(release_dir)
     if version is not None:
@@ -324,7 +414,9 @@ def build_release(
         raise ReleaseError(f"default config {default!r} is not among the datasets' configs {names}")
 
     results = load_results(list(results_dirs)) if results_dirs else []
-    check_results(results, {i.config: i.manifest.get("fingerprint") for i in inputs})
+    results, notes = select_results(results, {i.config: i.manifest.get("fingerprint") for i in inputs})
+    for note in notes:
+        (announce or (lambda _line: None))(note)
 
     replaced = read_release_meta(release_dir) if release_dir.exists() else None
     previous = published_base(previous_release, replaced, version)
@@ -349,11 +441,12 @@ def build_release(
         # The default config comes first in the card, the rest in the order given.
         summaries.sort(key=lambda s: not s.default)
         section = render_results(results, copy_plots(results, staging), table) if results else None
-        card = render_card(summaries, changelog, version, section, title, description)
+        card = render_card(summaries, changelog, version, section, title, description, name=release_dir.name)
         (staging / "README.md").write_text(card, "utf-8")
         write_json_atomic(
             staging / RELEASE_META,
             {
+                "files": written_files(staging, configs_meta),
                 "name": DATASET_NAME,
                 "version": version,
                 "default_config": default,
@@ -377,6 +470,23 @@ def build_release(
     return release_dir
 
 
+def written_files(staging: Path, configs: dict) -> dict[str, str]:
+    """{release-relative path: sha256} of every file written into the staging folder (all but
+    `_release.json`, which holds this record): what a later --overwrite may delete, and only while
+    unchanged. Shards keep the sha256 their copy was checked against."""
+    shards = {
+        f"data/{config}/{shard['filename']}": shard["sha256"]
+        for config, entry in configs.items()
+        for listed in entry["splits"].values()
+        for shard in listed
+    }
+    files = {}
+    for path in sorted(p for p in staging.rglob("*") if p.is_file()):
+        relative = path.relative_to(staging).as_posix()
+        files[relative] = shards.get(relative) or sha256_file(path)
+    return files
+
+
 def _listed_shards(entry) -> set:
     try:
         return {shard["filename"] for listed in entry["splits"].values() for shard in listed}
@@ -390,8 +500,20 @@ def foreign_release_entries(release_dir: Path) -> list[str]:
     `_release.json` lists, with the shards listed there and, per config, the previews its
     validation report lists (own_preview_names) and the results plots."""
     data = release_dir / "data"
-    configs = read_json_dict(release_dir / RELEASE_META).get("configs")
+    record = read_json_dict(release_dir / RELEASE_META)
+    configs = record.get("configs")
     configs = configs if isinstance(configs, dict) else {}
+    # A release of this version records every file's sha256: a file is ours only while unchanged. One
+    # written before the record existed is judged by the layout alone, except the results plots,
+    # whose names a user's own file can match.
+    files = record.get("files") if isinstance(record.get("files"), dict) else None
+
+    def unchanged(relative: str) -> bool:
+        if files is None:
+            return True
+        recorded = files.get(relative)
+        return isinstance(recorded, str) and sha256_file(release_dir / relative) == recorded
+
     data_files = {c: _listed_shards(e) | {MANIFEST_NAME, VALIDATION_JSON, VALIDATION_MD} for c, e in configs.items()}
     previews = {
         c: own_preview_names(read_json_dict(data / c / MANIFEST_NAME), read_json_dict(data / c / VALIDATION_JSON))
@@ -399,16 +521,19 @@ def foreign_release_entries(release_dir: Path) -> list[str]:
         if isinstance(c, str) and "/" not in c
     }
 
-    def own_file(relative: str) -> bool:
+    def in_layout(relative: str) -> bool:
         parts = relative.split("/")
         if len(parts) == 1:
-            return relative in ("README.md", RELEASE_META)
+            return relative == "README.md"
         if len(parts) == 2:
-            return parts[0] == RESULTS_DIR and parts[1].endswith(RELEASE_PLOT_SUFFIX)
+            return parts[0] == RESULTS_DIR and parts[1].endswith(RELEASE_PLOT_SUFFIX) and files is not None
         top, config, name = parts
         return (top == "data" and name in data_files.get(config, ())) or (
             top == PREVIEWS_DIR and name in previews.get(config, ())
         )
+
+    def own_file(relative: str) -> bool:
+        return relative == RELEASE_META or (in_layout(relative) and unchanged(relative))
 
     def own_folder(relative: str) -> bool:
         top, _, config = relative.partition("/")

@@ -9,6 +9,7 @@ of tables generated from the same data.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -374,40 +375,49 @@ def validation_summary(summary: ConfigSummary) -> str:
     return table(["check", "result"], rows) + f"\n\nFull report: `data/{summary.name}/validation.json`."
 
 
-def usage(default: str, configs: list[ConfigSummary]) -> str:
-    other = next((c.name for c in configs if not c.default), default)
-    split = configs[0].splits[0] if configs and configs[0].splits else "test"
-    shards = len(configs[0].manifest["splits"][split]["filenames"]) if configs and configs[0].splits else 1
+def usage(default: str, configs: list[ConfigSummary], name: str = DATASET_NAME) -> str:
+    """The card's code, for this release under its folder's name `name`: every line runs as shown from
+    the folder's parent (tests/cards/test_card_snippets.py runs them), for every config and split."""
+    main = next(c for c in configs if c.name == default)
+    q = json.dumps  # a Python string literal of any folder name
+    split = main.splits[0] if main.splits else "test"
+    shards = len(main.manifest["splits"][split]["filenames"]) if main.splits else 1
+    each = "".join(f'one = load_dataset({q(name)}, "{c.name}", split="{s}")\n' for c in configs for s in c.splits)
     return "\n\n".join(
         [
             "With `datasets` (from the folder's parent directory, or a Hub repo id):",
             code_block(
                 "from datasets import load_dataset\n\n"
-                f'ds = load_dataset("{DATASET_NAME}")  # default config: {default}\n'
-                f'one = load_dataset("{DATASET_NAME}", "{other}", split="{split}")\n'
-                f'stream = load_dataset("{DATASET_NAME}", split="{split}", streaming=True)\n'
+                f"ds = load_dataset({q(name)})  # the default config, {default}: splits {', '.join(main.splits)}\n"
+                "# one config and split (here every one this release has)\n"
+                f"{each}"
+                f'stream = load_dataset({q(name)}, split="{split}", streaming=True)\n'
                 'sample = next(iter(stream))\nprint(sample["cls"], sample["json"]["group"], sample["json"]["size"])',
                 "python",
             ),
-            "Straight from the shards into PyTorch training (shuffle buffer, workers and nodes, group metadata):",
+            "Straight from the shards into PyTorch training (shuffle buffer, workers and nodes, group metadata); "
+            "`transform` turns the PIL image into a tensor, so batches collate:",
             code_block(
-                "from builder.formats.stream import stream\n\n"
-                f'data = stream("{DATASET_NAME}", config="{default}", split="{split}", shuffle_buffer=1000)\n'
-                "loader = torch.utils.data.DataLoader(data, batch_size=64, num_workers=4)",
+                "import torch\nfrom torchvision import transforms\n\nfrom builder.formats.stream import stream\n\n"
+                f'data = stream({q(name)}, config="{default}", split="{split}", shuffle_buffer=1000, '
+                "transform=transforms.ToTensor())\n"
+                "loader = torch.utils.data.DataLoader(data, batch_size=64, num_workers=4)\n"
+                'batch = next(iter(loader))\nprint(batch["image"].shape, batch["label"][:8], batch["group"][:8])',
                 "python",
             ),
             "With WebDataset (each sample has `jpg`, `cls` and `json` members):",
             code_block(
                 "import webdataset as wds\n\n"
-                f'urls = "{DATASET_NAME}/data/{default}/{split}-{{00000..{shards - 1:05d}}}.tar"  # see _info.json\n'
+                f"urls = {q(f'{name}/data/{default}/{split}-{{00000..{shards - 1:05d}}}.tar')}  # see _info.json\n"
                 "# shardshuffle: True (or a buffer size) shuffles shards for training; say which, or webdataset warns\n"
-                'ds = wds.WebDataset(urls, shardshuffle=False).decode("pil").to_tuple("jpg", "cls", "json")',
+                'ds = wds.WebDataset(urls, shardshuffle=False).decode("pil").to_tuple("jpg", "cls", "json")\n'
+                'image, label, meta = next(iter(ds))\nprint(image.size, label, meta["group"])',
                 "python",
             ),
             "Regenerating with new positions or sizes re-runs only the cheap compose stage on the parts:",
             code_block(
                 "hsi compose --parts PARTS_DIR --variant SPEC.yaml --out OUT\nhsi validate OUT/CONFIG\n"
-                f"hsi release --out {DATASET_NAME} OUT/CONFIG ...",
+                f"hsi release --out {name} OUT/CONFIG ...",
                 "bash",
             ),
         ]
@@ -504,6 +514,7 @@ def render_body(
     results: str | None = None,
     title: str | None = None,
     description: str | None = None,
+    name: str = DATASET_NAME,
 ) -> str:
     default = next(c.name for c in configs if c.default)
     groups = sorted_groups({g for c in configs for g in c.groups})
@@ -545,7 +556,7 @@ def render_body(
     if results:
         sections.append("## Results\n\n" + results)
     sections += [
-        "## Usage\n\n" + usage(default, configs),
+        "## Usage\n\n" + usage(default, configs, name),
         "## Known limitations\n\n" + LIMITATIONS,
         "## Licence\n\nThe images derive from ImageNet (ILSVRC2012) and carry "
         f"[ImageNet's terms of access]({LICENSE_LINK}): non-commercial research and education only. "
@@ -570,13 +581,15 @@ def render_card(
     results: str | None = None,
     title: str | None = None,
     description: str | None = None,
+    name: str = DATASET_NAME,
 ) -> str:
     """The full README.md text, checked with datasets' parsers; raises CardError if it would not load.
     `results`: the rendered Results section (cards.results), if any. `title`/`description` replace
-    the heading and introduction, which otherwise say whether this is the paper's benchmark."""
+    the heading and introduction, which otherwise say whether this is the paper's benchmark. `name`:
+    the release folder's name, which the usage snippets load."""
     from huggingface_hub import DatasetCard
 
-    body = render_body(configs, list(changelog), version, results, title, description)
+    body = render_body(configs, list(changelog), version, results, title, description, name)
     text = f"---\n{dump_metadata(card_metadata(configs, title))}---\n\n{body}"
     check_card(text, configs)
     DatasetCard(text)  # huggingface_hub's own parse of the header, as the Hub does on upload

@@ -17,13 +17,19 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from builder.formats.stream import iter_tar_samples, stream
+from builder.core.errors import InputError, printable
+from builder.core.manifest import MANIFEST_NAME
+from builder.core.untrusted import Fields, UntrustedInput, describe, read_json
+from builder.formats.composites import COMPOSITE_FIELDS
+from builder.formats.stream import iter_tar_samples, source_manifest, stream
 
 from .models import Preprocessing
+from .predictions import is_utf8
 
 try:
     from torch.utils.data import IterableDataset
@@ -80,13 +86,71 @@ def _shard_name(url: str) -> str:
     return url.rsplit("/", 1)[-1]
 
 
+class SampleError(UntrustedInput):
+    """A sample whose members are not what a composite holds: it becomes that sample's error row."""
+
+
+# Fields whose value is a class: an ImageNet-1k index (a config label is never larger), or a wnid.
+CLASS_INDEX_FIELDS = ("class_index", "label", "background_class_index")
+WNID_FIELDS = ("wnid", "background_wnid", "paired_wnid")
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def sample_json(raw: bytes) -> dict:
+    """A sample's json member, checked as the predictions table stores it: an object (no NaN or
+    Infinity), each field of the composite schema it holds of the schema's type, class indices in
+    0-999 and wnids of ImageNet-1k. Fields it lacks are fine (a config without group metadata);
+    fields beyond the schema go to extra_json."""
+    from builder.core.classes import is_known_wnid
+
+    try:
+        meta = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise SampleError(f"json member is not JSON ({printable(str(error))[:120]})") from None
+    fields = Fields(meta, "json member") if isinstance(meta, dict) else None
+    if fields is None:
+        raise SampleError(f"json member is {describe(meta)}, not an object")
+    if not is_utf8(meta):
+        raise SampleError("json member holds text that is not UTF-8 (an escaped lone surrogate)")
+    for name, (kind, _, _) in COMPOSITE_FIELDS.items():
+        if meta.get(name) is None:
+            continue
+        if name in CLASS_INDEX_FIELDS:
+            fields.integer(name, low=0, high=999)
+        elif kind is int:
+            fields.integer(name, low=INT64[0], high=INT64[1])
+        else:
+            fields.string(name)
+            if name in WNID_FIELDS and not is_known_wnid(meta[name]):
+                raise fields.error(f"{describe(meta[name])} is not an ImageNet-1k wnid", name)
+    return meta
+
+
+def sample_label(raw: bytes, meta: dict) -> int:
+    """The cls member: the sample's label in its config (0-999), the same as its json's `label`."""
+    try:
+        label = int(raw.decode("ascii").strip())
+    except (UnicodeDecodeError, ValueError):
+        raise SampleError(f"cls member is not an integer ({describe(raw[:40])})") from None
+    if not 0 <= label <= 999:
+        raise SampleError(f"cls member {label} is not a label 0-999")
+    if meta.get("label") is not None and meta["label"] != label:
+        raise SampleError(f"cls member {label} disagrees with the json's label {meta['label']}")
+    return label
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def decode_member_sample(key: str, members: dict[str, bytes], pre: Preprocessing) -> tuple[np.ndarray, int, dict]:
     from PIL import Image
 
+    meta = sample_json(members["json"]) if "json" in members else {}
+    label = sample_label(members["cls"], meta)
     with Image.open(io.BytesIO(members["jpg"])) as image:
         array = prepare_image(image.convert("RGB"), pre)
-    meta = json.loads(members["json"]) if "json" in members else {}
-    return array, int(members["cls"]), meta
+    return array, label, meta
 
 
 @dataclass(frozen=True)
@@ -218,32 +282,30 @@ def make_loader(dataset: EvalBatches, workers: int, pin_memory: bool, yield_to_m
 
 
 def read_dataset_manifest(shard_urls: list[str]) -> dict:
-    """The `_info.json` next to the shards (the same folder, local or remote)."""
+    """The `_info.json` next to the shards (the same folder, local or remote), as an object."""
     import fsspec
 
-    base = shard_urls[0].rsplit("/", 1)[0]
-    url = f"{base}/_info.json"
-    opener = open(url, "rb") if "://" not in url else fsspec.open(url, "rb").open()
-    with opener as handle:
-        return json.loads(handle.read())
+    if not shard_urls:
+        raise InputError("the split lists no shards: there is nothing to read; pick another --split")
+    url = f"{shard_urls[0].rsplit('/', 1)[0]}/{MANIFEST_NAME}"
+    if "://" not in url:
+        manifest = read_json(Path(url), "dataset manifest")
+    else:
+        with fsspec.open(url, "rb").open() as handle:
+            raw = handle.read()
+        try:
+            manifest = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as error:
+            raise UntrustedInput(f"{printable(url)}: dataset manifest is not JSON ({type(error).__name__})") from None
+    Fields(manifest, url)  # an object, or one line saying what it is
+    return manifest
 
 
 def available_splits(source, config: str | None) -> list[str]:
     """The splits a source's manifest lists (for a default --split), read as stream() reads it."""
-    import fsspec
-
-    base = str(source).rstrip("/")
-
-    def read(url):
-        try:
-            opener = open(url, "rb") if "://" not in url else fsspec.open(url, "rb").open()
-            with opener as handle:
-                return json.loads(handle.read())
-        except FileNotFoundError:
-            return None
-
-    release = read(f"{base}/_release.json")
-    if release is not None:
-        base = f"{base}/data/{config or release['default_config']}"
-    manifest = read(f"{base}/_info.json")
-    return sorted(manifest["splits"]) if manifest else []
+    try:
+        _, manifest = source_manifest(source, config)
+    except FileNotFoundError:
+        return []
+    splits = manifest.get("splits")
+    return sorted(splits) if isinstance(splits, dict) else []

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from builder.core.classes import class_of, imagenet_classes
+from builder.core.classes import class_of, imagenet_classes, is_known_wnid
 from builder.core.errors import UsageError
+from builder.core.manifest import MANIFEST_NAME
+from builder.core.untrusted import Fields, describe
 
 LABEL_SPACES = ("imagenet", "subset")
 
@@ -36,12 +38,18 @@ class LabelSpace:
         return {"name": self.name, "classes": self.size, "description": self.description}
 
 
-def config_wnids(manifest: dict) -> tuple[str, ...]:
-    """The config's label wnids in label order: the subset's sorted classes, else all 1000."""
-    subset = (manifest.get("spec") or {}).get("subset")
-    if subset:
-        return tuple(sorted(subset["pairs"]))
-    return tuple(c.wnid for c in imagenet_classes())
+def config_wnids(manifest: dict, source: str = MANIFEST_NAME) -> tuple[str, ...]:
+    """The config's label wnids in label order: the subset's sorted classes, else all 1000. A
+    manifest whose spec or subset is not an object, or whose pairs name an unknown wnid, is one line
+    naming `source` and the field."""
+    subset = Fields(manifest, source).object("spec", None).object("subset", None)
+    if not subset.data:
+        return tuple(c.wnid for c in imagenet_classes())
+    pairs = subset.object("pairs")
+    for wnid in pairs.data:
+        if not is_known_wnid(wnid):
+            raise pairs.error(f"{describe(wnid)} is not an ImageNet-1k wnid")
+    return tuple(sorted(pairs.data))
 
 
 def resolve_label_space(

@@ -19,7 +19,7 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from builder.core.errors import UsageError
+from builder.core.errors import UsageError, first_few
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -104,7 +104,13 @@ def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
 
 def read_classes_file(path: Path) -> tuple[str, ...]:
     """wnids in output order, one a line (blank lines and '#' comments ignored)."""
-    lines = [line.split("#", 1)[0].strip() for line in Path(path).read_text("utf-8").splitlines()]
+    from builder.core.untrusted import UntrustedInput, regular_file
+
+    try:
+        text = regular_file(Path(path), "--classes file").read_text("utf-8")
+    except (UntrustedInput, UnicodeDecodeError, OSError) as exc:
+        raise ModelError(f"--classes {first_few([path])}: {exc}") from None
+    lines = [line.split("#", 1)[0].strip() for line in text.splitlines()]
     wnids = tuple(line for line in lines if line)
     if not wnids:
         raise ModelError(f"--classes {Path(path).name} lists no wnids")

@@ -89,11 +89,11 @@ def analyse(
 ) -> dict:
     """Metrics, report and plots from a predictions file only, written into `folder` (a ModelFolder,
     or a plain folder its caller owns)."""
+    frame, metadata = read_predictions(predictions_path)  # a table refused here leaves nothing behind
     if isinstance(folder, ModelFolder):
         folder.check_writable([EVAL_JSON, EVAL_MD])  # refused before a plot is replaced
     else:
         folder = PlainFolder(Path(folder))
-    frame, metadata = read_predictions(predictions_path)
     metrics = compute_metrics(frame, label_space_size=metadata["label_space"]["classes"], settings=bootstrap)
     extras = dict(extras or {})
     title = f"{metadata['model']['spec']} on {metadata['data']['config']}/{metadata['data']['split']}"

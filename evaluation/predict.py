@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from builder import __version__
+from builder.core.errors import InputError
 
 from .data import EvalBatches, SourceSplit, make_loader, read_dataset_manifest
 from .labels import LabelSpace, config_wnids, resolve_label_space
@@ -132,6 +133,11 @@ def prediction_rows(probs: np.ndarray, rows: list[dict], classifier: Classifier,
         meta = row["meta"]
         label_class = meta.get("class_index")
         if label_class is None:
+            if not 0 <= row["cls"] < len(wnids):  # a sample of someone else's data: one line, not an IndexError
+                raise InputError(
+                    f"sample {row['key']} of {row['shard']}: its json names no class_index and its cls {row['cls']} "
+                    f"is beyond the config's {len(wnids)} labels; the dataset was not composed by this tool"
+                )
             label_class = class_of(wnids[row["cls"]]).index
         paired = meta.get("paired_wnid")
         paired_class = class_of(paired).index if paired else None

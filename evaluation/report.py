@@ -59,6 +59,12 @@ def md_table(header: list[str], rows: list[list]) -> str:
     return markdown.table(header, rows)
 
 
+def text(value: object) -> str:
+    """A value from the data (a model spec, a group name, a note) as text that stays on its line:
+    `|` escaped, newlines folded, so no name can start a heading or a table row in eval.md."""
+    return markdown.inline(value, none="None")
+
+
 def _grid(rows: list[dict], row_key: str, column_key: str, metric: str = "top1") -> str:
     columns = sorted({r[column_key] for r in rows})
     order = []
@@ -75,38 +81,40 @@ def _grid(rows: list[dict], row_key: str, column_key: str, metric: str = "top1")
 def preprocessing_line(pre: dict) -> str:
     if pre.get("cropped"):
         return (
-            f"**Preprocessing: centre-cropped on purpose** (crop_pct {pre['crop_pct']}): {pre['description']}. "
+            f"**Preprocessing: centre-cropped on purpose** (crop_pct {text(pre['crop_pct'])}): "
+            f"{text(pre['description'])}. "
             "The crop cuts the canvas border, and with it part of every corner object."
         )
-    return f"**Preprocessing: the 224 canvas as it is, not centre-cropped**: {pre['description']}."
+    return f"**Preprocessing: the 224 canvas as it is, not centre-cropped**: {text(pre['description'])}."
 
 
 def render_markdown(report: dict) -> str:
     model, data, metrics = report["model"], report["data"], report["metrics"]
     boot = metrics["bootstrap"]
-    out = [f"# Evaluation of `{model['spec']}` on {data['config']} / {data['split']}", ""]
+    out = [f"# Evaluation of `{text(model['spec'])}` on {text(data['config'])} / {text(data['split'])}", ""]
     out.append(
-        f"- model: `{model['spec']}`"
-        + (f", checkpoint `{model['checkpoint']}`" if model.get("checkpoint") else "")
-        + (f" (sha256 `{model['checkpoint_sha256']}`)" if model.get("checkpoint_sha256") else "")
+        f"- model: `{text(model['spec'])}`"
+        + (f", checkpoint `{text(model['checkpoint'])}`" if model.get("checkpoint") else "")
+        + (f" (sha256 `{text(model['checkpoint_sha256'])}`)" if model.get("checkpoint_sha256") else "")
     )
     out.append(
-        f"- data: {data['source']}, config {data['config']}, split {data['split']}, fingerprint "
-        f"`{data.get('fingerprint')}`" + (f", first {data['limit']} samples only" if data.get("limit") else "")
+        f"- data: {text(data['source'])}, config {text(data['config'])}, split {text(data['split'])}, fingerprint "
+        f"`{text(data.get('fingerprint'))}`"
+        + (f", first {text(data['limit'])} samples only" if data.get("limit") else "")
     )
-    out.append(f"- label space: {report['label_space']['description']}")
+    out.append(f"- label space: {text(report['label_space']['description'])}")
     out.append(f"- {preprocessing_line(report['preprocessing'])}")
     out.append(
         f"- samples evaluated: {metrics['samples']} from {metrics['sources']} source images; "
         f"errors: {metrics['errors']['total']}"
-        + (f" ({metrics['errors']['by_reason']})" if metrics["errors"]["total"] else "")
+        + (f" ({text(metrics['errors']['by_reason'])})" if metrics["errors"]["total"] else "")
     )
     out.append(
         f"- intervals: {boot['level']:.0%} percentile bootstrap over source images, {boot['resamples']} resamples, "
         f"seed {boot['seed']}"
     )
     for note in report.get("notes") or []:
-        out.append(f"- note: {note}")
+        out.append(f"- note: {text(note)}")
     out.append("")
     if "overall" in metrics:
         out += [
@@ -126,7 +134,7 @@ def render_markdown(report: dict) -> str:
             ["group", "top-1", "top-5"], [[r["group"], fmt(r["top1"]), fmt(r["top5"])] for r in metrics["by_group"]]
         ),
         "",
-        f"Mean over groups: {fmt(summary['mean_over_groups'])}; worst group: {summary['worst_group']['group']} "
+        f"Mean over groups: {fmt(summary['mean_over_groups'])}; worst group: {text(summary['worst_group']['group'])} "
         f"{fmt(summary['worst_group'])}.",
         "",
         "## Top-1 by group and size",
@@ -190,9 +198,9 @@ def render_markdown(report: dict) -> str:
         out += [
             "## Background-class analysis",
             "",
-            f"Samples: {bg['samples']}. Controls: {bg['control']}. Chance share of errors: "
+            f"Samples: {text(bg['samples'])}. Controls: {text(bg['control'])}. Chance share of errors: "
             f"{bg['chance_share_of_errors']:.4f}. "
-            f"{'' if bg['control_errors'] == 'errors on the control backgrounds' else bg['control_errors']}",
+            f"{'' if bg['control_errors'] == 'errors on the control backgrounds' else text(bg['control_errors'])}",
             "",
             md_table(
                 ["group", "size", "samples", "errors", "share of predictions", "share of errors", expected],
@@ -221,8 +229,8 @@ def _extras_markdown(report: dict) -> str:
         out += [
             "## Clean photos",
             "",
-            f"Top-1 on the {clean['images']} original photos of the same source images: {fmt(clean['top1'])} "
-            f"({clean['preprocessing']}); per class in `{clean['file']}`.",
+            f"Top-1 on the {text(clean['images'])} original photos of the same source images: {fmt(clean['top1'])} "
+            f"({text(clean['preprocessing'])}); per class in `{text(clean['file'])}`.",
             "",
         ]
         if clean["drop_by_group"]:
@@ -231,11 +239,11 @@ def _extras_markdown(report: dict) -> str:
                 "",
             ]
         if clean.get("missing"):
-            out += [f"{clean['missing']} source images were not found under the clean root and are left out.", ""]
+            out += [f"{text(clean['missing'])} source images were not found under the clean root and are left out.", ""]
         if clean.get("errors"):
             out += [
                 f"{len(clean['errors'])} clean photos could not be decoded: "
-                + ", ".join(f"{e['key']} ({e['detail']})" for e in clean["errors"][:10]),
+                + ", ".join(f"{text(e['key'])} ({text(e['detail'])})" for e in clean["errors"][:10]),
                 "",
             ]
     background = report.get("background_only")
@@ -243,15 +251,15 @@ def _extras_markdown(report: dict) -> str:
         out += [
             "## Backgrounds alone (object erased): the spuriosity proxy",
             "",
-            f"Top-1 on {background['images']} inpainted backgrounds: {background['top1']:.3f}; per-class accuracy in "
-            f"`{background['file']}` (feed it to `hsi validate --scores --accuracy`).",
+            f"Top-1 on {text(background['images'])} inpainted backgrounds: {background['top1']:.3f}; "
+            f"per-class accuracy in `{text(background['file'])}` (feed it to `hsi validate --scores --accuracy`).",
             "",
         ]
     if report.get("carried_over"):
-        out += [f"Carried over: {report['carried_over']}.", ""]
+        out += [f"Carried over: {text(report['carried_over'])}.", ""]
     plots = report.get("plots") or []
     if plots:
-        out += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
+        out += ["## Plots", ""] + [f"![{text(Path(p).stem)}]({text(p)})" for p in plots] + [""]
     errors = report["metrics"]["errors"]
     if errors["total"]:
         out += [

@@ -9,6 +9,7 @@ module and layer Grad-CAM++ hooks into, and provenance for the manifest.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,10 +17,13 @@ import numpy as np
 
 from builder.augment.misclassified import PredictedRow, PredictionsMismatch
 from builder.core.classes import class_of
+from builder.core.untrusted import Fields, check_string, load_torch
 
 from .labels import resolve_label_space
 from .models import LoadedModel, ModelError, ModelOptions, count_outputs, load_model, sha256_of
 from .predict import resolve_device
+
+WNID = re.compile(r"n\d{8}")  # an ImageNet wnid, as a checkpoint's `wnids` must list them
 
 
 class TimmScgsClassifier:
@@ -89,13 +93,23 @@ class TimmScgsClassifier:
 
 
 def _train_checkpoint(path: Path) -> dict:
-    import torch
-
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # pickle, zip and tensor errors all mean "not a checkpoint"
-        raise ModelError(f"--checkpoint {path.name} is not a readable checkpoint: {exc}") from None
-    return payload if isinstance(payload, dict) else {}
+    """The parts of an `hsi train` checkpoint read here, checked (never unpickled): the settings'
+    architecture and input size, and the wnids its outputs stand for; a plain weights file gives {}."""
+    payload = load_torch(path, "checkpoint", hint="pass an hsi train run's best.pt")
+    if not isinstance(payload, dict) or "settings" not in payload:
+        return {}
+    fields = Fields(payload, path)
+    settings = fields.object("settings")
+    checked = {
+        "model": settings.string("model", None),
+        "input_size": settings.integer("input_size", None, low=1, high=4096),
+    }
+    wnids = fields.list("wnids", None)
+    if wnids is not None:
+        checked["wnids"] = [
+            check_string(w, lambda problem: fields.error(problem, "wnids"), pattern=WNID) for w in wnids
+        ]
+    return {"settings": checked, "wnids": checked.get("wnids")}
 
 
 def load_scgs_classifier(
@@ -145,22 +159,17 @@ def read_train_predictions(
     """(rows in the config's labels, provenance) of an `hsi eval` predictions.parquet; refused when
     it was made with another model than `classifier`, on another split or on another build of the
     config (`source_fingerprint`, the source manifest's), or lacks the columns M is read from."""
-    from .predictions import read_predictions
+    from builder.core.untrusted import UntrustedInput
+
+    from .predictions import read_prediction_rows
 
     path = Path(path)
     if not path.is_file():
         raise PredictionsMismatch(f"--predictions {path}: no such file (pass the predictions.parquet of hsi eval)")
-    try:
-        table, metadata = read_predictions(path)
-    except (OSError, ValueError) as exc:
-        raise PredictionsMismatch(f"--predictions {path.name}: {exc}") from None
-    metadata = metadata if isinstance(metadata, dict) else {}
-    missing = [name for name in PREDICTION_COLUMNS if name not in table.columns]
-    if missing:
-        raise PredictionsMismatch(
-            f"--predictions {path.name} has no column {', '.join(missing)}: pass the predictions.parquet that "
-            "`hsi eval --split train` wrote, unedited"
-        )
+    try:  # the columns M is read from, each of its type, class indices 0-999, no key twice
+        table, metadata = read_prediction_rows(path, PREDICTION_COLUMNS)
+    except UntrustedInput as exc:
+        raise PredictionsMismatch(f"--predictions {exc}") from None
     data = metadata.get("data") if isinstance(metadata.get("data"), dict) else {}
     if data.get("split") not in (None, "train"):
         raise PredictionsMismatch(

@@ -11,13 +11,18 @@ checkpointed resumably, and finally scored on the test split into `predictions.p
   evaluates and writes.
 - `last.pt` holds model, optimiser, scheduler, grad scaler, the python/numpy/torch RNG states, the
   epoch, the history and the best score; `best.pt` the weights kept by `--select`
-  (worst-group ties go to the higher mean accuracy). A resumed run refuses settings that differ
-  from the checkpoint's. Data order and augmentation derive from
+  (worst-group ties go to the higher mean accuracy). Both are tensors and plain values, read with
+  `weights_only=True` and checked (`evaluation.train_state`). A resumed run refuses settings that
+  differ from the checkpoint's, and data that is not what it trained on (the manifest's config,
+  fingerprint and shard digests, not the path). Data order and augmentation derive from
   (seed, epoch), so a resumed run reaches the same weights bit for bit on the same device.
+- Every file is written through the `--out` folder's `OwnedFolder` (`evaluation.train_folder`): one
+  run per folder, nothing through a link, never over a user's file.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -29,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from builder.core.errors import InputError, UsageError
+from builder.core.untrusted import Fields
 
 from .data import SourceSplit, read_dataset_manifest
 from .groups import GroupMetadataError, check_groups_cover, groups_of, selection_scores, training_group
@@ -36,13 +42,17 @@ from .labels import config_wnids
 from .methods.gradmix import GradMixOptions, Mixer, step_generator
 from .models import LoadedModel, ModelOptions, Preprocessing, _timm_preprocessing, load_model
 from .predict import resolve_device, run_predictions
+from .train_folder import RunFolder, run_folder
+from .train_state import BEST, LAST, SETTINGS_NAME, plain, read_best, read_last, restore, rng_states
 from .training_data import Augmentation, TrainSamples, augment, collate_train, derived_seed
 
-LAST, BEST, SETTINGS_NAME = "last.pt", "best.pt", "train_settings.json"
+__all__ = ["BEST", "LAST", "SETTINGS_NAME", "FitResult", "TrainError", "TrainSettings", "fit", "rng_states"]
+
 SELECT = ("worst-group", "mean")
 
-# Settings that do not change the weights, so a resume may change them.
-NOT_COMPARED = ("out", "workers", "progress")
+# Settings that do not change the weights, so a resume may change them. Where the data is (`source`,
+# the `config` flag) is not compared: what it is, the manifest's identity (`data_identity`), is.
+NOT_COMPARED = ("out", "workers", "progress", "source", "config")
 
 
 def improves(scores: Mapping, best: Mapping, select: str) -> bool:
@@ -141,25 +151,6 @@ def seed_everything(seed: int) -> None:
     torch.backends.cudnn.benchmark = False
 
 
-def rng_states() -> dict:
-    import torch
-
-    states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def set_rng_states(states: dict) -> None:
-    import torch
-
-    random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
-    torch.set_rng_state(states["torch"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
-
-
 def build_model(settings: TrainSettings, num_classes: int, canvas: int | None):
     """(module, preprocessing): random init, or weights loaded by evaluation.models with a fresh head."""
     import timm
@@ -184,11 +175,12 @@ def build_model(settings: TrainSettings, num_classes: int, canvas: int | None):
 
 
 def lr_factor(settings: TrainSettings, epoch: int) -> float:
+    """A python float (never a numpy scalar: the optimiser's state, saved in last.pt, holds it)."""
     if epoch < settings.warmup_epochs:
         return (epoch + 1) / (settings.warmup_epochs + 1)
     if settings.schedule == "cosine":
         span = max(1, settings.epochs - settings.warmup_epochs)
-        return 0.5 * (1 + np.cos(np.pi * (epoch - settings.warmup_epochs) / span))
+        return float(0.5 * (1 + np.cos(np.pi * (epoch - settings.warmup_epochs) / span)))
     if settings.schedule == "step":
         return settings.step_gamma ** ((epoch - settings.warmup_epochs) // settings.step_epochs)
     return 1.0
@@ -281,37 +273,93 @@ def _pct_or_na(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}"
 
 
-def _atomic_save(payload: dict, path: Path) -> None:
-    import torch
+def _flat(data: Mapping, prefix: str = "") -> dict:
+    """Nested settings as dotted keys, so a refusal names the very value that changed."""
+    flat = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+
+def changed_settings(saved: Mapping, now: Mapping) -> list[str]:
+    """`key: old -> new` for each compared value that differs (dotted keys for the data's identity)."""
+    old, new = _flat(saved), _flat(now)
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
 
 
-def check_resume(out: Path, settings: TrainSettings, resume: bool, overwrite: bool) -> dict | None:
-    """The checkpoint to continue from, or None; refuses a run folder that would be overwritten."""
-    import torch
+def describe_changes(changes: list[str]) -> str:
+    data = [c for c in changes if c.startswith("data.")]
+    other = [c for c in changes if not c.startswith("data.")]
+    parts = []
+    if data:
+        parts.append(f"the dataset is not the one it trained on ({', '.join(data[:4])})")
+    if other:
+        parts.append(f"settings changed ({', '.join(other[:6])})")
+    return "; ".join(parts)
 
-    last = out / LAST
-    if not last.exists():
-        return None
-    if overwrite:
+
+def check_resume(folder: RunFolder, compared: dict, resume: bool, overwrite: bool) -> dict | None:
+    """The checkpoint to continue from, or None; refuses a run folder that would be overwritten, and a
+    resume with other settings or on other data."""
+    last = folder.existing(LAST)
+    if last is None or overwrite:
         return None
     if not resume:
         raise TrainError(
-            f"{out} already holds a training run ({LAST}); pass --resume to continue it or --overwrite to start again"
+            f"{folder.path} already holds a training run ({LAST}); pass --resume to continue it or --overwrite "
+            "to start again"
         )
-    state = torch.load(last, map_location="cpu", weights_only=False)
-    saved, now = state["settings"], settings.compared()
-    changed = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
-    if changed:
-        detail = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed[:6])
+    state = read_last(last, hint="pass --overwrite to start the run again, or train into a new --out")
+    changes = changed_settings(state["settings"], compared)
+    if changes:
         raise TrainError(
-            f"cannot resume {out}: settings changed ({detail}); resume with the run's own settings "
+            f"cannot resume {folder.path}: {describe_changes(changes)}; resume with the run's own settings and data "
             f"(see {SETTINGS_NAME}) or train into a new --out"
         )
     return state
+
+
+def data_identity(manifest: Mapping, settings: TrainSettings) -> dict:
+    """What the run trains and is scored on: the config, its fingerprint, and per split used the
+    number of samples and a digest of its shards' sha256 (so rebuilt data with the same settings,
+    or another dataset at the same path, is not taken for the same)."""
+    fields = Fields(manifest, "the dataset's _info.json")
+    splits = fields.object("splits")
+    identity: dict = {
+        "config": fields.string("config", None),
+        "fingerprint": fields.string("fingerprint", None),
+        "splits": {},
+    }
+    for name in sorted({settings.train_split, settings.val_split, settings.test_split}):
+        if not splits.has(name):
+            continue
+        split = splits.object(name)
+        digests = [shard.string("sha256", "") for shard in split.objects("shards", [])]
+        identity["splits"][name] = {
+            "samples": split.integer("num_samples", low=0),
+            "shards_sha256": hashlib.sha256("\n".join(digests).encode()).hexdigest(),
+        }
+    return identity
+
+
+def check_selection_split(manifest: Mapping, settings: TrainSettings, split: str, flag: str) -> None:
+    """Refuse, before any training, a split the run needs that is missing or holds no sample."""
+    splits = manifest.get("splits") if isinstance(manifest.get("splits"), Mapping) else {}
+    if split not in splits:
+        raise TrainError(
+            f"the config has no {split!r} split to {'select on' if flag == '--val-split' else 'score'} (it has "
+            f"{sorted(splits)}); compose one with hsi compose --holdout train:0.1:val, or name another with {flag}"
+        )
+    samples = Fields(splits, "the dataset's _info.json", "splits").object(split).integer("num_samples", low=0)
+    if samples == 0:
+        raise TrainError(
+            f"the {split!r} split of {settings.source} holds 0 samples, so no epoch can be "
+            f"{'selected' if flag == '--val-split' else 'scored'}: compose it again with a larger --holdout "
+            f"fraction or from more parts (hsi compose prints the images per split), or name another split with {flag}"
+        )
 
 
 def train_manifest(settings: TrainSettings) -> dict:
@@ -331,12 +379,16 @@ def train_manifest(settings: TrainSettings) -> dict:
             "(e.g. hsi compose --variant hard-spurious-imagenet-10 --holdout train:0.1:val, or "
             "--splits train) or name the split with --train-split"
         ) from None
-    return read_dataset_manifest(shards)
+    try:
+        manifest = read_dataset_manifest(shards)
+    except ValueError as exc:  # not JSON
+        raise TrainError(f"the dataset's _info.json is not a manifest hsi compose wrote ({exc})") from None
+    return Fields(manifest, "the dataset's _info.json").data  # an object, or one line saying it is not
 
 
 def fit(
     settings: TrainSettings,
-    out: Path | None = None,
+    out: Path | RunFolder | None = None,
     *,
     repeats: Mapping[str, int] | None = None,
     record_errors: bool = False,
@@ -347,23 +399,46 @@ def fit(
 ) -> FitResult:
     """Train one model; `repeats` gives error samples extra copies (JTT), `record_errors` keeps the keys
     misclassified in the last epoch's training pass (before each batch's step), `stop_after_epoch`
-    ends the process's work after that epoch as a kill would (the run can be resumed)."""
+    ends the process's work after that epoch as a kill would (the run can be resumed). `out` is a
+    folder claimed for the run (see `evaluation.train_folder`), or a RunFolder of a claimed `--out`."""
+    with run_folder(out if out is not None else settings.out) as folder:
+        return _fit(
+            settings,
+            folder,
+            repeats=repeats,
+            record_errors=record_errors,
+            resume=resume,
+            overwrite=overwrite,
+            stop_after_epoch=stop_after_epoch,
+            announce=announce,
+        )
+
+
+def _fit(
+    settings: TrainSettings,
+    folder: RunFolder,
+    *,
+    repeats: Mapping[str, int] | None,
+    record_errors: bool,
+    resume: bool,
+    overwrite: bool,
+    stop_after_epoch: int | None,
+    announce: Callable[[str], None],
+) -> FitResult:
     import torch
     from torch.utils.data import DataLoader
 
-    out = Path(out or settings.out)
+    out = folder.path
     device = init_distributed(resolve_device(settings.device))
     cuda = device.type == "cuda"
     seed_everything(settings.seed)
     manifest = train_manifest(settings)
+    check_selection_split(manifest, settings, settings.val_split, "--val-split")
+    compared = {**settings.compared(), "data": data_identity(manifest, settings)}
+    folder.check_writable(SETTINGS_NAME, BEST, LAST)
+    state = check_resume(folder, compared, resume, overwrite)  # before any training: a refusal costs nothing
     if settings.select == "worst-group":
         require_groups(settings, "--select worst-group")
-    if settings.val_split not in manifest.get("splits", {}):
-        raise TrainError(
-            f"the config has no {settings.val_split!r} split to select on (it has "
-            f"{sorted(manifest.get('splits', {}))}); compose one with hsi compose --holdout "
-            f"train:0.1:val, or name another with --val-split"
-        )
     wnids = config_wnids(manifest)
     module, pre = build_model(settings, len(wnids), (manifest.get("spec") or {}).get("canvas"))
     data = TrainSamples(
@@ -385,19 +460,14 @@ def fit(
     mean = torch.tensor(pre.mean, device=device).view(1, 3, 1, 1) * 255
     std = torch.tensor(pre.std, device=device).view(1, 3, 1, 1) * 255
     mixer = Mixer(settings.mixing, module, mean, std) if settings.mixing.active else None
-    state = check_resume(out, settings, resume, overwrite)
     start, history, best, errors = 0, [], None, None
     if state is not None:
-        module.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        scaler.load_state_dict(state["scaler"])
-        set_rng_states(state["rng"])
+        last = out / LAST
+        restore(state, last, ("model", module), ("optimizer", optimizer), ("scheduler", scheduler), ("scaler", scaler))
         start, history, best, errors = state["epoch"], state["history"], state["best"], state.get("train_errors")
         announce(f"hsi train: resuming {out.name} after epoch {start}")
     elif is_main_process():
-        out.mkdir(parents=True, exist_ok=True)
-        (out / SETTINGS_NAME).write_text(json.dumps(settings.to_json(), indent=2, sort_keys=True) + "\n")
+        folder.write_json(SETTINGS_NAME, {**settings.to_json(), "data": compared["data"]})
     dist = distributed()
     net = module
     if dist is not None:
@@ -472,17 +542,18 @@ def fit(
             history.append(record)
             if best is None or improves(scores, best["val"], settings.select):
                 best = record
-                _atomic_save(
+                folder.save_torch(
+                    BEST,
                     {
                         "model": module.state_dict(),
                         "epoch": epoch + 1,
-                        "val": scores,
-                        "settings": settings.compared(),
+                        "val": plain(scores),
+                        "settings": compared,
                         "wnids": list(wnids),
                     },
-                    out / BEST,
                 )
-            _atomic_save(
+            folder.save_torch(
+                LAST,
                 {
                     "model": module.state_dict(),
                     "optimizer": optimizer.state_dict(),
@@ -490,12 +561,11 @@ def fit(
                     "scaler": scaler.state_dict(),
                     "rng": rng_states(),
                     "epoch": epoch + 1,
-                    "history": history,
-                    "best": best,
+                    "history": plain(history),
+                    "best": plain(best),
                     "train_errors": errors,
-                    "settings": settings.compared(),
+                    "settings": compared,
                 },
-                out / LAST,
             )
             announce(
                 f"hsi train: {out.name} epoch {epoch + 1}/{settings.epochs} loss {record['loss']:.4f} "
@@ -507,10 +577,60 @@ def fit(
             return FitResult(
                 out, module, pre, wnids, best, history, errors, stopped_early=True, epoch_seconds=epoch_seconds
             )
-    selected = torch.load(out / BEST, map_location="cpu", weights_only=True)
-    module.load_state_dict(selected["model"])
+    best_path = folder.existing(BEST)
+    if best_path is None:
+        raise TrainError(f"{out} holds no {BEST}: the run kept no epoch; pass --overwrite to train it again")
+    restore(read_best(best_path), best_path, ("model", module), rng=False)
     module.eval()
     return FitResult(out, module, pre, wnids, best, history, errors, epoch_seconds=epoch_seconds)
+
+
+def finished_run_folder(run: Path, seed: int, flag: str) -> Path:
+    """The seed folder of a finished run given as itself (OUT/<method>/seed-<s>) or as its method folder
+    (OUT/<method>, whose seed-<seed> is taken)."""
+    run = Path(run)
+    for folder in (run, run / f"seed-{seed}"):
+        if (folder / LAST).is_file() or (folder / LAST).is_symlink():
+            return folder
+    raise TrainError(
+        f"{flag} {run} holds no training run ({LAST}, nor seed-{seed}/{LAST}): pass the folder of a finished "
+        "hsi train --method erm run (OUT/erm, or one of its seed-<s> folders), or leave the flag out to train one"
+    )
+
+
+def load_finished_run(settings: TrainSettings, run: Path, flag: str = "--erm-run") -> FitResult:
+    """A finished run made with these settings on this data, reused as it is (DFR's `--erm-run`): its
+    `last.pt` and `best.pt` are read, never written, and the selected weights are loaded."""
+    folder = finished_run_folder(run, settings.seed, flag)
+    manifest = train_manifest(settings)
+    compared = {**settings.compared(), "data": data_identity(manifest, settings)}
+    hint = f"pass the folder of a finished hsi train run as {flag}, or leave the flag out to train one"
+    state = read_last(folder / LAST, hint=hint)
+    changes = changed_settings(state["settings"], compared)
+    if changes:
+        seed_only = all(c.startswith("seed:") for c in changes)
+        advice = (
+            f"with --seeds, pass the method folder ({folder.parent}) so each seed reuses its own run"
+            if seed_only
+            else f"pass the same training flags as that run (its {SETTINGS_NAME} lists them), or leave {flag} out "
+            "to train a model for this run"
+        )
+        raise TrainError(
+            f"cannot reuse {flag} {folder}: it is not a run of these settings on this data: "
+            f"{describe_changes(changes)}; {advice}"
+        )
+    if state["epoch"] < settings.epochs:
+        raise TrainError(
+            f"cannot reuse {flag} {folder}: it stopped after epoch {state['epoch']} of {settings.epochs}; finish it "
+            f"first (the same hsi train command with --resume), or leave {flag} out to train a model for this run"
+        )
+    best_path = folder / BEST
+    best = read_best(best_path, hint=hint)
+    wnids = config_wnids(manifest)
+    module, pre = build_model(settings, len(wnids), (manifest.get("spec") or {}).get("canvas"))
+    restore(best, best_path, ("model", module), rng=False)
+    module.eval()
+    return FitResult(folder, module, pre, wnids, state["best"], state["history"], state.get("train_errors"))
 
 
 def _group_or_none(meta: dict) -> str | None:

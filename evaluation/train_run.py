@@ -6,18 +6,29 @@ Layout: OUT/<method>/seed-<s>/{predictions.parquet, scores.json, the method's ch
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from .methods.options import MethodOptions, RunControl
 from .predictions import write_predictions
-from .train import TrainError, TrainSettings, _pct_or_na, evaluate_split, is_main_process, require_groups, split_scores
+from .train import (
+    BEST,
+    TrainError,
+    TrainSettings,
+    _pct_or_na,
+    check_selection_split,
+    evaluate_split,
+    is_main_process,
+    require_groups,
+    split_scores,
+    train_manifest,
+)
+from .train_folder import RunFolder, run_folder
 
 __all__ = ["MethodOptions", "RunControl", "run_label", "run_seed", "run_seeds", "train_method"]
 
-SCORES_NAME = "scores.json"
+SCORES_NAME, PREDICTIONS_NAME = "scores.json", "predictions.parquet"
 
 
 def trainers() -> dict[str, Callable]:
@@ -29,13 +40,24 @@ def trainers() -> dict[str, Callable]:
     return {"erm": train_erm, "jtt": train_jtt, "dfr": train_dfr}
 
 
-def train_method(settings: TrainSettings, options: MethodOptions, out: Path, control: RunControl = RunControl()):
+def check_inputs(settings: TrainSettings, options: MethodOptions) -> None:
+    """The refusals that need only the data, made before the run folder is claimed or created."""
+    if options.method not in trainers():
+        raise TrainError(f"--method must be erm, jtt or dfr, got {options.method!r}")
+    manifest = train_manifest(settings)
+    check_selection_split(manifest, settings, settings.val_split, "--val-split")
+    check_selection_split(manifest, settings, settings.test_split, "--test-split")
     if options.method in ("jtt", "dfr"):
         require_groups(settings, f"--method {options.method}")
-    trainer = trainers().get(options.method)
-    if trainer is None:
-        raise TrainError(f"--method must be erm, jtt or dfr, got {options.method!r}")
-    return trainer(settings, out, options, control)
+    elif settings.select == "worst-group":
+        require_groups(settings, "--select worst-group")
+
+
+def train_method(
+    settings: TrainSettings, options: MethodOptions, out: Path | RunFolder, control: RunControl = RunControl()
+):
+    check_inputs(settings, options)
+    return trainers()[options.method](settings, out, options, control)
 
 
 def run_label(settings: TrainSettings, options: MethodOptions) -> str:
@@ -44,10 +66,29 @@ def run_label(settings: TrainSettings, options: MethodOptions) -> str:
     return f"{options.method}+{mixing.augment}" if mixing.active else options.method
 
 
+def kept_weights(out: RunFolder) -> dict:
+    """The weights file the run kept (`best.pt`, as a path inside the train `--out`, e.g.
+    `erm/seed-0/best.pt`) and its sha256, for the card; nothing when the method keeps none (DFR
+    refits a head it does not save)."""
+    from builder.core.shards import sha256_file
+
+    best = out.existing(BEST)
+    if best is None:
+        return {}
+    return {"checkpoint": f"{out.root.name}/{out.relative(BEST)}", "checkpoint_sha256": sha256_file(best)}
+
+
 def run_seed(
-    settings: TrainSettings, options: MethodOptions, out: Path, control: RunControl = RunControl()
+    settings: TrainSettings, options: MethodOptions, out: Path | RunFolder, control: RunControl = RunControl()
 ) -> dict | None:
     """Train `options.method` with `settings.seed` into `out`, score the test split; rank 0 returns scores."""
+    check_inputs(settings, options)
+    with run_folder(out) as folder:
+        return _run_seed(settings, options, folder, control)
+
+
+def _run_seed(settings: TrainSettings, options: MethodOptions, out: RunFolder, control: RunControl) -> dict | None:
+    out.check_writable(PREDICTIONS_NAME, SCORES_NAME)
     result, info = train_method(settings, options, out, control)
     if not is_main_process():
         return None
@@ -60,8 +101,10 @@ def run_seed(
         "seed": settings.seed,
         "settings": settings.to_json(),
         "method_info": info,
+        **kept_weights(out),
     }
-    write_predictions(out / "predictions.parquet", run.rows, run.errors, run.metadata)
+    with out.writing(PREDICTIONS_NAME) as tmp:
+        write_predictions(tmp, run.rows, run.errors, run.metadata)
     scores = {
         "method": label,
         "seed": settings.seed,
@@ -69,7 +112,7 @@ def run_seed(
         "val_best": result.best["val"] if result.best else None,
         "info": info,
     }
-    (out / SCORES_NAME).write_text(json.dumps(scores, indent=2, sort_keys=True) + "\n")
+    out.write_json(SCORES_NAME, scores)
     control.announce(
         f"hsi train: {label} seed {settings.seed}: test mean {100 * scores['test']['mean']:.1f} "
         f"worst {_pct_or_na(scores['test']['worst_group'])}"
@@ -85,9 +128,11 @@ def run_seeds(
     control: RunControl = RunControl(),
 ) -> list[dict]:
     results = []
-    for seed in seeds:
-        folder = Path(out) / run_label(settings, options) / f"seed-{seed}"
-        scores = run_seed(replace(settings, seed=seed, out=str(folder)), options, folder, control)
-        if scores is not None:
-            results.append(scores)
+    check_inputs(settings, options)
+    with run_folder(out) as root:  # one claim of --out for every seed: its lock, no links, no user's file
+        for seed in seeds:
+            folder = root.child(f"{run_label(settings, options)}/seed-{seed}")
+            scores = run_seed(replace(settings, seed=seed, out=str(folder.path)), options, folder, control)
+            if scores is not None:
+                results.append(scores)
     return results

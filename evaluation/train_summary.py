@@ -2,25 +2,97 @@
 group, every group and every tier; a paired comparison of two methods on the Hard tier (on
 configs without tiers, on the whole test split, said so): the mean over seeds of the per-seed
 accuracy difference with a 95% t interval, and an exact McNemar test (scipy's binomial test on the
-discordant images, pooled over seeds) on per-image correctness. Read from the runs' files only.
+discordant images, pooled over seeds) on per-image correctness. Read from the runs' files only,
+each checked as someone else's input (`builder.core.untrusted`); written through an OwnedFolder.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
+import re
+import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from builder.core.markdown import inline, table_lines
+from builder.core.untrusted import Fields, UntrustedInput, read_json, read_parquet, regular_file
+
 from .groups import group_accuracies
-from .predictions import read_predictions
+from .methods import METHODS
+from .methods.gradmix import AUGMENTS
+from .predictions import METADATA_KEY, _schema
 from .train import TrainError
-from .train_run import SCORES_NAME
+from .train_folder import RunFolder, run_folder
+from .train_run import PREDICTIONS_NAME, SCORES_NAME
 
 SUMMARY_JSON, SUMMARY_MD, SUMMARY_PLOT = "train_summary.json", "train_summary.md", "train_summary.png"
 RESULTS_DIR = "results"  # one hsi eval report per method and seed: `hsi release --results OUT/results`
+# A run's label (`erm`, `dfr+gradmix`, ...): it names the run's report folder, so it is one of ours.
+RUN_LABEL = re.compile(rf"({'|'.join(METHODS)})(\+({'|'.join(a for a in AUGMENTS if a != 'none')}))?")
+SEED_FOLDER = re.compile(r"seed-(\d{1,9})")
+
+
+def read_scores(path: Path) -> dict:
+    """A run's `scores.json`, checked: the fields the summary reads, with their types and ranges."""
+    fields = Fields(read_json(path, "scores.json"), path)
+    method, seed = fields.string("method", pattern=RUN_LABEL), fields.integer("seed", low=0)
+    test = fields.object("test")
+    groups = test.object("groups")
+    return {
+        "method": method,
+        "seed": seed,
+        "test": {
+            "mean": test.number("mean", low=0, high=1),
+            "worst_group": test.number("worst_group", None, low=0, high=1),
+            "groups": {str(name): groups.number(name, low=0, high=1) for name in groups.data},
+        },
+    }
+
+
+def read_test_predictions(path: Path):
+    """A run's test `predictions.parquet` as a DataFrame of its ok rows sorted by key: a parquet table
+    of the predictions schema with the `hsi` metadata, one row per key, `correct` as the prediction
+    says; anything else is one line naming the file."""
+    table = read_parquet(path, "predictions table")
+    expected = _schema()
+    for field in expected:
+        if field.name not in table.schema.names:
+            raise UntrustedInput(f"{path}: predictions table has no column {field.name!r}")
+        if not table.schema.field(field.name).type.equals(field.type):
+            raise UntrustedInput(
+                f"{path}: column {field.name!r} is {table.schema.field(field.name).type}, not {field.type}"
+            )
+    raw = (table.schema.metadata or {}).get(METADATA_KEY)
+    if raw is None:
+        raise UntrustedInput(f"{path}: not an hsi predictions table (no {METADATA_KEY.decode()!r} metadata)")
+    try:
+        metadata = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise UntrustedInput(f"{path}: its {METADATA_KEY.decode()!r} metadata is not JSON") from None
+    meta = Fields(metadata, f"{path} metadata")
+    meta.object("model").string("spec")
+    meta.object("data").string("config")
+    meta.object("data").string("split")
+    meta.object("label_space").integer("classes", low=1)
+    frame = table.to_pandas()
+    frame = frame[frame["status"] == "ok"].sort_values("key", kind="stable").reset_index(drop=True)
+    if frame["key"].isna().any() or frame["correct"].isna().any():
+        raise UntrustedInput(f"{path}: an ok row has no key or no correct value")
+    duplicated = frame["key"][frame["key"].duplicated()]
+    if len(duplicated):
+        raise UntrustedInput(f"{path}: sample {inline(duplicated.iloc[0])!r} has more than one row")
+    said = frame["correct"].astype(bool).to_numpy()
+    derived = (frame["pred_class"] == frame["label_class"]).fillna(False).astype(bool).to_numpy()
+    if (said != derived).any():
+        key = frame["key"][said != derived].iloc[0]
+        raise UntrustedInput(
+            f"{path}: sample {inline(key)!r} says correct={bool(said[said != derived][0])} "
+            "against its pred_class and label_class: pass the table hsi train wrote, unedited"
+        )
+    frame["correct"] = said
+    return frame
 
 
 def _mean_std(values: Sequence[float | None]) -> dict | None:
@@ -61,12 +133,17 @@ def seed_runs(folder: Path) -> list[Path]:
     folder = Path(folder)
     if (folder / SCORES_NAME).exists():
         return [folder]
-    return sorted((p for p in folder.glob("seed-*") if (p / SCORES_NAME).exists()), key=lambda p: int(p.name[5:]))
+    if not folder.is_dir():
+        return []
+    seeds = [p for p in folder.iterdir() if SEED_FOLDER.fullmatch(p.name) and (p / SCORES_NAME).exists()]
+    return sorted(seeds, key=lambda p: int(p.name[5:]))
 
 
 def method_folders(paths: Iterable[Path]) -> list[Path]:
     found = []
     for path in map(Path, paths):
+        if not path.is_dir():
+            raise TrainError(f"--report {path}: no such folder (pass OUT or OUT/<method> of hsi train runs)")
         if seed_runs(path):
             found.append(path)
         else:
@@ -75,8 +152,7 @@ def method_folders(paths: Iterable[Path]) -> list[Path]:
 
 
 def _frame(run: Path):
-    frame, _ = read_predictions(run / "predictions.parquet")
-    return frame[frame["status"] == "ok"].sort_values("key").reset_index(drop=True)
+    return read_test_predictions(run / PREDICTIONS_NAME)
 
 
 def tier_accuracies(frame) -> dict[str, float]:
@@ -91,15 +167,17 @@ def paired_comparison(runs_a: Sequence[Path], runs_b: Sequence[Path], names: tup
     by_seed_a = {p.name: p for p in runs_a}
     pairs = [(by_seed_a[p.name], p) for p in runs_b if p.name in by_seed_a]
     if not pairs:
-        raise ValueError(f"{names[0]} and {names[1]} share no seed to compare")
+        raise TrainError(
+            f"--compare: {names[0]} and {names[1]} share no seed to compare; train both with the same seeds"
+        )
     diffs, b_only, a_only, subset = [], 0, 0, "Hard tier"
     for run_a, run_b in pairs:
         fa, fb = _frame(run_a), _frame(run_b)
         if list(fa["key"]) != list(fb["key"]):
-            raise ValueError(f"{run_a} and {run_b} scored different test images; compare runs of one config")
+            raise TrainError(f"{run_a} and {run_b} scored different test images; compare runs of one config")
         keep = (fa["tier"] == "Hard").to_numpy()
         if not keep.any():
-            keep, subset = np.ones(len(fa), bool), "all test images (the config has no tiers)"
+            keep, subset = np.ones(len(fa), bool), _no_hard_tier(fa)
         ca, cb = fa["correct"].to_numpy()[keep], fb["correct"].to_numpy()[keep]
         diffs.append(float(cb.mean() - ca.mean()))
         b_only += int((cb & ~ca).sum())
@@ -127,25 +205,28 @@ def paired_comparison(runs_a: Sequence[Path], runs_b: Sequence[Path], names: tup
     }
 
 
+def _no_hard_tier(frame) -> str:
+    """What the comparison runs on when no test image is in the Hard tier, saying why (no tiers at all,
+    or tiers without a Hard one, as on the -10 subset's own/paired groups)."""
+    if frame["tier"].dropna().empty:
+        return "all test images (the config has no tiers)"
+    return "all test images (no test image is in the Hard tier)"
+
+
 def _pct(stat: dict | None) -> str:
     return "n/a (no group metadata)" if stat is None else f"{100 * stat['mean']:.1f} ± {100 * stat['std']:.1f}"
 
 
 def render_markdown(summaries: list[dict], comparison: dict | None) -> str:
-    lines = ["# Training baselines", "", "| method | seeds | mean | worst group |", "|---|---|---|---|"]
+    """The summary as Markdown; every table through builder.core.markdown, so a group or tier name
+    holding `|` or a newline (someone else's data) stays in its cell."""
+    rows = [(s["method"], len(s["seeds"]), _pct(s["mean"]), _pct(s["worst_group"])) for s in summaries]
+    lines = ["# Training baselines", "", *table_lines(("method", "seeds", "mean", "worst group"), rows)]
     for s in summaries:
-        lines.append(f"| {s['method']} | {len(s['seeds'])} | {_pct(s['mean'])} | {_pct(s['worst_group'])} |")
-    for s in summaries:
-        lines += [
-            "",
-            f"## {s['method']}: per group (test, % mean ± std over seeds)",
-            "",
-            "| group | accuracy |",
-            "|---|---|",
-        ]
-        lines += [f"| {g} | {_pct(v)} |" for g, v in s["groups"].items()]
+        lines += ["", f"## {inline(s['method'])}: per group (test, % mean ± std over seeds)", ""]
+        lines += table_lines(("group", "accuracy"), [(g, _pct(v)) for g, v in s["groups"].items()])
         if s.get("tiers"):
-            lines += ["", "| tier | accuracy |", "|---|---|"] + [f"| {t} | {_pct(v)} |" for t, v in s["tiers"].items()]
+            lines += ["", *table_lines(("tier", "accuracy"), [(t, _pct(v)) for t, v in s["tiers"].items()])]
     if comparison:
         c = comparison
         interval = (
@@ -155,7 +236,7 @@ def render_markdown(summaries: list[dict], comparison: dict | None) -> str:
         )
         lines += [
             "",
-            f"## {c['b']} minus {c['a']} on the {c['subset']}",
+            f"## {inline(c['b'])} minus {inline(c['a'])} on the {c['subset']}",
             "",
             f"- mean difference over {c['seeds']} seeds: {100 * c['difference']:.1f} points, 95% interval {interval}",
             f"- per-image correctness (exact McNemar, pooled over seeds): {c['b']} right and {c['a']} wrong "
@@ -196,19 +277,27 @@ def plot_summary(summaries: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def write_eval_reports(runs: dict[str, list[Path]], folder: Path) -> list[Path]:
-    """Each seed's test predictions analysed as `hsi eval --from` does: eval.json, eval.md, plots."""
+def write_eval_reports(runs: dict[str, list[Path]], folder: RunFolder) -> set[str]:
+    """Each seed's test predictions analysed as `hsi eval --from` does (eval.json, eval.md, plots) under
+    `results/<method>-seed-<s>/`. The analysis writes into a fresh staging folder of its own inside
+    `--out`; each file it made is then written through the owned folder (recorded, never over a
+    user's file, never through a link). Returns the files written, relative to the folder."""
     from .bootstrap import BootstrapSettings
     from .pipeline import analyse
 
-    written = []
+    written: set[str] = set()
     for method, seeds in runs.items():
         for run in seeds:
-            target = folder / f"{method}-{run.name}"
-            target.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(run / "predictions.parquet", target / "predictions.parquet")  # the report's own input
-            analyse(target / "predictions.parquet", target, BootstrapSettings())
-            written.append(target)
+            target = f"{RESULTS_DIR}/{method}-{run.name}"
+            with tempfile.TemporaryDirectory(prefix=".staging-", dir=folder.path) as staging:
+                stage = Path(staging)
+                source = regular_file(run / PREDICTIONS_NAME, "predictions table")
+                (stage / PREDICTIONS_NAME).write_bytes(source.read_bytes())  # the report's own input
+                analyse(stage / PREDICTIONS_NAME, stage, BootstrapSettings())
+                for made in sorted(p for p in stage.rglob("*") if p.is_file() and not p.is_symlink()):
+                    relative = f"{target}/{made.relative_to(stage).as_posix()}"
+                    folder.write_bytes(relative, made.read_bytes())
+                    written.add(folder.relative(relative))
     return written
 
 
@@ -219,7 +308,14 @@ def write_summary(paths: Sequence[Path], out: Path, compare: tuple[str, str] | N
     summaries, runs = [], {}
     for folder in folders:
         seeds = seed_runs(folder)
-        results = [json.loads((p / SCORES_NAME).read_text()) for p in seeds]
+        results = [read_scores(p / SCORES_NAME) for p in seeds]
+        methods = sorted({r["method"] for r in results})
+        if len(methods) > 1:
+            raise TrainError(f"{folder} holds runs of several methods ({', '.join(methods)}): pass OUT/<method>")
+        if methods[0] in runs:
+            raise TrainError(
+                f"two folders hold runs of {methods[0]} ({runs[methods[0]][0].parent} and {folder}): pass one of them"
+            )
         summaries.append(summarise_method(results, [tier_accuracies(_frame(p)) for p in seeds]))
         runs[summaries[-1]["method"]] = seeds
     comparison = None
@@ -230,11 +326,14 @@ def write_summary(paths: Sequence[Path], out: Path, compare: tuple[str, str] | N
         if missing:
             raise TrainError(f"--compare {' '.join(compare)}: no runs of {missing}; found {sorted(runs)}")
         comparison = paired_comparison(runs[compare[0]], runs[compare[1]], compare)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / SUMMARY_JSON).write_text(json.dumps({"methods": summaries, "comparison": comparison}, indent=2) + "\n")
-    plot_summary(summaries, out / SUMMARY_PLOT)
-    write_eval_reports(runs, out / RESULTS_DIR)
     markdown = render_markdown(summaries, comparison)
-    (out / SUMMARY_MD).write_text(markdown)
+    with run_folder(Path(out)) as folder:
+        folder.write_text(SUMMARY_JSON, json.dumps({"methods": summaries, "comparison": comparison}, indent=2) + "\n")
+        with folder.writing(SUMMARY_PLOT) as tmp:
+            plot_summary(summaries, tmp)
+        written = write_eval_reports(runs, folder)
+        # reports of an earlier --report into this folder for runs no longer summarised (ours only)
+        if folder.owned is not None:
+            folder.owned.remove_listed(f"{RESULTS_DIR}/", keep=written)
+        folder.write_text(SUMMARY_MD, markdown)
     return markdown

@@ -8,7 +8,10 @@ per release, an existing tag is never moved, and main must still be the previous
 Safety (issue 11):
 - Only the release's own paths are committed: the commit's tree is built from the release folder
   in a private index (`GIT_INDEX_FILE`), never from the mirror's working tree, so a file planted in
-  DIR is never picked up; DIR must be new, empty, or a mirror with no untracked files.
+  DIR is never picked up; DIR must be new, empty, or a mirror with no untracked files (ignored
+  ones included: a checkout would overwrite a file hidden by `.git/info/exclude` as readily).
+- Paths are made absolute once (git runs with `-C DIR`), and a first publish that fails before its
+  tag removes the `.git` it made.
 - One run per mirror: an exclusive `fcntl.flock` on `.git/hsi-publish.lock`; a second run is
   refused with the first one's pid.
 - Before the commit, every shard blob is hashed again and compared with `_release.json`.
@@ -133,11 +136,14 @@ def check_mirror_folder(git_dir: Path) -> list[str]:
         return [f"finish the interrupted checkout of {git_dir}"]  # its dirt is ours: it is redone first
     status = git(git_dir, "status", "--porcelain=v1", "-z", "--untracked-files=all")
     entries = [e for e in status.split("\0") if e]
-    untracked = sorted(e[3:] for e in entries if e.startswith("??"))
+    untracked = untracked_files(git_dir)  # those hidden by .gitignore or .git/info/exclude too
     if untracked:
+        hidden = sorted(set(untracked) - {e[3:] for e in entries if e.startswith("??")})
         raise PublishError(
-            f"{git_dir} has files that are not part of any release: {', '.join(untracked[:10])}; "
-            "move them out of the mirror (nothing in it is committed but the release's own files)"
+            f"{git_dir} has files that are not part of any release: {', '.join(untracked[:10])}"
+            + (f" (hidden from git by an ignore rule: {', '.join(hidden[:10])})" if hidden else "")
+            + "; move them out of the mirror (a publish checks out each release over its working tree, and "
+            "nothing in it is committed but the release's own files)"
         )
     if entries:
         raise PublishError(
@@ -145,6 +151,39 @@ def check_mirror_folder(git_dir: Path) -> list[str]:
             f"then `git -C {git_dir} reset --hard` to return the mirror to its last release"
         )
     return []
+
+
+def untracked_files(git_dir: Path) -> list[str]:
+    """Every file of the working tree git does not track, ignored ones included (no exclude rules are
+    applied): none of them was written by a publish, and a checkout could overwrite any of them."""
+    return sorted(p for p in git(git_dir, "ls-files", "--others", "-z").split("\0") if p)
+
+
+def refuse_overwriting_foreign(git_dir: Path) -> None:
+    """Before finishing an interrupted checkout (`reset --hard`): an untracked file where HEAD has a
+    file (or a folder) is overwritten by it, so it must be the one HEAD holds (written by the killed
+    checkout); any other is someone's, and is refused by name."""
+    head = _head(git_dir)
+    if head is None:
+        return
+    tree = {}  # path -> blob id of HEAD's files ("MODE blob OID\tPATH" lines)
+    for line in git(git_dir, "ls-tree", "-r", "-z", "--full-tree", head).split("\0"):
+        if line:
+            meta, path = line.split("\t", 1)
+            tree[path] = meta.split()[2]
+    folders = {path.rsplit("/", 1)[0] + "/" for path in tree if "/" in path}
+    foreign = []
+    for path in untracked_files(git_dir):
+        if path in tree:
+            if git(git_dir, "hash-object", "--no-filters", "--", path) != tree[path]:
+                foreign.append(path)
+        elif path + "/" in folders or any(path.startswith(t + "/") for t in tree):
+            foreign.append(path)
+    if foreign:
+        raise PublishError(
+            f"{git_dir} has files the interrupted checkout would overwrite and that no publish wrote: "
+            f"{', '.join(foreign[:10])}; move them out of the mirror, then publish again"
+        )
 
 
 def _latest_release(git_dir: Path) -> str | None:
@@ -169,7 +208,7 @@ def _tagging_only(git_dir: Path, head: str | None, tree: str | None) -> bool:
 def mirror_plan(release_dir: Path, git_dir: Path, version: str) -> list[str]:
     """The file operations `publish_to_git` would do, as readable lines (reads only: blobs are
     hashed into a throw-away index outside the mirror, never written into it)."""
-    return _plan(Path(release_dir), Path(git_dir), version, write=False)[0]
+    return _plan(Path(release_dir).absolute(), Path(git_dir).absolute(), version, write=False)[0]
 
 
 def _plan(release_dir: Path, git_dir: Path, version: str, write: bool) -> tuple[list[str], str | None, bool]:
@@ -274,6 +313,7 @@ def _recover(git_dir: Path) -> None:
             entry.unlink()
     if (dot_git / CHECKOUT_MARK).exists():
         (dot_git / "index.lock").unlink(missing_ok=True)
+        refuse_overwriting_foreign(git_dir)
         _checkout(git_dir)
 
 
@@ -285,13 +325,52 @@ def _checkout(git_dir: Path) -> None:
 
 
 def publish_to_git(release_dir: Path, git_dir: Path, version: str) -> str:
-    """Commit the release into `git_dir` (created if needed) and tag it; returns the commit id."""
-    release_dir, git_dir = Path(release_dir), Path(git_dir)
+    """Commit the release into `git_dir` (created if needed) and tag it; returns the commit id.
+
+    Both folders are made absolute once (git runs with `-C`, so a relative path handed to it would be
+    read from inside the mirror). A mirror this run creates is removed again if the run fails before
+    its tag: no half-made `.git` is left behind."""
+    release_dir, git_dir = Path(release_dir).absolute(), Path(git_dir).absolute()
+    created: list[Path] = []
     if not _is_mirror(git_dir):
         release_files(release_dir, check_release_folder(release_dir, version))  # refusals before the init
         check_mirror_folder(git_dir)
+        created = [folder for folder in [git_dir, *git_dir.parents] if not folder.exists()]
         git_dir.mkdir(parents=True, exist_ok=True)
-        git(git_dir, "init", "--quiet", "--initial-branch=main")
+        created.insert(0, git_dir / ".git")
+        try:
+            git(git_dir, "init", "--quiet", "--initial-branch=main")
+        except BaseException:
+            _remove_created(created)
+            raise
+    try:
+        return _publish_locked(release_dir, git_dir, version)
+    except BaseException:
+        if created and not _has_tag(git_dir, version):
+            _remove_created(created)
+        raise
+
+
+def _has_tag(git_dir: Path, version: str) -> bool:
+    try:
+        return bool(git(git_dir, "tag", "--list", version))
+    except PublishError:
+        return False
+
+
+def _remove_created(created: list[Path]) -> None:
+    """Remove what a failed first publish made: its `.git`, then the folders it created (if empty)."""
+    import shutil
+
+    dot_git, *folders = created
+    if dot_git.is_dir() and not dot_git.is_symlink():
+        shutil.rmtree(dot_git)
+    for folder in folders:
+        if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
+            folder.rmdir()
+
+
+def _publish_locked(release_dir: Path, git_dir: Path, version: str) -> str:
     with mirror_lock(git_dir):
         _recover(git_dir)
         if (git_dir / ".git" / "index.lock").exists():

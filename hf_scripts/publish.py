@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.core.errors import HsiError
+from builder.core.errors import HsiError, printable
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename
 from builder.core.shards import sha256_file
 from cards.release import (
@@ -120,6 +120,12 @@ def release_files(release_dir: Path, meta: dict) -> list[tuple[str, int]]:
             if relative in foreign or relative.startswith(foreign_folders):
                 strays.append(relative)
             files.append((relative, path.stat().st_size))
+    changed = sorted(path for path in strays if path in meta.get("files", {}))
+    if changed:
+        raise PublishError(
+            f"{release_dir}: {', '.join(changed[:10])} changed since `hsi release` wrote them (their sha256 differs "
+            f"from {RELEASE_META}); rebuild the release with `hsi release`"
+        )
     if strays:
         raise PublishError(
             f"{release_dir} holds files that are not part of the release: {', '.join(sorted(strays)[:10])}; "
@@ -186,14 +192,46 @@ def check_repo_id(repo_id: str) -> str:
     return repo_id
 
 
+# What a request raises when the Hub cannot be reached at all (no network, refused, timed out), by
+# class name: huggingface_hub, datasets and fsspec use different HTTP clients (httpx, its fork
+# httpx2, requests, aiohttp), and the names are what they share.
+UNREACHABLE = {
+    "RequestError",
+    "TransportError",
+    "NetworkError",
+    "ConnectError",
+    "ConnectTimeout",
+    "TimeoutException",
+    "ConnectionError",
+    "ClientConnectionError",
+    "LocalEntryNotFoundError",
+}
+
+
+def _unreachable(exc: BaseException) -> bool:
+    return isinstance(exc, (ConnectionError, TimeoutError)) or any(c.__name__ in UNREACHABLE for c in type(exc).__mro__)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return printable(text.splitlines()[0][:200]) if text else type(exc).__name__
+
+
 @contextmanager
-def hub_errors(api, action: str, repo_id: str) -> Iterator[None]:
-    """Turn the Hub's HTTP errors into a PublishError that says what failed and what to do; the
-    token never appears in it."""
-    from huggingface_hub.errors import HfHubHTTPError
+def hub_errors(api, action: str, repo_id: str, dry_run: bool = False) -> Iterator[None]:
+    """Turn the Hub's HTTP errors, offline mode and an unreachable Hub into a PublishError that says
+    what failed and what to do; the token never appears in it. `dry_run`: a publish plan, which can
+    also be made offline."""
+    from huggingface_hub import constants
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
     try:
         yield
+    except OfflineModeIsEnabled:
+        raise PublishError(
+            f"{action} on {repo_id} needs the Hub, and HF_HUB_OFFLINE is set: unset it where the network "
+            "reaches the Hub, or set HF_ENDPOINT to a mirror that serves the repo"
+        ) from None
     except HfHubHTTPError as exc:
         status = getattr(exc.response, "status_code", None)
         detail = exc.server_message or str(exc).splitlines()[0]
@@ -206,6 +244,22 @@ def hub_errors(api, action: str, repo_id: str) -> Iterator[None]:
         message = f"{action} on {repo_id} failed with HTTP {status}: {detail}; {hint}"
         token = getattr(api, "token", None)
         raise PublishError(message.replace(token, "<token>") if token else message) from None
+    except Exception as exc:
+        if not _unreachable(exc):
+            raise
+        raise _unreachable_error(api, action, repo_id, exc, constants.ENDPOINT, dry_run) from None
+
+
+def _unreachable_error(
+    api, action: str, repo_id: str, exc: BaseException, endpoint: str, dry_run: bool
+) -> PublishError:
+    message = (
+        f"{action} on {repo_id}: the Hub at {getattr(api, 'endpoint', None) or endpoint} cannot be reached "
+        f"({type(exc).__name__}: {_first_line(exc)}); check the network or proxy, and HF_ENDPOINT if you use a mirror"
+        + ("; or make the dry run offline with HF_HUB_OFFLINE=1 (it then checks the release folder only)" * dry_run)
+    )
+    token = getattr(api, "token", None)
+    return PublishError(message.replace(token, "<token>") if token else message)
 
 
 def _same_files(api, repo_id: str, revision: str, release_dir: Path, files: list[tuple[str, int]]) -> bool:
@@ -243,7 +297,7 @@ def git_blob_sha1(path: Path) -> str:
 def plan_publish(api, release_dir: Path, repo_id: str, version: str) -> PublishPlan:
     """Read the Hub (never write) and decide every file operation of this release."""
     check_repo_id(repo_id)
-    with hub_errors(api, "reading the repo", repo_id):
+    with hub_errors(api, "reading the repo", repo_id, dry_run=True):
         return _plan_publish(api, Path(release_dir), repo_id, version)
 
 

@@ -8,12 +8,14 @@ config and split is streamed with `load_dataset(..., revision=...)` and the samp
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from builder.core.manifest import Manifest, ManifestError
 from builder.core.shards import sha256_file
+from builder.core.untrusted import UntrustedInput, read_json
 from builder.formats.composites import check_composite_json
-from hf_scripts.publish import REPO_TYPE, PublishError, check_repo_id, hub_errors, release_shards, version_tags
+from cards.release import check_release_record
+from hf_scripts.publish import REPO_TYPE, PublishError, check_repo_id, hub_errors, version_tags
 
 
 def verify_release(api, repo_id: str, version: str, cache_dir: str | None = None) -> tuple[list[str], list[str]]:
@@ -21,6 +23,17 @@ def verify_release(api, repo_id: str, version: str, cache_dir: str | None = None
     check_repo_id(repo_id)
     with hub_errors(api, "verifying", repo_id):
         return _verify_release(api, repo_id, version, cache_dir)
+
+
+def read_downloaded_json(local: str | Path, label: str) -> object:
+    """The JSON of a file hf_hub_download fetched, its errors naming `label` (the file in the repo at
+    the version), not the cache's blob path. The cache's snapshot entry is a link of huggingface_hub's
+    own into its blob store; the blob itself is read, through the untrusted-input layer."""
+    blob = Path(local).resolve()
+    try:
+        return read_json(blob, Path(label).name)
+    except UntrustedInput as exc:
+        raise UntrustedInput(str(exc).replace(str(blob), label, 1)) from None
 
 
 def _verify_release(api, repo_id: str, version: str, cache_dir: str | None) -> tuple[list[str], list[str]]:
@@ -35,31 +48,42 @@ def _verify_release(api, repo_id: str, version: str, cache_dir: str | None) -> t
     def fetch(path):
         return hf_hub_download(
             repo_id, path, repo_type=REPO_TYPE, revision=commit, token=api.token, cache_dir=cache_dir
-        )  # noqa: E731
+        )
 
-    release = json.loads(Path(fetch("_release.json")).read_text("utf-8"))
+    def fetch_json(path):
+        return read_downloaded_json(fetch(path), f"{repo_id}@{version}/{path}")
+
+    # config and shard names become download paths: the record's names pass the name rules
+    label = f"{repo_id}@{version}/_release.json"
+    release = check_release_record(fetch_json("_release.json"), label)
     lines, problems = [f"{repo_id} {version} -> commit {commit}"], []
-    if release.get("version") != version:
-        problems.append(f"_release.json says version {release.get('version')!r}, the tag is {version}")
-    release_shards(release)  # config and shard names become download paths: they must pass the name rules
+    if release["version"] != version:
+        problems.append(f"_release.json says version {release['version']!r}, the tag is {version}")
     for config, listed in sorted(release["configs"].items()):
-        manifest = json.loads(Path(fetch(f"data/{config}/_info.json")).read_text("utf-8"))
-        for split, entry in sorted(manifest["splits"].items()):
-            if entry["shards"] != listed["splits"].get(split):
+        path = f"data/{config}/_info.json"
+        try:
+            manifest = Manifest.from_json(fetch_json(path))
+        except ManifestError as exc:
+            raise ManifestError(f"{repo_id}@{version}/{path}: {exc}") from None
+        for split in sorted(set(listed["splits"]) - set(manifest.splits)):
+            problems.append(f"{config}/{split}: _release.json lists the split, _info.json does not")
+        for split, entry in sorted(manifest.splits.items()):
+            shards = [shard.to_json() for shard in entry.shards]
+            if shards != listed["splits"].get(split):
                 problems.append(f"{config}/{split}: _info.json and _release.json list different shards")
                 continue  # only names _release.json lists (checked above) become download paths
-            for shard in entry["shards"]:
-                local = Path(fetch(f"data/{config}/{shard['filename']}"))
-                if local.stat().st_size != shard["bytes"] or sha256_file(local) != shard["sha256"]:
-                    problems.append(f"{config}/{shard['filename']}: sha256 or size differs from the manifest")
+            for shard in entry.shards:
+                local = Path(fetch(f"data/{config}/{shard.filename}"))
+                if local.stat().st_size != shard.bytes or sha256_file(local) != shard.sha256:
+                    problems.append(f"{config}/{shard.filename}: sha256 or size differs from the manifest")
             count, bad = 0, 0
             streamed = load_dataset(repo_id, config, split=split, streaming=True, revision=commit, token=api.token)
             for sample in streamed:
                 count += 1
                 bad += bool(check_composite_json(sample["json"]))
-            if count != entry["num_samples"]:
-                problems.append(f"{config}/{split}: streamed {count} samples, the manifest says {entry['num_samples']}")
+            if count != entry.num_samples:
+                problems.append(f"{config}/{split}: streamed {count} samples, the manifest says {entry.num_samples}")
             if bad:
                 problems.append(f"{config}/{split}: {bad} samples' json departs from the schema")
-            lines.append(f"{config}/{split}: {len(entry['shards'])} shards hashed, {count} samples streamed")
+            lines.append(f"{config}/{split}: {len(entry.shards)} shards hashed, {count} samples streamed")
     return lines, problems

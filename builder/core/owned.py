@@ -79,8 +79,7 @@ class OwnedFolder:
         self._stack = ExitStack()
         try:
             self._stack.enter_context(exclusive_folder(root.resolve()))
-            self.files = self._read_record()
-            root.mkdir(parents=True, exist_ok=True)
+            self.files = self._read_record()  # the folder itself is made by the first write: a refusal leaves none
         except BaseException:
             self._stack.close()
             raise
@@ -92,7 +91,7 @@ class OwnedFolder:
 
     def _read_record(self) -> dict[str, str]:
         record = self.root / RECORD_NAME
-        if not self.root.is_dir() or not any(self.root.iterdir()):
+        if not self.root.is_dir() or _holds_nothing(self.root):
             return {}
         if record.is_symlink() or not record.is_file():
             raise OwnedFolderError(
@@ -129,6 +128,7 @@ class OwnedFolder:
         an existing entry there must be a file of ours."""
         parts = check_relative(relative)
         folder = self.root
+        folder.mkdir(parents=True, exist_ok=True)
         for part in parts[:-1]:
             folder = folder / part
             if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
@@ -212,6 +212,15 @@ class OwnedFolder:
         for name in removed:
             self.remove(name)
         return removed
+
+
+def _holds_nothing(folder: Path) -> bool:
+    """No file and no link anywhere below `folder`: empty, or only the empty folders `path()` made for a
+    run that was refused (or failed) before its first write, which must not make the folder foreign."""
+    for where, folders, files in os.walk(folder):
+        if files or any(os.path.islink(os.path.join(where, name)) for name in folders):
+            return False
+    return True
 
 
 def _is_safe(relative: str) -> bool:

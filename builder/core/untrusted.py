@@ -114,7 +114,14 @@ def load_torch(path: Path, what: str = "checkpoint", hint: str = "") -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        first = printable(str(error).splitlines()[0])[:160] if str(error) else "it holds objects"
+        # torch's first line invites loading the file unsafely; the line that names the refused global says why
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        named = [
+            line.split("error:", 1)[-1].split(" was not an allowed global")[0].strip()
+            for line in lines
+            if "Unsupported global" in line
+        ]
+        first = printable((named or lines or ["it holds objects"])[0])[:160]
         raise UntrustedInput(
             f"{_where(path)}: {what} holds more than tensors and plain values, and is never unpickled ({first}){tail}"
         ) from None

@@ -16,16 +16,16 @@ estimate); `scaler="heldout"` fits it on the held-out features, the data the hea
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..data import EvalBatches, SourceSplit, make_loader
 from ..groups import balanced_indices, check_groups_cover, groups_of
-from ..train import FitResult, TrainError, TrainSettings, fit, resolve_device
+from ..train import FitResult, TrainError, TrainSettings, fit, is_main_process, load_finished_run, resolve_device
+from ..train_folder import RunFolder, run_folder
 from .options import MethodOptions, RunControl
 
 SCALERS = ("train", "heldout")
@@ -146,10 +146,17 @@ class DfrModel:
 
 
 def train_dfr(
-    settings: TrainSettings, out: Path, options: MethodOptions, control: RunControl
+    settings: TrainSettings, out: Path | RunFolder, options: MethodOptions, control: RunControl
 ) -> tuple[FitResult, dict]:
-    """ERM (or the finished ERM run in `options.erm_run`, resumed), then DFR^Val_Tr on the held-out split
-    with C from `options.dfr_c`, `dfr_refits` refits and the scaler fitted on `dfr_scaler`."""
+    """ERM (or the finished ERM run in `options.erm_run`, reused as it is), then DFR^Val_Tr on the
+    held-out split with C from `options.dfr_c`, `dfr_refits` refits and the scaler fitted on `dfr_scaler`."""
+    with run_folder(out) as folder:
+        return _train_dfr(settings, folder, options, control)
+
+
+def _train_dfr(
+    settings: TrainSettings, out: RunFolder, options: MethodOptions, control: RunControl
+) -> tuple[FitResult, dict]:
     from sklearn.preprocessing import StandardScaler
 
     grid, refits, scaler, erm_run = options.dfr_c, options.dfr_refits, options.dfr_scaler, options.erm_run
@@ -158,8 +165,11 @@ def train_dfr(
         raise TrainError(f"--dfr-scaler must be one of {', '.join(SCALERS)}, got {scaler!r}")
     if refits < 1 or not grid:
         raise TrainError("--dfr-refits must be at least 1 and --dfr-c must list at least one C")
-    erm_control = replace(control, resume=control.resume or erm_run is not None)
-    erm = fit(settings, erm_run or out / "erm", **erm_control.fit_keywords())
+    out.check_writable(DFR_NAME)
+    if erm_run is not None:
+        erm = load_finished_run(settings, erm_run, "--erm-run")
+    else:
+        erm = fit(settings, out.child("erm"), **control.fit_keywords())
     k = len(erm.wnids)
     x_val, y_val, g_val = extract_features(erm.model, erm.preprocessing, settings, settings.val_split)
     g_val = np.asarray(g_val)
@@ -183,7 +193,7 @@ def train_dfr(
         "balanced_group_size": int(min(np.unique(g_val, return_counts=True)[1])),
         "erm_best_epoch": erm.best["epoch"] if erm.best else None,
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / DFR_NAME).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    if is_main_process():
+        out.write_json(DFR_NAME, info)
     control.announce(f"hsi train: DFR C={best_c} ({refits} refits, scaler on {scaler}); tuning worst-group {tuning}")
-    return FitResult(out, head, erm.preprocessing, erm.wnids, erm.best, erm.history), info
+    return FitResult(out.path, head, erm.preprocessing, erm.wnids, erm.best, erm.history), info

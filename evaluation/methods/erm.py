@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..train import FitResult, TrainSettings, fit
+from ..train_folder import RunFolder
 from .options import MethodOptions, RunControl
 
 
 def train_erm(
-    settings: TrainSettings, out: Path, options: MethodOptions, control: RunControl
+    settings: TrainSettings, out: Path | RunFolder, options: MethodOptions, control: RunControl
 ) -> tuple[FitResult, dict]:
     result = fit(settings, out, **control.fit_keywords())
     return result, {

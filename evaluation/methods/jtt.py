@@ -13,16 +13,15 @@ Waterbirds; T = 1, lambda_up = 50 on CelebA; lambda_up searched over 20/50/100.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-
 from ..groups import GroupMetadataError, training_group
-from ..train import LAST, FitResult, TrainError, TrainSettings, evaluate_split, fit
+from ..train import LAST, FitResult, TrainError, TrainSettings, evaluate_split, fit, is_main_process
+from ..train_folder import RunFolder, run_folder
+from ..train_state import read_last, restore
 from .options import MethodOptions, RunControl
 
 JTT_ERRORS = ("train-pass", "eval")
@@ -38,8 +37,8 @@ def upsample_counts(error_keys: Iterable[str], lambda_up: int) -> dict[str, int]
 
 def eval_pass_errors(stage1: FitResult, settings: TrainSettings) -> dict[str, str | None]:
     """key -> group of the train samples the stage-1 model (at epoch T) misclassifies in eval mode."""
-    last = torch.load(stage1.out / LAST, map_location="cpu", weights_only=False)
-    stage1.model.load_state_dict(last["model"])
+    path = stage1.out / LAST
+    restore(read_last(path), path, ("model", stage1.model), rng=False)
     rows = evaluate_split(stage1.model, stage1.preprocessing, settings, settings.train_split).rows
     wrong = {}
     for row in rows:
@@ -62,29 +61,37 @@ def error_set_summary(errors: Mapping[str, str | None], lambda_up: int, source: 
 
 
 def train_jtt(
-    settings: TrainSettings, out: Path, options: MethodOptions, control: RunControl
+    settings: TrainSettings, out: Path | RunFolder, options: MethodOptions, control: RunControl
 ) -> tuple[FitResult, dict]:
     """Stage 1 for `options.jtt_epochs` (T), then stage 2 with the errors seen 1 + `jtt_upweight` times."""
+    with run_folder(out) as folder:
+        return _train_jtt(settings, folder, options, control)
+
+
+def _train_jtt(
+    settings: TrainSettings, out: RunFolder, options: MethodOptions, control: RunControl
+) -> tuple[FitResult, dict]:
     stage1_epochs, lambda_up, errors = options.jtt_epochs, options.jtt_upweight, options.jtt_errors
     if errors not in JTT_ERRORS:
         raise TrainError(f"--jtt-errors must be one of {', '.join(JTT_ERRORS)}, got {errors!r}")
     if stage1_epochs < 1:
         raise TrainError(f"--jtt-epochs (T) must be at least 1, got {stage1_epochs}")
+    out.check_writable(ERROR_SET_NAME)
     stage1_settings = replace(settings, epochs=stage1_epochs, select="mean")
     stage1 = fit(
         stage1_settings,
-        out / "stage1",
+        out.child("stage1"),
         record_errors=errors == "train-pass",
         **control.fit_keywords(),
     )
     found = stage1.train_errors if errors == "train-pass" else eval_pass_errors(stage1, stage1_settings)
     summary = error_set_summary(found or {}, lambda_up, errors)
-    (out).mkdir(parents=True, exist_ok=True)
-    (out / ERROR_SET_NAME).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    if is_main_process():
+        out.write_json(ERROR_SET_NAME, summary)
     control.announce(f"hsi train: JTT error set {summary['size']} samples ({errors}), by group {summary['groups']}")
     stage2 = fit(
         settings,
-        out / "stage2",
+        out.child("stage2"),
         repeats=upsample_counts(summary["keys"], lambda_up),
         **control.fit_keywords(),
     )

@@ -142,39 +142,10 @@ def _size(text: str | None) -> tuple[int, int] | None:
 
 
 def model_entries(args: argparse.Namespace) -> list[dict]:
-    """Each model to evaluate as a mapping of its spec and per-model options."""
-    import yaml
+    """Each model to evaluate as a mapping of its spec and per-model options (evaluation.model_list)."""
+    from evaluation.model_list import model_entries as listed_models
 
-    if bool(args.model) == bool(args.models):
-        raise UsageError("pass exactly one of --model SPEC or --models LIST")
-    if args.model:
-        return [{"model": args.model}]
-    path = Path(args.models)
-    if path.suffix in (".yaml", ".yml"):
-        if not path.is_file():
-            raise UsageError(f"--models {path.name}: no such file")
-        listed = yaml.safe_load(path.read_text("utf-8"))
-        if not isinstance(listed, list) or not listed:
-            raise UsageError(f"--models {path.name} must hold a non-empty YAML list")
-        entries = []
-        for item in listed:
-            entry = {"model": item} if isinstance(item, str) else dict(item)
-            if "model" not in entry:
-                raise UsageError(f"--models {path.name}: every mapping needs a 'model' key, got {sorted(entry)}")
-            for key in ("checkpoint", "classes"):
-                if entry.get(key):
-                    entry[key] = str(path.parent / entry[key])
-            if str(entry["model"]).startswith("ts:") and not Path(entry["model"][3:]).is_absolute():
-                entry["model"] = "ts:" + str(path.parent / entry["model"][3:])
-            entries.append(entry)
-        return entries
-    specs = [spec.strip() for spec in args.models.split(",") if spec.strip()]
-    if len(specs) > 1 and (args.checkpoint or args.arch or args.classes):
-        raise UsageError(
-            "--checkpoint, --arch and --classes apply to one model; give several models their own in a --models YAML "
-            "file"
-        )
-    return [{"model": spec} for spec in specs]
+    return listed_models(args.model, args.models, bool(args.checkpoint or args.arch or args.classes))
 
 
 def model_options(entry: dict, args: argparse.Namespace):

@@ -58,6 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+
     from cards.release import build_release
 
     release = build_release(
@@ -71,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         results_dirs=args.results,
         title=args.title,
         description=args.description,
+        announce=lambda note: print(f"hsi release: note: {note}", file=sys.stderr),
     )
     print(f"release written to {release} (load it with load_dataset({release.name!r}) from {release.parent})")
     return 0

@@ -42,27 +42,44 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in text.split(",") if v.strip())
 
 
+class DefaultsShown(argparse.HelpFormatter):
+    """`--help` gives every flag's default as `(default: X)`; a flag without one (None, an off switch)
+    says in its own help what happens when it is not given."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        no_value = action.default is None or action.default is False or action.default == argparse.SUPPRESS
+        if no_value or not action.option_strings or "%(default)" in text:
+            return action.help
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = DefaultsShown
     parser.add_argument("source", nargs="?", help="a composed dataset folder, a release folder or an hf:// address")
     parser.add_argument("--config", help="the config of a release (default: its default config)")
     parser.add_argument("--out", type=Path, help="run folder; runs go to OUT/<method>/seed-<s>/")
-    parser.add_argument("--method", choices=["erm", "jtt", "dfr"], default="erm")
-    parser.add_argument("--model", default="resnet18", help="a timm architecture (default resnet18)")
+    parser.add_argument(
+        "--method", choices=["erm", "jtt", "dfr"], default="erm", help="the baseline trained (runs in OUT/<method>/)"
+    )
+    parser.add_argument("--model", default="resnet18", help="a timm architecture")
     parser.add_argument(
         "--pretrained", action="store_true", help="start from timm's pretrained weights (offline cache)"
     )
     parser.add_argument("--checkpoint", help="start from a local weights file (loaded by the evaluation loader)")
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
-    parser.add_argument("--momentum", type=float, default=0.9)
-    parser.add_argument("--weight-decay", type=float, default=5e-4)
-    parser.add_argument("--schedule", choices=["cosine", "step", "constant"], default="cosine")
-    parser.add_argument("--warmup-epochs", type=int, default=0)
+    parser.add_argument("--epochs", type=int, default=10, help="training epochs")
+    parser.add_argument("--batch-size", type=int, default=64, help="samples per step (per rank under torchrun)")
+    parser.add_argument("--lr", type=float, default=0.1, help="peak learning rate")
+    parser.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd", help="optimiser")
+    parser.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
+    parser.add_argument("--weight-decay", type=float, default=5e-4, help="weight decay")
+    parser.add_argument(
+        "--schedule", choices=["cosine", "step", "constant"], default="cosine", help="learning-rate decay per epoch"
+    )
+    parser.add_argument("--warmup-epochs", type=int, default=0, help="epochs of linear warm-up before the decay")
     parser.add_argument("--step-epochs", type=int, default=30, help="epochs between step decays (--schedule step)")
-    parser.add_argument("--step-gamma", type=float, default=0.1)
-    parser.add_argument("--label-smoothing", type=float, default=0.0)
+    parser.add_argument("--step-gamma", type=float, default=0.1, help="factor of each step decay")
+    parser.add_argument("--label-smoothing", type=float, default=0.0, help="cross-entropy label smoothing")
     parser.add_argument("--no-flip", action="store_true", help="no horizontal flips")
     parser.add_argument(
         "--random-resized-crop",
@@ -70,30 +87,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="random resized crops (off by default: a crop can cut away a corner object)",
     )
     parser.add_argument("--crop-scale-min", type=float, default=0.35, help="smallest kept share of the canvas area")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the first seed (data order, augmentation, init)")
     parser.add_argument("--seeds", type=int, default=1, help="run seeds SEED .. SEED+N-1")
     parser.add_argument(
         "--select",
         choices=["worst-group", "mean"],
         default="worst-group",
-        help="keep the epoch with the best validation worst-group (default; ties: the better mean) or mean accuracy",
+        help="keep the epoch with the best validation worst-group (ties: the better mean) or mean accuracy",
     )
-    parser.add_argument("--train-split", default="train")
-    parser.add_argument("--val-split", default="val")
-    parser.add_argument("--test-split", default="test")
+    parser.add_argument("--train-split", default="train", help="the split trained on")
+    parser.add_argument("--val-split", default="val", help="the held-out split epochs are selected on")
+    parser.add_argument("--test-split", default="test", help="the split scored into predictions.parquet")
     parser.add_argument("--train-groups", type=_names, help="ERM-easy: train only on these groups, e.g. CeO,CoO")
     parser.add_argument("--train-sizes", type=_ints, help="ERM-easy: train only on these sizes, e.g. 84,112")
-    parser.add_argument("--shuffle-buffer", type=int, default=2000)
+    parser.add_argument("--shuffle-buffer", type=int, default=2000, help="samples in the seeded shuffle buffer")
     parser.add_argument("--input-size", type=int, help="model input side (default: the config's canvas, uncropped)")
-    parser.add_argument("--device", default="auto")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (CUDA when there is one)")
     parser.add_argument("--no-amp", action="store_true", help="no mixed precision on CUDA")
-    parser.add_argument("--no-channels-last", action="store_true")
+    parser.add_argument("--no-channels-last", action="store_true", help="no channels_last memory format on CUDA")
     parser.add_argument(
         "--workers",
         type=int,
         default=default_loader_workers(),
-        help="DataLoader worker processes decoding shards (default 4, or the cores this process may use if "
-        "fewer; 0 decodes in the main process)",
+        help="DataLoader worker processes decoding shards (4, or the cores this process may use if fewer; "
+        "0 decodes in the main process)",
     )
     parser.add_argument("--jtt-epochs", type=int, default=1, help="JTT's T: stage-1 ERM epochs")
     parser.add_argument(
@@ -105,15 +122,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="train-pass",
         help="error set from the last stage-1 training pass (the authors') or an eval-mode pass",
     )
-    parser.add_argument("--dfr-c", type=_floats, default=(1.0, 0.7, 0.3, 0.1, 0.07, 0.03, 0.01))
-    parser.add_argument("--dfr-refits", type=int, default=20)
+    parser.add_argument(
+        "--dfr-c",
+        type=_floats,
+        default="1,0.7,0.3,0.1,0.07,0.03,0.01",  # a string, so --help shows it as it is typed; parsed by _floats
+        help="DFR's grid of inverse L1 strengths C, comma-separated (the authors')",
+    )
+    parser.add_argument("--dfr-refits", type=int, default=20, help="DFR's group-balanced refits averaged into the head")
     parser.add_argument(
         "--dfr-scaler",
         choices=["train", "heldout"],
         default="train",
         help="fit the final StandardScaler on the train split's features (the authors') or the held-out's",
     )
-    parser.add_argument("--erm-run", type=Path, help="DFR: reuse this finished ERM run folder instead of training one")
+    parser.add_argument(
+        "--erm-run",
+        type=Path,
+        help="DFR: reuse this finished ERM run (OUT/erm, each seed taking its own seed-<s>, or one seed folder) "
+        "instead of training one; it must have been trained with the same flags on the same data",
+    )
     parser.add_argument(
         "--augment",
         choices=["none", "gradmix", "random-box"],
@@ -129,8 +156,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gradmix-area",
         type=_floats,
-        default=(0.1, 0.5),
-        help="range LOW,HIGH of the masked area fraction a = 1 - lambda (default 0.1,0.5)",
+        default="0.1,0.5",  # a string, so --help shows it as it is typed; parsed by _floats
+        help="range LOW,HIGH of the masked area fraction a = 1 - lambda",
     )
     parser.add_argument(
         "--gradmix-convention",

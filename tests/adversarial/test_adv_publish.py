@@ -4,6 +4,8 @@ locks, Hub errors, and repo ids that are paths."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -19,7 +21,8 @@ from hf_scripts.git_mirror import git, mirror_plan, publish_to_git
 from hf_scripts.publish import PublishError
 from hsi.cli import main as hsi
 
-SHARD = "data/hard-spurious-imagenet/test-00000.tar"
+NAME = "hard-spurious-imagenet"
+SHARD = f"data/{NAME}/test-00000.tar"
 
 
 @pytest.fixture
@@ -114,14 +117,29 @@ def test_a_second_run_is_refused_naming_the_first_ones_pid(releases, tmp_path):
     assert tree(mirror, "v1.1.0") == release_paths(v2)
 
 
-def test_a_shard_truncated_under_the_publisher_is_never_tagged(releases, tmp_path):
+def test_a_shard_truncated_under_the_publisher_is_never_tagged(releases, tmp_path, monkeypatch):
+    from hf_scripts import git_mirror
+
     v1, _ = releases
     shard = v1 / SHARD
-    shard.write_bytes(shard.read_bytes()[:1024])
+    real_store = git_mirror.store_lfs_object
+
+    def truncate_then_store(git_dir, source, expected, path):
+        # the release folder's checks have passed; the shard changes while it is being staged
+        if source == v1 / SHARD:
+            shard.write_bytes(shard.read_bytes()[:1024])
+        return real_store(git_dir, source, expected, path)
+
+    monkeypatch.setattr(git_mirror, "store_lfs_object", truncate_then_store)
     mirror = tmp_path / "mirror"
     with pytest.raises(PublishError, match=f"{SHARD} as staged .* differs from its sha256 in _release.json"):
         publish_to_git(v1, mirror, "v1.0.0")
-    assert git(mirror, "tag") == "" and not git(mirror, "for-each-ref")
+    # nothing was published, and the mirror this run began is gone again (no half-made .git)
+    assert not mirror.exists()
+    # a shard changed before the run is refused by the release's own record, before anything is made
+    with pytest.raises(PublishError, match=f"{SHARD} changed since `hsi release` wrote them"):
+        publish_to_git(v1, mirror, "v1.0.0")
+    assert not mirror.exists()
 
 
 KILLED_PUBLISH = """
@@ -245,3 +263,130 @@ def test_a_hub_publish_stopped_between_commit_and_tag_is_finished_by_tagging(rel
         assert again.returncode == 0, again.stderr[-2000:]
         assert repo.tags["v1.1.0"] == repo.branches["main"]
         assert repo.commits[repo.tags["v1.1.0"]].parent == repo.tags["v1.0.0"]  # tagged, not committed twice
+
+
+# ---------------------------------------------------------------- issue 21: no network, relative mirrors,
+# files hidden from git, records that are not ours
+
+
+def test_verify_and_the_dry_run_without_network_are_one_line(releases, monkeypatch, capsys):
+    """Failed before (issue 21, 12): an OfflineModeIsEnabled or httpx ConnectError traceback."""
+    import socket
+
+    from huggingface_hub import constants
+
+    v1, _ = releases
+    verify = ["verify", HUB_REPO, "--version", "v1.0.0"]
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert hsi(verify) == 2
+    err = capsys.readouterr().err
+    assert "needs the Hub, and HF_HUB_OFFLINE is set: unset it" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    with socket.socket() as probe:  # a port nothing listens on: the Hub cannot be reached
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", closed)
+    for args, hint in (
+        (verify, "HF_ENDPOINT"),
+        (["publish", str(v1), "--repo", HUB_REPO, "--version", "v1.0.0"], "HF_HUB_OFFLINE=1"),
+    ):
+        assert hsi(args) == 2
+        err = capsys.readouterr().err
+        assert f"the Hub at {closed} cannot be reached" in err and hint in err, err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+VERIFY_EACH = """
+import contextlib, io, sys
+from hsi.cli import main
+for repo in sys.argv[1:]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = main(["verify", repo, "--version", "v1.0.0"])
+    print(repo, status, err.getvalue().strip().replace("\\n", " // "))
+"""
+
+
+def test_verify_reads_records_that_are_not_ours_as_one_line_each(releases, tmp_path):
+    """Failed before (issue 21, 11): a list or bad JSON in _release.json, or `splits` a list in
+    _info.json, was an AttributeError/JSONDecodeError traceback."""
+    import os
+
+    from hub_server import LoopbackHub, Repo
+
+    v1, _ = releases
+    good = {p.relative_to(v1).as_posix(): p.read_bytes() for p in v1.rglob("*") if p.is_file()}
+    info = f"data/{NAME}/_info.json"
+    broken_info = json.loads(good[info])
+    broken_info["splits"] = [broken_info["splits"]["test"]]
+    cases = {
+        "lab/release-list": ({"_release.json": b"[1, 2]"}, "lab/release-list@v1.0.0/_release.json: expected an object"),
+        "lab/release-bad": ({"_release.json": b"{oops"}, "lab/release-bad@v1.0.0/_release.json: _release.json is not"),
+        "lab/info-splits": ({info: json.dumps(broken_info).encode()}, f"lab/info-splits@v1.0.0/{info}: splits must be"),
+    }
+    with LoopbackHub() as hub:
+        for repo_id, (changes, _) in cases.items():
+            repo = Repo(private=False)
+            repo.tags["v1.0.0"] = repo.commit(None, {**good, **changes}, "Release v1.0.0")
+            hub.state.repos[repo_id] = repo
+        env = hub_env(hub.endpoint, tmp_path / "h", TOKEN)
+        result = subprocess.run(
+            [sys.executable, "-c", VERIFY_EACH, *cases],
+            env=dict(env, PYTHONPATH=os.pathsep.join(sys.path)),
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in result.stdout.strip().splitlines())
+    for repo_id, (_, expected) in cases.items():
+        status, message = lines[repo_id].split(" ", 1)
+        assert status == "2" and "hsi verify: error: " in message and expected in message, lines[repo_id]
+        assert "//" not in message and "Traceback" not in message  # one line
+
+
+def test_the_readmes_relative_mirror_folder_works(releases, tmp_path, monkeypatch, capsys):
+    """Failed before (issue 21, 12): `--to-git mirror/` looked for its index at mirror/mirror/.git/...
+    and left an empty .git behind."""
+    v1, v2 = releases
+    monkeypatch.chdir(tmp_path)
+    for release, version in ((v1, "v1.0.0"), (v2, "v1.1.0")):
+        relative = os.path.relpath(release, tmp_path)
+        assert hsi(["publish", relative, "--to-git", "mirror/", "--version", version, "--yes"]) == 0, (
+            capsys.readouterr().err
+        )
+    mirror = tmp_path / "mirror"
+    assert git(mirror, "tag").split() == ["v1.0.0", "v1.1.0"] and tree(mirror, "v1.1.0") == release_paths(v2)
+    assert git(mirror, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+def bigger_release(tmp_path: Path, previous: Path) -> Path:
+    """v1.2.0 with more shards than v1.1.0: test-00002.tar and test-00003.tar are paths it adds."""
+    dataset = make_composed_dataset(tmp_path / "c", splits={"test": 8}, shard_size=2, seed=2)
+    return build_release(tmp_path / "v3" / NAME, [dataset], version="v1.2.0", previous_release=previous)
+
+
+@pytest.mark.parametrize("killed", [False, True])
+def test_a_file_hidden_by_info_exclude_is_never_overwritten(releases, tmp_path, killed):
+    """Failed before (issue 21, 13): `git status` does not show an ignored file, so the checkout's
+    `reset --hard` overwrote it with the release's file of that path."""
+    v1, v2 = releases
+    v3 = bigger_release(tmp_path, v2)
+    mirror = tmp_path / "mirror"
+    publish_to_git(v2, mirror, "v1.1.0")
+    if killed:  # the next run finishes an interrupted checkout first: it must not overwrite it either
+        killed_publish(v3, mirror, "v1.2.0", "reset")
+    mine = mirror / "data" / NAME / "test-00003.tar"
+    mine.write_bytes(b"my own shard")
+    (mirror / ".git" / "info" / "exclude").write_text(f"data/{NAME}/test-00003.tar\n")
+    with pytest.raises(PublishError, match=f"data/{NAME}/test-00003.tar"):
+        publish_to_git(v3, mirror, "v1.2.0")
+    assert mine.read_bytes() == b"my own shard"
+    mine.unlink()
+    if not killed:
+        publish_to_git(v3, mirror, "v1.2.0")
+    else:
+        assert "already has tag v1.2.0" in str(pytest.raises(PublishError, publish_to_git, v3, mirror, "v1.2.0").value)
+    assert tree(mirror, "v1.2.0") == release_paths(v3)
+    assert git(mirror, "status", "--porcelain", "--untracked-files=all") == ""

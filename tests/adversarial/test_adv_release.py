@@ -221,3 +221,109 @@ def test_a_release_killed_while_staging_leaves_nothing_after_the_next_run(tmp_pa
     build_release(release, [dataset], version="v1.0.0")
     assert (release / "_release.json").is_file()
     assert leftovers(release) == sorted(p.name for p in keep)
+
+
+# ---------------------------------------------------------------- issue 21: --overwrite and _release.json
+
+
+def results_folder(root: Path) -> Path:
+    """An `hsi eval --out` folder with one model's report and plot, measured on make_composed_dataset's build."""
+    from test_adv_results import eval_report, model_folder
+
+    model_folder(root, "resnet18", eval_report())
+    return root
+
+
+def test_overwrite_never_deletes_a_users_file_named_like_a_results_plot(tmp_path):
+    """Failed before (issue 21, 13): results/*_accuracy_vs_size.png was ours by its name, so the
+    swap deleted a user's my_accuracy_vs_size.png."""
+    dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 8})
+    release = build_release(tmp_path / "out" / NAME, [dataset], results_dirs=[results_folder(tmp_path / "evals")])
+    ours = release / "results" / f"{NAME}_resnet18_accuracy_vs_size.png"
+    assert ours.is_file()
+    mine = release / "results" / "my_accuracy_vs_size.png"
+    mine.write_bytes(b"a plot I made by hand")
+    with pytest.raises(ReleaseError, match=r"--overwrite would delete results/my_accuracy_vs_size.png"):
+        build_release(release, [dataset], overwrite=True)
+    assert mine.read_bytes() == b"a plot I made by hand"
+    # a file the release wrote but someone changed since is not deleted either
+    mine.unlink()
+    (release / "data" / NAME / "validation.md").write_text("my notes on the validation\n")
+    with pytest.raises(ReleaseError, match=r"--overwrite would delete data/hard-spurious-imagenet/validation.md"):
+        build_release(release, [dataset], overwrite=True)
+    assert (release / "data" / NAME / "validation.md").read_text() == "my notes on the validation\n"
+    # and unchanged files of its own record are replaced as before
+    (release / "data" / NAME / "validation.md").write_bytes((dataset / "validation.md").read_bytes())
+    build_release(release, [dataset], overwrite=True, results_dirs=[tmp_path / "evals"])
+    assert ours.is_file()
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("[1, 2]", "_release.json: expected an object, got a list"),
+        ("{bad json", "_release.json: _release.json is not valid JSON"),
+        ('{"default_config": "x", "configs": {"x": {"splits": []}}}', "_release.json: configs.x.splits: expected an"),
+        ('{"default_config": "a", "configs": {}}', "_release.json: default_config: 'a' is not one of its configs"),
+    ],
+)
+def test_a_previous_release_record_that_is_not_ours_is_one_line(tmp_path, capsys, content, expected):
+    """Failed before: `hsi release --previous` with a list or bad JSON in _release.json was a traceback."""
+    from hsi.cli import main
+
+    previous = tmp_path / "previous"
+    previous.mkdir()
+    (previous / "_release.json").write_text(content)
+    dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3})
+    args = ["release", str(dataset), "--out", str(tmp_path / NAME), "--version", "v1.1.0", "--previous", str(previous)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_release_record_reader_survives_seeded_mutations(tmp_path):
+    """Fuzz: every mutation of a real `_release.json` is read or refused as an HsiError, never a crash."""
+    import copy
+    import random
+
+    from cards.release import read_release_record
+
+    base = json.loads(
+        (build_release(tmp_path / "r" / NAME, [make_composed_dataset(tmp_path / "ds")], version="v1.0.0"))
+        .joinpath("_release.json")
+        .read_text()
+    )
+    rng = random.Random(2021)
+    junk = [None, -1, 0, 1.5, "", "../x", "x" * 64, [], {}, [{}], {"a": []}, True, "v1.0", "test-00000.tar"]
+
+    def paths(node, prefix=()):
+        yield prefix
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else []
+        for key, value in items:
+            yield from paths(value, (*prefix, key))
+
+    every = [p for p in paths(base) if p]
+    path = tmp_path / "_release.json"
+    outcomes = {"read": 0, "refused": 0}
+    for _ in range(400):
+        record = copy.deepcopy(base)
+        for _ in range(rng.randint(1, 3)):
+            *route, last = rng.choice(every)
+            parent = record
+            try:
+                for key in route:
+                    parent = parent[key]
+                if rng.random() < 0.2 and isinstance(parent, dict):
+                    parent[rng.choice(junk[5:7])] = parent.pop(last)  # a renamed key (a config, a split)
+                else:
+                    parent[last] = rng.choice(junk)
+            except (KeyError, IndexError, TypeError):
+                continue
+        text = json.dumps(record)
+        path.write_text(text[: rng.randint(0, len(text))] if rng.random() < 0.1 else text)
+        try:
+            read_release_record(path)
+            outcomes["read"] += 1
+        except HsiError:
+            outcomes["refused"] += 1
+    assert outcomes["read"] > 0 and outcomes["refused"] > 0

@@ -53,13 +53,15 @@ def test_results_of_other_data_are_refused(validated, planted_corner, tmp_path, 
     evals = tmp_path / "evals"
     assert main(eval_args(validated, f"ts:{planted_corner}", str(evals), "--limit", "10", bootstrap=50)) == 0
     capsys.readouterr()
-    assert main(["release", str(validated), "--out", str(tmp_path / "r1"), "--results", str(evals)]) == 2
-    assert "cover only the first 10 samples" in capsys.readouterr().err
+    # a partial (--limit) run never blocks a release (issue 21, 6): it is left out of the card, with a note
+    assert main(["release", str(validated), "--out", str(tmp_path / "r1"), "--results", str(evals)]) == 0
+    assert "a partial evaluation (the first 10 samples" in capsys.readouterr().err
+    assert "## Results" not in (tmp_path / "r1" / "README.md").read_text()
     path = evals / "ts_planted_corner.pt-limit10" / "eval.json"  # a --limit run has a folder of its own
     report = json.loads(path.read_text())
-    report["data"].update(limit=None, fingerprint="0123456789abcdef")
+    report["data"].update(limit=None, partial=False, fingerprint="0123456789abcdef")
     path.write_text(json.dumps(report))
     assert main(["release", str(validated), "--out", str(tmp_path / "r2"), "--results", str(evals)]) == 2
     assert "measured on another build of hard-spurious-imagenet" in capsys.readouterr().err
     assert main(["release", str(validated), "--out", str(tmp_path / "r3"), "--results", str(tmp_path)]) == 2
-    assert not (tmp_path / "r1").exists() and not (tmp_path / "r2").exists()
+    assert not (tmp_path / "r2").exists()

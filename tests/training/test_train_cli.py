@@ -54,6 +54,11 @@ def test_report_is_markdown_a_plot_and_eval_reports_a_release_card_takes(tiny_pl
     card = (release / "README.md").read_text()
     section = card[card.index("## Results") :]
     assert "`erm seed 0 (timm:test_efficientnet)`" in section and "`dfr seed 0 (timm:test_efficientnet)`" in section
+    # the weights a trained model kept are named with their sha256 (issue 21, 14: they were blank, "n/a")
+    from builder.core.shards import sha256_file
+
+    kept = sha256_file(runs / "erm" / "seed-0" / "best.pt")
+    assert "erm/seed-0/best.pt, trained with hsi train (erm, seed 0)" in section and kept in section
 
 
 def test_jtt_error_set_from_an_eval_pass_differs_from_the_training_pass(tiny_planted, tmp_path):
@@ -67,7 +72,7 @@ def test_jtt_error_set_from_an_eval_pass_differs_from_the_training_pass(tiny_pla
         info = json.loads((run / "scores.json").read_text())["info"]
         assert info["errors_from"] == found[name]["from"] == {"pass": "train-pass", "eval": "eval"}[name]
         assert info["error_set_size"] == len(found[name]["keys"])
-    stage1 = [torch.load(tmp_path / n / "jtt" / "seed-0" / "stage1" / "last.pt", weights_only=False) for n in found]
+    stage1 = [torch.load(tmp_path / n / "jtt" / "seed-0" / "stage1" / "last.pt", weights_only=True) for n in found]
     assert all(stage1[0]["model"][k].equal(v) for k, v in stage1[1]["model"].items())  # the same stage-1 model
     train_keys = {k for k, _ in _samples(tiny_planted, "train")}
     assert set(found["eval"]["keys"]) <= train_keys and set(found["pass"]["keys"]) <= train_keys

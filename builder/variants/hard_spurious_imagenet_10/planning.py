@@ -40,8 +40,12 @@ def draw_subset_splits(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -
         drawn["train"].extend(members[:n_train])
         drawn["test"].extend(members[n_train:])
     if spec.holdout is not None:  # planned like test: both backgrounds, so the holdout is group-balanced
-        drawn[spec.holdout.source], drawn[spec.holdout.name] = carve_holdout(
-            drawn[spec.holdout.source], spec.holdout.fraction, spec.seed
+        holdout = spec.holdout
+        drawn[holdout.source], drawn[holdout.name] = carve_holdout(
+            drawn[holdout.source],
+            holdout.fraction,
+            spec.seed,
+            what=f"--holdout {holdout.source}:{holdout.fraction:g}:{holdout.name} (the {holdout.name} split)",
         )
     return {split: sorted(refs, key=lambda r: r.key) for split, refs in drawn.items()}
 

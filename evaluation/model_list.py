@@ -1,0 +1,131 @@
+"""The models of `hsi eval` and `hsi probe`: one `--model SPEC`, or `--models` as comma-separated
+specs or a YAML file listing specs and mappings {model, checkpoint, arch, ...}.
+
+A `models.yaml` is someone else's file as often as one's own: it is read through the untrusted layer,
+and each entry is checked against the keys a model takes, so a typo (`chekpoint:`) or a value of the
+wrong kind (`input_size: abc`) is one line naming the file, the entry and the field, before any model
+is loaded. Paths in an entry (checkpoint, classes, a `ts:` file) are relative to the YAML's folder.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from builder.core.errors import UsageError
+from builder.core.untrusted import Fields, UntrustedInput, check_number, describe, read_yaml
+
+INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
+ENTRY_KEYS = (
+    "model",
+    "checkpoint",
+    "arch",
+    "num_classes",
+    "classes",
+    "mean",
+    "std",
+    "input_size",
+    "interpolation",
+    "crop_pct",
+)
+SIZE = re.compile(r"\d+(,\d+){0,2}")  # S, H,W or 3,H,W, as --input-size takes it
+WHAT = "--models list"
+
+
+def model_entries(model: str | None, models: str | None, one_model_flags: bool = False) -> list[dict]:
+    """Each model to evaluate as a mapping of its spec and per-model options. `one_model_flags`:
+    --checkpoint, --arch or --classes was given, which only a single model can take."""
+    if bool(model) == bool(models):
+        raise UsageError("pass exactly one of --model SPEC or --models LIST")
+    if model:
+        return [{"model": model}]
+    assert models is not None
+    if Path(models).suffix in (".yaml", ".yml"):
+        return read_model_list(Path(models))
+    specs = [spec.strip() for spec in models.split(",") if spec.strip()]
+    if len(specs) > 1 and one_model_flags:
+        raise UsageError(
+            "--checkpoint, --arch and --classes apply to one model; give several models their own in a --models YAML "
+            "file"
+        )
+    return [{"model": spec} for spec in specs]
+
+
+def read_model_list(path: Path) -> list[dict]:
+    """The entries of a models.yaml: a non-empty list of specs or mappings, every field checked."""
+    listed = read_yaml(path, WHAT)
+    if not isinstance(listed, list) or not listed:
+        raise UntrustedInput(
+            f"{path}: {WHAT} must hold a non-empty YAML list of specs or mappings, got {describe(listed)}"
+        )
+    return [_entry(item, path, n) for n, item in enumerate(listed)]
+
+
+def _entry(item: object, path: Path, index: int) -> dict:
+    if isinstance(item, str):
+        item = {"model": item}
+    if not isinstance(item, dict):
+        raise UntrustedInput(
+            f"{path}: [{index}]: expected a model spec or a mapping {{model, ...}}, got {describe(item)}"
+        )
+    fields = Fields(item, path, f"[{index}]").only(ENTRY_KEYS)
+    entry: dict = {"model": fields.string("model")}
+    if not entry["model"].strip():
+        raise fields.error("the model spec is empty", "model")
+    for key in ("checkpoint", "classes", "arch"):
+        if fields.has(key):
+            entry[key] = fields.string(key)
+            if not entry[key].strip():
+                raise fields.error("is empty", key)
+    for key in ("checkpoint", "classes"):
+        if key in entry:
+            entry[key] = str(path.parent / entry[key])
+    if entry["model"].startswith("ts:") and not Path(entry["model"][3:]).is_absolute():
+        entry["model"] = "ts:" + str(path.parent / entry["model"][3:])
+    if fields.has("num_classes"):
+        entry["num_classes"] = fields.integer("num_classes", low=1)
+    for key in ("mean", "std"):
+        if fields.has(key):
+            entry[key] = _three_numbers(fields, key)
+    if fields.has("input_size"):
+        entry["input_size"] = _input_size(fields)
+    if fields.has("interpolation"):
+        entry["interpolation"] = fields.string("interpolation", choices=INTERPOLATIONS)
+    if fields.has("crop_pct"):
+        entry["crop_pct"] = fields.number("crop_pct", low=0, high=1)
+        if entry["crop_pct"] == 0:
+            raise fields.error("must be in (0, 1], got 0", "crop_pct")
+    # a key given as null stays null: it overrides the command line's flag, as it always did
+    entry.update({key: None for key, value in item.items() if value is None and key != "model"})
+    return entry
+
+
+def _three_numbers(fields: Fields, key: str) -> str:
+    """mean/std as --mean takes it: one number, 3 numbers, or their comma-separated text."""
+    value = fields.raw(key)
+    values = value if isinstance(value, list) else str(value).split(",") if isinstance(value, str) else [value]
+    if len(values) not in (1, 3):
+        raise fields.error(f"takes one number or 3, got {describe(value)}", key)
+    numbers = []
+    for item in values:
+        if isinstance(item, str):
+            try:
+                item = float(item)
+            except ValueError:
+                raise fields.error(f"takes numbers, got {describe(value)}", key) from None
+        numbers.append(check_number(item, lambda problem: fields.error(problem, key)))
+    return ",".join(str(number) for number in numbers)
+
+
+def _input_size(fields: Fields) -> int | str:
+    """input_size as --input-size takes it: S, or "H,W" / "3,H,W", every side at least 1."""
+    value = fields.raw("input_size")
+    if isinstance(value, int) and not isinstance(value, bool):
+        text = str(value)
+    elif isinstance(value, str) and SIZE.fullmatch(value.replace(" ", "")):
+        text = value.replace(" ", "")
+    else:
+        raise fields.error(f"takes S, H,W or 3,H,W (whole numbers), got {describe(value)}", "input_size")
+    if min(int(side) for side in text.split(",")) < 1:
+        raise fields.error(f"every side must be at least 1, got {describe(value)}", "input_size")
+    return value if isinstance(value, int) else text

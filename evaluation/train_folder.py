@@ -1,0 +1,108 @@
+"""Where `hsi train` writes: one `OwnedFolder` (kind "train") for the whole `--out`, and a `RunFolder`
+view of it per run (`<method>/seed-<s>`, JTT's `stage1`, DFR's `erm`), so every checkpoint, settings
+file and score goes through the same rules: one run per `--out` (its lock), nothing written through a
+link, no user's file overwritten, every file recorded with its sha256.
+
+Under torchrun only rank 0 writes, so only rank 0 claims the folder; the other ranks get a view that
+reads (a resumed `last.pt`, the final `best.pt`) and refuses to write.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from builder.core.names import inside
+from builder.core.owned import OwnedFolder
+
+KIND = "train"
+
+
+def writing_rank() -> bool:
+    """Whether this process writes: rank 0 under torchrun (RANK is set before the process group
+    exists, so this holds before `init_distributed`), and every plain process."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+class RunFolder:
+    """The folder `prefix` inside an owned `--out` (the whole of it for an empty prefix)."""
+
+    def __init__(self, owned: OwnedFolder | None, root: Path, prefix: str = "") -> None:
+        self.owned = owned
+        self.root = Path(root)
+        self.prefix = prefix.strip("/")
+
+    @property
+    def path(self) -> Path:
+        return self.root / self.prefix if self.prefix else self.root
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def relative(self, name: str) -> str:
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def child(self, name: str) -> RunFolder:
+        return RunFolder(self.owned, self.root, self.relative(name))
+
+    def existing(self, name: str) -> Path | None:
+        """The file `name` of this run, or None when there is none. A link on the way, or a file this
+        command did not write (or that changed since), is refused by name, never read."""
+        relative = self.relative(name)
+        if self.owned is None:
+            target = inside(self.root, *relative.split("/"))
+        else:
+            target = self.owned.path(relative)
+        return target if target.exists() or target.is_symlink() else None
+
+    def check_writable(self, *names: str) -> None:
+        """Refuse now, before any work, what a later write of `names` would refuse (a link on the way,
+        a user's file in the place of one of ours)."""
+        if self.owned is not None:
+            for name in names:
+                self.owned.path(self.relative(name))
+
+    def _owner(self) -> OwnedFolder:
+        if self.owned is None:
+            raise RuntimeError("only rank 0 writes a training run")  # a programming error, never a user's
+        return self.owned
+
+    @contextmanager
+    def writing(self, name: str) -> Iterator[Path]:
+        with self._owner().writing(self.relative(name)) as tmp:
+            yield tmp
+
+    def write_json(self, name: str, payload: Any) -> Path:
+        return self._owner().write_json(self.relative(name), payload)
+
+    def write_text(self, name: str, text: str) -> Path:
+        return self._owner().write_text(self.relative(name), text)
+
+    def write_bytes(self, name: str, data: bytes) -> Path:
+        return self._owner().write_bytes(self.relative(name), data)
+
+    def save_torch(self, name: str, payload: dict) -> Path:
+        import torch
+
+        with self.writing(name) as tmp:
+            torch.save(payload, tmp)
+        return self.path / name
+
+
+@contextmanager
+def run_folder(out: Path | str | RunFolder) -> Iterator[RunFolder]:
+    """`out` as a RunFolder: a RunFolder as given (the command already holds its `--out`), a path
+    claimed here for the length of the block (the Python API, or a run started on its own)."""
+    if isinstance(out, RunFolder):
+        yield out
+        return
+    root = Path(out)
+    if not writing_rank():
+        yield RunFolder(None, root)
+        return
+    with OwnedFolder(root, KIND) as owned:
+        yield RunFolder(owned, root)
