@@ -309,3 +309,11 @@ def available_splits(source, config: str | None) -> list[str]:
         return []
     splits = manifest.get("splits")
     return sorted(splits) if isinstance(splits, dict) else []
+
+
+def default_split(source, config: str | None) -> str:
+    """The split `hsi eval` and `hsi probe` read when none is named: test if there is one, else the first."""
+    splits = available_splits(source, config)
+    if not splits:
+        raise InputError(f"{source}: neither a release folder (_release.json) nor a dataset folder (_info.json)")
+    return "test" if "test" in splits else splits[0]

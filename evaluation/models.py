@@ -177,7 +177,7 @@ def _apply_overrides(pre: Preprocessing, options: ModelOptions) -> Preprocessing
     return replace(pre, **changes)
 
 
-def _timm_preprocessing(model) -> Preprocessing:
+def timm_preprocessing(model) -> Preprocessing:
     from timm.data import resolve_data_config
 
     config = resolve_data_config(model=model)
@@ -217,7 +217,7 @@ def _load_timm(name: str, options: ModelOptions) -> LoadedModel:
         ) from None
     model.eval()
     return LoadedModel(
-        f"timm:{name}", model, _timm_preprocessing(model), options.classes, checkpoint.name if checkpoint else None, sha
+        f"timm:{name}", model, timm_preprocessing(model), options.classes, checkpoint.name if checkpoint else None, sha
     )
 
 
@@ -328,7 +328,7 @@ def _load_state_dict_file(path: Path, options: ModelOptions) -> LoadedModel:
     _strict_load(model, _read_state_dict(path), path.name)
     model.eval()
     return LoadedModel(
-        f"{path.name} (timm:{arch})", model, _timm_preprocessing(model), options.classes, path.name, sha256_of(path)
+        f"{path.name} (timm:{arch})", model, timm_preprocessing(model), options.classes, path.name, sha256_of(path)
     )
 
 

@@ -46,7 +46,7 @@ ROW_COLUMNS = ("key", "status", "label_class", "pred_class")  # what any reader 
 OK_ROW_VALUES = ("key", "label_class", "pred_class", "top5_class")  # what an ok row must hold for an analysis
 
 
-def _schema():
+def predictions_schema():
     import pyarrow as pa
 
     prediction = [
@@ -115,7 +115,7 @@ def write_predictions(path: Path, rows: list[dict], errors: list[dict], metadata
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = _schema()
+    schema = predictions_schema()
     records = [flatten_row(r) for r in rows] + [flatten_row(error_row(e)) for e in errors]
     table = pa.Table.from_pylist(records, schema=schema)
     table = table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata, sort_keys=True).encode("utf-8")})
@@ -131,7 +131,7 @@ def read_predictions(path: Path):
     """(pandas DataFrame, metadata dict) of a predictions file, for an analysis: every column of the
     schema, complete ok rows, and the run's metadata that the reports are rendered from."""
     table = PredictionsTable(path)
-    every = tuple(name for name in _schema().names if name not in DERIVED_COLUMNS)
+    every = tuple(name for name in predictions_schema().names if name not in DERIVED_COLUMNS)
     frame = table.frame(required=every, ok_values=OK_ROW_VALUES)
     check_run_metadata(Fields(table.metadata, table.where, METADATA_KEY.decode()))
     return frame, table.metadata
@@ -211,7 +211,7 @@ class PredictionsTable:
             )
         if len(set(names)) != len(names):
             raise self.error(f"{WHAT} names a column twice")
-        schema = _schema()
+        schema = predictions_schema()
         columns = {}
         # the key first, so that every later message can name the offending row's sample
         for name in sorted(names, key=lambda name: name != "key"):

@@ -40,7 +40,7 @@ from .data import SourceSplit, read_dataset_manifest
 from .groups import GroupMetadataError, check_groups_cover, groups_of, selection_scores, training_group
 from .labels import config_wnids
 from .methods.gradmix import GradMixOptions, Mixer, step_generator
-from .models import LoadedModel, ModelOptions, Preprocessing, _timm_preprocessing, load_model
+from .models import LoadedModel, ModelOptions, Preprocessing, load_model, timm_preprocessing
 from .predict import resolve_device, run_predictions
 from .train_folder import RunFolder, run_folder
 from .train_state import BEST, LAST, SETTINGS_NAME, plain, read_best, read_last, restore, rng_states
@@ -167,7 +167,7 @@ def build_model(settings: TrainSettings, num_classes: int, canvas: int | None):
         if not timm.is_model(name):
             raise TrainError(f"timm has no model {name!r} (see timm.list_models())")
         module = timm.create_model(name, pretrained=False, num_classes=num_classes)
-        pre = _timm_preprocessing(module)
+        pre = timm_preprocessing(module)
     side = settings.input_size or canvas
     if side:
         pre = replace(pre, input_size=(side, side), source=f"{pre.source}, input {side} px (the canvas, uncropped)")
@@ -269,7 +269,7 @@ def require_groups(settings: TrainSettings, why: str) -> None:
         return
 
 
-def _pct_or_na(value: float | None) -> str:
+def percent_or_na(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}"
 
 
@@ -569,7 +569,7 @@ def _fit(
             )
             announce(
                 f"hsi train: {out.name} epoch {epoch + 1}/{settings.epochs} loss {record['loss']:.4f} "
-                f"val mean {100 * scores['mean']:.1f} worst {_pct_or_na(scores['worst_group'])}"
+                f"val mean {100 * scores['mean']:.1f} worst {percent_or_na(scores['worst_group'])}"
             )
         if dist is not None:
             dist.barrier()

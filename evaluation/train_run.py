@@ -16,10 +16,10 @@ from .train import (
     BEST,
     TrainError,
     TrainSettings,
-    _pct_or_na,
     check_selection_split,
     evaluate_split,
     is_main_process,
+    percent_or_na,
     require_groups,
     split_scores,
     train_manifest,
@@ -115,7 +115,7 @@ def _run_seed(settings: TrainSettings, options: MethodOptions, out: RunFolder, c
     out.write_json(SCORES_NAME, scores)
     control.announce(
         f"hsi train: {label} seed {settings.seed}: test mean {100 * scores['test']['mean']:.1f} "
-        f"worst {_pct_or_na(scores['test']['worst_group'])}"
+        f"worst {percent_or_na(scores['test']['worst_group'])}"
     )
     return scores
 

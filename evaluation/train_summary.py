@@ -22,7 +22,7 @@ from builder.core.untrusted import Fields, UntrustedInput, read_json, read_parqu
 from .groups import group_accuracies
 from .methods import METHODS
 from .methods.gradmix import AUGMENTS
-from .predictions import METADATA_KEY, _schema
+from .predictions import METADATA_KEY, predictions_schema
 from .train import TrainError
 from .train_folder import RunFolder, run_folder
 from .train_run import PREDICTIONS_NAME, SCORES_NAME
@@ -56,7 +56,7 @@ def read_test_predictions(path: Path):
     of the predictions schema with the `hsi` metadata, one row per key, `correct` as the prediction
     says; anything else is one line naming the file."""
     table = read_parquet(path, "predictions table")
-    expected = _schema()
+    expected = predictions_schema()
     for field in expected:
         if field.name not in table.schema.names:
             raise UntrustedInput(f"{path}: predictions table has no column {field.name!r}")

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from builder.core.errors import InputError, UsageError
+from builder.core.errors import UsageError
 from hsi.commands.common import options_from, positive_int, require_extra
 
 HELP = "evaluate models on a composed config: predictions, per-group metrics with intervals, reports, leaderboard"
@@ -179,15 +179,6 @@ def _announce(text: str) -> None:
     print(text, file=sys.stderr)
 
 
-def _default_split(source: str, config: str | None) -> str:
-    from evaluation.data import available_splits
-
-    splits = available_splits(source, config)
-    if not splits:
-        raise InputError(f"{source}: neither a release folder (_release.json) nor a dataset folder (_info.json)")
-    return "test" if "test" in splits else splits[0]
-
-
 def run(args: argparse.Namespace) -> int:
     require_extra("eval", "models", "torch", "timm", "pyarrow", "scipy")
     from evaluation.bootstrap import BootstrapSettings
@@ -209,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 0:
         raise UsageError("--workers must be 0 or more")
 
+    from evaluation.data import default_split
     from evaluation.eval_folder import claimed
     from evaluation.leaderboard import (
         LEADERBOARD_CSV,
@@ -226,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
         for name in (LEADERBOARD_CSV, LEADERBOARD_MD):  # and a linked or foreign leaderboard
             owned.path(name)
         entries = model_entries(args)
-        split = args.split or _default_split(args.source, args.config)
+        split = args.split or default_split(args.source, args.config)
         settings = options_from(
             args,
             RunSettings,
