@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from builder.backends.sd_inpaint import GenerationSettings
     from builder.compose.spec import spec_from_json
     from evaluation.labels import config_wnids
-    from evaluation.scgs_classifier import load_scgs_classifier, read_train_predictions
+    from training.scgs_classifier import load_scgs_classifier, read_train_predictions
 
     options = options_from(args, ScgsOptions).check()
     generation = options_from(

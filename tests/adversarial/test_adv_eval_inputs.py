@@ -340,7 +340,7 @@ def test_scgs_predictions_with_a_pred_class_that_is_no_class_index_are_one_line(
     truncated to class 57."""
     from builder.augment.misclassified import PredictionsMismatch
     from evaluation.labels import config_wnids
-    from evaluation.scgs_classifier import read_train_predictions
+    from training.scgs_classifier import read_train_predictions
 
     table = pq.read_table(evaluated.predictions)
     column = [pred] + [float(v) if not isinstance(pred, str) else str(v) for v in table["pred_class"].to_pylist()[1:]]

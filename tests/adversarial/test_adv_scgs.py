@@ -238,7 +238,7 @@ def test_predictions_tables_of_something_else_are_refused(world, tmp_path, capsy
     from builder.augment.misclassified import PredictionsMismatch, misclassified_from_predictions
     from builder.augment.source import open_source
     from evaluation.labels import config_wnids
-    from evaluation.scgs_classifier import read_train_predictions
+    from training.scgs_classifier import read_train_predictions
 
     source = open_source(world.source)
     wnids = config_wnids(source.manifest.to_json())

@@ -53,11 +53,11 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_hsi_train_flags_build_the_settings_method_options_and_run_control():
     pytest.importorskip("torch")
-    from evaluation.methods.gradmix import GradMixOptions
-    from evaluation.train import TrainSettings
-    from evaluation.train_run import MethodOptions, RunControl
-    from evaluation.training_data import Augmentation
     from hsi.commands.train import settings_from
+    from training.data import Augmentation
+    from training.loop import TrainSettings
+    from training.methods.gradmix import GradMixOptions
+    from training.run import MethodOptions, RunControl
 
     args = parse(
         "train", "data/cfg", "--out", "runs", "--lr", "0.05", "--no-amp", "--no-flip", "--train-groups", "CeO,CoO",

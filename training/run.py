@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from .methods.options import MethodOptions, RunControl
-from .predictions import write_predictions
-from .train import (
+from evaluation.predictions import write_predictions
+from training.folder import RunFolder, run_folder
+from training.loop import (
     BEST,
     TrainError,
     TrainSettings,
@@ -24,7 +24,7 @@ from .train import (
     split_scores,
     train_manifest,
 )
-from .train_folder import RunFolder, run_folder
+from training.methods.options import MethodOptions, RunControl
 
 __all__ = ["MethodOptions", "RunControl", "run_label", "run_seed", "run_seeds", "train_method"]
 
@@ -33,9 +33,9 @@ SCORES_NAME, PREDICTIONS_NAME = "scores.json", "predictions.parquet"
 
 def trainers() -> dict[str, Callable]:
     """`--method` name -> its trainer(settings, out, options, control) -> (FitResult, info)."""
-    from .methods.dfr import train_dfr
-    from .methods.erm import train_erm
-    from .methods.jtt import train_jtt
+    from training.methods.dfr import train_dfr
+    from training.methods.erm import train_erm
+    from training.methods.jtt import train_jtt
 
     return {"erm": train_erm, "jtt": train_jtt, "dfr": train_dfr}
 
