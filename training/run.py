@@ -6,7 +6,7 @@ Layout: OUT/<method>/seed-<s>/{predictions.parquet, scores.json, the method's ch
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +14,6 @@ from evaluation.predictions import write_predictions
 from training.folder import RunFolder, run_folder
 from training.loop import (
     BEST,
-    TrainError,
     TrainSettings,
     check_selection_split,
     evaluate_split,
@@ -24,6 +23,7 @@ from training.loop import (
     split_scores,
     train_manifest,
 )
+from training.methods import method
 from training.methods.options import MethodOptions, RunControl
 
 __all__ = ["MethodOptions", "RunControl", "run_label", "run_seed", "run_seeds", "train_method"]
@@ -31,23 +31,13 @@ __all__ = ["MethodOptions", "RunControl", "run_label", "run_seed", "run_seeds", 
 SCORES_NAME, PREDICTIONS_NAME = "scores.json", "predictions.parquet"
 
 
-def trainers() -> dict[str, Callable]:
-    """`--method` name -> its trainer(settings, out, options, control) -> (FitResult, info)."""
-    from training.methods.dfr import train_dfr
-    from training.methods.erm import train_erm
-    from training.methods.jtt import train_jtt
-
-    return {"erm": train_erm, "jtt": train_jtt, "dfr": train_dfr}
-
-
 def check_inputs(settings: TrainSettings, options: MethodOptions) -> None:
     """The refusals that need only the data, made before the run folder is claimed or created."""
-    if options.method not in trainers():
-        raise TrainError(f"--method must be erm, jtt or dfr, got {options.method!r}")
+    chosen = method(options.method)
     manifest = train_manifest(settings)
     check_selection_split(manifest, settings, settings.val_split, "--val-split")
     check_selection_split(manifest, settings, settings.test_split, "--test-split")
-    if options.method in ("jtt", "dfr"):
+    if chosen.needs_groups:
         require_groups(settings, f"--method {options.method}")
     elif settings.select == "worst-group":
         require_groups(settings, "--select worst-group")
@@ -57,7 +47,7 @@ def train_method(
     settings: TrainSettings, options: MethodOptions, out: Path | RunFolder, control: RunControl = RunControl()
 ):
     check_inputs(settings, options)
-    return trainers()[options.method](settings, out, options, control)
+    return method(options.method).load()(settings, out, options, control)
 
 
 def run_label(settings: TrainSettings, options: MethodOptions) -> str:

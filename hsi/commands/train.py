@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from hsi.commands.common import options_from, require_extra
+from training.methods import METHODS
 
 HELP = (
     "train baselines (ERM, JTT, DFR; optionally with GradMix) on a config's train split, with seeds and "
@@ -60,7 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="the config of a release (default: its default config)")
     parser.add_argument("--out", type=Path, help="run folder; runs go to OUT/<method>/seed-<s>/")
     parser.add_argument(
-        "--method", choices=["erm", "jtt", "dfr"], default="erm", help="the baseline trained (runs in OUT/<method>/)"
+        "--method",
+        choices=list(METHODS),
+        default="erm",
+        help="the baseline trained (runs in OUT/<method>/): "
+        + "; ".join(f"{m.name}: {m.summary}" for m in METHODS.values()),
     )
     parser.add_argument("--model", default="resnet18", help="a timm architecture")
     parser.add_argument(
