@@ -13,7 +13,7 @@ from PIL import Image, ImageDraw
 from builder.core.errors import InputError
 from builder.core.folders import SCGS_LABEL_CHECK_NAME, SCGS_PREVIEW_NAME
 from builder.core.manifest import Manifest
-from builder.core.shards import iter_shard
+from builder.core.shard_read import iter_shard
 from builder.formats.augmented import decode_augment_json, decode_cam, decode_keep_mask, is_generated
 from builder.formats.composites import decode_composite_pixels
 

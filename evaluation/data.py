@@ -24,6 +24,7 @@ import numpy as np
 
 from builder.core.errors import InputError, printable
 from builder.core.manifest import MANIFEST_NAME
+from builder.core.records import Issue
 from builder.core.untrusted import Fields, UntrustedInput, describe, read_json
 from builder.formats.composites import COMPOSITE_FIELDS
 from builder.formats.stream import iter_tar_samples, source_manifest, stream
@@ -224,12 +225,14 @@ class EvalBatches(SplitReader):
                         name,
                         None,
                         None,
-                        {
-                            "key": None,
-                            "shard": name,
-                            "reason": "unreadable-shard",
-                            "detail": f"{type(exc).__name__}: {exc} (after {read} samples)",
-                        },
+                        Issue(
+                            name,
+                            "unreadable-shard",
+                            f"{type(exc).__name__}: {exc} (after {read} samples)",
+                            "eval",
+                            "skipped",
+                            shard=name,
+                        ).sample_row(),
                     )
 
     def __iter__(self) -> Iterator[Batch]:
@@ -244,7 +247,7 @@ class EvalBatches(SplitReader):
                     array, cls, meta = decode_member_sample(key, members, self.pre)
                 except Exception as exc:  # any decode failure of one sample is that sample's error row
                     detail = re.sub(r"<[^>]* at 0x[0-9a-f]+>", "the jpg member", f"{type(exc).__name__}: {exc}")
-                    errors.append({"key": key, "shard": shard, "reason": "undecodable-sample", "detail": detail})
+                    errors.append(Issue(key, "undecodable-sample", detail, "eval", shard=shard, key=key).sample_row())
                 else:
                     arrays.append(array)
                     rows.append({"key": key, "shard": shard, "cls": cls, "meta": meta})

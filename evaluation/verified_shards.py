@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from builder.core.errors import InputError, printable
-from builder.core.shards import sha256_file
+from builder.core.hashing import sha256_file
 from builder.core.untrusted import Fields
 
 VERIFIED = "sha256"  # what eval.json's data.verified records

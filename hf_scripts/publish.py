@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.core.errors import HsiError, printable
+from builder.core.hashing import sha256_file
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename
-from builder.core.shards import sha256_file
 from cards.release import (
     RELEASE_META,
     ReleaseError,

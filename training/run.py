@@ -60,7 +60,7 @@ def kept_weights(out: RunFolder) -> dict:
     """The weights file the run kept (`best.pt`, as a path inside the train `--out`, e.g.
     `erm/seed-0/best.pt`) and its sha256, for the card; nothing when the method keeps none (DFR
     refits a head it does not save)."""
-    from builder.core.shards import sha256_file
+    from builder.core.hashing import sha256_file
 
     best = out.existing(BEST)
     if best is None:

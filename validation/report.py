@@ -15,9 +15,16 @@ from builder import __version__
 from builder.core import markdown
 from builder.core.errors import InputError
 from builder.core.folders import PREVIEWS_DIR, VALIDATION_REPORT, is_plain_file, own_preview_names, read_json_dict
-from builder.core.manifest import COMPOSITES, PARTS, Manifest, format_of
+from builder.core.manifest import (
+    COMPOSITES,
+    MANIFEST_NAME,
+    PARTS,
+    Manifest,
+    ManifestError,
+    format_of,
+    write_json_atomic,
+)
 from builder.core.records import REASONS, VALIDATION_REASONS
-from builder.core.shards import MANIFEST_NAME, read_manifest, write_json_atomic
 from builder.core.taxonomy import sorted_groups
 from validation.integrity import DECODE_ERRORS, IntegrityResult, check_dataset
 from validation.scores.report import ScoreReport
@@ -45,8 +52,8 @@ def tool_info() -> dict:
 
 def describe_target(folder: Path) -> dict:
     try:
-        manifest = read_manifest(folder)
-    except (FileNotFoundError, ValueError):
+        manifest = Manifest.read(folder).to_json()
+    except (FileNotFoundError, ValueError, ManifestError):
         return {"folder": folder.name, "stage": None}
     return {
         "folder": folder.name,

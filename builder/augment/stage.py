@@ -47,10 +47,11 @@ from builder.backends.registry import backend_config, make_backend
 from builder.core.config import canonical_json, fingerprint
 from builder.core.errors import UsageError
 from builder.core.folders import check_writable_folder
+from builder.core.hashing import copy_checked
 from builder.core.manifest import COMPOSITES, Manifest, ShardStats, SplitEntry
 from builder.core.names import check_config_name
 from builder.core.runner import ShardPlan, ShardResult, plan_shards, report_progress
-from builder.core.shards import copy_checked, write_shard
+from builder.core.shard_write import write_shard
 from builder.core.stage import RunOptions, Stage, StageOutcome, StageRun, run_stage
 from builder.formats import composites
 from builder.formats.augmented import AUGMENT_SCHEMA_VERSION, augment_members, generated_key

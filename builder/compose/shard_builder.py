@@ -29,7 +29,7 @@ from builder.core.runner import (
     ShardResult,
     report_progress,
 )
-from builder.core.shards import write_shard
+from builder.core.shard_write import write_shard
 from builder.core.taxonomy import group_name, tier_of
 from builder.formats.composites import (
     SCHEMA_VERSION,

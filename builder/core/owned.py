@@ -38,7 +38,7 @@ class OwnedFolderError(SettingsError):
 
 
 def _sha256(path: Path) -> str:
-    from builder.core.shards import sha256_file
+    from builder.core.hashing import sha256_file
 
     return sha256_file(path)
 

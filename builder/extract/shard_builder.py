@@ -26,7 +26,7 @@ from builder.core.errors import RunFailed
 from builder.core.imaging import canvas_background
 from builder.core.records import Box, Issue, SourceImage
 from builder.core.runner import ShardPlan, ShardResult, report_progress
-from builder.core.shards import ShardWriter
+from builder.core.shard_write import ShardWriter
 from builder.extract.images import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image
 from builder.formats.parts import (
     PARTS_CANVAS_FILTER,

@@ -20,7 +20,8 @@ import torch
 from release_factory import make_composed_dataset
 
 from builder.core.manifest import Manifest
-from builder.core.shards import iter_shard, write_shard
+from builder.core.shard_read import iter_shard
+from builder.core.shard_write import write_shard
 from hsi.cli import main
 
 CONFIG = "hard-spurious-imagenet"

@@ -289,7 +289,7 @@ def test_a_hub_shard_is_proved_in_the_cache_downloaded_again_once_then_refused(t
     refused when the hub's bytes themselves differ from the manifest (the loopback-hub run of the
     same path is tests/evaluation/test_eval_sources.py::test_hf_source_through_the_loopback_hub...)."""
     import evaluation.verified_shards as verified
-    from builder.core.shards import sha256_file
+    from builder.core.hashing import sha256_file
 
     good, bad = tmp_path / "good" / "test-00000.tar", tmp_path / "bad" / "test-00000.tar"
     for path, data in ((good, b"the shard's bytes"), (bad, b"the shard's bytez")):

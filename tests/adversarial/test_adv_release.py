@@ -12,7 +12,7 @@ from release_factory import make_composed_dataset
 from subprocesses import run_python
 
 from builder.core.errors import HsiError
-from builder.core.shards import sha256_file
+from builder.core.hashing import sha256_file
 from cards.release import ReleaseError, build_release
 
 NAME = "hard-spurious-imagenet"

@@ -26,7 +26,8 @@ from tiny_sd import cached_tiny_inpaint_pipeline, one_intra_op_thread_fixture
 
 from builder.core.locks import exclusive_folder
 from builder.core.manifest import MANIFEST_NAME, Manifest
-from builder.core.shards import iter_shard, write_shard
+from builder.core.shard_read import iter_shard
+from builder.core.shard_write import write_shard
 from builder.formats.augmented import decode_augment_json, decode_cam, decode_keep_mask
 from builder.formats.composites import decode_composite_pixels
 from hsi.cli import main

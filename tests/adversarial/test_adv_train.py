@@ -23,7 +23,8 @@ from planted_spurious import compose_planted, planted_images
 from subprocesses import REPOSITORY
 
 from builder.core.errors import HsiError
-from builder.core.shards import sha256_file, write_shard
+from builder.core.hashing import sha256_file
+from builder.core.shard_write import write_shard
 from hsi.cli import build_parser, main
 
 TINY = [

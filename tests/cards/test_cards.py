@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from manifest_io import read_manifest
 from release_factory import make_composed_dataset
 
-from builder.core.shards import read_manifest
 from builder.core.stage import RunOptions
 from builder.formats.composites import COMPOSITE_FIELDS
 from cards.render import (

@@ -16,7 +16,7 @@ from PIL import Image
 
 from builder.compose.stage import compose_dataset
 from builder.core.classes import class_of, imagenet_classes
-from builder.core.shards import iter_shard
+from builder.core.shard_read import iter_shard
 from builder.core.stage import RunOptions
 from builder.core.taxonomy import group_name, tier_of
 from builder.formats.composites import COMPOSITE_FIELDS, check_composite_json

@@ -16,10 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fake_imagenet import voc_xml
+from manifest_io import read_manifest
 from PIL import Image
 
-from builder.core.manifest import ManifestError
-from builder.core.shards import iter_shard, read_manifest, write_json_atomic, write_shard
+from builder.core.manifest import ManifestError, write_json_atomic
+from builder.core.shard_read import iter_shard
+from builder.core.shard_write import write_shard
 from hsi.cli import main
 from validation.integrity import check_dataset
 

@@ -11,11 +11,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from manifest_io import read_manifest
 from parts_factory import compose_quietly, fake_images, fresh_copy, write_parts
 from PIL import Image, ImageDraw, ImageFont
 from validate_cli import scores_from_csv
 
-from builder.core.shards import iter_shard, read_manifest, write_json_atomic, write_shard
+from builder.core.manifest import write_json_atomic
+from builder.core.shard_read import iter_shard
+from builder.core.shard_write import write_shard
 from builder.formats.composites import count_composites
 from hsi.cli import main
 from validation.integrity import check_dataset

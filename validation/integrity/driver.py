@@ -13,9 +13,8 @@ from pathlib import Path
 from builder.compose.spec import spec_from_json
 from builder.core.config import ConfigError
 from builder.core.errors import HsiError, InputError
-from builder.core.manifest import COMPOSITES, Manifest, ManifestError, ShardStats, SplitEntry, format_of
+from builder.core.manifest import COMPOSITES, MANIFEST_NAME, Manifest, ManifestError, ShardStats, SplitEntry, format_of
 from builder.core.runner import init_worker, stop_pool
-from builder.core.shards import MANIFEST_NAME
 from validation.integrity.pixels import PartsLookup
 from validation.integrity.results import (
     DEFAULT_PLACEMENT_TOLERANCE,

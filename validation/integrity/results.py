@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from PIL import Image
 
 from builder.core.errors import InputError
+from builder.core.manifest import MANIFEST_NAME
 from builder.core.records import Issue, count_by_reason
-from builder.core.shards import MANIFEST_NAME
 
 # Mean absolute difference (0-255) allowed between the composite's pasted region and the resized
 # crop. JPEG at the qualities compose uses stays well below this; a box moved off the object does not.

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from builder.core.manifest import ShardStats
+from builder.core.hashing import sha256_file
+from builder.core.manifest import MANIFEST_NAME, ShardStats
 from builder.core.records import Issue
-from builder.core.shards import MANIFEST_NAME, ShardReadError, iter_shard, sha256_file
+from builder.core.shard_read import ShardReadError, iter_shard
 from builder.formats.composites import (
     count_buckets,
 )
