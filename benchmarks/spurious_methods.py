@@ -41,8 +41,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from planted_spurious import compose_planted  # noqa: E402
 
+from training.gradmix import GradMixOptions  # noqa: E402
 from training.loop import TrainSettings  # noqa: E402
-from training.methods.gradmix import GradMixOptions  # noqa: E402
 from training.run import MethodOptions, RunControl, run_label, run_seed  # noqa: E402
 from training.summary import method_line, summarise_method  # noqa: E402
 

@@ -34,8 +34,9 @@ from builder.core.manifest import COMPOSITES, MANIFEST_NAME, Manifest, ManifestE
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
 from builder.core.shard_read import iter_shard
 from builder.core.untrusted import Fields, check_string, read_json
-from cards.render import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary, render_card, table
+from cards.render import render_card, table
 from cards.results import RELEASE_PLOT_SUFFIX, RESULTS_DIR, copy_plots, load_results, render_results, select_results
+from cards.summary import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary
 
 RELEASE_META = "_release.json"
 VALIDATION_JSON = "validation.json"
@@ -123,7 +124,7 @@ def load_composed(dataset_dir: Path, split: str | None = None, config: str | Non
     """
     from datasets import load_dataset
 
-    from cards.render import composite_features
+    from cards.metadata import composite_features
 
     dataset_dir = Path(dataset_dir)
     if (dataset_dir / RELEASE_META).is_file():

@@ -4,7 +4,8 @@
   selection on the held-out split, resumable checkpoints (`state`: tensors and plain values only).
 - `data`: the streamed training samples and their augmentation; `folder`: where a run writes.
 - `run`: one method and seed end to end (train, then score the test split into predictions).
-- `methods/`: ERM, JTT, DFR and GradMix, dispatched from one table (`methods.METHODS`).
+- `methods/`: ERM, JTT and DFR, dispatched from one table (`methods.METHODS`); `gradmix`: the
+  GradMix and random-box mixing any method can train with (`--augment`), applied in the loop.
 - `summary`: `hsi train --report` (seeds, error bars, paired comparisons, per-run eval reports).
 - `scgs_classifier`: the classifier `hsi scgs` takes from a training checkpoint or a model spec.
 

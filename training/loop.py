@@ -42,7 +42,7 @@ from evaluation.models import LoadedModel, ModelOptions, Preprocessing, load_mod
 from evaluation.predict import resolve_device, run_predictions
 from training.data import Augmentation, TrainSamples, augment, collate_train, derived_seed
 from training.folder import RunFolder, run_folder
-from training.methods.gradmix import GradMixOptions, Mixer, step_generator
+from training.gradmix import GradMixOptions, Mixer, step_generator
 from training.state import BEST, LAST, SETTINGS_NAME, plain, read_best, read_last, restore, rng_states
 
 __all__ = ["BEST", "LAST", "SETTINGS_NAME", "FitResult", "TrainError", "TrainSettings", "fit", "rng_states"]

@@ -21,9 +21,9 @@ from builder.core.untrusted import Fields, UntrustedInput, read_json, read_parqu
 from evaluation.groups import group_accuracies
 from evaluation.predictions import METADATA_KEY, predictions_schema
 from training.folder import RunFolder, run_folder
+from training.gradmix import AUGMENTS
 from training.loop import TrainError
 from training.methods import METHODS
-from training.methods.gradmix import AUGMENTS
 from training.run import PREDICTIONS_NAME, SCORES_NAME
 
 SUMMARY_JSON, SUMMARY_MD, SUMMARY_PLOT = "train_summary.json", "train_summary.md", "train_summary.png"

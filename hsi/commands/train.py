@@ -186,8 +186,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from(args: argparse.Namespace):
     from training.data import Augmentation
+    from training.gradmix import GradMixError, GradMixOptions
     from training.loop import TrainError, TrainSettings
-    from training.methods.gradmix import GradMixError, GradMixOptions
 
     if len(args.gradmix_area) != 2:
         raise TrainError(f"--gradmix-area takes LOW,HIGH, got {args.gradmix_area}")

@@ -246,7 +246,8 @@ def test_release_title_and_description_options(tmp_path):
 def test_compose_issues_are_named_by_reason(tmp_path):
     from manifest_io import read_manifest
 
-    from cards.render import ConfigSummary, render_card
+    from cards.render import render_card
+    from cards.summary import ConfigSummary
 
     manifest = read_manifest(make_composed_dataset(tmp_path))
     manifest["errors"] = {"total": 3, "by_reason": {"no-foreign-background": 2, "unreadable-parts": 1}}

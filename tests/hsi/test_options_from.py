@@ -55,8 +55,8 @@ def test_hsi_train_flags_build_the_settings_method_options_and_run_control():
     pytest.importorskip("torch")
     from hsi.commands.train import settings_from
     from training.data import Augmentation
+    from training.gradmix import GradMixOptions
     from training.loop import TrainSettings
-    from training.methods.gradmix import GradMixOptions
     from training.run import MethodOptions, RunControl
 
     args = parse(

@@ -13,7 +13,7 @@ import torch
 from scipy import stats
 
 from hsi.cli import main as hsi
-from training.methods.gradmix import (
+from training.gradmix import (
     GradMixError,
     GradMixOptions,
     Mixer,
