@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from release_factory import make_composed_dataset
+from release_factory import make_composed_dataset, two_releases
 
 from builder.core.errors import HsiError
 from builder.core.locks import exclusive_folder, lock_path
@@ -159,3 +159,26 @@ def test_train_flags_a_user_can_type_are_one_line_before_any_training(setup, tmp
     argv = ["train", dataset, "--out", out, "--model", "test_efficientnet", "--epochs", "1", "--workers", "0"]
     assert says in refused(capsys, [*argv, "--device", "cpu", *flags], "train")
     assert not out.exists() or not any(p.is_file() for p in out.rglob("*"))
+
+
+# -- hsi probe's flags ------------------------------------------------------------------------
+
+
+def test_a_negative_probe_seed_is_one_line(setup, tmp_path, capsys):
+    _, model = setup
+    line = refused(capsys, ["probe", "--model", f"ts:{model}", "--out", tmp_path / "p", "--seed", "-1"], "probe")
+    assert "--seed: must be a whole number" in line
+
+
+# -- hsi publish --to-git through a link --------------------------------------------------------
+
+
+@pytest.mark.parametrize("extra", [[], ["--yes"]])
+def test_a_linked_mirror_folder_is_refused_and_what_it_leads_to_stays_empty(tmp_path, capsys, extra):
+    v1, _ = two_releases(tmp_path / "releases")
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "mirror").symlink_to(real)
+    argv = ["publish", v1, "--to-git", tmp_path / "mirror", "--version", "v1.0.0", *extra]
+    assert "is a link" in refused(capsys, argv, "publish")
+    assert list(real.iterdir()) == []
