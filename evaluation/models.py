@@ -15,6 +15,7 @@ names the flag to pass, the variable that points at the cache and where the weig
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -117,7 +118,8 @@ def read_classes_file(path: Path) -> tuple[str, ...]:
     return wnids
 
 
-def parse_floats(text: str, count: int, flag: str) -> tuple[float, ...]:
+def parse_floats(text: str, count: int, flag: str, positive: bool = False) -> tuple[float, ...]:
+    """`count` comma-separated finite numbers (one is repeated), all above 0 when `positive`."""
     try:
         values = tuple(float(v) for v in text.split(","))
     except ValueError:
@@ -126,6 +128,10 @@ def parse_floats(text: str, count: int, flag: str) -> tuple[float, ...]:
         values = values * count
     if len(values) != count:
         raise ModelError(f"{flag} takes {count} comma-separated numbers, got {text!r}")
+    if not all(math.isfinite(v) for v in values):
+        raise ModelError(f"{flag} takes finite numbers, got {text!r}")
+    if positive and min(values) <= 0:
+        raise ModelError(f"{flag} divides the pixels, so every value must be above 0, got {text!r}")
     return values
 
 
