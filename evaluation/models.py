@@ -306,6 +306,11 @@ def _load_torchscript(path: Path, options: ModelOptions, spec: str) -> LoadedMod
     import torch
 
     path = Path(path)
+    if options.checkpoint is not None or options.arch is not None:  # never silently ignored
+        raise ModelError(
+            f"{spec}: a TorchScript file carries its own weights and architecture; drop --checkpoint/--arch "
+            "(or `checkpoint:`/`arch:` in --models) for it"
+        )
     if not path.is_file():
         raise ModelError(f"{spec}: no such TorchScript file")
     try:

@@ -291,7 +291,8 @@ def _run_from(args: argparse.Namespace, bootstrap) -> int:
 
     path = args.from_predictions
     if not path.is_file():
-        raise UsageError(f"--from {path}: no such file")
+        what = "is a folder, not a predictions file (pass its predictions.parquet)" if path.is_dir() else "no such file"
+        raise UsageError(f"--from {path}: {what}")
     owned, name = _report_folder(path, args.out if args.out != Path("eval-output") else None)
     with owned:
         folder = ModelFolder(owned, name)

@@ -182,3 +182,20 @@ def test_a_linked_mirror_folder_is_refused_and_what_it_leads_to_stays_empty(tmp_
     argv = ["publish", v1, "--to-git", tmp_path / "mirror", "--version", "v1.0.0", *extra]
     assert "is a link" in refused(capsys, argv, "publish")
     assert list(real.iterdir()) == []
+
+
+def test_a_checkpoint_for_a_torchscript_model_is_refused_not_ignored(tmp_path):
+    """Found by the sweep: `- {model: ts:FILE, checkpoint: OTHER}` evaluated FILE and ignored OTHER."""
+    from pathlib import Path
+
+    from evaluation.models import ModelError, ModelOptions, load_model
+
+    with pytest.raises(ModelError, match="carries its own weights"):
+        load_model(f"ts:{tmp_path / 'm.pt'}", ModelOptions(checkpoint=Path("/nonexistent/weights.pt")))
+
+
+def test_eval_from_a_folder_says_it_is_a_folder(tmp_path, capsys):
+    from hsi.cli import main
+
+    assert main(["eval", "--from", str(tmp_path)]) == 2
+    assert "is a folder, not a predictions file" in capsys.readouterr().err
