@@ -16,6 +16,7 @@ names the flag to pass, the variable that points at the cache and where the weig
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -119,7 +120,8 @@ def read_classes_file(path: Path) -> tuple[str, ...]:
     return wnids
 
 
-def parse_floats(text: str, count: int, flag: str) -> tuple[float, ...]:
+def parse_floats(text: str, count: int, flag: str, positive: bool = False) -> tuple[float, ...]:
+    """`count` comma-separated finite numbers (one is repeated), all above 0 when `positive`."""
     try:
         values = tuple(float(v) for v in text.split(","))
     except ValueError:
@@ -128,6 +130,10 @@ def parse_floats(text: str, count: int, flag: str) -> tuple[float, ...]:
         values = values * count
     if len(values) != count:
         raise ModelError(f"{flag} takes {count} comma-separated numbers, got {text!r}")
+    if not all(math.isfinite(v) for v in values):
+        raise ModelError(f"{flag} takes finite numbers, got {text!r}")
+    if positive and min(values) <= 0:
+        raise ModelError(f"{flag} divides the pixels, so every value must be above 0, got {text!r}")
     return values
 
 
@@ -302,6 +308,11 @@ def _load_torchscript(path: Path, options: ModelOptions, spec: str) -> LoadedMod
     import torch
 
     path = Path(path)
+    if options.checkpoint is not None or options.arch is not None:  # never silently ignored
+        raise ModelError(
+            f"{spec}: a TorchScript file carries its own weights and architecture; drop --checkpoint/--arch "
+            "(or `checkpoint:`/`arch:` in --models) for it"
+        )
     if not path.is_file():
         raise ModelError(f"{spec}: no such TorchScript file")
     try:

@@ -30,11 +30,23 @@ TOP_K = 5
 def resolve_device(name: str):
     import torch
 
+    from .models import ModelError
+
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError, TypeError):
+        raise ModelError(f"--device {name!r} is not a device: pass auto, cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ModelError(f"--device {name!r} is not supported: pass auto, cpu, cuda or cuda:N")
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {name}: no CUDA device is available here (use --device cpu or auto)")
+        raise ModelError(f"--device {name}: no CUDA device is available here (use --device cpu or auto)")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ModelError(
+            f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+            "numbered from 0 (use --device cuda or auto)"
+        )
     return device
 
 

@@ -121,6 +121,10 @@ def _is_mirror(git_dir: Path) -> bool:
 
 def check_mirror_folder(git_dir: Path) -> list[str]:
     """Refuse a folder we must not commit into; return the lines of any recovery to do."""
+    if git_dir.is_symlink():
+        raise PublishError(
+            f"--to-git {git_dir} is a link; a mirror is never written through a link: pass the folder it leads to"
+        )
     if not git_dir.exists():
         return [f"git init {git_dir}"]
     if not git_dir.is_dir():

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import time
@@ -61,6 +62,9 @@ def improves(scores: Mapping, best: Mapping, select: str) -> bool:
     if select == "worst-group":
         return (scores["worst_group"], scores["mean"]) > (best["worst_group"], best["mean"])
     return scores["mean"] > best["mean"]
+
+
+MAX_INPUT_SIDE = 8192  # far above any canvas, far below what exhausts memory resizing one image
 
 
 class TrainError(UsageError, ValueError):
@@ -110,8 +114,19 @@ class TrainSettings:
             raise TrainError(f"--schedule must be cosine, step or constant, got {self.schedule!r}")
         if self.select not in SELECT:
             raise TrainError(f"--select must be one of {', '.join(SELECT)}, got {self.select!r}")
-        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
-            raise TrainError("--epochs and --batch-size must be at least 1 and --lr positive")
+        if self.epochs < 1 or self.batch_size < 1 or not (math.isfinite(self.lr) and self.lr > 0):
+            raise TrainError("--epochs and --batch-size must be at least 1 and --lr a finite number above 0")
+        for flag, value in (("--momentum", self.momentum), ("--weight-decay", self.weight_decay)):
+            if not (math.isfinite(value) and value >= 0):
+                raise TrainError(f"{flag} must be a finite number of at least 0, got {value}")
+        if not (math.isfinite(self.step_gamma) and self.step_gamma > 0):
+            raise TrainError(f"--step-gamma must be a finite number above 0, got {self.step_gamma}")
+        if not 0 <= self.label_smoothing < 1:
+            raise TrainError(f"--label-smoothing must lie in [0, 1), got {self.label_smoothing}")
+        if self.warmup_epochs < 0 or self.step_epochs < 1 or self.shuffle_buffer < 1:
+            raise TrainError("--warmup-epochs must be at least 0, --step-epochs and --shuffle-buffer at least 1")
+        if self.input_size is not None and not 1 <= self.input_size <= MAX_INPUT_SIDE:
+            raise TrainError(f"--input-size must lie in 1..{MAX_INPUT_SIDE} pixels, got {self.input_size}")
         if not 0 < self.augmentation.crop_scale_min <= 1:
             raise TrainError(f"--crop-scale-min must lie in (0, 1], got {self.augmentation.crop_scale_min}")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,12 +29,27 @@ def lock_path(folder: Path) -> Path:
     return folder.parent / f".{folder.name}.lock"
 
 
+def _open_lock(path: Path):
+    """The lock file opened for reading and writing, never through a link: a `.<name>.lock` someone
+    linked to their own file would otherwise be truncated and overwritten with a pid."""
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+    except OSError as error:
+        if path.is_symlink():
+            raise UsageError(f"{path} (this folder's lock file) is a link; remove it and run again") from None
+        raise UsageError(f"{path}: cannot open this folder's lock file ({error.strerror})") from None
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise UsageError(f"{path} (this folder's lock file) is not a regular file; remove it and run again")
+    return os.fdopen(descriptor, "r+", encoding="utf-8")
+
+
 @contextmanager
 def exclusive_folder(folder: Path) -> Iterator[Path]:
     """Hold the folder's lock for the duration of the block; refuse at once if another run holds it."""
     path = lock_path(folder)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a+", encoding="utf-8")
+    handle = _open_lock(path)
     try:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

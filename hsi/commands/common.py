@@ -43,6 +43,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def seed_int(text: str) -> int:
+    """A seed numpy, torch and random all take: a whole number in 0 .. 2**63 - 1."""
+    value = int(text)
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to 2**63 - 1, got {value}")
+    return value
+
+
 def add_imagenet_flags(
     parser,
     *,

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from builder.core.errors import UsageError
-from hsi.commands.common import options_from, positive_int, require_extra
+from hsi.commands.common import options_from, positive_int, require_extra, seed_int
 
 HELP = "evaluate models on a composed config: predictions, per-group metrics with intervals, reports, leaderboard"
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -116,7 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     analysis.add_argument(
         "--bootstrap", type=positive_int, default=1000, help="bootstrap resamples for the intervals (default 1000)"
     )
-    analysis.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    analysis.add_argument("--seed", type=seed_int, default=0, help="bootstrap seed (default 0)")
     analysis.add_argument(
         "--clean", type=Path, help="ImageNet root: also classify the original photos of the same source images"
     )
@@ -128,16 +128,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+MAX_INPUT_SIDE = 8192  # far above any ImageNet model's input, far below what overflows a tensor's size
+
+
 def _size(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
-    values = [int(v) for v in text.split(",")]
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
     if len(values) == 3:
         values = values[1:]
     if len(values) == 1:
         values = values * 2
     if len(values) != 2 or min(values) < 1:
-        raise UsageError(f"--input-size takes S, H,W or 3,H,W, got {text!r}")
+        raise UsageError(f"--input-size takes S, H,W or 3,H,W (whole numbers of at least 1), got {text!r}")
+    if max(values) > MAX_INPUT_SIDE:
+        raise UsageError(f"--input-size {text}: a side of at most {MAX_INPUT_SIDE} pixels, got {max(values)}")
     return values[0], values[1]
 
 
@@ -163,7 +171,7 @@ def model_options(entry: dict, args: argparse.Namespace):
         num_classes=pick("num_classes"),
         classes=read_classes_file(Path(classes)) if classes else None,
         mean=parse_floats(str(mean), 3, "--mean") if mean is not None else None,
-        std=parse_floats(str(std), 3, "--std") if std is not None else None,
+        std=parse_floats(str(std), 3, "--std", positive=True) if std is not None else None,
         input_size=_size(str(size)) if size is not None else None,
         interpolation=pick("interpolation"),
         crop_pct=pick("crop_pct"),
@@ -275,7 +283,8 @@ def _run_from(args: argparse.Namespace, bootstrap) -> int:
 
     path = args.from_predictions
     if not path.is_file():
-        raise UsageError(f"--from {path}: no such file")
+        what = "is a folder, not a predictions file (pass its predictions.parquet)" if path.is_dir() else "no such file"
+        raise UsageError(f"--from {path}: {what}")
     owned, name = _report_folder(path, args.out if args.out != Path("eval-output") else None)
     with owned:
         folder = ModelFolder(owned, name)

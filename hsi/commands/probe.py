@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from builder.core.errors import UsageError
-from hsi.commands.common import add_imagenet_flags, options_from, positive_int, require_extra
+from hsi.commands.common import add_imagenet_flags, options_from, positive_int, require_extra, seed_int
 from hsi.commands.eval import add_model_arguments, model_entries, model_options
 
 HELP = "bias probes (spectral, critical band, shape) per model and their correlation with Hard-Spurious accuracy"
@@ -103,7 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--batch-size", type=positive_int, default=64, help="images per forward pass (default 64)")
     run.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
     run.add_argument(
-        "--seed", type=int, default=0, help="seed of the critical-band noise and of the bootstraps (default 0)"
+        "--seed", type=seed_int, default=0, help="seed of the critical-band noise and of the bootstraps (default 0)"
     )
     run.add_argument("--overwrite", action="store_true", help="re-run a model already probed with the same settings")
 

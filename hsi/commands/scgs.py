@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hsi.commands.common import add_run_flags, options_from, require_extra, run_options
+from hsi.commands.common import add_run_flags, options_from, require_extra, run_options, seed_int
 
 DEFAULT_SHARD_SIZE = 64  # builder.augment.stage's; not imported here, so `hsi --help` stays light
 
@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--check-model", help="a second model spec for the label check")
     parser.add_argument("--keep", choices=["all", "agree", "flag"], default="all", help="label-check rule")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--batch-size", type=int, default=16, help="classifier and CAM batch size")
     parser.add_argument("--sd-batch-size", type=int, default=4, help="images per diffusion batch")
     parser.add_argument("--device", default="auto")

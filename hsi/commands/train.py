@@ -9,10 +9,11 @@ Multi-GPU / multi-node: `torchrun --nproc-per-node 8 -m hsi.cli train ...` (DDP;
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
 
-from hsi.commands.common import options_from, require_extra
+from hsi.commands.common import options_from, positive_int, require_extra
 from training.methods import METHODS
 
 HELP = (
@@ -26,7 +27,10 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def _floats(text: str) -> tuple[float, ...]:
-    return tuple(float(v) for v in text.split(",") if v.strip())
+    values = tuple(float(v) for v in text.split(",") if v.strip())
+    if not all(math.isfinite(v) for v in values):
+        raise argparse.ArgumentTypeError(f"takes finite numbers, got {text!r}")
+    return values
 
 
 def default_loader_workers(most: int = 4) -> int:
@@ -93,7 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--crop-scale-min", type=float, default=0.35, help="smallest kept share of the canvas area")
     parser.add_argument("--seed", type=int, default=0, help="the first seed (data order, augmentation, init)")
-    parser.add_argument("--seeds", type=int, default=1, help="run seeds SEED .. SEED+N-1")
+    parser.add_argument("--seeds", type=positive_int, default=1, help="run seeds SEED .. SEED+N-1")
     parser.add_argument(
         "--select",
         choices=["worst-group", "mean"],

@@ -16,6 +16,7 @@ estimate); `scaler="heldout"` fits it on the held-out features, the data the hea
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,6 +166,9 @@ def _train_dfr(
         raise TrainError(f"--dfr-scaler must be one of {', '.join(SCALERS)}, got {scaler!r}")
     if refits < 1 or not grid:
         raise TrainError("--dfr-refits must be at least 1 and --dfr-c must list at least one C")
+    if not all(math.isfinite(c) and c > 0 for c in grid):
+        listed = ",".join(map(str, grid))
+        raise TrainError(f"--dfr-c lists inverse strengths, each a finite number above 0, got {listed}")
     out.check_writable(DFR_NAME)
     if erm_run is not None:
         erm = load_finished_run(settings, erm_run, "--erm-run")
