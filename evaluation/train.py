@@ -41,7 +41,7 @@ from .data import SourceSplit, read_dataset_manifest
 from .groups import GroupMetadataError, check_groups_cover, groups_of, selection_scores, training_group
 from .labels import config_wnids
 from .methods.gradmix import GradMixOptions, Mixer, step_generator
-from .models import LoadedModel, ModelOptions, Preprocessing, _timm_preprocessing, load_model
+from .models import MAX_INPUT_SIDE, LoadedModel, ModelOptions, Preprocessing, _timm_preprocessing, load_model
 from .predict import resolve_device, run_predictions
 from .train_folder import RunFolder, run_folder
 from .train_state import BEST, LAST, SETTINGS_NAME, plain, read_best, read_last, restore, rng_states
@@ -63,9 +63,6 @@ def improves(scores: Mapping, best: Mapping, select: str) -> bool:
     if select == "worst-group":
         return (scores["worst_group"], scores["mean"]) > (best["worst_group"], best["mean"])
     return scores["mean"] > best["mean"]
-
-
-MAX_INPUT_SIDE = 8192  # far above any canvas, far below what exhausts memory resizing one image
 
 
 class TrainError(UsageError, ValueError):
