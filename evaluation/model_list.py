@@ -14,6 +14,7 @@ from pathlib import Path
 
 from builder.core.errors import UsageError
 from builder.core.untrusted import Fields, UntrustedInput, check_number, describe, read_yaml
+from evaluation.models import MAX_INPUT_SIDE
 
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
 ENTRY_KEYS = (
@@ -126,6 +127,7 @@ def _input_size(fields: Fields) -> int | str:
         text = value.replace(" ", "")
     else:
         raise fields.error(f"takes S, H,W or 3,H,W (whole numbers), got {describe(value)}", "input_size")
-    if min(int(side) for side in text.split(",")) < 1:
-        raise fields.error(f"every side must be at least 1, got {describe(value)}", "input_size")
+    sides = [int(side) for side in text.split(",")]
+    if min(sides) < 1 or max(sides) > MAX_INPUT_SIDE:
+        raise fields.error(f"every side must lie in 1..{MAX_INPUT_SIDE}, got {describe(value)}", "input_size")
     return value if isinstance(value, int) else text

@@ -27,6 +27,7 @@ from builder.core.errors import UsageError, first_few
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
+MAX_INPUT_SIDE = 8192  # far above any ImageNet model's input, far below what overflows a tensor's size
 
 
 class ModelError(UsageError, ValueError):

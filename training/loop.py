@@ -39,7 +39,7 @@ from builder.core.untrusted import Fields
 from evaluation.data import SourceSplit, read_dataset_manifest
 from evaluation.groups import GroupMetadataError, check_groups_cover, groups_of, selection_scores, training_group
 from evaluation.labels import config_wnids
-from evaluation.models import LoadedModel, ModelOptions, Preprocessing, load_model, timm_preprocessing
+from evaluation.models import MAX_INPUT_SIDE, LoadedModel, ModelOptions, Preprocessing, load_model, timm_preprocessing
 from evaluation.predict import resolve_device, run_predictions
 from training.data import Augmentation, TrainSamples, augment, collate_train, derived_seed
 from training.folder import RunFolder, run_folder
@@ -62,9 +62,6 @@ def improves(scores: Mapping, best: Mapping, select: str) -> bool:
     if select == "worst-group":
         return (scores["worst_group"], scores["mean"]) > (best["worst_group"], best["mean"])
     return scores["mean"] > best["mean"]
-
-
-MAX_INPUT_SIDE = 8192  # far above any canvas, far below what exhausts memory resizing one image
 
 
 class TrainError(UsageError, ValueError):

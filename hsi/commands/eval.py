@@ -128,10 +128,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-MAX_INPUT_SIDE = 8192  # far above any ImageNet model's input, far below what overflows a tensor's size
-
-
 def _size(text: str | None) -> tuple[int, int] | None:
+    from evaluation.models import MAX_INPUT_SIDE
+
     if text is None:
         return None
     try:
