@@ -112,7 +112,7 @@ class _Reached(Exception):
 def test_hsi_eval_flags_reach_the_settings_the_evaluation_gets(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     import evaluation.models
-    import evaluation.pipeline
+    import evaluation.runs
     from hsi.cli import main
 
     seen = {}
@@ -122,7 +122,7 @@ def test_hsi_eval_flags_reach_the_settings_the_evaluation_gets(tmp_path, monkeyp
         raise _Reached
 
     monkeypatch.setattr(evaluation.models, "load_model", lambda spec, options: spec)
-    monkeypatch.setattr(evaluation.pipeline, "evaluate_model", evaluate)
+    monkeypatch.setattr(evaluation.runs, "evaluate_model", evaluate)  # where `hsi eval`'s run looks it up
     source = tmp_path / "cfg"
     source.mkdir()
     argv = ["eval", str(source), "--model", "timm:resnet18", "--split", "val", "--out", str(tmp_path / "o")]
