@@ -26,6 +26,7 @@ test: $(VENV)/.test-installed
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache

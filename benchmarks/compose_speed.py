@@ -34,9 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from builder.core.shards import iter_shard  # noqa: E402
+from builder.compose.spec import load_variant  # noqa: E402
+from builder.core.shard_read import iter_shard  # noqa: E402
 from builder.formats.composites import encode_jpeg, encode_jpeg_pil  # noqa: E402
-from builder.variants import load_variant  # noqa: E402
 
 WNIDS = ["n01443537", "n02437312", "n02134084", "n02391049", "n02690373", "n04273569", "n04146614", "n04310018"]
 

@@ -41,10 +41,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from planted_spurious import compose_planted  # noqa: E402
 
-from evaluation.methods.gradmix import GradMixOptions  # noqa: E402
-from evaluation.train import TrainSettings  # noqa: E402
-from evaluation.train_run import MethodOptions, RunControl, run_label, run_seed  # noqa: E402
-from evaluation.train_summary import method_line, summarise_method  # noqa: E402
+from training.gradmix import GradMixOptions  # noqa: E402
+from training.loop import TrainSettings  # noqa: E402
+from training.run import MethodOptions, RunControl, run_label, run_seed  # noqa: E402
+from training.summary import method_line, summarise_method  # noqa: E402
 
 METHODS = ("erm", "jtt", "dfr", "gradmix", "random-box")
 # The planted set: 200 photos per class, a quarter of train's photos carved into val, so each class

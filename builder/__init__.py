@@ -1,4 +1,8 @@
-"""Hard-Spurious-ImageNet builder: sources, extract, compose, shards and the `hsi` command line."""
+"""Hard-Spurious-ImageNet builder: the layers that make the benchmark from ImageNet: `core` (errors,
+records, config, manifests, names, shards, locks, folders, runners, the stage template), `formats`
+(the on-disk contracts and the `stream()` reader), `backends` (the one model registry), and the
+stages `extract`, `compose` (with `variants/` as data) and `augment` (SCGS). The command line is
+the separate top-level package `hsi`."""
 
 from importlib.metadata import PackageNotFoundError, version
 

@@ -29,12 +29,14 @@ from pathlib import Path
 from builder import __version__
 from builder.core.errors import HsiError, first_few
 from builder.core.folders import own_preview_names, read_json_dict, refuse_foreign, stray_entries
-from builder.core.manifest import COMPOSITES, Manifest, format_of
+from builder.core.hashing import sha256_file
+from builder.core.manifest import COMPOSITES, MANIFEST_NAME, Manifest, ManifestError, format_of, write_json_atomic
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
-from builder.core.shards import MANIFEST_NAME, iter_shard, read_manifest, sha256_file, write_json_atomic
+from builder.core.shard_read import iter_shard
 from builder.core.untrusted import Fields, check_string, read_json
-from cards.render import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary, render_card, table
+from cards.render import render_card, table
 from cards.results import RELEASE_PLOT_SUFFIX, RESULTS_DIR, copy_plots, load_results, render_results, select_results
+from cards.summary import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary
 
 RELEASE_META = "_release.json"
 VALIDATION_JSON = "validation.json"
@@ -85,8 +87,8 @@ def load_release_input(dataset_dir: Path) -> ReleaseInput:
     """Read a composed dataset's manifest and validation report, refusing anything not releasable."""
     dataset_dir = Path(dataset_dir)
     try:
-        typed = Manifest.read(dataset_dir)  # types first: a hostile manifest is refused by field, not by a crash
-        manifest = read_manifest(dataset_dir)
+        typed = Manifest.read(dataset_dir)  # a hostile manifest is refused by field, not by a crash
+        manifest = typed.to_json()
     except FileNotFoundError as exc:
         raise ReleaseError(str(exc)) from None
     if format_of(manifest.get("stage")) != COMPOSITES:
@@ -122,14 +124,14 @@ def load_composed(dataset_dir: Path, split: str | None = None, config: str | Non
     """
     from datasets import load_dataset
 
-    from cards.render import composite_features
+    from cards.metadata import composite_features
 
     dataset_dir = Path(dataset_dir)
     if (dataset_dir / RELEASE_META).is_file():
         return load_dataset(str(dataset_dir), config, split=split, **kwargs)
     try:
-        manifest = read_manifest(dataset_dir)
-    except (FileNotFoundError, ValueError) as exc:
+        manifest = Manifest.read(dataset_dir).to_json()
+    except (FileNotFoundError, ValueError, ManifestError) as exc:
         raise ReleaseError(
             f"{dataset_dir} is neither a composed dataset folder nor a release ({exc}); compose one "
             "with `hsi compose`, or gather datasets into a loadable folder with `hsi release`"

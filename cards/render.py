@@ -1,231 +1,29 @@
-"""Render the release's dataset card (README.md) from manifests and validation reports.
-
-The YAML header is built as data (huggingface_hub's `DatasetCardData`, dumped with
-`yaml.safe_dump`) and checked with `datasets`' own parsers before anything is written: the
-`configs` list (explicit `data_files` per split, exactly one default) and the declared features per
-config, so `load_dataset` never infers features from the first samples. The markdown body is made
-of tables generated from the same data.
-"""
+"""Render the release's dataset card (README.md) from manifests and validation reports: the YAML
+header (`cards.metadata`) and a Markdown body of tables made from the same data (`cards.summary`)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from builder import __version__
 from builder.core import markdown
-from builder.core.errors import HsiError
 from builder.core.taxonomy import sorted_groups, tier_sort_key
 from builder.formats.composites import COMPOSITE_FIELDS, SCHEMA_VERSION
+from cards.metadata import card_metadata, check_card, dump_metadata
 from cards.scgs import scgs_section
-
-DATASET_NAME = "hard-spurious-imagenet"
-PRETTY_NAME = "Hard-Spurious-ImageNet"
-DEFAULT_CONFIG = "hard-spurious-imagenet"
-LICENSE_NAME = "imagenet-terms-of-access"
-LICENSE_LINK = "https://image-net.org/download.php"
-TASK_CATEGORIES = ["image-classification"]
-TAGS = ["imagenet", "robustness", "spurious-correlations", "distribution-shift", "webdataset"]
-
-CITATION = """@article{fatima2025cornercases,
-  title   = {Corner Cases: How Size and Position of Objects Challenge ImageNet-Trained Models},
-  author  = {Fatima, Mishal and Jung, Steffen and Keuper, Margret},
-  journal = {Transactions on Machine Learning Research},
-  year    = {2025},
-  url     = {https://openreview.net/forum?id=Yqf2BhqfyZ},
-  note    = {arXiv:2505.03569}
-}"""
-
-
-class CardError(HsiError, ValueError):
-    """The card's metadata would not load as declared (bad YAML, configs or features)."""
-
-
-@dataclass(frozen=True)
-class ConfigSummary:
-    """What the card needs to know about one config, read from its manifest and validation report."""
-
-    name: str
-    manifest: dict
-    validation: dict
-    previews: tuple[str, ...] = ()  # release-relative paths of preview sheets
-    default: bool = False
-    classes_present: int | None = None  # distinct class_index of the samples (counted by cards.release)
-
-    @property
-    def splits(self) -> list[str]:
-        return sorted(self.manifest["splits"])
-
-    def data_files(self, split: str) -> list[str]:
-        return [f"data/{self.name}/{name}" for name in self.manifest["splits"][split]["filenames"]]
-
-    @property
-    def class_names(self) -> list[str]:
-        return list(self.manifest["class_names"])
-
-    @property
-    def num_classes(self) -> int | None:
-        """Classes that have samples: the manifest's per-class counts when it has them, else what the
-        release counted in the shards; None when neither is known."""
-        per_class = set()
-        for split in self.splits:
-            counts = (self.manifest["splits"][split].get("counts") or {}).get("class", {})
-            per_class |= {k for k, n in counts.items() if n}
-        return len(per_class) if per_class else self.classes_present
-
-    @property
-    def groups(self) -> list[str]:
-        found = set()
-        for split in self.splits:
-            counts = (self.manifest["splits"][split].get("counts") or {}).get("group", {})
-            found |= {g for g, n in counts.items() if n}
-        return sorted_groups(found)
-
-
-@dataclass(frozen=True)
-class ChangelogEntry:
-    version: str
-    changes: tuple[str, ...] = field(default_factory=tuple)
-
-
-# ---------------------------------------------------------------- features
-
-
-def unique_label_names(names: Iterable[str]) -> list[str]:
-    """ClassLabel needs unique names; ImageNet repeats two ("crane", "maillot"), so a repeated
-    name gets its label index appended: `crane (134)`, `crane (517)`."""
-    names = list(names)
-    repeated = {n for n in names if names.count(n) > 1}
-    return [f"{n} ({i})" if n in repeated else n for i, n in enumerate(names)]
-
-
-def composite_features(class_names: list[str]):
-    """The declared `datasets` features of a composed config: jpg image, cls label, json struct."""
-    from datasets import ClassLabel, Features, Image, Value
-
-    dtype = {int: "int64", str: "string"}
-    return Features(
-        {
-            "__key__": Value("string"),
-            "jpg": Image(),
-            "cls": ClassLabel(names=unique_label_names(class_names)),
-            "json": {name: Value(dtype[kind]) for name, (kind, _, _) in COMPOSITE_FIELDS.items()},
-        }
-    )
-
-
-# ---------------------------------------------------------------- metadata
-
-
-def size_category(total: int) -> str:
-    for bound, label in (
-        (1_000, "n<1K"),
-        (10_000, "1K<n<10K"),
-        (100_000, "10K<n<100K"),
-        (1_000_000, "100K<n<1M"),
-        (10_000_000, "1M<n<10M"),
-    ):
-        if total < bound:
-            return label
-    return "10M<n<100M"
-
-
-def card_metadata(configs: list[ConfigSummary], title: str | None = None) -> dict:
-    """The card's YAML header as a plain dict (huggingface_hub's DatasetCardData field names)."""
-    from huggingface_hub import DatasetCardData
-
-    defaults = [c.name for c in configs if c.default]
-    if len(defaults) != 1:
-        raise CardError(f"exactly one config must be the default, got {defaults or 'none'}")
-    total = sum(c.manifest["splits"][s]["num_samples"] for c in configs for s in c.splits)
-    data = DatasetCardData(
-        pretty_name=title or default_title(configs),
-        license="other",
-        license_name=LICENSE_NAME,
-        license_link=LICENSE_LINK,
-        task_categories=TASK_CATEGORIES,
-        tags=TAGS,
-        size_categories=[size_category(total)],
-        configs=[
-            {
-                "config_name": c.name,
-                "data_files": [{"split": s, "path": c.data_files(s)} for s in c.splits],
-                **({"default": True} if c.default else {}),
-            }
-            for c in configs
-        ],
-        dataset_info=[
-            {
-                "config_name": c.name,
-                "features": composite_features(c.class_names)._to_yaml_list(),
-                "splits": [
-                    {
-                        "name": s,
-                        "num_bytes": sum(sh["bytes"] for sh in c.manifest["splits"][s]["shards"]),
-                        "num_examples": c.manifest["splits"][s]["num_samples"],
-                    }
-                    for s in c.splits
-                ],
-            }
-            for c in configs
-        ],
-    )
-    return data.to_dict()
-
-
-def dump_metadata(metadata: dict) -> str:
-    return yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True, width=1000)
-
-
-def check_card(text: str, expected: list[ConfigSummary] | None = None) -> dict:
-    """Parse a card the way `datasets` does and raise CardError for anything it would not load as
-    declared: duplicate YAML keys, invalid configs or data_files, not exactly one default, features
-    that do not parse or differ from the expected ones. Returns the parsed metadata."""
-    from datasets.info import DatasetInfosDict
-    from datasets.utils.metadata import MetadataConfigs, _NoDuplicateSafeLoader, _split_yaml_from_readme
-    from huggingface_hub import DatasetCardData
-
-    block, _ = _split_yaml_from_readme(text)
-    if block is None:
-        raise CardError("the card has no YAML header between '---' lines")
-    try:
-        metadata = yaml.load(block, Loader=_NoDuplicateSafeLoader)
-    except (TypeError, yaml.YAMLError) as exc:  # datasets raises TypeError for duplicate keys
-        raise CardError(f"the card's YAML does not parse: {exc}") from None
-    if not isinstance(metadata, dict):
-        raise CardError("the card's YAML header is not a mapping")
-    try:
-        card_data = DatasetCardData(**metadata)
-        configs = MetadataConfigs.from_dataset_card_data(card_data)
-        default = configs.get_default_config_name()
-        infos = DatasetInfosDict.from_dataset_card_data(card_data)
-    except (ValueError, TypeError, KeyError) as exc:
-        raise CardError(f"datasets rejects the card's metadata: {exc}") from None
-    if not configs:
-        raise CardError("the card declares no configs")
-    explicit = [name for name, cfg in configs.items() if cfg.get("default")]
-    if len(explicit) != 1 or default != explicit[0]:
-        raise CardError(f"exactly one config must say default: true, got {explicit or 'none'}")
-    for name, cfg in configs.items():
-        if not cfg.get("data_files"):
-            raise CardError(f"config {name!r} lists no data_files")
-        if name not in infos or infos[name].features is None:
-            raise CardError(f"config {name!r} has no declared features in dataset_info")
-    for summary in expected or []:
-        if summary.name not in configs:
-            raise CardError(f"config {summary.name!r} is missing from the card")
-        if infos[summary.name].features != composite_features(summary.class_names):
-            raise CardError(f"config {summary.name!r}: declared features differ from the schema")
-        declared = {row["split"]: row["path"] for row in configs[summary.name]["data_files"]}
-        wanted = {s: summary.data_files(s) for s in summary.splits}
-        if declared != wanted:
-            raise CardError(f"config {summary.name!r}: data_files {declared} differ from the manifest {wanted}")
-    return metadata
-
+from cards.summary import (
+    CITATION,
+    DATASET_NAME,
+    LICENSE_LINK,
+    ChangelogEntry,
+    ConfigSummary,
+    default_title,
+    is_paper_benchmark,
+    shipped_variant,
+)
 
 # ---------------------------------------------------------------- body
 
@@ -442,26 +240,6 @@ LIMITATIONS = """- The objects are cut out by ImageNet's ground-truth boxes and 
   research and education)."""
 
 
-def shipped_variant(spec: dict | None) -> str | None:
-    """The shipped variant whose spec this is (name and shard size aside), or None for a custom spec."""
-    from builder.variants.spec import NAMED_VARIANTS, load_variant
-
-    ignored = {"name", "shard_size"}
-    own = {k: v for k, v in (spec or {}).items() if k not in ignored}
-    for name in NAMED_VARIANTS:
-        if {k: v for k, v in load_variant(name).to_json().items() if k not in ignored} == own:
-            return name
-    return None
-
-
-def is_paper_benchmark(configs: list[ConfigSummary]) -> bool:
-    return all(shipped_variant(c.manifest.get("spec")) is not None for c in configs)
-
-
-def default_title(configs: list[ConfigSummary]) -> str:
-    return PRETTY_NAME if is_paper_benchmark(configs) else f"{PRETTY_NAME} toolkit: a custom build"
-
-
 def _words(values) -> str:
     values = [str(v) for v in values]
     return ", ".join(values[:-1]) + f" and {values[-1]}" if len(values) > 1 else "".join(values)
@@ -469,7 +247,7 @@ def _words(values) -> str:
 
 def inherited_description(spec: dict) -> bool:
     """True when a custom spec still carries a shipped variant's description (overrides keep it)."""
-    from builder.variants.spec import NAMED_VARIANTS, load_variant
+    from builder.compose.spec import NAMED_VARIANTS, load_variant
 
     own = str(spec.get("description") or "").strip()
     shipped = {load_variant(n).description.strip() for n in NAMED_VARIANTS}

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.core.errors import InputError, _printable
+from builder.core.errors import InputError, printable
 from builder.core.names import UnsafeNameError, check_config_name
 from builder.core.untrusted import Fields, UntrustedInput, check_integer, check_string, read_json, read_parquet
 from evaluation.report import fmt
@@ -153,7 +153,7 @@ def read_training(folder: Path, predictions: str | None) -> dict | None:
     try:
         training = json.loads(raw).get("training") if raw else None
     except (ValueError, AttributeError):
-        raise UntrustedInput(f"{_printable(str(path))}: its hsi metadata is not a JSON object") from None
+        raise UntrustedInput(f"{printable(str(path))}: its hsi metadata is not a JSON object") from None
     if training is None:
         return None
     fields = Fields(training, path, "metadata.training")
@@ -169,7 +169,7 @@ def read_training(folder: Path, predictions: str | None) -> dict | None:
 def _reports_of(folder: Path) -> list[Path]:
     """The eval.json files a --results folder holds: its own, or one per model subfolder. A link is
     never followed into (one that would be read is refused)."""
-    shown = _printable(str(folder))
+    shown = printable(str(folder))
     if folder.is_symlink():
         raise ResultsError(f"--results {shown} is a link; links are never followed: pass the folder it leads to")
     if not folder.is_dir():
@@ -184,7 +184,7 @@ def _reports_of(folder: Path) -> list[Path]:
             continue
         if child.is_symlink():
             raise ResultsError(
-                f"{_printable(str(child))} is a link to a model folder; links are never followed into a release: "
+                f"{printable(str(child))} is a link to a model folder; links are never followed into a release: "
                 "replace it with the folder itself"
             )
         reports.append(report)
@@ -210,19 +210,19 @@ def select_results(results: list[ModelResult], fingerprints: dict[str, str | Non
         data = result.report["data"]
         if result.config not in fingerprints:
             raise ResultsError(
-                f"results of {_printable(result.spec)} are for config {result.config!r}, "
+                f"results of {printable(result.spec)} are for config {result.config!r}, "
                 f"which is not in this release ({sorted(fingerprints)})"
             )
         if data["fingerprint"] != fingerprints[result.config]:
             raise ResultsError(
-                f"results of {_printable(result.spec)} were measured on another build of "
-                f"{result.config} (fingerprint {_printable(str(data['fingerprint']))}, released "
+                f"results of {printable(result.spec)} were measured on another build of "
+                f"{result.config} (fingerprint {printable(str(data['fingerprint']))}, released "
                 f"{fingerprints[result.config]}); re-run hsi eval"
             )
         if result.partial:
             limit = f"the first {data['limit']} samples" if data["limit"] else "part of the samples"
             notes.append(
-                f"left {_printable(result.folder.name)} out of the card's results: a partial evaluation ({limit}, "
+                f"left {printable(result.folder.name)} out of the card's results: a partial evaluation ({limit}, "
                 "hsi eval --limit); evaluate without --limit to show it"
             )
             continue
@@ -255,13 +255,13 @@ def _open_plot(folder: Path) -> int | None:
             except FileNotFoundError:
                 return None
             except (NotADirectoryError, OSError) as exc:
-                where = _printable(str(folder / MAIN_PLOT if at else folder))
+                where = printable(str(folder / MAIN_PLOT if at else folder))
                 raise ResultsError(
                     f"{where}: a link or not a plain {'file' if name == MAIN_PLOT_NAME else 'folder'} on the way to "
                     f"the plot ({exc.strerror}); a release copies no links: replace it with the real one"
                 ) from None
         if not stat.S_ISREG(os.fstat(opened[-1]).st_mode):
-            raise ResultsError(f"{_printable(str(folder / MAIN_PLOT))} is not a regular file")
+            raise ResultsError(f"{printable(str(folder / MAIN_PLOT))} is not a regular file")
         return opened.pop()
     finally:
         for fd in opened:
@@ -279,7 +279,7 @@ def copy_plots(results: list[ModelResult], staging: Path) -> dict[str, str]:
         with os.fdopen(fd, "rb") as source:
             data = source.read()
         if not data.startswith(PNG_SIGNATURE):
-            raise ResultsError(f"{_printable(str(result.folder / MAIN_PLOT))} is not a PNG image; it is not published")
+            raise ResultsError(f"{printable(str(result.folder / MAIN_PLOT))} is not a PNG image; it is not published")
         target = staging / RESULTS_DIR / f"{result.slug}{RELEASE_PLOT_SUFFIX}"
         target.parent.mkdir(exist_ok=True)
         with open(target, "xb") as handle:  # the staging folder is new: nothing is ever overwritten

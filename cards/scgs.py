@@ -13,7 +13,7 @@ from PIL import Image, ImageDraw
 from builder.core.errors import InputError
 from builder.core.folders import SCGS_LABEL_CHECK_NAME, SCGS_PREVIEW_NAME
 from builder.core.manifest import Manifest
-from builder.core.shards import iter_shard
+from builder.core.shard_read import iter_shard
 from builder.formats.augmented import decode_augment_json, decode_cam, decode_keep_mask, is_generated
 from builder.formats.composites import decode_composite_pixels
 
@@ -124,7 +124,7 @@ def scgs_section(manifest: dict) -> str | None:
     """The card's "SCGS augmentation" section of a config written by `hsi scgs` (None for others)."""
     if not is_scgs(manifest):
         return None
-    from cards.render import table
+    from builder.core.markdown import table
 
     summary, backends = manifest["augment"], manifest.get("backends") or {}
     options = (manifest.get("settings") or {}).get("options") or {}
@@ -183,6 +183,10 @@ def scgs_section(manifest: dict) -> str | None:
         "SD model and weights sha256, prompt, seed, label check), `mask.png` (255 = kept source pixels) "
         "and `cam.png` (the Grad-CAM++ map); their keys are `<source key>_scgs<j>`",
         "",
-        table(["true class", "misclassified", "sampled", "generated", "check agrees", "kept", "kept share"], rows),
+        table(
+            ["true class", "misclassified", "sampled", "generated", "check agrees", "kept", "kept share"],
+            rows,
+            none="None",
+        ),
     ]
     return "### SCGS augmentation\n\n" + "\n".join(lines)

@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from builder.core.errors import InputError, _printable
+from builder.core.errors import InputError, printable
 from builder.core.manifest import MANIFEST_NAME
+from builder.core.records import Issue
 from builder.core.untrusted import Fields, UntrustedInput, describe, read_json
 from builder.formats.composites import COMPOSITE_FIELDS
 from builder.formats.stream import iter_tar_samples, source_manifest, stream
@@ -106,7 +107,7 @@ def sample_json(raw: bytes) -> dict:
     try:
         meta = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise SampleError(f"json member is not JSON ({_printable(str(error))[:120]})") from None
+        raise SampleError(f"json member is not JSON ({printable(str(error))[:120]})") from None
     fields = Fields(meta, "json member") if isinstance(meta, dict) else None
     if fields is None:
         raise SampleError(f"json member is {describe(meta)}, not an object")
@@ -224,12 +225,14 @@ class EvalBatches(SplitReader):
                         name,
                         None,
                         None,
-                        {
-                            "key": None,
-                            "shard": name,
-                            "reason": "unreadable-shard",
-                            "detail": f"{type(exc).__name__}: {exc} (after {read} samples)",
-                        },
+                        Issue(
+                            name,
+                            "unreadable-shard",
+                            f"{type(exc).__name__}: {exc} (after {read} samples)",
+                            "eval",
+                            "skipped",
+                            shard=name,
+                        ).sample_row(),
                     )
 
     def __iter__(self) -> Iterator[Batch]:
@@ -244,7 +247,7 @@ class EvalBatches(SplitReader):
                     array, cls, meta = decode_member_sample(key, members, self.pre)
                 except Exception as exc:  # any decode failure of one sample is that sample's error row
                     detail = re.sub(r"<[^>]* at 0x[0-9a-f]+>", "the jpg member", f"{type(exc).__name__}: {exc}")
-                    errors.append({"key": key, "shard": shard, "reason": "undecodable-sample", "detail": detail})
+                    errors.append(Issue(key, "undecodable-sample", detail, "eval", shard=shard, key=key).sample_row())
                 else:
                     arrays.append(array)
                     rows.append({"key": key, "shard": shard, "cls": cls, "meta": meta})
@@ -296,7 +299,7 @@ def read_dataset_manifest(shard_urls: list[str]) -> dict:
         try:
             manifest = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as error:
-            raise UntrustedInput(f"{_printable(url)}: dataset manifest is not JSON ({type(error).__name__})") from None
+            raise UntrustedInput(f"{printable(url)}: dataset manifest is not JSON ({type(error).__name__})") from None
     Fields(manifest, url)  # an object, or one line saying what it is
     return manifest
 
@@ -309,3 +312,11 @@ def available_splits(source, config: str | None) -> list[str]:
         return []
     splits = manifest.get("splits")
     return sorted(splits) if isinstance(splits, dict) else []
+
+
+def default_split(source, config: str | None) -> str:
+    """The split `hsi eval` and `hsi probe` read when none is named: test if there is one, else the first."""
+    splits = available_splits(source, config)
+    if not splits:
+        raise InputError(f"{source}: neither a release folder (_release.json) nor a dataset folder (_info.json)")
+    return "test" if "test" in splits else splits[0]

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from builder.core.classes import imagenet_classes
+from builder.core.records import Issue
 from builder.extract.images import decode_image
 from builder.extract.sources import detect_layout, list_image_files
 from builder.formats.parts import decode_canvas, iter_parts_samples
@@ -61,7 +62,7 @@ def clean_predictions(
             try:
                 rgb = decode_image(paths[image_id]).rgb
             except Exception as exc:  # ImageDecodeError and friends: a counted row, the run goes on
-                errors.append({"key": image_id, "reason": "undecodable-clean-image", "detail": str(exc)})
+                errors.append(Issue(image_id, "undecodable-clean-image", str(exc), "eval", key=image_id).sample_row())
                 continue
             yield image_id, labels[image_id], Image.fromarray(rgb)
 
@@ -87,7 +88,7 @@ def background_predictions(classifier, pre, parts_dir: Path, batch_size: int = 3
                 meta = json.loads(members["json"])
                 canvas = decode_canvas(members["canvas.npy"])
             except Exception as exc:  # a broken parts sample is a row, not a crash
-                errors.append({"key": key, "reason": "undecodable-parts-sample", "detail": str(exc)})
+                errors.append(Issue(key, "undecodable-parts-sample", str(exc), "eval", key=key).sample_row())
                 continue
             yield key, int(meta["class_index"]), Image.fromarray(canvas)
 

@@ -1,4 +1,4 @@
-"""The model registry: a model spec -> a `torch.nn.Module` in eval mode, its preprocessing and the
+"""Classifiers: a model spec -> a `torch.nn.Module` in eval mode, its preprocessing and the
 ImageNet classes its outputs stand for.
 
 Specs:
@@ -8,7 +8,8 @@ Specs:
     ts:FILE             a TorchScript classifier (preprocessing from --mean/--std/--input-size/...)
     FILE                a state_dict (or a checkpoint dict holding one) for the architecture --arch
 
-Weights are never substituted: a requested pretrained model that cannot be loaded is an error that
+Each spec kind is a `classifier` entry of the one backend registry (`builder.backends.registry`),
+registered below. Weights are never substituted: a requested pretrained model that cannot be loaded is an error that
 names the flag to pass, the variable that points at the cache and where the weights are published.
 """
 
@@ -20,6 +21,7 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from builder.backends.registry import make_backend, register_backend
 from builder.core.errors import UsageError, first_few
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -184,7 +186,7 @@ def _apply_overrides(pre: Preprocessing, options: ModelOptions) -> Preprocessing
     return replace(pre, **changes)
 
 
-def _timm_preprocessing(model) -> Preprocessing:
+def timm_preprocessing(model) -> Preprocessing:
     from timm.data import resolve_data_config
 
     config = resolve_data_config(model=model)
@@ -224,7 +226,7 @@ def _load_timm(name: str, options: ModelOptions) -> LoadedModel:
         ) from None
     model.eval()
     return LoadedModel(
-        f"timm:{name}", model, _timm_preprocessing(model), options.classes, checkpoint.name if checkpoint else None, sha
+        f"timm:{name}", model, timm_preprocessing(model), options.classes, checkpoint.name if checkpoint else None, sha
     )
 
 
@@ -340,25 +342,63 @@ def _load_state_dict_file(path: Path, options: ModelOptions) -> LoadedModel:
     _strict_load(model, _read_state_dict(path), path.name)
     model.eval()
     return LoadedModel(
-        f"{path.name} (timm:{arch})", model, _timm_preprocessing(model), options.classes, path.name, sha256_of(path)
+        f"{path.name} (timm:{arch})", model, timm_preprocessing(model), options.classes, path.name, sha256_of(path)
     )
 
 
+@dataclass(frozen=True)
+class ClassifierSpec:
+    """A classifier entry's config in the backend registry: what follows the spec's prefix (a timm
+    or torchvision name, a file) and the options that pick its weights and preprocessing."""
+
+    target: str = ""
+    options: ModelOptions = ModelOptions()
+
+
+# The classifier kinds of the one backend registry (builder.backends.registry), registered here
+# because they build evaluation's LoadedModel; `load_model` resolves every spec through it.
+@register_backend("classifier", "timm", config_class=ClassifierSpec, requires=("torch", "timm"))
+def _timm_classifier(spec: ClassifierSpec) -> LoadedModel:
+    return _load_timm(spec.target, spec.options)
+
+
+@register_backend("classifier", "tv", config_class=ClassifierSpec, requires=("torch", "torchvision"))
+def _torchvision_classifier(spec: ClassifierSpec) -> LoadedModel:
+    return _load_tv(spec.target, spec.options)
+
+
+@register_backend("classifier", "ts", config_class=ClassifierSpec, requires=("torch",))
+def _torchscript_classifier(spec: ClassifierSpec) -> LoadedModel:
+    return _load_torchscript(Path(spec.target), spec.options, f"ts:{spec.target}")
+
+
+@register_backend("classifier", "state-dict", config_class=ClassifierSpec, requires=("torch", "timm"))
+def _state_dict_classifier(spec: ClassifierSpec) -> LoadedModel:
+    path = Path(spec.target)
+    if not path.is_file():
+        raise ModelError(f"model file {path.name} does not exist")
+    return _load_state_dict_file(path, spec.options)
+
+
+SPEC_PREFIXES = {"ts:": "ts", "tv:": "tv", "timm:": "timm"}
+
+
+def classifier_entry(spec: str) -> tuple[str, str]:
+    """(registry name, target) of a model spec: `ts:FILE`, `tv:NAME`, `timm:NAME`, a state_dict FILE,
+    or a bare timm name."""
+    for prefix, name in SPEC_PREFIXES.items():
+        if spec.startswith(prefix):
+            return name, spec[len(prefix) :]
+    if os.path.sep in spec or Path(spec).suffix in (".pt", ".pth", ".bin", ".ckpt"):
+        return "state-dict", spec
+    return "timm", spec
+
+
 def load_model(spec: str, options: ModelOptions = ModelOptions()) -> LoadedModel:
-    """Turn `spec` into a LoadedModel; raises ModelError with what to pass when it cannot."""
-    if spec.startswith("ts:"):
-        loaded = _load_torchscript(Path(spec[3:]), options, spec)
-    elif spec.startswith("tv:"):
-        loaded = _load_tv(spec[3:], options)
-    elif spec.startswith("timm:"):
-        loaded = _load_timm(spec[5:], options)
-    elif os.path.sep in spec or Path(spec).suffix in (".pt", ".pth", ".bin", ".ckpt"):
-        path = Path(spec)
-        if not path.is_file():
-            raise ModelError(f"model file {path.name} does not exist")
-        loaded = _load_state_dict_file(path, options)
-    else:
-        loaded = _load_timm(spec, options)
+    """Turn `spec` into a LoadedModel through the backend registry; raises ModelError (or
+    BackendUnavailable, for a missing extra) with what to pass when it cannot."""
+    name, target = classifier_entry(spec)
+    loaded = make_backend("classifier", name, ClassifierSpec(target, options))
     loaded.default_preprocessing = loaded.preprocessing
     loaded.preprocessing = _apply_overrides(loaded.preprocessing, options)
     return loaded

@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def _pyplot():
+def headless_pyplot():
+    """matplotlib's pyplot on the Agg backend: plots are files, never windows (no display on a cluster)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,7 +32,7 @@ def _yerr(estimates: list[dict]):
 
 
 def accuracy_vs_size(metrics: dict, path: Path, title: str) -> Path:
-    plt = _pyplot()
+    plt = headless_pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for group in metrics["groups_summary"]["groups"]:
         rows = sorted((r for r in metrics["by_group_size"] if r["group"] == group), key=lambda r: r["size"])
@@ -56,7 +57,7 @@ def accuracy_vs_size(metrics: dict, path: Path, title: str) -> Path:
 def position_size_heatmap(metrics: dict, path: Path, title: str) -> Path:
     import numpy as np
 
-    plt = _pyplot()
+    plt = headless_pyplot()
     rows = metrics["by_position_size"]
     positions = sorted({r["position"] for r in rows})
     sizes = sorted({r["size"] for r in rows})
@@ -79,7 +80,7 @@ def position_size_heatmap(metrics: dict, path: Path, title: str) -> Path:
 
 
 def background_class_share(metrics: dict, path: Path, title: str) -> Path:
-    plt = _pyplot()
+    plt = headless_pyplot()
     rows = metrics["background_class"]["by_group_size"]
     labels = [f"{r['group']}/{r['size']}" for r in rows]
     shares = [r["share_of_errors"] for r in rows]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from builder.core.errors import _printable
+from builder.core.errors import printable
 from builder.core.untrusted import Fields, UntrustedInput, check_string, read_parquet
 from builder.formats.composites import COMPOSITE_FIELDS
 
@@ -46,7 +46,7 @@ ROW_COLUMNS = ("key", "status", "label_class", "pred_class")  # what any reader 
 OK_ROW_VALUES = ("key", "label_class", "pred_class", "top5_class")  # what an ok row must hold for an analysis
 
 
-def _schema():
+def predictions_schema():
     import pyarrow as pa
 
     prediction = [
@@ -115,7 +115,7 @@ def write_predictions(path: Path, rows: list[dict], errors: list[dict], metadata
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = _schema()
+    schema = predictions_schema()
     records = [flatten_row(r) for r in rows] + [flatten_row(error_row(e)) for e in errors]
     table = pa.Table.from_pylist(records, schema=schema)
     table = table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata, sort_keys=True).encode("utf-8")})
@@ -131,7 +131,7 @@ def read_predictions(path: Path):
     """(pandas DataFrame, metadata dict) of a predictions file, for an analysis: every column of the
     schema, complete ok rows, and the run's metadata that the reports are rendered from."""
     table = PredictionsTable(path)
-    every = tuple(name for name in _schema().names if name not in DERIVED_COLUMNS)
+    every = tuple(name for name in predictions_schema().names if name not in DERIVED_COLUMNS)
     frame = table.frame(required=every, ok_values=OK_ROW_VALUES)
     check_run_metadata(Fields(table.metadata, table.where, METADATA_KEY.decode()))
     return frame, table.metadata
@@ -174,7 +174,7 @@ class PredictionsTable:
     """One predictions file read through the untrusted layer: its table and its `hsi` metadata."""
 
     def __init__(self, path: Path):
-        self.where = _printable(str(path))
+        self.where = printable(str(path))
         self.table = read_parquet(Path(path), WHAT)
         raw = (self.table.schema.metadata or {}).get(METADATA_KEY)
         if raw is None:
@@ -184,7 +184,7 @@ class PredictionsTable:
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
             reason = error.msg if isinstance(error, json.JSONDecodeError) else type(error).__name__
             raise self.error(
-                f"its '{METADATA_KEY.decode()}' schema metadata is not JSON ({_printable(reason)})"
+                f"its '{METADATA_KEY.decode()}' schema metadata is not JSON ({printable(reason)})"
             ) from None
         Fields(self.metadata, self.where, METADATA_KEY.decode())  # an object, or one line saying what it is
         if not is_utf8(self.metadata):
@@ -196,7 +196,7 @@ class PredictionsTable:
 
     def row(self, index: int) -> str:
         key = self.keys[index] if self.keys is not None else None
-        return f"row {index}" + (f" ({_printable(str(key))})" if key is not None else "")
+        return f"row {index}" + (f" ({printable(str(key))})" if key is not None else "")
 
     def frame(self, required: tuple[str, ...], ok_values: tuple[str, ...]):
         """The table as a DataFrame: columns conformed to the schema's types, values checked, the
@@ -211,7 +211,7 @@ class PredictionsTable:
             )
         if len(set(names)) != len(names):
             raise self.error(f"{WHAT} names a column twice")
-        schema = _schema()
+        schema = predictions_schema()
         columns = {}
         # the key first, so that every later message can name the offending row's sample
         for name in sorted(names, key=lambda name: name != "key"):
@@ -265,7 +265,7 @@ class PredictionsTable:
         if at is not None:
             value = values[at].as_py()
             row = parents[at].as_py() if parents is not None else at
-            raise self.error(f"{self.row(row)} holds {_printable(repr(value))}, which is not {expected}", name)
+            raise self.error(f"{self.row(row)} holds {printable(repr(value))}, which is not {expected}", name)
 
     def _check_unique_keys(self) -> None:
         seen: dict = {}
@@ -274,7 +274,7 @@ class PredictionsTable:
                 continue
             if key in seen:
                 raise self.error(
-                    f"the {WHAT} has two rows for sample {_printable(str(key))} (rows {seen[key]} and {index}); "
+                    f"the {WHAT} has two rows for sample {printable(str(key))} (rows {seen[key]} and {index}); "
                     "pass the predictions.parquet of one `hsi eval` run, unedited",
                     "key",
                 )
@@ -402,7 +402,7 @@ def _conform(table: PredictionsTable, name: str, column, target):
         at = _first(pc.invert(whole))
         if at is not None:
             row = pc.list_parent_indices(column)[at].as_py() if _is_list(column.type) else at
-            value = _printable(repr(values[at].as_py()))
+            value = printable(repr(values[at].as_py()))
             raise table.error(f"{table.row(row)} holds {value}, which is not an integer", name)
     elif not (want.endswith("number") and have == want.replace("number", "integer")):
         raise table.error(f"holds {have} values, where the {WHAT} holds {want} values", name)
@@ -411,4 +411,4 @@ def _conform(table: PredictionsTable, name: str, column, target):
     try:
         return column.cast(target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:  # an integer beyond int64, say
-        raise table.error(f"its values do not fit {target} ({_printable(str(error).splitlines()[0])})", name) from None
+        raise table.error(f"its values do not fit {target} ({printable(str(error).splitlines()[0])})", name) from None

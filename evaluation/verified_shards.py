@@ -16,8 +16,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from builder.core.errors import InputError, _printable
-from builder.core.shards import sha256_file
+from builder.core.errors import InputError, printable
+from builder.core.hashing import sha256_file
 from builder.core.untrusted import Fields
 
 VERIFIED = "sha256"  # what eval.json's data.verified records
@@ -90,19 +90,19 @@ def verify_shards(
         name = _name(url)
         if name not in listed:
             raise ShardMismatch(
-                f"{where}: shard {_printable(name)} has no sha256 in the manifest; it cannot be verified"
+                f"{where}: shard {printable(name)} has no sha256 in the manifest; it cannot be verified"
             )
         digest, size = listed[name]
         remote = "://" in url
         path = _hub_copy(url, force=False) if remote else Path(url)
         if not path.is_file():
-            raise ShardMismatch(f"shard {_printable(str(path))} is missing; the manifest lists it")
+            raise ShardMismatch(f"shard {printable(str(path))} is missing; the manifest lists it")
         if not _matches(path, digest, size) and remote:
             announce(f"hsi eval: the cached copy of {name} differs from the manifest; downloading it again")
             path = _hub_copy(url, force=True)
         if not _matches(path, digest, size):
             raise ShardMismatch(
-                f"shard {_printable(url)} does not match the sha256 its manifest lists (changed or damaged since it "
+                f"shard {printable(url)} does not match the sha256 its manifest lists (changed or damaged since it "
                 "was written): nothing was evaluated; rebuild or download the dataset again"
             )
         local[url] = str(path)

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from builder.core.shards import copy_checked, sha256_file
+from builder.core.hashing import copy_checked, sha256_file
 from cards.release import VERSION_PATTERN, parse_version
 from hf_scripts.publish import KEEP_REMOTE, PublishError, check_release_folder, release_files, release_shards
 

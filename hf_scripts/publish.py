@@ -22,9 +22,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.core.errors import HsiError, _printable
+from builder.core.errors import HsiError, printable
+from builder.core.hashing import sha256_file
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename
-from builder.core.shards import sha256_file
+from cards.metadata import check_card
 from cards.release import (
     RELEASE_META,
     ReleaseError,
@@ -34,7 +35,7 @@ from cards.release import (
     parse_version,
     read_release_meta,
 )
-from cards.render import CardError, check_card
+from cards.summary import CardError
 
 REPO_TYPE = "dataset"
 KEEP_REMOTE = {".gitattributes"}  # created by the Hub with the repo; not part of a release
@@ -214,7 +215,7 @@ def _unreachable(exc: BaseException) -> bool:
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
-    return _printable(text.splitlines()[0][:200]) if text else type(exc).__name__
+    return printable(text.splitlines()[0][:200]) if text else type(exc).__name__
 
 
 @contextmanager

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from builder.core.hashing import sha256_file
 from builder.core.manifest import Manifest, ManifestError
-from builder.core.shards import sha256_file
 from builder.core.untrusted import UntrustedInput, read_json
 from builder.formats.composites import check_composite_json
 from cards.release import check_release_record

@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from builder import __version__
-from builder.compose.backgrounds import canvas_background
 from builder.core.config import fingerprint
+from builder.core.imaging import canvas_background
 from builder.core.manifest import ERRORS_NAME, ErrorCounts, Manifest, SplitEntry, write_jsonl_atomic
 from builder.core.records import Box
-from builder.core.shards import write_shard
+from builder.core.shard_write import write_shard
 from builder.formats.parts import (
     PARTS_CANVAS_FILTER,
     PARTS_CANVAS_SIZE,
@@ -196,7 +196,7 @@ def rehash_parts(parts_dir: Path) -> None:
     refuses a shard whose sha256 differs from the manifest."""
     import json
 
-    from builder.core.shards import sha256_file
+    from builder.core.hashing import sha256_file
 
     path = Path(parts_dir) / "_info.json"
     data = json.loads(path.read_text("utf-8"))

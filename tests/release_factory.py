@@ -11,7 +11,8 @@ from PIL import Image
 
 from builder.core.classes import imagenet_classes
 from builder.core.manifest import ERRORS_NAME, ErrorCounts, Manifest, SplitEntry, write_json_atomic, write_jsonl_atomic
-from builder.core.shards import shard_filename, write_shard
+from builder.core.shard_write import write_shard
+from builder.core.shards import shard_filename
 from builder.core.taxonomy import PAPER_GROUPS, tier_of
 from builder.formats.composites import COMPOSITE_FIELDS, SCHEMA_VERSION, composite_members, count_composites
 

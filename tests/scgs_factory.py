@@ -8,7 +8,7 @@ from pathlib import Path
 from planted_spurious import CLASSES
 
 from builder.core.manifest import Manifest
-from builder.core.shards import iter_shard
+from builder.core.shard_read import iter_shard
 
 
 def write_erm_checkpoint(path: Path, seed: int = 0) -> Path:

@@ -18,8 +18,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from builder.compose.backgrounds import stable_rank
-from builder.core.shards import iter_shard, manifest_shard_paths, read_manifest
+from builder.compose.spec import spec_from_json
+from builder.core.manifest import Manifest
+from builder.core.rng import stable_rank
+from builder.core.shard_read import iter_shard
 from builder.core.taxonomy import sorted_groups
 from builder.formats.composites import decode_composite_image, decode_composite_json
 from builder.formats.parts import decode_parts, iter_parts_samples
@@ -75,9 +77,8 @@ def _offer(cell: dict[str, Pick], pick: Pick, per_cell: int) -> None:
 def collect_cells(dataset_dir: Path, split: str, per_cell: int, seed: int = 0) -> dict[tuple[str, int], list[Pick]]:
     """(group, size) -> up to `per_cell` samples of distinct classes, drawn by a seeded rank of the
     key (so the same dataset and seed give the same sheet, and not always the first source ids)."""
-    manifest = read_manifest(dataset_dir)
     cells: dict[tuple[str, int], dict[str, Pick]] = {}
-    for path in manifest_shard_paths(dataset_dir, manifest, split):
+    for path in Manifest.read(dataset_dir).shard_paths(dataset_dir, split):
         for key, members in iter_shard(path):
             meta = decode_composite_json(members)
             pick = Pick(
@@ -117,9 +118,9 @@ def contact_sheet(
 ) -> Path:
     """Rows = groups, columns = sizes, `per_cell` thumbnails of distinct classes per cell (seeded by
     the spec's seed), each with its class name under it and the cell's tier above."""
-    manifest = read_manifest(dataset_dir)
-    split = split or sorted(manifest["splits"])[0]
-    seed = (manifest.get("spec") or {}).get("seed", 0) if seed is None else seed
+    manifest = Manifest.read(dataset_dir)
+    split = split or sorted(manifest.splits)[0]
+    seed = spec_from_json(manifest.spec or {"name": dataset_dir.name}).seed if seed is None else seed
     cells = collect_cells(dataset_dir, split, per_cell, seed)
     groups = sorted_groups(g for g, _ in cells)
     sizes = sorted({s for _, s in cells})
@@ -132,7 +133,7 @@ def contact_sheet(
     sheet = Image.new("RGB", (max(width, 1), max(height, 1)), BACKGROUND_COLOUR)
     draw = ImageDraw.Draw(sheet)
     title = (
-        f"{manifest.get('config', dataset_dir.name)} / {split}: {per_cell} samples of distinct classes per "
+        f"{manifest.config or dataset_dir.name} / {split}: {per_cell} samples of distinct classes per "
         f"cell (seed {seed})"
     )
     draw.text((MARGIN, 2), fit_text(draw, title, width - 2 * MARGIN, font), fill=TEXT_COLOUR, font=font)

@@ -15,12 +15,19 @@ from builder import __version__
 from builder.core import markdown
 from builder.core.errors import InputError
 from builder.core.folders import PREVIEWS_DIR, VALIDATION_REPORT, is_plain_file, own_preview_names, read_json_dict
-from builder.core.manifest import COMPOSITES, PARTS, Manifest, format_of
+from builder.core.manifest import (
+    COMPOSITES,
+    MANIFEST_NAME,
+    PARTS,
+    Manifest,
+    ManifestError,
+    format_of,
+    write_json_atomic,
+)
 from builder.core.records import REASONS, VALIDATION_REASONS
-from builder.core.shards import MANIFEST_NAME, read_manifest, write_json_atomic
 from builder.core.taxonomy import sorted_groups
 from validation.integrity import DECODE_ERRORS, IntegrityResult, check_dataset
-from validation.scores import ScoreReport
+from validation.scores.report import ScoreReport
 
 JSON_NAME = VALIDATION_REPORT  # named in builder.core.folders, which must know it and cannot import this
 MD_NAME = "validation.md"
@@ -45,8 +52,8 @@ def tool_info() -> dict:
 
 def describe_target(folder: Path) -> dict:
     try:
-        manifest = read_manifest(folder)
-    except (FileNotFoundError, ValueError):
+        manifest = Manifest.read(folder).to_json()
+    except (FileNotFoundError, ValueError, ManifestError):
         return {"folder": folder.name, "stage": None}
     return {
         "folder": folder.name,
@@ -58,7 +65,7 @@ def describe_target(folder: Path) -> dict:
 
 
 def write_scores_outputs(scores: ScoreReport, out_dir: Path) -> dict:
-    from validation.scores import plot_distributions, write_class_csv
+    from validation.scores.plots import plot_distributions, write_class_csv
 
     csv_path = out_dir / SCORES_CSV
     plot_path = out_dir / PREVIEWS_DIR / SCORES_PLOT
@@ -440,7 +447,8 @@ def validate_dataset(
 def _scores_from_parts(parts_dir: Path | None, only: set[str] | None) -> tuple[ScoreReport | None, str | None]:
     """Scores from the parts' boxes (of the source images in `only`, when given), or why they could
     not be read (reported, never fatal here)."""
-    from validation.scores import boxes_from_parts, compute_scores
+    from validation.scores.inputs import boxes_from_parts
+    from validation.scores.report import compute_scores
 
     if parts_dir is None:
         return None, None

@@ -219,7 +219,8 @@ def scored_description(request: ValidationRequest) -> str | None:
 
 def compute_requested_scores(request: ValidationRequest, warn: Callable[[str], None], source_ids=None):
     """The requested scores; `source_ids` (the dataset's own source images) restricts parts' boxes."""
-    from validation.scores import compute_scores, read_accuracy
+    from validation.scores.inputs import read_accuracy
+    from validation.scores.report import compute_scores
 
     assert request.scores is not None
     accuracy, controls = read_accuracies(request.scores, read_accuracy)
@@ -251,7 +252,12 @@ def score_inputs(request: ValidationRequest, warn: Callable[[str], None]):
     --parts), the boxes that had to be clipped or dropped to fit their images, and the images that
     cannot be scored (rows; each is in the report)."""
     from builder.formats.loc_csv import read_loc_solution
-    from validation.scores import boxes_from_loc_csv, boxes_from_parts, image_sizes_from_folder, image_sizes_from_parts
+    from validation.scores.inputs import (
+        boxes_from_loc_csv,
+        boxes_from_parts,
+        image_sizes_from_folder,
+        image_sizes_from_parts,
+    )
 
     scores = request.scores
     assert scores is not None
@@ -284,7 +290,7 @@ def detection_items(request: ValidationRequest, warn: Callable[[str], None]):
     --source) or from the source listing itself."""
     from builder.extract.sources import detect_layout, list_image_files, load_sources
     from validation.detection import DetectionItem, file_loader, items_from_sources, missing_loader
-    from validation.scores import boxes_from_parts
+    from validation.scores.inputs import boxes_from_parts
 
     detection = request.detection
     assert detection is not None

@@ -1,5 +1,5 @@
 """What SCGS needs of a classifier, whatever loaded it: the CLI builds one from `hsi train`
-checkpoints or model specs (evaluation.scgs_classifier) and hands it to the stage.
+checkpoints or model specs (training.scgs_classifier) and hands it to the stage.
 
 Labels are the source config's labels (0..K-1, the order of its class names); `output_index` maps
 a label to the module output Grad-CAM++ targets (a 1000-way model's ImageNet index, say).

@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.ndimage import gaussian_filter
 
-from builder.compose.backgrounds import sample_rng
 from builder.core.errors import UsageError
+from builder.core.rng import sample_rng
 
 MASK_KINDS = ("cam", "random", "shifted", "none")
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from builder.compose.backgrounds import sample_rng
 from builder.core.errors import UsageError
+from builder.core.rng import sample_rng
 
 
 @dataclass(frozen=True)

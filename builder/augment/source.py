@@ -9,9 +9,11 @@ from pathlib import Path
 import numpy as np
 
 from builder.core.errors import InputError, UsageError
+from builder.core.hashing import sha256_file
 from builder.core.manifest import COMPOSITES, MANIFEST_NAME, Manifest
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name
-from builder.core.shards import iter_shard, sha256_file, shard_filename
+from builder.core.shard_read import iter_shard
+from builder.core.shards import shard_filename
 from builder.formats.composites import decode_composite_json, decode_composite_pixels, decode_label
 
 TRAIN = "train"

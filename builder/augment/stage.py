@@ -26,6 +26,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -42,13 +43,15 @@ from builder.augment.misclassified import (
 from builder.augment.preflight import check_generation, check_output_place
 from builder.augment.sampling import ClusterPlan, SampledImage, check_sampling, sample_misclassified
 from builder.augment.source import TRAIN, SourceConfig, SourceError
+from builder.backends.registry import backend_config, make_backend
 from builder.core.config import canonical_json, fingerprint
 from builder.core.errors import UsageError
 from builder.core.folders import check_writable_folder
+from builder.core.hashing import copy_checked
 from builder.core.manifest import COMPOSITES, Manifest, ShardStats, SplitEntry
 from builder.core.names import check_config_name
 from builder.core.runner import ShardPlan, ShardResult, plan_shards, report_progress
-from builder.core.shards import copy_checked, write_shard
+from builder.core.shard_write import write_shard
 from builder.core.stage import RunOptions, Stage, StageOutcome, StageRun, run_stage
 from builder.formats import composites
 from builder.formats.augmented import AUGMENT_SCHEMA_VERSION, augment_members, generated_key
@@ -177,6 +180,10 @@ class ScgsStage(Stage):
         check_writable_folder(self.out_dir)
         check_generation(models.generation)
         self.cam_layer = options.cam_layer or models.classifier.cam_layer
+        # through the registry, like every model: the kept region is thresholded by the stage itself
+        self.cam = make_backend(
+            "cam", "gradcam++", backend_config("cam", "gradcam++", SimpleNamespace(cam_layer=self.cam_layer))
+        )
         source.verify_shards()  # a tampered or changed source is refused now, not midway through the copies
         self.sampling = self.sample()
         if not self.sampling.items:
@@ -271,15 +278,13 @@ class ScgsStage(Stage):
 
     def cams(self, images: np.ndarray, predicted: Sequence[int]) -> np.ndarray:
         """Grad-CAM++ of the predicted classes, at the canvas size, in [0, 1]."""
-        from builder.backends.gradcam_pp import gradcam_pp_maps
-
         classifier, size = self.models.classifier, self.options.batch_size
         height, width = images.shape[1:3]
         maps = []
         for start in range(0, len(images), size):
             batch = classifier.preprocess(images[start : start + size])
             targets = [classifier.output_index(int(p)) for p in predicted[start : start + size]]
-            for cam in gradcam_pp_maps(classifier.module, batch, targets, layer=self.cam_layer):
+            for cam in self.cam.maps(classifier.module, batch, targets):
                 maps.append(resize_cam(cam, height, width))
         return np.stack(maps)
 

@@ -339,4 +339,9 @@ class SdInpaintConfig:
 )
 def make_sd_inpaint(config: SdInpaintConfig) -> SdInpainter:
     """Factory for `hsi scgs`: every check that can fail happens here, before any work."""
+    if Path(config.model_id).expanduser().is_file():
+        raise BackendUnavailable(
+            f"--sd-model {config.model_id} is a file: pass the folder of a diffusers inpainting pipeline "
+            "(the one holding model_index.json) or a hub id"
+        )
     return SdInpainter.load(config.model_id, config.device, config.dtype)

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 
 from builder.backends.base import BackendInfo
 from builder.backends.registry import BackendUnavailable, from_setting
-from builder.core.shards import sha256_file
+from builder.core.hashing import sha256_file
 
 T = TypeVar("T")
 R = TypeVar("R")

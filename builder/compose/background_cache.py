@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from builder.compose.backgrounds import CanvasCache, canvas_background
+from builder.compose.backgrounds import CanvasCache
+from builder.core.imaging import canvas_background
 from builder.formats.parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE, decode_canvas, decode_png
 from builder.formats.parts_index import MemberReader, PartsRef
 

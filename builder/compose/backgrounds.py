@@ -29,30 +29,18 @@ shards are built: every draw is seeded by (seed, key) or by a sort on such seede
 from __future__ import annotations
 
 import bisect
-import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from builder.compose.geometry import resize_rgb
+from builder.core.rng import sample_rng, stable_rank
 
 BACKGROUND_KINDS = ("original", "random", "paired", "gray", "noise")
 DONOR_SCHEMES = ("balanced", "per-image", "per-class")
 DONOR_KINDS = ("original", "random", "paired")  # kinds that read another (or the same) image
 GRAY_LEVEL = 128
-
-
-def sample_rng(seed: int, key: str) -> np.random.Generator:
-    """A generator that depends only on (seed, key): the same sample gets the same draws anywhere."""
-    digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
-    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
-
-
-def stable_rank(seed: int, purpose: str, key: str) -> str:
-    """A sort key that shuffles items reproducibly and independently of their listing order."""
-    return hashlib.sha256(f"{seed}:{purpose}:{key}".encode()).hexdigest()
 
 
 def gray_background(canvas: int) -> np.ndarray:
@@ -61,11 +49,6 @@ def gray_background(canvas: int) -> np.ndarray:
 
 def noise_background(canvas: int, rng: np.random.Generator) -> np.ndarray:
     return rng.integers(0, 256, size=(canvas, canvas, 3), dtype=np.uint8)
-
-
-def canvas_background(background: np.ndarray, canvas: int, resize_filter: str = "bicubic") -> np.ndarray:
-    """A donor background stretched to the canvas (the paper resizes backgrounds to 224 x 224)."""
-    return np.ascontiguousarray(resize_rgb(background, canvas, canvas, resize_filter))
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ from builder.compose.export_record import (
 )
 from builder.core.classes import classes_by_wnid, imagenet_classes
 from builder.core.errors import InputError, SettingsError
+from builder.core.hashing import sha256_file
 from builder.core.locks import exclusive_folder
 from builder.core.manifest import MANIFEST_NAME, Manifest, write_json_atomic
 from builder.core.names import (
@@ -71,7 +72,7 @@ from builder.core.names import (
     check_wnid,
     inside,
 )
-from builder.core.shards import ShardReadError, collect_read_errors, iter_shard, sha256_file
+from builder.core.shard_read import ShardReadError, collect_read_errors, iter_shard
 from builder.core.taxonomy import PAPER_GROUPS, sorted_groups
 from builder.core.untrusted import Fields
 from builder.formats.composites import check_composite_json, decode_composite_json, decode_label

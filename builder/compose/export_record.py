@@ -18,8 +18,8 @@ from pathlib import Path
 
 from builder.core.errors import SettingsError, first_few
 from builder.core.folders import is_plain_file, is_plain_folder, refuse_foreign, stray_entries
+from builder.core.hashing import sha256_file
 from builder.core.names import UnsafeNameError, check_relative_path, check_wnid
-from builder.core.shards import sha256_file
 from builder.core.untrusted import Fields, UntrustedInput, read_json
 
 EXPORT_MANIFEST = "_export.json"

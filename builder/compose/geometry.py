@@ -22,6 +22,7 @@ import numpy as np
 from PIL import Image
 
 from builder.core.errors import UsageError
+from builder.core.imaging import RESIZE_FILTERS
 
 MODES = ("square", "ar")
 CROPS = ("inclusive", "exclusive")
@@ -30,14 +31,6 @@ CORNER_DRAWS = ("per-size", "per-composite")
 # AR mode's computed side: rounded half up (ours) or truncated by int() (the paper's)
 SIZE_ROUNDINGS = ("half-up", "truncate")
 PASTE_MODES = ("box", "mask")
-RESIZE_FILTERS: dict[str, Image.Resampling] = {
-    "bicubic": Image.Resampling.BICUBIC,
-    "bilinear": Image.Resampling.BILINEAR,
-    "lanczos": Image.Resampling.LANCZOS,
-    "nearest": Image.Resampling.NEAREST,
-    "box": Image.Resampling.BOX,
-}
-
 # name -> (fraction of the free range on x, on y); `center` is handled by the paper's formula.
 ANCHORS: dict[str, tuple[float, float]] = {
     "top-left": (0.0, 0.0),
@@ -144,16 +137,6 @@ def place(
         x = margin + round_half_up(fx * free_x)
     y = canvas // 2 - h // 2 if position in ("left", "right") else margin + round_half_up(fy * free_y)
     return Placement(position, x, y, w, h)
-
-
-def resize_rgb(array: np.ndarray | Image.Image, w: int, h: int, resize_filter: str = "bicubic") -> np.ndarray:
-    """`array` may be a PIL image: resizing one crop to several sizes then converts it only once."""
-    image = array if isinstance(array, Image.Image) else None
-    if (image.size if image is not None else (array.shape[1], array.shape[0])) == (w, h):
-        return np.asarray(array)
-    if image is None:
-        image = Image.fromarray(array)
-    return np.asarray(image.resize((w, h), RESIZE_FILTERS[resize_filter]))
 
 
 def resize_mask(mask: np.ndarray, w: int, h: int, resize_filter: str = "bicubic") -> np.ndarray:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from builder.compose.backgrounds import stable_rank
 from builder.compose.geometry import round_half_up
 from builder.core.config import ConfigError
+from builder.core.rng import stable_rank
 from builder.formats.parts_index import PartsRef
 
 

@@ -24,9 +24,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from builder.core.errors import InputError
+from builder.core.hashing import sha256_file
 from builder.core.manifest import PARTS, Manifest
 from builder.core.records import Issue
-from builder.core.shards import TarMember, sha256_file, tar_members
+from builder.core.shard_read import TarMember, tar_members
 from builder.formats.parts_index import PartsRef, index_parts_shard
 
 PARTS_SHARD_NAME = re.compile(r"(?P<split>[A-Za-z0-9][A-Za-z0-9_-]*)-(?P<index>[0-9]{5})\.tar")

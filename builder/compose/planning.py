@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 from builder.compose.backgrounds import assign_foreign_donors
 from builder.compose.holdout import carve_holdout
+from builder.compose.spec import VariantSpec, variant_planning
 from builder.core.classes import class_of
 from builder.core.config import ConfigError
 from builder.formats.parts_index import PartsRef
-from builder.variants import VariantSpec, variant_planning
 
 
 @dataclass(frozen=True)

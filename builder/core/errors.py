@@ -38,8 +38,8 @@ def first_few(names, limit: int = 5) -> str:
     that does not print (a newline in a file name) is shown escaped, so the message stays one line."""
     names = list(names)
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
-    return ", ".join(_printable(str(name)) for name in names[:limit]) + more
+    return ", ".join(printable(str(name)) for name in names[:limit]) + more
 
 
-def _printable(name: str) -> str:
+def printable(name: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)

@@ -89,6 +89,10 @@ class SplitEntry:
     errors: ErrorCounts | None = None  # extract: issues of this split
     counts: dict[str, dict[str, int]] | None = None  # compose: by group, size, tier, group/size
     source_images: int | None = None  # compose: source images planned for this split
+    # The derived lists as the file recorded them (None when built in memory): validation compares
+    # them with the shards; they are never written back (to_json derives them).
+    recorded_filenames: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+    recorded_lengths: tuple[int, ...] | None = field(default=None, compare=False, repr=False)
 
     @property
     def num_samples(self) -> int:
@@ -151,6 +155,8 @@ class SplitEntry:
                 f"{where}.{key}",
                 f"must be a list of {'file names' if kind is str else 'integers'}",
             )
+        entry.recorded_filenames = tuple(data.get("filenames", []))
+        entry.recorded_lengths = tuple(data.get("shard_lengths", []))
         return entry
 
 

@@ -24,7 +24,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from builder.core.errors import SettingsError, UsageError, _printable
+from builder.core.errors import SettingsError, UsageError, printable
 from builder.core.locks import exclusive_folder
 from builder.core.manifest import write_json_atomic
 
@@ -38,13 +38,13 @@ class OwnedFolderError(SettingsError):
 
 
 def _sha256(path: Path) -> str:
-    from builder.core.shards import sha256_file
+    from builder.core.hashing import sha256_file
 
     return sha256_file(path)
 
 
 def _show(path: Path | str) -> str:
-    return _printable(str(path))
+    return printable(str(path))
 
 
 def check_relative(relative: str) -> list[str]:
@@ -114,7 +114,7 @@ class OwnedFolder:
             )
         if data.get("kind") != self.kind:
             raise OwnedFolderError(
-                f"{_show(self.root)} was written by `hsi {_printable(str(data.get('kind')))}`, not `hsi {self.kind}`: "
+                f"{_show(self.root)} was written by `hsi {printable(str(data.get('kind')))}`, not `hsi {self.kind}`: "
                 f"choose another {self.flag}"
             )
         return {k: v for k, v in files.items() if _is_safe(k)}

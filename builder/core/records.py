@@ -57,7 +57,7 @@ VALIDATION_REASONS: dict[str, tuple[str, str]] = {
     "shard-count": ("failed", "a shard holds another number of samples than the manifest says"),
     "split-count": ("failed", "a split's shards hold another number of samples than the manifest says"),
     "count-mismatch": ("failed", "a split's per-group, size or tier count differs from the manifest's"),
-    # reading a shard (`builder.core.shards.iter_shard`)
+    # reading a shard (`builder.core.shard_read.iter_shard`)
     "unreadable-shard": ("failed", "a shard is not a readable tar, or its stream breaks off"),
     "unsafe-member": ("failed", "a tar member is not a regular file with a safe key.ext name"),
     "oversized-member": ("failed", "a tar member is larger than any sample member can be"),
@@ -94,8 +94,16 @@ VALIDATION_REASONS: dict[str, tuple[str, str]] = {
     "no-box-to-score": ("not-scored", "every box of an image was dropped, so the image has no score"),
 }
 REASONS.update({reason: action for reason, (action, _) in VALIDATION_REASONS.items()})
-# Evaluation (`evaluation.data`): shards and samples the evaluation reader could not use.
-REASONS.update({"undecodable-sample": "skipped"})
+# Evaluation, probes and training: inputs a model-half command could not use (the run goes on).
+REASONS.update(
+    {
+        "undecodable-sample": "skipped",  # a composite of an eval or train split
+        "undecodable-clean-image": "skipped",  # an original photo of `hsi eval --clean`
+        "undecodable-parts-sample": "skipped",  # a parts sample of `hsi eval --parts`
+        "undecodable-image": "skipped",  # a probe's source photo
+        "linked-stimulus": "skipped",  # a cue-conflict stimulus that is a link: never opened
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -165,6 +173,14 @@ class Issue:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    def sample_row(self) -> dict:
+        """The row of a sample the model half could not use, as its predictions and reports list it:
+        the sample key, its shard when known, the reason and the detail."""
+        row: dict = {"key": self.key}
+        if self.shard is not None:
+            row["shard"] = self.shard
+        return {**row, "reason": self.reason, "detail": self.detail}
 
     @property
     def sort_key(self) -> tuple[str, str, str]:

@@ -131,7 +131,8 @@ def exit_with_parent() -> None:
         os._exit(1)
 
 
-def _init_worker(counter) -> None:
+def init_worker(counter) -> None:
+    """A pool worker of ours: shares the progress counter, leaves Ctrl-C to the parent, dies with it."""
     global _progress_counter
     _progress_counter = counter
     # Ctrl-C reaches the whole process group; only the parent handles it (it cancels the queue and
@@ -144,7 +145,7 @@ def _init_worker(counter) -> None:
 def _init_device_worker(counter, devices) -> None:
     """One worker per GPU: pin this (freshly spawned) process to the next free GPU before torch
     is imported, so `--device auto`/`cuda` means that GPU."""
-    _init_worker(counter)
+    init_worker(counter)
     os.environ["CUDA_VISIBLE_DEVICES"] = devices.get()
 
 
@@ -191,7 +192,7 @@ def run_shards(
     # CUDA cannot be used in forked children, so GPU workers are spawned.
     context = multiprocessing.get_context("fork" if os.name == "posix" and not worker_devices else "spawn")
     counter = context.Value("q", 0)
-    initializer: Callable[..., None] = _init_worker
+    initializer: Callable[..., None] = init_worker
     initargs: tuple = (counter,)
     if worker_devices:
         workers = len(worker_devices)

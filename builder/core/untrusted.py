@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from builder.core.errors import InputError, _printable
+from builder.core.errors import InputError, printable
 
 
 class UntrustedInput(InputError, ValueError):
@@ -31,11 +31,11 @@ def describe(value: object) -> str:
     if type(value) in kinds and not isinstance(value, bool):
         return kinds[type(value)]
     text = repr(value)
-    return _printable(text if len(text) <= 40 else text[:37] + "...")
+    return printable(text if len(text) <= 40 else text[:37] + "...")
 
 
 def _where(path: Path | str) -> str:
-    return _printable(str(path))
+    return printable(str(path))
 
 
 def regular_file(path: Path, what: str) -> Path:
@@ -96,7 +96,7 @@ def read_parquet(path: Path, what: str = "parquet table"):
     try:
         return pq.read_table(path)
     except (pa.ArrowException, OSError, ValueError, IndexError, KeyError, TypeError) as error:
-        reason = _printable(str(error).splitlines()[0] if str(error) else type(error).__name__)
+        reason = printable(str(error).splitlines()[0] if str(error) else type(error).__name__)
         raise UntrustedInput(f"{_where(path)}: {what} is not a readable parquet file ({reason})") from None
 
 
@@ -121,12 +121,12 @@ def load_torch(path: Path, what: str = "checkpoint", hint: str = "") -> Any:
             for line in lines
             if "Unsupported global" in line
         ]
-        first = _printable((named or lines or ["it holds objects"])[0])[:160]
+        first = printable((named or lines or ["it holds objects"])[0])[:160]
         raise UntrustedInput(
             f"{_where(path)}: {what} holds more than tensors and plain values, and is never unpickled ({first}){tail}"
         ) from None
     except (RuntimeError, EOFError, OSError, ValueError, KeyError, AttributeError, IndexError) as error:
-        first = _printable(str(error).splitlines()[0])[:160] if str(error) else type(error).__name__
+        first = printable(str(error).splitlines()[0])[:160] if str(error) else type(error).__name__
         raise UntrustedInput(f"{_where(path)}: {what} is truncated or not a torch file ({first}){tail}") from None
 
 

@@ -21,12 +21,12 @@ import numpy as np
 
 from builder import __version__
 from builder.backends import BackendUnavailable, Inpainter, Masker, backend_config, make_backend
-from builder.compose.backgrounds import canvas_background
 from builder.core.config import ConfigError, fingerprint
 from builder.core.errors import RunFailed
+from builder.core.imaging import canvas_background
 from builder.core.records import Box, Issue, SourceImage
 from builder.core.runner import ShardPlan, ShardResult, report_progress
-from builder.core.shards import ShardWriter
+from builder.core.shard_write import ShardWriter
 from builder.extract.images import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image
 from builder.formats.parts import (
     PARTS_CANVAS_FILTER,

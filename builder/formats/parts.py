@@ -28,8 +28,9 @@ import numpy as np
 from PIL import Image
 
 from builder.core.classes import class_of
+from builder.core.manifest import Manifest
 from builder.core.records import Box
-from builder.core.shards import iter_shard, manifest_shard_paths, read_manifest
+from builder.core.shard_read import iter_shard
 from builder.formats.png import open_png
 
 PARTS_SCHEMA_VERSION = 1
@@ -237,8 +238,7 @@ def decode_parts(key: str, members: dict[str, bytes]) -> Parts:
 
 def iter_parts_samples(parts_dir: Path, split: str | None = None) -> Iterator[tuple[str, dict[str, bytes]]]:
     """Raw (key, members) of every parts sample listed in the manifest, in shard order."""
-    manifest = read_manifest(parts_dir)
-    for path in manifest_shard_paths(parts_dir, manifest, split):
+    for path in Manifest.read(parts_dir).shard_paths(parts_dir, split):
         yield from iter_shard(path)
 
 

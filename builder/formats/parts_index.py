@@ -17,8 +17,9 @@ from PIL import Image
 
 from builder.core.classes import class_of
 from builder.core.config import ConfigError
+from builder.core.manifest import MANIFEST_NAME
 from builder.core.records import Issue
-from builder.core.shards import MANIFEST_NAME, TarMember, member_problem, tar_members
+from builder.core.shard_read import TarMember, member_problem, tar_members
 from builder.formats.parts import decode_mask, decode_png_checked, object_window, stored_crop_box
 
 NEEDED_MEMBERS = ("crop.png", "mask.png", "background.png")

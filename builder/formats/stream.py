@@ -14,7 +14,7 @@ node `ceil(N / world_size)` samples, the extra ones repeated from the start of t
 the per-node count. For an explicit shard list (lengths unknown) shards are split across readers, and
 when there are fewer shards than readers every reader keeps every n-th sample.
 
-Shards are read with `builder.core.shards.iter_shard` over a byte stream: one sequential pass per shard,
+Shards are read with `builder.core.shard_read.iter_shard` over a byte stream: one sequential pass per shard,
 no index, as fast as a hand-written decode loop (see benchmarks/read.py).
 """
 
@@ -31,8 +31,9 @@ from typing import Any
 import numpy as np
 
 from builder.core.errors import InputError
+from builder.core.manifest import MANIFEST_NAME
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
-from builder.core.shards import MANIFEST_NAME, ReadErrorHandler, iter_shard, raise_read_error
+from builder.core.shard_read import ReadErrorHandler, iter_shard, raise_read_error
 from builder.formats.composites import decode_composite_image, decode_composite_json, decode_label
 
 try:  # torch is the models extra; without it ShardStream still iterates, just not as a torch dataset
@@ -188,7 +189,7 @@ class ShardStream(_IterableBase):
 
     `transform` is applied to the PIL image (e.g. torchvision transforms). Pass `rank`/`world_size`
     to override what torch.distributed or the RANK/WORLD_SIZE variables say. `handler` decides
-    what a broken shard does (see `builder.core.shards.iter_shard`): raise (the default), or e.g.
+    what a broken shard does (see `builder.core.shard_read.iter_shard`): raise (the default), or e.g.
     `collect_read_errors(errors)` to skip bad members and record why. `uneven`: when the samples do
     not divide among the nodes, "drop" the last `N % world_size` of the epoch or "pad" by repeating
     its first ones, so every node yields `len()` samples (see the module's docstring).

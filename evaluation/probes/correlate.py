@@ -8,14 +8,13 @@ A correlation needs at least 3 models with both values; below that the files say
 from __future__ import annotations
 
 import csv
-import warnings
 import zlib
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 from builder.core.owned import OwnedFolder
+from validation.scores.correlations import rank_correlation
 
 from ..report import md_table, write_json
 from .schema import BIASES, bias_values, eval_values
@@ -43,44 +42,18 @@ def _numeric_columns(rows: list[dict], exclude: tuple[str, ...]) -> list[str]:
     return columns
 
 
-def _rank_correlation(a, b, axis=-1):
-    """Spearman's rho of each resample, vectorised: Pearson's r of scipy's average ranks (NaN for a
-    constant resample)."""
-    ra = stats.rankdata(a, axis=axis)
-    rb = stats.rankdata(b, axis=axis)
-    ra = ra - ra.mean(axis=axis, keepdims=True)
-    rb = rb - rb.mean(axis=axis, keepdims=True)
-    return (ra * rb).sum(axis=axis) / np.sqrt((ra**2).sum(axis=axis) * (rb**2).sum(axis=axis))
-
-
 def spearman(x: np.ndarray, y: np.ndarray, resamples: int, seed: int, name: str, level: float = 0.95) -> dict:
-    """Spearman's rho, its p-value and a percentile bootstrap interval over models (scipy.stats);
-    resamples whose rho is undefined (a constant resample) are left out and counted."""
+    """Spearman's rho, its p-value and a percentile bootstrap interval over models, by validation's
+    one bootstrap helper (`rank_correlation`: undefined resamples left out and counted)."""
     result: dict = {"n": int(len(x)), "rho": None, "p": None, "low": None, "high": None, "undefined_resamples": None}
     if np.ptp(x) == 0 or np.ptp(y) == 0:
         result["note"] = "undefined: one of the two is constant across these models"
         return result
-    rho, p = stats.spearmanr(x, y)
-    result.update(rho=float(rho), p=float(p))
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
-        warnings.simplefilter("ignore")
-        boot = stats.bootstrap(
-            (x, y),
-            _rank_correlation,
-            paired=True,
-            vectorized=True,
-            n_resamples=resamples,
-            method="percentile",
-            confidence_level=level,
-            rng=rng,
-        )
-    distribution = np.asarray(boot.bootstrap_distribution, dtype=float)
-    finite = distribution[np.isfinite(distribution)]
-    result["undefined_resamples"] = int(len(distribution) - len(finite))
-    if len(finite):
-        tail = (1 - level) / 2 * 100
-        result["low"], result["high"] = (float(v) for v in np.percentile(finite, [tail, 100 - tail]))
+    found = rank_correlation(x, y, "spearman", resamples=resamples, level=level, rng=rng)
+    result.update(
+        rho=found.value, p=found.p_value, low=found.low, high=found.high, undefined_resamples=found.undefined_resamples
+    )
     return result
 
 
@@ -164,14 +137,14 @@ def write_correlations(out: OwnedFolder, result: dict) -> Path:
 
 def write_scatter(out: OwnedFolder, rows: list[dict]) -> Path | None:
     """Each bias (rows of panels) against the main Hard-Spurious numbers (columns)."""
-    from ..plots import _pyplot
+    from ..plots import headless_pyplot
 
     biases = [b for b in BIASES if any(r.get(b) is not None for r in rows)]
     wanted = ("worst_group_top1", "CoR_top1", "CoR@56_top1", "background_class_share", "clean_top1", "top1")
     targets = [t for t in wanted if any(r.get(t) is not None for r in rows)]
     if not biases or not targets:
         return None
-    plt = _pyplot()
+    plt = headless_pyplot()
     fig, axes = plt.subplots(len(biases), len(targets), figsize=(3 * len(targets), 2.6 * len(biases)), squeeze=False)
     for i, bias in enumerate(biases):
         for j, target in enumerate(targets):

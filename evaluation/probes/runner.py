@@ -14,6 +14,7 @@ import numpy as np
 
 from builder.core.classes import class_of, imagenet_classes
 from builder.core.errors import InputError
+from builder.core.records import Issue
 from builder.extract.images import decode_image
 from builder.extract.sources import load_sources
 
@@ -76,7 +77,8 @@ def load_val_images(
         try:
             rgb = decode_image(Path(record.path)).rgb
         except Exception as exc:  # ImageDecodeError and friends: a counted row
-            errors.append({"key": record.image_id, "reason": "undecodable-image", "detail": str(exc)})
+            row = Issue(record.image_id, "undecodable-image", str(exc), "probe", key=record.image_id)
+            errors.append(row.sample_row())
             continue
         ids.append(record.image_id)
         labels.append(class_of(record.wnid).index)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from builder.core.errors import _printable
+from builder.core.errors import printable
+from builder.core.records import Issue
 
 from .runner import ProbeInputError
 
@@ -97,7 +98,7 @@ class StimulusFolder:
 
 
 def _shown(name: str) -> str:
-    return _printable(name)
+    return printable(name)
 
 
 def scan_folder(folder: Path) -> StimulusFolder:
@@ -130,7 +131,8 @@ def scan_folder(folder: Path) -> StimulusFolder:
                 continue
             name = _shown(path.name)
             if path.is_symlink():  # never opened: a link may lead anywhere on the machine
-                skipped.append({"key": f"{category}/{name}", "reason": "link", "detail": "links are never followed"})
+                key = f"{category}/{name}"
+                skipped.append(Issue(key, "linked-stimulus", "links are never followed", "probe", key=key).sample_row())
                 continue
             parsed = parse_stimulus_name(path.name)
             if parsed is None or not path.is_file():
@@ -237,7 +239,7 @@ def run_shape(model, folder: Path, preprocessing, batch_size: int = 64) -> dict:
                 arrays.append(read_stimulus(stimulus, preprocessing))
             except ImageDecodeError as exc:
                 key = f"{stimulus.shape}/{_shown(stimulus.path.name)}"
-                errors.append({"key": key, "reason": exc.reason, "detail": _shown(exc.detail)})
+                errors.append(Issue(key, exc.reason, _shown(exc.detail), "probe", key=key).sample_row())
                 continue
             used.append(stimulus)
         if not arrays:

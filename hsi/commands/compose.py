@@ -10,7 +10,7 @@ from hsi.commands.common import add_run_flags, run_options
 HELP = "paste the extracted objects at chosen sizes and positions on chosen backgrounds (writes composite shards)"
 
 
-# The choices --paper-exact sets at once (builder.variants.spec.PAPER_EXACT), in --help order.
+# The choices --paper-exact sets at once (builder.compose.spec.PAPER_EXACT), in --help order.
 PAPER_CHOICES = (
     (
         "--donors",
@@ -121,8 +121,8 @@ SPEC_FLAGS = (
 
 
 def run(args: argparse.Namespace) -> int:
+    from builder.compose.spec import PAPER_EXACT
     from builder.compose.stage import compose_dataset
-    from builder.variants.spec import PAPER_EXACT
 
     explicit = {name: getattr(args, name) for name in SPEC_FLAGS if getattr(args, name) is not None}
     overrides = {**(PAPER_EXACT if args.paper_exact else {}), **explicit}

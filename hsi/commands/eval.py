@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from builder.core.errors import InputError, UsageError
+from builder.core.errors import UsageError
 from hsi.commands.common import options_from, positive_int, require_extra, seed_int
 
 HELP = "evaluate models on a composed config: predictions, per-group metrics with intervals, reports, leaderboard"
@@ -186,15 +186,6 @@ def _announce(text: str) -> None:
     print(text, file=sys.stderr)
 
 
-def _default_split(source: str, config: str | None) -> str:
-    from evaluation.data import available_splits
-
-    splits = available_splits(source, config)
-    if not splits:
-        raise InputError(f"{source}: neither a release folder (_release.json) nor a dataset folder (_info.json)")
-    return "test" if "test" in splits else splits[0]
-
-
 def run(args: argparse.Namespace) -> int:
     require_extra("eval", "models", "torch", "timm", "pyarrow", "scipy")
     from evaluation.bootstrap import BootstrapSettings
@@ -216,87 +207,47 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 0:
         raise UsageError("--workers must be 0 or more")
 
-    from evaluation.eval_folder import claimed
-    from evaluation.leaderboard import (
-        LEADERBOARD_CSV,
-        LEADERBOARD_MD,
-        data_identity,
-        model_reports,
-        write_leaderboard,
-    )
+    from evaluation.data import default_split
     from evaluation.models import load_model
-    from evaluation.pipeline import RunSettings, evaluate_model
+    from evaluation.pipeline import RunSettings
     from evaluation.report import EVAL_MD
+    from evaluation.runs import eval_folder, evaluate_all
 
-    with claimed(args.out) as owned:
-        model_reports(owned.root)  # a broken eval.json of another model: refused before any model runs
-        for name in (LEADERBOARD_CSV, LEADERBOARD_MD):  # and a linked or foreign leaderboard
-            owned.path(name)
+    def summarise(loaded, result) -> None:
+        metrics = result.report["metrics"]
+        summary = f"top-1 {_value(metrics['overall']['top1'])}" if metrics.get("overall") else "no samples"
+        if metrics.get("has_groups"):
+            worst = metrics["groups_summary"]["worst_group"]
+            summary += f", worst group {worst['group']} {_value(worst)}"
+        print(f"{loaded.spec}: {summary} ({metrics['samples']} samples, {metrics['errors']['total']} error rows)")
+        print(f"  reports: {result.folder / EVAL_MD} and eval.json, predictions.parquet, plots/")
+
+    with eval_folder(args.out) as owned:
         entries = model_entries(args)
-        split = args.split or _default_split(args.source, args.config)
         settings = options_from(
             args,
             RunSettings,
-            split=split,
+            split=args.split or default_split(args.source, args.config),
             progress=not args.no_progress,
             bootstrap=bootstrap,
             clean_root=args.clean,
             parts_dir=args.parts,
         )
-        loaded_models = [load_model(entry["model"], model_options(entry, args)) for entry in entries]
-        results = []
-        for loaded in loaded_models:
-            result = evaluate_model(loaded, args.source, owned, settings, announce=_announce)
-            results.append(result)
-            metrics = result.report["metrics"]
-            summary = f"top-1 {_value(metrics['overall']['top1'])}" if metrics.get("overall") else "no samples"
-            if metrics.get("has_groups"):
-                worst = metrics["groups_summary"]["worst_group"]
-                summary += f", worst group {worst['group']} {_value(worst)}"
-            print(f"{loaded.spec}: {summary} ({metrics['samples']} samples, {metrics['errors']['total']} error rows)")
-            print(f"  reports: {result.folder / EVAL_MD} and eval.json, predictions.parquet, plots/")
-        _, md_path, rows = write_leaderboard(owned, data_identity(results[0].report))
+        models = [load_model(entry["model"], model_options(entry, args)) for entry in entries]
+        _, md_path, rows = evaluate_all(models, args.source, owned, settings, _announce, summarise)
     print(f"leaderboard ({len(rows)} models): {md_path} and leaderboard.csv")
     return EXIT_OK
 
 
-def _report_folder(path: Path, out: Path | None):
-    """(OwnedFolder, model folder name) where `--from PATH` writes: `--out` itself when given, else the
-    model folder PATH lies in, inside the `hsi eval` output folder that recorded it (otherwise PATH's
-    own folder, which OwnedFolder refuses unless it holds nothing foreign)."""
-    from builder.core.owned import RECORD_NAME, OwnedFolder, OwnedFolderError
-    from evaluation.eval_folder import EVAL_KIND
-    from evaluation.predictions import PREDICTIONS_NAME
-
-    if out is not None:
-        return OwnedFolder(out, EVAL_KIND), ""
-    model_dir = path.parent
-    if not (model_dir.parent / RECORD_NAME).is_file():
-        return OwnedFolder(model_dir, EVAL_KIND), ""
-    try:
-        with OwnedFolder(model_dir.parent, EVAL_KIND) as root:
-            recorded = root.owns(f"{model_dir.name}/{path.name}") and path.name == PREDICTIONS_NAME
-    except OwnedFolderError:
-        recorded = False
-    if recorded and not model_dir.is_symlink():
-        return OwnedFolder(model_dir.parent, EVAL_KIND), model_dir.name
-    return OwnedFolder(model_dir, EVAL_KIND), ""
-
-
 def _run_from(args: argparse.Namespace, bootstrap) -> int:
-    from evaluation.eval_folder import ModelFolder
-    from evaluation.pipeline import analyse, model_only_sections
-    from evaluation.report import EVAL_JSON, EVAL_MD
+    from evaluation.report import EVAL_MD
+    from evaluation.runs import recompute_from
 
     path = args.from_predictions
     if not path.is_file():
         what = "is a folder, not a predictions file (pass its predictions.parquet)" if path.is_dir() else "no such file"
         raise UsageError(f"--from {path}: {what}")
-    owned, name = _report_folder(path, args.out if args.out != Path("eval-output") else None)
-    with owned:
-        folder = ModelFolder(owned, name)
-        extras = model_only_sections(path.parent / EVAL_JSON)
-        report = analyse(path, folder, bootstrap, extras)
+    folder, report = recompute_from(path, args.out if args.out != Path("eval-output") else None, bootstrap)
     print(
         f"reports recomputed from {path.name}: {folder.path / EVAL_MD} and eval.json ({report['metrics']['samples']} "
         "samples)"

@@ -133,9 +133,9 @@ def _probes(args: argparse.Namespace) -> tuple[str, ...]:
 
 def _eval_link(args: argparse.Namespace):
     from evaluation.bootstrap import BootstrapSettings
+    from evaluation.data import default_split
     from evaluation.pipeline import RunSettings
     from evaluation.probes.zoo import EvalLink
-    from hsi.commands.eval import _default_split
 
     if args.eval_dir is None:
         if args.eval_source:
@@ -143,7 +143,7 @@ def _eval_link(args: argparse.Namespace):
         return None
     if args.eval_source is None:
         return EvalLink(args.eval_dir)
-    split = args.eval_split or _default_split(args.eval_source, args.eval_config)
+    split = args.eval_split or default_split(args.eval_source, args.eval_config)
     run = RunSettings(
         config=args.eval_config,
         split=split,

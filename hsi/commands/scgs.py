@@ -68,21 +68,17 @@ def run(args: argparse.Namespace) -> int:
     from builder.augment.preflight import check_generation
     from builder.augment.source import SourceError, open_source
     from builder.augment.stage import ScgsModels, ScgsOptions, ScgsStage, check_run_options, run_scgs
-    from builder.backends.registry import BackendUnavailable
-    from builder.backends.sd_inpaint import DEFAULT_SD_MODEL, GenerationSettings, SdInpainter
+    from builder.backends.registry import backend_config, make_backend
+    from builder.backends.sd_inpaint import GenerationSettings
+    from builder.compose.spec import spec_from_json
     from evaluation.labels import config_wnids
-    from evaluation.scgs_classifier import load_scgs_classifier, read_train_predictions
+    from training.scgs_classifier import load_scgs_classifier, read_train_predictions
 
     options = options_from(args, ScgsOptions).check()
     generation = options_from(
         args, GenerationSettings, paste_back=not args.no_paste_back, batch_size=args.sd_batch_size
     )
     check_generation(generation)
-    if args.sd_model and Path(args.sd_model).expanduser().is_file():
-        raise BackendUnavailable(
-            f"--sd-model {args.sd_model} is a file: pass the folder of a diffusers inpainting pipeline "
-            "(the one holding model_index.json) or a hub id"
-        )
     run_flags = run_options(args)
     check_run_options(run_flags)
     source = open_source(args.source)  # cheap refusals first: no train split, not a composed config
@@ -92,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
             f"{args.source}: its manifest names {len(source.class_names)} classes but its spec has {len(wnids)}; "
             "validate the source config and rebuild it with `hsi compose`"
         )
-    canvas = int((source.manifest.spec or {}).get("canvas", 224))
+    canvas = spec_from_json(source.manifest.spec or {"name": args.source}).canvas
     classifier = load_scgs_classifier(args.model, args.checkpoint, wnids, canvas, args.device, args.cam_layer)
     check = (
         load_scgs_classifier(args.check_model, None, wnids, canvas, args.device, None, "--check-model", True)
@@ -102,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     rows = provenance = None
     if args.predictions is not None:
         rows, provenance = read_train_predictions(args.predictions, wnids, classifier, source.manifest.fingerprint)
-    inpainter = SdInpainter.load(args.sd_model or DEFAULT_SD_MODEL, device=args.device, dtype=args.sd_dtype)
+    inpainter = make_backend("generator", "sd-inpaint", backend_config("generator", "sd-inpaint", args))
     models = ScgsModels(classifier, inpainter, generation, check, rows, provenance)
     stage = ScgsStage(source, args.out, options, models)
     result = run_scgs(stage, run_flags)

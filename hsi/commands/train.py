@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from hsi.commands.common import options_from, positive_int, require_extra
+from training.methods import METHODS
 
 HELP = (
     "train baselines (ERM, JTT, DFR; optionally with GradMix) on a config's train split, with seeds and "
@@ -64,7 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="the config of a release (default: its default config)")
     parser.add_argument("--out", type=Path, help="run folder; runs go to OUT/<method>/seed-<s>/")
     parser.add_argument(
-        "--method", choices=["erm", "jtt", "dfr"], default="erm", help="the baseline trained (runs in OUT/<method>/)"
+        "--method",
+        choices=list(METHODS),
+        default="erm",
+        help="the baseline trained (runs in OUT/<method>/): "
+        + "; ".join(f"{m.name}: {m.summary}" for m in METHODS.values()),
     )
     parser.add_argument("--model", default="resnet18", help="a timm architecture")
     parser.add_argument(
@@ -184,9 +189,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace):
-    from evaluation.methods.gradmix import GradMixError, GradMixOptions
-    from evaluation.train import TrainError, TrainSettings
-    from evaluation.training_data import Augmentation
+    from training.data import Augmentation
+    from training.gradmix import GradMixError, GradMixOptions
+    from training.loop import TrainError, TrainSettings
 
     if len(args.gradmix_area) != 2:
         raise TrainError(f"--gradmix-area takes LOW,HIGH, got {args.gradmix_area}")
@@ -209,19 +214,19 @@ def settings_from(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     require_extra("train", "models", "torch", "timm", "pyarrow", "scipy", "sklearn")
-    from evaluation.train import TrainError
+    from training.loop import TrainError
 
     if args.out is None:
         raise TrainError("pass --out DIR: the run folder (or, with --report, where the summary goes)")
     if args.report:
-        from evaluation.train_summary import write_summary
+        from training.summary import write_summary
 
         markdown = write_summary(args.report, args.out, compare=tuple(args.compare) if args.compare else None)
         print(markdown)
         return 0
     if not args.source:
         raise TrainError("pass the dataset to train on: hsi train SOURCE --out DIR (a composed config folder)")
-    from evaluation.train_run import MethodOptions, RunControl, run_seeds
+    from training.run import MethodOptions, RunControl, run_seeds
 
     results = run_seeds(
         settings_from(args),
@@ -231,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
         options_from(args, RunControl, announce=print),
     )
     if results:
-        from evaluation.train_summary import method_line, summarise_method
+        from training.summary import method_line, summarise_method
 
         print(method_line(summarise_method(results)))
     return 0

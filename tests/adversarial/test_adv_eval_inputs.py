@@ -20,7 +20,8 @@ import torch
 from release_factory import make_composed_dataset
 
 from builder.core.manifest import Manifest
-from builder.core.shards import iter_shard, write_shard
+from builder.core.shard_read import iter_shard
+from builder.core.shard_write import write_shard
 from hsi.cli import main
 
 CONFIG = "hard-spurious-imagenet"
@@ -340,7 +341,7 @@ def test_scgs_predictions_with_a_pred_class_that_is_no_class_index_are_one_line(
     truncated to class 57."""
     from builder.augment.misclassified import PredictionsMismatch
     from evaluation.labels import config_wnids
-    from evaluation.scgs_classifier import read_train_predictions
+    from training.scgs_classifier import read_train_predictions
 
     table = pq.read_table(evaluated.predictions)
     column = [pred] + [float(v) if not isinstance(pred, str) else str(v) for v in table["pred_class"].to_pylist()[1:]]

@@ -13,6 +13,7 @@ import random
 import shutil
 
 import pytest
+from json_fuzz import mutated, value_paths
 from parts_factory import fake_images, write_parts
 from release_factory import make_composed_dataset
 
@@ -247,29 +248,10 @@ def test_fuzzed_eval_json_is_a_valid_leaderboard_or_one_line(setup, tmp_path):
     original = json.loads((out / MODEL / "eval.json").read_text())
     rng = random.Random(21)
     junk = [None, "x|y\n# heading", -1, 1e308, [], {}, True, "", 0.5, 10**30]
-
-    def paths(node, prefix=()):
-        yield prefix
-        children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-        for key, child in children:
-            yield from paths(child, (*prefix, key))
-
-    every = [p for p in paths(original) if p and len(p) < 5]
+    every = [p for p in value_paths(original) if p and len(p) < 5]
     outcomes = {"ok": 0, "refused": 0}
     for trial in range(150):
-        report = json.loads(json.dumps(original))
-        for _ in range(rng.randint(1, 3)):
-            where = rng.choice(every)
-            parent = report
-            try:
-                for key in where[:-1]:
-                    parent = parent[key]
-                if rng.random() < 0.3 and isinstance(parent, dict):
-                    parent.pop(where[-1], None)
-                else:
-                    parent[where[-1]] = rng.choice(junk)
-            except (KeyError, IndexError, TypeError):
-                continue
+        report = mutated(original, rng, junk, every, drop=0.3)
         board = tmp_path / f"board{trial}"
         try:
             with OwnedFolder(board, "eval") as owned:
@@ -289,7 +271,7 @@ def test_a_hub_shard_is_proved_in_the_cache_downloaded_again_once_then_refused(t
     refused when the hub's bytes themselves differ from the manifest (the loopback-hub run of the
     same path is tests/evaluation/test_eval_sources.py::test_hf_source_through_the_loopback_hub...)."""
     import evaluation.verified_shards as verified
-    from builder.core.shards import sha256_file
+    from builder.core.hashing import sha256_file
 
     good, bad = tmp_path / "good" / "test-00000.tar", tmp_path / "bad" / "test-00000.tar"
     for path, data in ((good, b"the shard's bytes"), (bad, b"the shard's bytez")):

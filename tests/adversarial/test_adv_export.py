@@ -21,7 +21,7 @@ from builder.core.classes import class_of, imagenet_classes
 from builder.core.errors import HsiError
 from builder.core.locks import exclusive_folder
 from builder.core.manifest import ErrorCounts, Manifest, SplitEntry
-from builder.core.shards import write_shard
+from builder.core.shard_write import write_shard
 from builder.formats.composites import SCHEMA_VERSION, composite_members, count_composites
 from hsi.cli import main
 

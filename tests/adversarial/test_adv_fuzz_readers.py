@@ -25,7 +25,7 @@ from evaluation.data import decode_member_sample
 from evaluation.metrics import compute_metrics
 from evaluation.model_list import ENTRY_KEYS, model_entries
 from evaluation.models import Preprocessing
-from evaluation.predictions import _schema, flatten_row, read_predictions, write_predictions
+from evaluation.predictions import flatten_row, predictions_schema, read_predictions, write_predictions
 from evaluation.report import _plain, build_report, render_markdown
 from hsi.commands.eval import model_options
 
@@ -251,7 +251,7 @@ def _predictions_row(meta: dict) -> dict:
     paired = meta.get("paired_wnid")
     row = {"key": "k", "status": "ok", "label_class": meta.get("class_index"), "meta": meta}
     row["paired_class_index"] = class_of(paired).index if paired else None
-    pa.Table.from_pylist([flatten_row(row)], schema=_schema())
+    pa.Table.from_pylist([flatten_row(row)], schema=predictions_schema())
     return row
 
 

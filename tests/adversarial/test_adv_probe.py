@@ -205,9 +205,9 @@ def test_a_corrupt_png_and_a_link_among_the_stimuli_are_skipped_and_counted(inpu
     (folder,) = [p for p in out.iterdir() if p.is_dir()]
     shape = json.loads((folder / "probes.json").read_text())["shape"]
     reasons = {row["key"]: row["reason"] for row in shape["errors"]}
-    assert reasons == {"cat/cat5-dog5.png": "unreadable-image", "dog/dog5-cat5.png": "link"}
+    assert reasons == {"cat/cat5-dog5.png": "unreadable-image", "dog/dog5-cat5.png": "linked-stimulus"}
     assert shape["images"] == 17  # the 17 good stimuli, not the two skipped
-    assert "2 stimuli skipped (1 link, 1 unreadable-image" in (folder / "probes.md").read_text()
+    assert "2 stimuli skipped (1 linked-stimulus, 1 unreadable-image" in (folder / "probes.md").read_text()
 
 
 def test_a_linked_class_folder_is_refused_in_one_line(inputs, tmp_path, capsys):
@@ -226,7 +226,7 @@ def test_a_list_in_probes_json_is_one_line(inputs, probed, tmp_path, capsys):
     refused(capsys, "was not written by this command")  # a file changed since: neither read nor replaced
     assert target.read_text() == "[]\n"
     record = json.loads((out / RECORD_NAME).read_text())  # even with a record that vouches for it
-    from builder.core.shards import sha256_file
+    from builder.core.hashing import sha256_file
 
     record["files"][f"{probed['folder']}/probes.json"] = sha256_file(target)
     (out / RECORD_NAME).write_text(json.dumps(record))

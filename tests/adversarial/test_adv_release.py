@@ -8,11 +8,12 @@ import os
 from pathlib import Path
 
 import pytest
+from json_fuzz import fuzz_reader, value_paths
 from release_factory import make_composed_dataset
 from subprocesses import run_python
 
 from builder.core.errors import HsiError
-from builder.core.shards import sha256_file
+from builder.core.hashing import sha256_file
 from cards.release import ReleaseError, build_release
 
 NAME = "hard-spurious-imagenet"
@@ -283,7 +284,6 @@ def test_a_previous_release_record_that_is_not_ours_is_one_line(tmp_path, capsys
 
 def test_the_release_record_reader_survives_seeded_mutations(tmp_path):
     """Fuzz: every mutation of a real `_release.json` is read or refused as an HsiError, never a crash."""
-    import copy
     import random
 
     from cards.release import read_release_record
@@ -296,34 +296,7 @@ def test_the_release_record_reader_survives_seeded_mutations(tmp_path):
     rng = random.Random(2021)
     junk = [None, -1, 0, 1.5, "", "../x", "x" * 64, [], {}, [{}], {"a": []}, True, "v1.0", "test-00000.tar"]
 
-    def paths(node, prefix=()):
-        yield prefix
-        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else []
-        for key, value in items:
-            yield from paths(value, (*prefix, key))
-
-    every = [p for p in paths(base) if p]
+    every = [p for p in value_paths(base) if p]
     path = tmp_path / "_release.json"
-    outcomes = {"read": 0, "refused": 0}
-    for _ in range(400):
-        record = copy.deepcopy(base)
-        for _ in range(rng.randint(1, 3)):
-            *route, last = rng.choice(every)
-            parent = record
-            try:
-                for key in route:
-                    parent = parent[key]
-                if rng.random() < 0.2 and isinstance(parent, dict):
-                    parent[rng.choice(junk[5:7])] = parent.pop(last)  # a renamed key (a config, a split)
-                else:
-                    parent[last] = rng.choice(junk)
-            except (KeyError, IndexError, TypeError):
-                continue
-        text = json.dumps(record)
-        path.write_text(text[: rng.randint(0, len(text))] if rng.random() < 0.1 else text)
-        try:
-            read_release_record(path)
-            outcomes["read"] += 1
-        except HsiError:
-            outcomes["refused"] += 1
+    outcomes = fuzz_reader(read_release_record, path, base, rng, junk, every, renames=junk[5:7])  # renamed keys
     assert outcomes["read"] > 0 and outcomes["refused"] > 0

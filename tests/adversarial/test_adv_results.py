@@ -4,7 +4,6 @@ of the eval.json reader."""
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import os
@@ -12,10 +11,10 @@ import random
 from pathlib import Path
 
 import pytest
+from json_fuzz import fuzz_reader, value_paths
 from PIL import Image
 from release_factory import make_composed_dataset
 
-from builder.core.errors import HsiError
 from hsi.cli import main as hsi
 
 CONFIG = "hard-spurious-imagenet"
@@ -193,41 +192,8 @@ def test_the_eval_json_reader_survives_seeded_mutations(tmp_path):
     path = tmp_path / "eval.json"
     rng = random.Random(21)
     junk = [None, -1, 0, 2.5, float("inf"), "", "x", [], {}, [1], {"a": 1}, True, "../..", 10**30]
-
-    def paths(node, prefix=()):
-        yield prefix
-        if isinstance(node, dict):
-            for key, value in node.items():
-                yield from paths(value, (*prefix, key))
-        elif isinstance(node, list):
-            for n, value in enumerate(node):
-                yield from paths(value, (*prefix, n))
-
-    every = [p for p in paths(base) if p]
-    outcomes = {"read": 0, "refused": 0}
-    for _ in range(400):
-        report = copy.deepcopy(base)
-        for _ in range(rng.randint(1, 3)):
-            where = rng.choice(every)
-            parent = report
-            try:
-                for key in where[:-1]:
-                    parent = parent[key]
-                if rng.random() < 0.2 and isinstance(parent, dict):
-                    parent.pop(where[-1], None)
-                else:
-                    parent[where[-1]] = rng.choice(junk)
-            except (KeyError, IndexError, TypeError):
-                continue
-        text = json.dumps(report)
-        if rng.random() < 0.1:
-            text = text[: rng.randint(0, len(text))]
-        path.write_text(text)
-        try:
-            read_report(path)
-            outcomes["read"] += 1
-        except HsiError:
-            outcomes["refused"] += 1
+    every = [p for p in value_paths(base) if p]
+    outcomes = fuzz_reader(read_report, path, base, rng, junk, every)
     assert outcomes["read"] > 0 and outcomes["refused"] > 0
 
 

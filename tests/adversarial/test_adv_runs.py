@@ -151,7 +151,7 @@ def test_a_full_disk_is_one_clear_error(tmp_path, capsys, monkeypatch):
     def no_space(path, samples):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr("builder.compose.stage.write_shard", no_space)
+    monkeypatch.setattr("builder.compose.shard_builder.write_shard", no_space)
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "No space left on device" in err and "run the same command to resume" in err

@@ -26,7 +26,8 @@ from tiny_sd import cached_tiny_inpaint_pipeline, one_intra_op_thread_fixture
 
 from builder.core.locks import exclusive_folder
 from builder.core.manifest import MANIFEST_NAME, Manifest
-from builder.core.shards import iter_shard, write_shard
+from builder.core.shard_read import iter_shard
+from builder.core.shard_write import write_shard
 from builder.formats.augmented import decode_augment_json, decode_cam, decode_keep_mask
 from builder.formats.composites import decode_composite_pixels
 from hsi.cli import main
@@ -174,7 +175,7 @@ def test_a_tampered_source_manifest_is_refused_before_any_write(world, tmp_path,
         (hostile_shard, ("'../x.tar' is not of the form <split>-NNNNN.tar",)),
         (no_train, ("has no train split",)),
         (two_classes, ("names 2 classes but its spec has 4",)),
-        (labels_beyond_the_class_names, ("but the manifest names 2 classes",)),
+        (labels_beyond_the_class_names, ("its spec is not one this tool composes", "subset.pairs")),
         (inflated, ("holds 40 samples, its manifest lists 45",)),
     ]
     for n, (edit, needles) in enumerate(cases):
@@ -238,7 +239,7 @@ def test_predictions_tables_of_something_else_are_refused(world, tmp_path, capsy
     from builder.augment.misclassified import PredictionsMismatch, misclassified_from_predictions
     from builder.augment.source import open_source
     from evaluation.labels import config_wnids
-    from evaluation.scgs_classifier import read_train_predictions
+    from training.scgs_classifier import read_train_predictions
 
     source = open_source(world.source)
     wnids = config_wnids(source.manifest.to_json())

@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from builder.core.records import Box, SourceImage
-from builder.core.shards import ShardFormatError, check_key, iter_shard, split_member_name, write_shard
+from builder.core.shard_read import iter_shard, split_member_name
+from builder.core.shard_write import write_shard
+from builder.core.shards import ShardFormatError, check_key
 from builder.extract.images import decode_image
 from builder.extract.shard_builder import (
     ExtractConfig,

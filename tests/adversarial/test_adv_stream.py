@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from release_factory import make_composed_dataset
 
-from builder.core.shards import iter_shard, write_shard
+from builder.core.shard_read import iter_shard
+from builder.core.shard_write import write_shard
 from builder.formats.stream import StreamError, stream
 
 

@@ -23,7 +23,8 @@ from planted_spurious import compose_planted, planted_images
 from subprocesses import REPOSITORY
 
 from builder.core.errors import HsiError
-from builder.core.shards import sha256_file, write_shard
+from builder.core.hashing import sha256_file
+from builder.core.shard_write import write_shard
 from hsi.cli import build_parser, main
 
 TINY = [
@@ -190,7 +191,7 @@ def _mutate(rng: random.Random, data: bytes) -> bytes:
 def test_fuzzed_training_state_loads_or_is_one_line(finished, tmp_path):
     import timm
 
-    from evaluation.train_state import read_last, restore
+    from training.state import read_last, restore
 
     real = (finished[0] / "erm" / "seed-0" / "last.pt").read_bytes()
     saved_rng = (random.getstate(), torch.get_rng_state())
@@ -386,7 +387,7 @@ def test_train_refuses_an_empty_val_split_before_training(planted, tmp_path, cap
 
 
 def test_fuzzed_scores_and_predictions_read_or_are_one_line(finished, tmp_path):
-    from evaluation.train_summary import read_scores, read_test_predictions
+    from training.summary import read_scores, read_test_predictions
 
     seed = finished[0] / "erm" / "seed-0"
     rng, outcomes = random.Random(2111), {"read": 0, "refused": 0}

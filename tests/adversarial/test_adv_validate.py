@@ -14,11 +14,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from manifest_io import read_manifest
 from parts_factory import compose_images, fake_images, fresh_copy, write_parts
 from PIL import Image
 
-from builder.core.manifest import ManifestError
-from builder.core.shards import collect_read_errors, iter_shard, read_manifest, write_json_atomic, write_shard
+from builder.core.manifest import ManifestError, write_json_atomic
+from builder.core.shard_read import collect_read_errors, iter_shard
+from builder.core.shard_write import write_shard
 from builder.formats.parts_index import index_parts_shard
 from hsi.cli import main
 from validation import report as report_module
@@ -63,7 +65,7 @@ def rewrite_with(dataset: Path, shard: str, extra: list[tuple[tarfile.TarInfo, i
 
 
 def refresh_manifest(dataset: Path, shard: str) -> None:
-    from builder.core.shards import sha256_file
+    from builder.core.hashing import sha256_file
 
     manifest = read_manifest(dataset)
     for entry in manifest["splits"]["val"]["shards"]:

@@ -13,7 +13,7 @@ import pytest
 from scgs_factory import generated, scgs_command
 
 from builder.core.manifest import MANIFEST_NAME, Manifest
-from builder.core.shards import iter_shard
+from builder.core.shard_read import iter_shard
 from builder.formats.augmented import AUGMENT_FIELDS, decode_augment_json, decode_keep_mask
 from builder.formats.composites import check_composite_json, decode_composite_json, decode_composite_pixels
 from hsi.cli import main
@@ -182,7 +182,7 @@ def test_predictions_table_of_another_split_is_refused(planted_source, erm_check
 
 
 def test_validation_catches_a_broken_augment_block_and_a_wrong_key(built, tmp_path):
-    from builder.core.shards import write_shard
+    from builder.core.shard_write import write_shard
     from validation.integrity import check_dataset
 
     folder = tmp_path / "broken"

@@ -13,7 +13,7 @@ from builder.augment.masks import cam_keep_mask, resize_cam
 from builder.augment.source import open_source
 from builder.augment.stage import ScgsModels, ScgsOptions, ScgsStage, run_scgs
 from builder.core.manifest import Manifest
-from builder.core.shards import iter_shard
+from builder.core.shard_read import iter_shard
 from builder.core.stage import RunOptions
 from builder.formats.augmented import decode_augment_json, decode_keep_mask
 

@@ -14,7 +14,7 @@ from fake_imagenet import extract_args, write_tree
 from PIL import Image
 from tiny_models import write_tiny_lama, write_tiny_sam
 
-from builder.core.shards import sha256_file
+from builder.core.hashing import sha256_file
 from builder.formats.parts import iter_parts
 from hsi.cli import main
 
@@ -134,7 +134,7 @@ def report_visible_gpu(plan):
     import os
 
     from builder.core.runner import ShardResult
-    from builder.core.shards import write_shard
+    from builder.core.shard_write import write_shard
 
     stats = write_shard(Path(os.environ["HSI_TEST_OUT"]) / plan.filename, [])
     return ShardResult(stats, [], {"gpu": os.environ.get("CUDA_VISIBLE_DEVICES"), "pid": os.getpid()})

@@ -179,3 +179,20 @@ print(status, "sam" in names["masker"], sorted(m for m in sys.modules if m.split
     result = subprocess.run([sys.executable, "-c", script], cwd=REPOSITORY, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[-2] == "0 True []"
+
+
+def test_classifier_specs_resolve_through_the_one_registry():
+    import evaluation.models as models
+    from builder.backends.registry import BackendUnavailable, available, entry
+
+    assert available("classifier") == ["state-dict", "timm", "ts", "tv"]
+    assert [models.classifier_entry(s) for s in ("ts:m.pt", "tv:resnet18", "timm:vit_b", "resnet50", "w/best.pt")] == [
+        ("ts", "m.pt"),
+        ("tv", "resnet18"),
+        ("timm", "vit_b"),
+        ("timm", "resnet50"),
+        ("state-dict", "w/best.pt"),
+    ]
+    assert entry("classifier", "timm").requires == ("torch", "timm")
+    with pytest.raises(BackendUnavailable, match="unknown classifier 'onnx'"):
+        entry("classifier", "onnx")

@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from manifest_io import read_manifest
 from release_factory import make_composed_dataset
 
-from builder.core.shards import read_manifest
 from builder.core.stage import RunOptions
 from builder.formats.composites import COMPOSITE_FIELDS
-from cards.render import (
-    CardError,
-    ConfigSummary,
-    card_metadata,
-    check_card,
-    composite_features,
-    render_card,
-    unique_label_names,
-)
+from cards.metadata import card_metadata, check_card, composite_features, unique_label_names
+from cards.render import render_card
+from cards.summary import CardError, ConfigSummary
 
 
 @pytest.fixture(scope="module")

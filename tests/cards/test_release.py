@@ -10,9 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from manifest_io import read_manifest
 from release_factory import make_composed_dataset
 
-from builder.core.shards import iter_shard, read_manifest
+from builder.core.shard_read import iter_shard
 from builder.core.stage import RunOptions
 from cards.release import ReleaseError, build_release, check_version_bump
 from hsi.cli import main as hsi

@@ -152,8 +152,7 @@ def composed(tmp_path, name: str, overrides=None, wnids=("n01440764", "n01443537
     from parts_factory import fake_images, write_parts
 
     from builder.compose.stage import compose_dataset
-    from builder.core.manifest import Manifest
-    from builder.core.shards import write_json_atomic
+    from builder.core.manifest import Manifest, write_json_atomic
     from builder.core.stage import RunOptions
 
     parts = tmp_path / f"parts-{name}"
@@ -245,8 +244,10 @@ def test_release_title_and_description_options(tmp_path):
 
 
 def test_compose_issues_are_named_by_reason(tmp_path):
-    from builder.core.shards import read_manifest
-    from cards.render import ConfigSummary, render_card
+    from manifest_io import read_manifest
+
+    from cards.render import render_card
+    from cards.summary import ConfigSummary
 
     manifest = read_manifest(make_composed_dataset(tmp_path))
     manifest["errors"] = {"total": 3, "by_reason": {"no-foreign-background": 2, "unreadable-parts": 1}}

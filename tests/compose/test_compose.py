@@ -23,7 +23,9 @@ from builder.compose.backgrounds import DonorPool, assign_foreign_donors
 from builder.compose.stage import compose_dataset
 from builder.core.classes import class_of
 from builder.core.config import SettingsMismatch
-from builder.core.shards import ERRORS_NAME, MANIFEST_NAME, iter_shard, sha256_file
+from builder.core.hashing import sha256_file
+from builder.core.manifest import ERRORS_NAME, MANIFEST_NAME
+from builder.core.shard_read import iter_shard
 from builder.core.stage import RunOptions
 from builder.core.taxonomy import TIERS
 from builder.formats.composites import check_composite_json

@@ -16,7 +16,7 @@ from PIL import Image
 
 from builder.compose.stage import compose_dataset
 from builder.core.classes import class_of, imagenet_classes
-from builder.core.shards import iter_shard
+from builder.core.shard_read import iter_shard
 from builder.core.stage import RunOptions
 from builder.core.taxonomy import group_name, tier_of
 from builder.formats.composites import COMPOSITE_FIELDS, check_composite_json
@@ -129,7 +129,7 @@ def test_ten_with_missing_classes_is_refused_and_says_which(tmp_path, capsys):
 
 
 def test_ten_with_every_class_prints_images_per_class_and_records_nothing_missing(tmp_path, capsys):
-    from builder.variants import load_variant
+    from builder.compose.spec import load_variant
 
     wnids = sorted(dict(load_variant("hard-spurious-imagenet-10").subset.pairs))
     write_parts(tmp_path / "parts", {"val": fake_images(wnids, per_class=4)})
@@ -211,7 +211,7 @@ def test_new_variants_use_every_background_about_equally_and_never_their_own_cla
 
 
 def test_balanced_is_the_default_for_a_new_spec_and_the_named_variants_keep_per_image(tmp_path):
-    from builder.variants import load_variant
+    from builder.compose.spec import load_variant
 
     spec_file = tmp_path / "mine.yaml"
     spec_file.write_text("name: mine\nsizes: [56]\npositions: [center]\n")

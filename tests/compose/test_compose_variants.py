@@ -12,10 +12,12 @@ import pytest
 from fake_imagenet import extract_args
 from parts_factory import compose_args, compose_quietly, fake_images, write_parts
 
+from builder.compose.spec import NAMED_VARIANTS, load_variant
 from builder.core.classes import class_of
 from builder.core.config import ConfigError
-from builder.core.shards import MANIFEST_NAME, iter_shard, sha256_file
-from builder.variants import NAMED_VARIANTS, load_variant
+from builder.core.hashing import sha256_file
+from builder.core.manifest import MANIFEST_NAME
+from builder.core.shard_read import iter_shard
 from hsi.cli import main
 
 SUBSET_PAIRS = dict(load_variant("hard-spurious-imagenet-10").subset.pairs)

@@ -5,17 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from builder.compose.backgrounds import sample_rng
-from builder.compose.geometry import (
-    CORNERS,
-    GeometryError,
-    check_position,
-    object_size,
-    paste,
-    place,
-    resize_mask,
-    resize_rgb,
-)
+from builder.compose.geometry import CORNERS, GeometryError, check_position, object_size, paste, place, resize_mask
+from builder.core.imaging import resize_rgb
+from builder.core.rng import sample_rng
 
 C = 224
 OBJECT = (250, 240, 230)

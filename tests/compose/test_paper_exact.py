@@ -17,8 +17,9 @@ import pytest
 from fake_imagenet import synthetic_photo, voc_xml
 from PIL import Image
 
-from builder.compose.geometry import crop_window, object_size, place, resize_rgb
-from builder.core.shards import iter_shard
+from builder.compose.geometry import crop_window, object_size, place
+from builder.core.imaging import resize_rgb
+from builder.core.shard_read import iter_shard
 from builder.formats.composites import encode_jpeg_pil
 from builder.formats.parts import decode_canvas, iter_parts_samples
 from hsi.cli import main

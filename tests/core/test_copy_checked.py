@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from builder.core.shards import copy_checked
+from builder.core.hashing import copy_checked
 
 
 class Mismatch(Exception):

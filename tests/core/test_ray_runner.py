@@ -7,9 +7,9 @@ import os
 import pytest
 import ray
 
+from builder.core.hashing import sha256_file
 from builder.core.ray_runner import run_shards_ray
 from builder.core.runner import STATE_DIR, plan_shards, run_shards
-from builder.core.shards import sha256_file
 from builder.extract.shard_builder import ExtractConfig, ExtractShardBuilder, load_backends
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")

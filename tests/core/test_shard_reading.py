@@ -7,7 +7,8 @@ import tarfile
 
 import pytest
 
-from builder.core.shards import ShardReadError, collect_read_errors, iter_shard, write_shard
+from builder.core.shard_read import ShardReadError, collect_read_errors, iter_shard
+from builder.core.shard_write import write_shard
 
 
 def tar_of(path, members: list[tuple[str, bytes]]):

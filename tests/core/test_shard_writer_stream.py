@@ -7,7 +7,10 @@ import hashlib
 
 import pytest
 
-from builder.core.shards import ShardFormatError, ShardWriter, copy_with_sha256, iter_shard, write_shard
+from builder.core.hashing import copy_with_sha256
+from builder.core.shard_read import iter_shard
+from builder.core.shard_write import ShardWriter, write_shard
+from builder.core.shards import ShardFormatError
 
 
 def samples(n: int) -> list[tuple[str, dict[str, bytes]]]:

@@ -12,7 +12,8 @@ from eval_cli import eval_args
 from parts_factory import rehash_parts
 from PIL import Image
 
-from builder.core.shards import iter_shard, write_shard
+from builder.core.shard_read import iter_shard
+from builder.core.shard_write import write_shard
 from evaluation.data import prepare_image
 from evaluation.models import LoadedModel, ModelOptions, Preprocessing, load_model
 from evaluation.predict import run_predictions

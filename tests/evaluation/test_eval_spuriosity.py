@@ -15,7 +15,7 @@ from parts_factory import FakeImage, render_image, write_parts
 from validate_cli import scores_of_parts
 
 from hsi.cli import main
-from validation.scores import spearman
+from validation.scores.correlations import spearman
 
 
 def write_clean_tree(root, images, skip=(), broken=()):

@@ -12,8 +12,8 @@ from eval_cli import eval_args
 from parts_factory import compose_images, compose_quietly
 from planted import flat_images, save_planted
 
+from builder.compose.spec import load_variant
 from builder.core.classes import class_of
-from builder.variants import load_variant
 from hsi.cli import main
 
 SUBSET = sorted(dict(load_variant("hard-spurious-imagenet-10").subset.pairs))

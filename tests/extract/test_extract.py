@@ -13,7 +13,7 @@ from PIL import Image
 from subprocesses import hsi_command, wait_for_states
 
 from builder.core.classes import class_of
-from builder.core.shards import sha256_file
+from builder.core.hashing import sha256_file
 from builder.extract.shard_builder import dilate
 from builder.formats.parts import iter_parts
 from hsi.cli import main

@@ -14,7 +14,7 @@ import pytest
 from fake_imagenet import WNIDS, extract_args, voc_xml, write_tree
 
 from builder.core.records import Box
-from builder.core.shards import iter_shard
+from builder.core.shard_read import iter_shard
 from builder.extract.sources import load_sources
 from builder.formats.parts import decode_parts
 from hsi.cli import main

@@ -14,8 +14,11 @@ import pytest
 from parts_factory import FakeImage, render_image
 from PIL import Image
 
-from builder.compose.geometry import resize_rgb
-from builder.core.shards import _ustar_header, iter_shard, sha256_file, tar_members, write_shard, written_members
+from builder.core.hashing import sha256_file
+from builder.core.imaging import resize_rgb
+from builder.core.shard_read import iter_shard, tar_members, written_members
+from builder.core.shard_write import write_shard
+from builder.core.shards import ustar_header
 from builder.formats.composites import encode_jpeg, encode_jpeg_bgr, rgb_to_bgr
 from builder.formats.parts import decode_canvas, encode_canvas
 
@@ -114,14 +117,14 @@ def test_many_samples_in_any_input_order_match_tarfile(tmp_path):
 
 @pytest.mark.parametrize("size", [0, 1, 8**11 - 1])
 def test_header_numbers_up_to_the_largest_ustar_size_match_tarfile(size):
-    assert _ustar_header("a.jpg", size) == reference_info("a.jpg", size).tobuf(tarfile.USTAR_FORMAT)
+    assert ustar_header("a.jpg", size) == reference_info("a.jpg", size).tobuf(tarfile.USTAR_FORMAT)
 
 
 def test_a_size_beyond_ustar_raises_tarfiles_error():
     with pytest.raises(ValueError, match="overflow in number field"):
         reference_info("a.jpg", 8**11).tobuf(tarfile.USTAR_FORMAT)
     with pytest.raises(ValueError, match="overflow in number field"):
-        _ustar_header("a.jpg", 8**11)
+        ustar_header("a.jpg", 8**11)
 
 
 def test_tarfile_webdataset_and_iter_shard_read_the_members_back(tmp_path):

@@ -8,7 +8,7 @@ import inspect
 import pytest
 from release_factory import make_composed_dataset
 
-from builder.core.shards import ShardReadError, collect_read_errors
+from builder.core.shard_read import ShardReadError, collect_read_errors
 from builder.formats.stream import ShardStream, stream
 
 DOCUMENTED = [

@@ -8,7 +8,7 @@ import tarfile
 import pytest
 from release_factory import make_composed_dataset
 
-from builder.core.shards import ShardReadError, collect_read_errors, iter_shard
+from builder.core.shard_read import ShardReadError, collect_read_errors, iter_shard
 from builder.formats.stream import StreamError, stream
 
 

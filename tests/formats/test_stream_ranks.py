@@ -8,7 +8,8 @@ from collections import Counter
 import pytest
 from release_factory import composite_json, jpeg, make_composed_dataset
 
-from builder.core.shards import shard_filename, write_shard
+from builder.core.shard_write import write_shard
+from builder.core.shards import shard_filename
 from builder.formats.composites import composite_members
 from builder.formats.stream import stream
 

@@ -53,11 +53,11 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_hsi_train_flags_build_the_settings_method_options_and_run_control():
     pytest.importorskip("torch")
-    from evaluation.methods.gradmix import GradMixOptions
-    from evaluation.train import TrainSettings
-    from evaluation.train_run import MethodOptions, RunControl
-    from evaluation.training_data import Augmentation
     from hsi.commands.train import settings_from
+    from training.data import Augmentation
+    from training.gradmix import GradMixOptions
+    from training.loop import TrainSettings
+    from training.run import MethodOptions, RunControl
 
     args = parse(
         "train", "data/cfg", "--out", "runs", "--lr", "0.05", "--no-amp", "--no-flip", "--train-groups", "CeO,CoO",
@@ -112,7 +112,7 @@ class _Reached(Exception):
 def test_hsi_eval_flags_reach_the_settings_the_evaluation_gets(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     import evaluation.models
-    import evaluation.pipeline
+    import evaluation.runs
     from hsi.cli import main
 
     seen = {}
@@ -122,7 +122,7 @@ def test_hsi_eval_flags_reach_the_settings_the_evaluation_gets(tmp_path, monkeyp
         raise _Reached
 
     monkeypatch.setattr(evaluation.models, "load_model", lambda spec, options: spec)
-    monkeypatch.setattr(evaluation.pipeline, "evaluate_model", evaluate)
+    monkeypatch.setattr(evaluation.runs, "evaluate_model", evaluate)  # where `hsi eval`'s run looks it up
     source = tmp_path / "cfg"
     source.mkdir()
     argv = ["eval", str(source), "--model", "timm:resnet18", "--split", "val", "--out", str(tmp_path / "o")]

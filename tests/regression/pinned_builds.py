@@ -9,7 +9,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from builder.variants import load_variant
+from builder.compose.spec import load_variant
 from hsi.cli import main
 
 VERSION_KEYS = {"version", "tool_version"}

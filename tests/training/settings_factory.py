@@ -4,7 +4,7 @@ this module beside itself, as a script does)."""
 
 from __future__ import annotations
 
-from evaluation.train import TrainSettings
+from training.loop import TrainSettings
 
 SMALL_RUN = dict(
     model="test_efficientnet_gn", epochs=2, batch_size=32, lr=0.05, device="cpu", shuffle_buffer=32, select="mean"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from evaluation.groups import balanced_indices
-from evaluation.methods.dfr import averaged_head, fit_linear, tune_c
+from training.methods.dfr import averaged_head, fit_linear, tune_c
 
 
 def planted_features(n=240, seed=0):

@@ -12,7 +12,8 @@ import pytest
 import torch
 from scipy import stats
 
-from evaluation.methods.gradmix import (
+from hsi.cli import main as hsi
+from training.gradmix import (
     GradMixError,
     GradMixOptions,
     Mixer,
@@ -26,7 +27,6 @@ from evaluation.methods.gradmix import (
     step_generator,
     summed_map,
 )
-from hsi.cli import main as hsi
 
 
 def planted_activation(row: int, col: int, size: int = 8, channels: int = 4):

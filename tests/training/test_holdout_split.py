@@ -7,9 +7,9 @@ from collections import defaultdict
 
 import pytest
 
+from builder.compose.spec import load_variant
 from builder.core.config import ConfigError
-from builder.core.shards import iter_shard
-from builder.variants import load_variant
+from builder.core.shard_read import iter_shard
 
 
 def metas(dataset, split):

@@ -7,10 +7,10 @@ from collections import Counter
 import pytest
 
 from evaluation.data import SourceSplit
-from evaluation.methods.jtt import error_set_summary, upsample_counts
 from evaluation.models import Preprocessing
-from evaluation.train import TrainError
-from evaluation.training_data import TrainSamples
+from training.data import TrainSamples
+from training.loop import TrainError
+from training.methods.jtt import error_set_summary, upsample_counts
 
 
 def test_error_samples_appear_one_plus_lambda_times(small_planted):

@@ -17,8 +17,8 @@ from dataclasses import replace
 import pytest
 from planted_spurious import compose_planted
 
-from evaluation.train import TrainSettings
-from evaluation.train_run import MethodOptions, RunControl, run_seed
+from training.loop import TrainSettings
+from training.run import MethodOptions, RunControl, run_seed
 
 MARGIN = 0.2
 

@@ -4,7 +4,7 @@ epoch."""
 
 from __future__ import annotations
 
-from evaluation.train import improves
+from training.loop import improves
 
 
 def scores(worst: float, mean: float) -> dict:

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from builder.compose.stage import compose_dataset
-from builder.core.shards import iter_shard, write_shard
+from builder.core.shard_read import iter_shard
+from builder.core.shard_write import write_shard
 from builder.core.stage import RunOptions
 from hsi.cli import main
 from validation.report import validate_dataset
@@ -55,7 +56,7 @@ def test_report_is_markdown_a_plot_and_eval_reports_a_release_card_takes(tiny_pl
     section = card[card.index("## Results") :]
     assert "`erm seed 0 (timm:test_efficientnet)`" in section and "`dfr seed 0 (timm:test_efficientnet)`" in section
     # the weights a trained model kept are named with their sha256 (issue 21, 14: they were blank, "n/a")
-    from builder.core.shards import sha256_file
+    from builder.core.hashing import sha256_file
 
     kept = sha256_file(runs / "erm" / "seed-0" / "best.pt")
     assert "erm/seed-0/best.pt, trained with hsi train (erm, seed 0)" in section and kept in section

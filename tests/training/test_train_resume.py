@@ -7,7 +7,7 @@ from planted_spurious import compose_planted
 from settings_factory import small_run
 
 from evaluation.groups import GroupMetadataError
-from evaluation.train import TrainError, fit
+from training.loop import TrainError, fit
 
 
 def states_equal(a, b):

@@ -16,10 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fake_imagenet import voc_xml
+from manifest_io import read_manifest
 from PIL import Image
 
-from builder.core.manifest import ManifestError
-from builder.core.shards import iter_shard, read_manifest, write_json_atomic, write_shard
+from builder.core.manifest import ManifestError, write_json_atomic
+from builder.core.shard_read import iter_shard
+from builder.core.shard_write import write_shard
 from hsi.cli import main
 from validation.integrity import check_dataset
 
@@ -163,5 +165,5 @@ def test_a_spec_with_a_cut_compose_does_not_know_is_refused(paper_set, planted, 
     manifest = read_manifest(dataset)
     manifest["spec"]["box_rounding"] = "float16"
     write_json_atomic(dataset / "_info.json", manifest)
-    with pytest.raises(ManifestError, match="box_rounding is 'float16', not one of none, float32-normalised"):
+    with pytest.raises(ManifestError, match="box_rounding`: 'float16'; use one of none, float32-normalised"):
         check_dataset(dataset, planted / "m1" / "parts")

@@ -12,8 +12,8 @@ from tiny_detector import save_tiny_grounding_dino
 from builder.backends import BackendInfo, Detector, make_backend
 from builder.backends.grounding_dino import GroundingDinoConfig
 from builder.backends.torch_base import weight_files_sha256
+from builder.core.hashing import sha256_file
 from builder.core.records import Box
-from builder.core.shards import sha256_file
 from hsi.cli import main
 from validation.detection import DetectionItem, best_ious, missing_loader, prompt_for, redetect
 

@@ -10,10 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fake_imagenet import extract_args, write_tree
+from manifest_io import read_manifest
 from parts_factory import compose_quietly, fresh_copy
 from PIL import Image
 
-from builder.core.shards import iter_shard, read_manifest, sha256_file, write_json_atomic, write_shard
+from builder.core.hashing import sha256_file
+from builder.core.manifest import write_json_atomic
+from builder.core.shard_read import iter_shard
+from builder.core.shard_write import write_shard
 from hsi.cli import main
 from validation.integrity import check_dataset, failure_line
 from validation.report import validate_dataset

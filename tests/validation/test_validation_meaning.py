@@ -11,11 +11,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from manifest_io import read_manifest
 from parts_factory import compose_quietly, fake_images, fresh_copy, write_parts
 from PIL import Image, ImageDraw, ImageFont
 from validate_cli import scores_from_csv
 
-from builder.core.shards import iter_shard, read_manifest, write_json_atomic, write_shard
+from builder.core.manifest import write_json_atomic
+from builder.core.shard_read import iter_shard
+from builder.core.shard_write import write_shard
 from builder.formats.composites import count_composites
 from hsi.cli import main
 from validation.integrity import check_dataset
@@ -274,7 +277,8 @@ def test_boxes_past_their_image_are_clipped_and_reported(tmp_path):
 def test_scores_outside_zero_one_are_refused():
     from builder.core.errors import InputError
     from builder.core.records import Box
-    from validation.scores import ImageBoxes, compute_scores
+    from validation.scores.boxes import ImageBoxes
+    from validation.scores.report import compute_scores
 
     with pytest.raises(InputError, match=r"outside \[0, 1\].*--sizes-from"):
         compute_scores([ImageBoxes("a", WNIDS[0], 100, 80, (Box(40, 30, 400, 300, WNIDS[0]),))])
@@ -283,7 +287,8 @@ def test_scores_outside_zero_one_are_refused():
 def test_correlations_carry_p_values_and_bootstrap_intervals(tmp_path):
     from scipy.stats import kendalltau, spearmanr
 
-    from validation.scores import ClassScore, correlate_with_accuracy
+    from validation.scores.boxes import ClassScore
+    from validation.scores.correlations import correlate_with_accuracy
 
     classes = [
         ClassScore(w, "", 3, centre, size)
@@ -326,7 +331,7 @@ def test_failures_are_the_same_for_any_worker_count(copy):
 
 
 def test_ctrl_c_during_a_parallel_validate_stops_with_one_line_and_status_130(built, tmp_path, monkeypatch, capsys):
-    import validation.integrity as integrity
+    import validation.integrity.driver as integrity
 
     dataset, parts = built
     out = tmp_path / "report"
@@ -368,7 +373,8 @@ def test_row_labels_fit_and_thumbnails_span_classes(tmp_path):
 
 
 def test_score_histograms_state_n_and_the_papers_values():
-    from validation.scores import ClassScore, distribution_labels
+    from validation.scores.boxes import ClassScore
+    from validation.scores.plots import distribution_labels
 
     classes = [ClassScore("a", "", 2, 0.5, 0.2), ClassScore("b", "", 3, 0.7, 0.4)]
     centre, size = distribution_labels(classes, "centre"), distribution_labels(classes, "size")

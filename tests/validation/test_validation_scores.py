@@ -16,16 +16,10 @@ from validate_cli import scores_from_csv
 from builder.core.records import Box
 from builder.formats.loc_csv import read_loc_boxes, read_loc_solution
 from hsi.cli import main
-from validation.scores import (
-    ImageBoxes,
-    average_ranks,
-    boxes_from_loc_csv,
-    compute_scores,
-    image_sizes_from_folder,
-    kendall_tau_b,
-    score_image,
-    spearman,
-)
+from validation.scores.boxes import ImageBoxes, score_image
+from validation.scores.correlations import average_ranks, kendall_tau_b, spearman
+from validation.scores.inputs import boxes_from_loc_csv, image_sizes_from_folder
+from validation.scores.report import compute_scores
 
 TENCH, GOLDFISH = "n01440764", "n01443537"
 
@@ -234,3 +228,21 @@ def test_unscored_images_become_rows_in_the_report(loc_fixture, tmp_path, capsys
     markdown = (out / "validation.md").read_text()
     assert "2 images are not scored:" in markdown
     assert "| no-box-to-score |  |  | ILSVRC2012_val_00000006 | no box of the image is left inside it |" in markdown
+
+
+def test_one_bootstrap_rule_leaves_out_resamples_without_a_rank_order():
+    """Validation (over classes) and the probes (over models) share one bootstrap: a resample whose
+    side is constant has no rank order and is left out and counted, not scored 0 (validation's old
+    rule pulled the interval towards 0)."""
+    from validation.scores.correlations import correlation_with_interval, rank_correlation
+
+    x, y = [0, 0, 0, 0, 1, 1], [1, 2, 3, 4, 5, 6]  # perfectly ordered; many resamples hold one x value
+    found = rank_correlation(x, y, resamples=500)
+    from scipy.stats import spearmanr
+
+    assert found.value == pytest.approx(spearmanr(x, y).statistic)
+    assert 0 < found.undefined_resamples < 500
+    assert found.low > 0  # every defined resample keeps the order: no 0 from the undefined ones
+    assert correlation_with_interval(x, y, "spearman")["ci"][0] > 0
+    kendall = rank_correlation(x, y, "kendall", resamples=200)
+    assert kendall.undefined_resamples > 0 and kendall.low > 0

@@ -8,7 +8,7 @@ from importlib import resources
 
 import pytest
 
-from builder.variants import NAMED_VARIANTS, load_variant, variant_folder, variant_planning
+from builder.compose.spec import NAMED_VARIANTS, load_variant, variant_folder, variant_planning
 
 
 @pytest.mark.parametrize("name", NAMED_VARIANTS)

@@ -10,14 +10,15 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from builder.compose.backgrounds import DonorPool, stable_rank
+from builder.compose.backgrounds import DonorPool
 from builder.compose.geometry import round_half_up
 from builder.compose.holdout import carve_holdout
 from builder.compose.planning import ImageJob
+from builder.compose.spec import VariantSpec
 from builder.compose.tables import format_table
 from builder.core.classes import class_of
+from builder.core.rng import stable_rank
 from builder.formats.parts_index import PartsRef
-from builder.variants.spec import VariantSpec
 
 
 def draw_subset_splits(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[str, list[PartsRef]]:

@@ -23,13 +23,13 @@ from builder.compose.geometry import (
     CROPS,
     MODES,
     PASTE_MODES,
-    RESIZE_FILTERS,
     SIZE_ROUNDINGS,
     GeometryError,
     check_position,
 )
 from builder.core.classes import class_of, is_known_wnid
 from builder.core.config import ConfigError, fingerprint, load_yaml_mapping
+from builder.core.imaging import RESIZE_FILTERS
 from builder.formats.composites import position_token
 
 NAMED_VARIANTS = ("hard-spurious-imagenet", "hard-spurious-imagenet-ar", "hard-spurious-imagenet-10")
@@ -310,6 +310,15 @@ def _coerce(values: Mapping[str, Any]) -> dict:
     elif subset is not None:
         _fail("subset", "must be a mapping with `pairs`")
     return data
+
+
+def spec_from_json(data: Mapping[str, Any], source: str = "_info.json") -> VariantSpec:
+    """The typed spec a manifest recorded (its `spec` field), defaults filled by this type and nowhere
+    else; a field this tool does not know, or a value it would not compose, is one line naming it."""
+    try:
+        return VariantSpec(**_coerce(data))
+    except (ConfigError, TypeError) as exc:
+        raise ConfigError(f"{source}: its spec is not one this tool composes ({exc})") from None
 
 
 def variant_folder(name: str) -> str:

@@ -18,11 +18,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from ..groups import GroupMetadataError, training_group
-from ..train import LAST, FitResult, TrainError, TrainSettings, evaluate_split, fit, is_main_process
-from ..train_folder import RunFolder, run_folder
-from ..train_state import read_last, restore
-from .options import MethodOptions, RunControl
+from evaluation.groups import GroupMetadataError, training_group
+from training.folder import RunFolder, run_folder
+from training.loop import LAST, FitResult, TrainError, TrainSettings, evaluate_split, fit, is_main_process
+from training.methods.options import MethodOptions, RunControl
+from training.state import read_last, restore
 
 JTT_ERRORS = ("train-pass", "eval")
 ERROR_SET_NAME = "jtt_error_set.json"

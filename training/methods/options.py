@@ -33,5 +33,5 @@ class RunControl:
     announce: Callable[[str], None] = print
 
     def fit_keywords(self) -> dict:
-        """The keywords `evaluation.train.fit` takes for them."""
+        """The keywords `training.loop.fit` takes for them."""
         return {"resume": self.resume, "overwrite": self.overwrite, "announce": self.announce}

@@ -2,7 +2,7 @@
 
 GradMix (arXiv 2505.12803) masks, during training, the region the model being trained relies on
 most and adds the loss of that masked view, so the model must learn other features. Here it plugs
-into the existing training step of `evaluation.train.fit`: the clean forward pass records the
+into the existing training step of `training.loop.fit`: the clean forward pass records the
 activations of the chosen layers, the maps come from the clean loss, and the mixed view's loss is
 added to the clean loss before the step's single backward pass.
 
@@ -272,6 +272,6 @@ class Mixer:
 def step_generator(seed: int, epoch: int, step: int):
     import torch
 
-    from ..training_data import derived_seed
+    from training.data import derived_seed
 
     return torch.Generator().manual_seed(derived_seed(seed, "gradmix", epoch, step))

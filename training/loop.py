@@ -12,11 +12,11 @@ checkpointed resumably, and finally scored on the test split into `predictions.p
 - `last.pt` holds model, optimiser, scheduler, grad scaler, the python/numpy/torch RNG states, the
   epoch, the history and the best score; `best.pt` the weights kept by `--select`
   (worst-group ties go to the higher mean accuracy). Both are tensors and plain values, read with
-  `weights_only=True` and checked (`evaluation.train_state`). A resumed run refuses settings that
+  `weights_only=True` and checked (`training.state`). A resumed run refuses settings that
   differ from the checkpoint's, and data that is not what it trained on (the manifest's config,
   fingerprint and shard digests, not the path). Data order and augmentation derive from
   (seed, epoch), so a resumed run reaches the same weights bit for bit on the same device.
-- Every file is written through the `--out` folder's `OwnedFolder` (`evaluation.train_folder`): one
+- Every file is written through the `--out` folder's `OwnedFolder` (`training.folder`): one
   run per folder, nothing through a link, never over a user's file.
 """
 
@@ -36,16 +36,15 @@ import numpy as np
 
 from builder.core.errors import InputError, UsageError
 from builder.core.untrusted import Fields
-
-from .data import SourceSplit, read_dataset_manifest
-from .groups import GroupMetadataError, check_groups_cover, groups_of, selection_scores, training_group
-from .labels import config_wnids
-from .methods.gradmix import GradMixOptions, Mixer, step_generator
-from .models import MAX_INPUT_SIDE, LoadedModel, ModelOptions, Preprocessing, _timm_preprocessing, load_model
-from .predict import resolve_device, run_predictions
-from .train_folder import RunFolder, run_folder
-from .train_state import BEST, LAST, SETTINGS_NAME, plain, read_best, read_last, restore, rng_states
-from .training_data import Augmentation, TrainSamples, augment, collate_train, derived_seed
+from evaluation.data import SourceSplit, read_dataset_manifest
+from evaluation.groups import GroupMetadataError, check_groups_cover, groups_of, selection_scores, training_group
+from evaluation.labels import config_wnids
+from evaluation.models import MAX_INPUT_SIDE, LoadedModel, ModelOptions, Preprocessing, load_model, timm_preprocessing
+from evaluation.predict import resolve_device, run_predictions
+from training.data import Augmentation, TrainSamples, augment, collate_train, derived_seed
+from training.folder import RunFolder, run_folder
+from training.gradmix import GradMixOptions, Mixer, step_generator
+from training.state import BEST, LAST, SETTINGS_NAME, plain, read_best, read_last, restore, rng_states
 
 __all__ = ["BEST", "LAST", "SETTINGS_NAME", "FitResult", "TrainError", "TrainSettings", "fit", "rng_states"]
 
@@ -179,7 +178,7 @@ def build_model(settings: TrainSettings, num_classes: int, canvas: int | None):
         if not timm.is_model(name):
             raise TrainError(f"timm has no model {name!r} (see timm.list_models())")
         module = timm.create_model(name, pretrained=False, num_classes=num_classes)
-        pre = _timm_preprocessing(module)
+        pre = timm_preprocessing(module)
     side = settings.input_size or canvas
     if side:
         pre = replace(pre, input_size=(side, side), source=f"{pre.source}, input {side} px (the canvas, uncropped)")
@@ -281,7 +280,7 @@ def require_groups(settings: TrainSettings, why: str) -> None:
         return
 
 
-def _pct_or_na(value: float | None) -> str:
+def percent_or_na(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}"
 
 
@@ -412,7 +411,7 @@ def fit(
     """Train one model; `repeats` gives error samples extra copies (JTT), `record_errors` keeps the keys
     misclassified in the last epoch's training pass (before each batch's step), `stop_after_epoch`
     ends the process's work after that epoch as a kill would (the run can be resumed). `out` is a
-    folder claimed for the run (see `evaluation.train_folder`), or a RunFolder of a claimed `--out`."""
+    folder claimed for the run (see `training.folder`), or a RunFolder of a claimed `--out`."""
     with run_folder(out if out is not None else settings.out) as folder:
         return _fit(
             settings,
@@ -581,7 +580,7 @@ def _fit(
             )
             announce(
                 f"hsi train: {out.name} epoch {epoch + 1}/{settings.epochs} loss {record['loss']:.4f} "
-                f"val mean {100 * scores['mean']:.1f} worst {_pct_or_na(scores['worst_group'])}"
+                f"val mean {100 * scores['mean']:.1f} worst {percent_or_na(scores['worst_group'])}"
             )
         if dist is not None:
             dist.barrier()

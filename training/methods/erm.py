@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..train import FitResult, TrainSettings, fit
-from ..train_folder import RunFolder
-from .options import MethodOptions, RunControl
+from training.folder import RunFolder
+from training.loop import FitResult, TrainSettings, fit
+from training.methods.options import MethodOptions, RunControl
 
 
 def train_erm(

@@ -18,14 +18,13 @@ import numpy as np
 
 from builder.core.markdown import inline, table_lines
 from builder.core.untrusted import Fields, UntrustedInput, read_json, read_parquet, regular_file
-
-from .groups import group_accuracies
-from .methods import METHODS
-from .methods.gradmix import AUGMENTS
-from .predictions import METADATA_KEY, _schema
-from .train import TrainError
-from .train_folder import RunFolder, run_folder
-from .train_run import PREDICTIONS_NAME, SCORES_NAME
+from evaluation.groups import group_accuracies
+from evaluation.predictions import METADATA_KEY, predictions_schema
+from training.folder import RunFolder, run_folder
+from training.gradmix import AUGMENTS
+from training.loop import TrainError
+from training.methods import METHODS
+from training.run import PREDICTIONS_NAME, SCORES_NAME
 
 SUMMARY_JSON, SUMMARY_MD, SUMMARY_PLOT = "train_summary.json", "train_summary.md", "train_summary.png"
 RESULTS_DIR = "results"  # one hsi eval report per method and seed: `hsi release --results OUT/results`
@@ -56,7 +55,7 @@ def read_test_predictions(path: Path):
     of the predictions schema with the `hsi` metadata, one row per key, `correct` as the prediction
     says; anything else is one line naming the file."""
     table = read_parquet(path, "predictions table")
-    expected = _schema()
+    expected = predictions_schema()
     for field in expected:
         if field.name not in table.schema.names:
             raise UntrustedInput(f"{path}: predictions table has no column {field.name!r}")
@@ -254,9 +253,9 @@ def render_markdown(summaries: list[dict], comparison: dict | None) -> str:
 
 
 def plot_summary(summaries: list[dict], path: Path) -> None:
-    from .plots import _pyplot
+    from evaluation.plots import headless_pyplot
 
-    plt = _pyplot()
+    plt = headless_pyplot()
     fig, ax = plt.subplots(figsize=(1.8 + 1.4 * len(summaries), 3.2))
     x = np.arange(len(summaries))
     for offset, key, label in ((-0.18, "mean", "mean"), (0.18, "worst_group", "worst group")):
@@ -282,8 +281,8 @@ def write_eval_reports(runs: dict[str, list[Path]], folder: RunFolder) -> set[st
     `results/<method>-seed-<s>/`. The analysis writes into a fresh staging folder of its own inside
     `--out`; each file it made is then written through the owned folder (recorded, never over a
     user's file, never through a link). Returns the files written, relative to the folder."""
-    from .bootstrap import BootstrapSettings
-    from .pipeline import analyse
+    from evaluation.bootstrap import BootstrapSettings
+    from evaluation.pipeline import analyse
 
     written: set[str] = set()
     for method, seeds in runs.items():

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data import EvalBatches, SourceSplit, make_loader
-from ..groups import balanced_indices, check_groups_cover, groups_of
-from ..train import FitResult, TrainError, TrainSettings, fit, is_main_process, load_finished_run, resolve_device
-from ..train_folder import RunFolder, run_folder
-from .options import MethodOptions, RunControl
+from evaluation.data import EvalBatches, SourceSplit, make_loader
+from evaluation.groups import balanced_indices, check_groups_cover, groups_of
+from training.folder import RunFolder, run_folder
+from training.loop import FitResult, TrainError, TrainSettings, fit, is_main_process, load_finished_run, resolve_device
+from training.methods.options import MethodOptions, RunControl
 
 SCALERS = ("train", "heldout")
 DFR_NAME = "dfr.json"

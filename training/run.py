@@ -6,48 +6,38 @@ Layout: OUT/<method>/seed-<s>/{predictions.parquet, scores.json, the method's ch
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from .methods.options import MethodOptions, RunControl
-from .predictions import write_predictions
-from .train import (
+from evaluation.predictions import write_predictions
+from training.folder import RunFolder, run_folder
+from training.loop import (
     BEST,
-    TrainError,
     TrainSettings,
-    _pct_or_na,
     check_selection_split,
     evaluate_split,
     is_main_process,
+    percent_or_na,
     require_groups,
     split_scores,
     train_manifest,
 )
-from .train_folder import RunFolder, run_folder
+from training.methods import method
+from training.methods.options import MethodOptions, RunControl
 
 __all__ = ["MethodOptions", "RunControl", "run_label", "run_seed", "run_seeds", "train_method"]
 
 SCORES_NAME, PREDICTIONS_NAME = "scores.json", "predictions.parquet"
 
 
-def trainers() -> dict[str, Callable]:
-    """`--method` name -> its trainer(settings, out, options, control) -> (FitResult, info)."""
-    from .methods.dfr import train_dfr
-    from .methods.erm import train_erm
-    from .methods.jtt import train_jtt
-
-    return {"erm": train_erm, "jtt": train_jtt, "dfr": train_dfr}
-
-
 def check_inputs(settings: TrainSettings, options: MethodOptions) -> None:
     """The refusals that need only the data, made before the run folder is claimed or created."""
-    if options.method not in trainers():
-        raise TrainError(f"--method must be erm, jtt or dfr, got {options.method!r}")
+    chosen = method(options.method)
     manifest = train_manifest(settings)
     check_selection_split(manifest, settings, settings.val_split, "--val-split")
     check_selection_split(manifest, settings, settings.test_split, "--test-split")
-    if options.method in ("jtt", "dfr"):
+    if chosen.needs_groups:
         require_groups(settings, f"--method {options.method}")
     elif settings.select == "worst-group":
         require_groups(settings, "--select worst-group")
@@ -57,7 +47,7 @@ def train_method(
     settings: TrainSettings, options: MethodOptions, out: Path | RunFolder, control: RunControl = RunControl()
 ):
     check_inputs(settings, options)
-    return trainers()[options.method](settings, out, options, control)
+    return method(options.method).load()(settings, out, options, control)
 
 
 def run_label(settings: TrainSettings, options: MethodOptions) -> str:
@@ -70,7 +60,7 @@ def kept_weights(out: RunFolder) -> dict:
     """The weights file the run kept (`best.pt`, as a path inside the train `--out`, e.g.
     `erm/seed-0/best.pt`) and its sha256, for the card; nothing when the method keeps none (DFR
     refits a head it does not save)."""
-    from builder.core.shards import sha256_file
+    from builder.core.hashing import sha256_file
 
     best = out.existing(BEST)
     if best is None:
@@ -115,7 +105,7 @@ def _run_seed(settings: TrainSettings, options: MethodOptions, out: RunFolder, c
     out.write_json(SCORES_NAME, scores)
     control.announce(
         f"hsi train: {label} seed {settings.seed}: test mean {100 * scores['test']['mean']:.1f} "
-        f"worst {_pct_or_na(scores['test']['worst_group'])}"
+        f"worst {percent_or_na(scores['test']['worst_group'])}"
     )
     return scores
 

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from builder.formats.stream import shuffled
-
-from .data import SourceSplit, SplitReader, prepare_image
-from .models import Preprocessing
+from evaluation.data import SourceSplit, SplitReader, prepare_image
+from evaluation.models import Preprocessing
 
 
 def derived_seed(*parts) -> int:

@@ -18,10 +18,9 @@ import numpy as np
 from builder.augment.misclassified import PredictedRow, PredictionsMismatch
 from builder.core.classes import class_of
 from builder.core.untrusted import Fields, check_string, load_torch
-
-from .labels import resolve_label_space
-from .models import LoadedModel, ModelError, ModelOptions, count_outputs, load_model, sha256_of
-from .predict import resolve_device
+from evaluation.labels import resolve_label_space
+from evaluation.models import LoadedModel, ModelError, ModelOptions, count_outputs, load_model, sha256_of
+from evaluation.predict import resolve_device
 
 WNID = re.compile(r"n\d{8}")  # an ImageNet wnid, as a checkpoint's `wnids` must list them
 
@@ -160,8 +159,7 @@ def read_train_predictions(
     it was made with another model than `classifier`, on another split or on another build of the
     config (`source_fingerprint`, the source manifest's), or lacks the columns M is read from."""
     from builder.core.untrusted import UntrustedInput
-
-    from .predictions import read_prediction_rows
+    from evaluation.predictions import read_prediction_rows
 
     path = Path(path)
     if not path.is_file():

@@ -1,0 +1,147 @@
+"""The card's YAML header as data (huggingface_hub's `DatasetCardData`, dumped with
+`yaml.safe_dump`), checked with `datasets`' own parsers before anything is written: the `configs`
+list (explicit `data_files` per split, exactly one default) and the declared features per config,
+so `load_dataset` never infers features from the first samples."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import yaml
+
+from builder.formats.composites import COMPOSITE_FIELDS
+from cards.summary import LICENSE_LINK, LICENSE_NAME, TAGS, TASK_CATEGORIES, CardError, ConfigSummary, default_title
+
+# ---------------------------------------------------------------- features
+
+
+def unique_label_names(names: Iterable[str]) -> list[str]:
+    """ClassLabel needs unique names; ImageNet repeats two ("crane", "maillot"), so a repeated
+    name gets its label index appended: `crane (134)`, `crane (517)`."""
+    names = list(names)
+    repeated = {n for n in names if names.count(n) > 1}
+    return [f"{n} ({i})" if n in repeated else n for i, n in enumerate(names)]
+
+
+def composite_features(class_names: list[str]):
+    """The declared `datasets` features of a composed config: jpg image, cls label, json struct."""
+    from datasets import ClassLabel, Features, Image, Value
+
+    dtype = {int: "int64", str: "string"}
+    return Features(
+        {
+            "__key__": Value("string"),
+            "jpg": Image(),
+            "cls": ClassLabel(names=unique_label_names(class_names)),
+            "json": {name: Value(dtype[kind]) for name, (kind, _, _) in COMPOSITE_FIELDS.items()},
+        }
+    )
+
+
+# ---------------------------------------------------------------- metadata
+
+
+def size_category(total: int) -> str:
+    for bound, label in (
+        (1_000, "n<1K"),
+        (10_000, "1K<n<10K"),
+        (100_000, "10K<n<100K"),
+        (1_000_000, "100K<n<1M"),
+        (10_000_000, "1M<n<10M"),
+    ):
+        if total < bound:
+            return label
+    return "10M<n<100M"
+
+
+def card_metadata(configs: list[ConfigSummary], title: str | None = None) -> dict:
+    """The card's YAML header as a plain dict (huggingface_hub's DatasetCardData field names)."""
+    from huggingface_hub import DatasetCardData
+
+    defaults = [c.name for c in configs if c.default]
+    if len(defaults) != 1:
+        raise CardError(f"exactly one config must be the default, got {defaults or 'none'}")
+    total = sum(c.manifest["splits"][s]["num_samples"] for c in configs for s in c.splits)
+    data = DatasetCardData(
+        pretty_name=title or default_title(configs),
+        license="other",
+        license_name=LICENSE_NAME,
+        license_link=LICENSE_LINK,
+        task_categories=TASK_CATEGORIES,
+        tags=TAGS,
+        size_categories=[size_category(total)],
+        configs=[
+            {
+                "config_name": c.name,
+                "data_files": [{"split": s, "path": c.data_files(s)} for s in c.splits],
+                **({"default": True} if c.default else {}),
+            }
+            for c in configs
+        ],
+        dataset_info=[
+            {
+                "config_name": c.name,
+                "features": composite_features(c.class_names)._to_yaml_list(),
+                "splits": [
+                    {
+                        "name": s,
+                        "num_bytes": sum(sh["bytes"] for sh in c.manifest["splits"][s]["shards"]),
+                        "num_examples": c.manifest["splits"][s]["num_samples"],
+                    }
+                    for s in c.splits
+                ],
+            }
+            for c in configs
+        ],
+    )
+    return data.to_dict()
+
+
+def dump_metadata(metadata: dict) -> str:
+    return yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True, width=1000)
+
+
+def check_card(text: str, expected: list[ConfigSummary] | None = None) -> dict:
+    """Parse a card the way `datasets` does and raise CardError for anything it would not load as
+    declared: duplicate YAML keys, invalid configs or data_files, not exactly one default, features
+    that do not parse or differ from the expected ones. Returns the parsed metadata."""
+    from datasets.info import DatasetInfosDict
+    from datasets.utils.metadata import MetadataConfigs, _NoDuplicateSafeLoader, _split_yaml_from_readme
+    from huggingface_hub import DatasetCardData
+
+    block, _ = _split_yaml_from_readme(text)
+    if block is None:
+        raise CardError("the card has no YAML header between '---' lines")
+    try:
+        metadata = yaml.load(block, Loader=_NoDuplicateSafeLoader)
+    except (TypeError, yaml.YAMLError) as exc:  # datasets raises TypeError for duplicate keys
+        raise CardError(f"the card's YAML does not parse: {exc}") from None
+    if not isinstance(metadata, dict):
+        raise CardError("the card's YAML header is not a mapping")
+    try:
+        card_data = DatasetCardData(**metadata)
+        configs = MetadataConfigs.from_dataset_card_data(card_data)
+        default = configs.get_default_config_name()
+        infos = DatasetInfosDict.from_dataset_card_data(card_data)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise CardError(f"datasets rejects the card's metadata: {exc}") from None
+    if not configs:
+        raise CardError("the card declares no configs")
+    explicit = [name for name, cfg in configs.items() if cfg.get("default")]
+    if len(explicit) != 1 or default != explicit[0]:
+        raise CardError(f"exactly one config must say default: true, got {explicit or 'none'}")
+    for name, cfg in configs.items():
+        if not cfg.get("data_files"):
+            raise CardError(f"config {name!r} lists no data_files")
+        if name not in infos or infos[name].features is None:
+            raise CardError(f"config {name!r} has no declared features in dataset_info")
+    for summary in expected or []:
+        if summary.name not in configs:
+            raise CardError(f"config {summary.name!r} is missing from the card")
+        if infos[summary.name].features != composite_features(summary.class_names):
+            raise CardError(f"config {summary.name!r}: declared features differ from the schema")
+        declared = {row["split"]: row["path"] for row in configs[summary.name]["data_files"]}
+        wanted = {s: summary.data_files(s) for s in summary.splits}
+        if declared != wanted:
+            raise CardError(f"config {summary.name!r}: data_files {declared} differ from the manifest {wanted}")
+    return metadata
