@@ -17,15 +17,13 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from builder.core.errors import InputError, printable
-from builder.core.manifest import MANIFEST_NAME
 from builder.core.records import Issue
-from builder.core.untrusted import Fields, UntrustedInput, describe, read_json
+from builder.core.untrusted import Fields, UntrustedInput, describe
 from builder.formats.composites import COMPOSITE_FIELDS
 from builder.formats.stream import iter_tar_samples, source_manifest, stream
 
@@ -284,23 +282,18 @@ def make_loader(dataset: EvalBatches, workers: int, pin_memory: bool, yield_to_m
     )
 
 
-def read_dataset_manifest(shard_urls: list[str]) -> dict:
-    """The `_info.json` next to the shards (the same folder, local or remote), as an object."""
-    import fsspec
+def read_dataset_manifest(where: SourceSplit) -> dict:
+    """The `_info.json` of the dataset a split is read from, by `stream()`'s own reader (a release's
+    config, a composed folder or hf://: the same names and checks as the samples), type-checked by
+    the typed `Manifest` (a malformed one is one line naming the field)."""
+    from builder.core.manifest import Manifest
+    from builder.formats.stream import StreamError, source_manifest
 
-    if not shard_urls:
-        raise InputError("the split lists no shards: there is nothing to read; pick another --split")
-    url = f"{shard_urls[0].rsplit('/', 1)[0]}/{MANIFEST_NAME}"
-    if "://" not in url:
-        manifest = read_json(Path(url), "dataset manifest")
-    else:
-        with fsspec.open(url, "rb").open() as handle:
-            raw = handle.read()
-        try:
-            manifest = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError) as error:
-            raise UntrustedInput(f"{printable(url)}: dataset manifest is not JSON ({type(error).__name__})") from None
-    Fields(manifest, url)  # an object, or one line saying what it is
+    try:
+        _, manifest = source_manifest(where.source, where.config)
+    except (FileNotFoundError, StreamError) as exc:
+        raise InputError(f"{printable(str(exc))}") from None
+    Manifest.from_json(manifest)
     return manifest
 
 

@@ -208,7 +208,7 @@ def plan_run(
 ) -> RunPlan:
     """Resolve the data and match the model's output size to a label space; refuses before any work."""
     dataset = EvalBatches(SourceSplit(source, config, split), loaded.preprocessing, batch_size, limit)
-    manifest = read_dataset_manifest(dataset.shards)
+    manifest = read_dataset_manifest(SourceSplit(source, config, split))
     wnids = config_wnids(manifest)
     space = resolve_label_space(count_outputs(loaded.module, loaded.preprocessing), loaded.classes, wnids, label_space)
     return RunPlan(dataset, manifest, wnids, space)

@@ -378,7 +378,7 @@ def train_manifest(settings: TrainSettings) -> dict:
     from builder.formats.stream import StreamError, resolve_shards
 
     try:
-        shards, _ = resolve_shards(settings.source, settings.config, settings.train_split)
+        resolve_shards(settings.source, settings.config, settings.train_split)  # the split exists
     except FileNotFoundError as exc:
         raise TrainError(
             f"{exc}; pass a composed config folder (hsi compose --out OUT prints it), a release "
@@ -391,10 +391,9 @@ def train_manifest(settings: TrainSettings) -> dict:
             "--splits train) or name the split with --train-split"
         ) from None
     try:
-        manifest = read_dataset_manifest(shards)
-    except ValueError as exc:  # not JSON
+        return read_dataset_manifest(SourceSplit(settings.source, settings.config, settings.train_split))
+    except InputError as exc:  # not JSON, not an object, a field of the wrong kind
         raise TrainError(f"the dataset's _info.json is not a manifest hsi compose wrote ({exc})") from None
-    return Fields(manifest, "the dataset's _info.json").data  # an object, or one line saying it is not
 
 
 def fit(
