@@ -373,6 +373,14 @@ def check_selection_split(manifest: Mapping, settings: TrainSettings, split: str
         )
 
 
+def config_canvas(manifest: dict) -> int | None:
+    """The canvas of the config's spec, from the spec type (its default lives there only); None for a
+    folder without a spec."""
+    from builder.compose.spec import spec_from_json
+
+    return spec_from_json(manifest["spec"]).canvas if manifest.get("spec") else None
+
+
 def train_manifest(settings: TrainSettings) -> dict:
     """The config's manifest, read through the train split's shards; refuses a config without one."""
     from builder.formats.stream import StreamError, resolve_shards
@@ -450,7 +458,7 @@ def _fit(
     if settings.select == "worst-group":
         require_groups(settings, "--select worst-group")
     wnids = config_wnids(manifest)
-    module, pre = build_model(settings, len(wnids), (manifest.get("spec") or {}).get("canvas"))
+    module, pre = build_model(settings, len(wnids), config_canvas(manifest))
     data = TrainSamples(
         SourceSplit(settings.source, settings.config, settings.train_split),
         pre,
@@ -637,7 +645,7 @@ def load_finished_run(settings: TrainSettings, run: Path, flag: str = "--erm-run
     best_path = folder / BEST
     best = read_best(best_path, hint=hint)
     wnids = config_wnids(manifest)
-    module, pre = build_model(settings, len(wnids), (manifest.get("spec") or {}).get("canvas"))
+    module, pre = build_model(settings, len(wnids), config_canvas(manifest))
     restore(best, best_path, ("model", module), rng=False)
     module.eval()
     return FitResult(folder, module, pre, wnids, state["best"], state["history"], state.get("train_errors"))

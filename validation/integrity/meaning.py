@@ -43,7 +43,7 @@ def expected_groups(meta: dict, spec: dict) -> dict[str, str]:
     """{requested position: group} of every placement of the spec that lands where `meta` says:
     the position itself, and `random-corner` for a corner when the spec asks for it."""
     positions = spec.get("positions") or [meta["position"]]
-    margin = spec.get("margin", 0)
+    margin = spec["margin"]
     landed = meta["position"]
     requested = [p for p in positions if p == landed or (p == "random-corner" and landed in CORNERS)]
     return {p: group_name(p, meta["background"], margin) for p in requested}
@@ -131,7 +131,7 @@ def check_meaning(key: str, meta: dict, spec: dict) -> list[tuple[str, str]]:
     elif kind in ("gray", "noise") and donor is not None:
         problems.append(("background-source", f"{kind} background names a source image {donor!r}"))
     try:
-        placed = place(meta["position"], meta["box_w"], meta["box_h"], meta["canvas"], spec.get("margin", 0))
+        placed = place(meta["position"], meta["box_w"], meta["box_h"], meta["canvas"], spec["margin"])
     except (GeometryError, ValueError):
         placed = None  # an unknown position or an object too large: the bounds check names it
     if placed is not None and (placed.x, placed.y) != (meta["box_x"], meta["box_y"]):

@@ -113,7 +113,7 @@ class SampleChecker:
             meta["size"],
             meta["canvas"],
             meta["mode"],
-            self.spec.get("margin", 0),
+            self.spec["margin"],
             size_rounding,
         )
         if expected_wh != (meta["box_w"], meta["box_h"]):
