@@ -47,7 +47,7 @@ class ConstantFill(Inpainter):
     def info(self) -> BackendInfo:
         return BackendInfo("test-constant-fill", {"value": self.value})
 
-    def inpaint_batch(self, images, masks):
+    def inpaint_batch(self, images, masks, ids=None):
         return [np.where(mask[..., None], np.uint8(self.value), image) for image, mask in zip(images, masks)]
 
 
