@@ -20,7 +20,9 @@ def load_benchmark():
 
 
 def test_the_benchmark_prints_both_inpainters_and_writes_the_sheet(tmp_path, capsys):
-    figures = load_benchmark().main(["--limit", "1", "--scale", "64", "--sheet-height", "40", "--out", str(tmp_path)])
+    figures = load_benchmark().main(
+        ["--limit", "1", "--rounds", "1", "--scale", "64", "--sheet-height", "40", "--out", str(tmp_path)]
+    )
     printed = capsys.readouterr().out
     assert "telea" in printed and "patchmatch" in printed and "50k val" in printed
     assert set(figures["results"]) == {"telea", "patchmatch"}
