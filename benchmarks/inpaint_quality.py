@@ -133,18 +133,15 @@ def write_sheet(path: Path, photos: list[Photo], fills: dict[str, list[np.ndarra
         for i, p in enumerate(photos)
     ]
     gap, label = 4, 16
-    width = max(sum(t.width for t in row) + gap * (len(row) - 1) for row in rows)
-    sheet = Image.new("RGB", (width, label + len(rows) * (height + gap)), "white")
+    columns = [max(row[c].width for row in rows) for c in range(len(rows[0]))]  # photos differ in shape
+    lefts = [sum(columns[:c]) + gap * c for c in range(len(columns))]
+    sheet = Image.new("RGB", (lefts[-1] + columns[-1], label + len(rows) * (height + gap)), "white")
     draw = ImageDraw.Draw(sheet)
-    x = 0
-    for title, tile in zip(["original (hole outlined)", *fills], rows[0]):
-        draw.text((x + 2, 2), title, fill="black")
-        x += tile.width + gap
+    for title, left in zip(["original (hole outlined)", *fills], lefts):
+        draw.text((left + 2, 2), title, fill="black")
     for r, row in enumerate(rows):
-        x = 0
-        for tile in row:
-            sheet.paste(tile, (x, label + r * (height + gap)))
-            x += tile.width + gap
+        for tile, left in zip(row, lefts):
+            sheet.paste(tile, (left, label + r * (height + gap)))
     path.parent.mkdir(parents=True, exist_ok=True)
     sheet.save(path, optimize=True)
 
