@@ -3,8 +3,9 @@ package, a model-free fill that copies the surrounding texture into the hole whe
 its rim inward.
 
 Scale (`--inpaint-scale`): `canvas` (the default) fills the photo as compose will see it, stretched
-to the 224 x 224 canvas, then upscales the fill back and pastes it only inside the mask, so every
-pixel outside the mask stays the photo's own and the fill costs the same for any photo size;
+to the 224 x 224 canvas (a side already shorter stays as it is), then upscales the fill back and
+pastes it only inside the mask, so every pixel outside the mask stays the photo's own and the fill
+costs about the same for any photo size;
 `full` fills at the native resolution; a number N fills at an N-px short side (never enlarged).
 
 Determinism: each image is seeded from its source id (sha256), so its fill depends on nothing else:
@@ -100,8 +101,8 @@ class PatchMatchInpainter(Inpainter):
     def working_size(self, height: int, width: int) -> tuple[int, int]:
         """(height, width) the fill runs at."""
         scale = self.config.scale
-        if scale == "canvas":
-            return PARTS_CANVAS_SIZE, PARTS_CANVAS_SIZE
+        if scale == "canvas":  # never enlarged: upscaling adds no texture to copy, only work
+            return min(height, PARTS_CANVAS_SIZE), min(width, PARTS_CANVAS_SIZE)
         if scale == "full" or min(height, width) <= int(scale):
             return height, width
         ratio = int(scale) / min(height, width)
@@ -166,8 +167,6 @@ class PatchMatchInpainter(Inpainter):
         return self.inpaint_with_fallbacks(images, masks, ids)[0]
 
 
-@register_backend(
-    "inpainter", "patchmatch", config_class=PatchMatchConfig, requires=("patchmatch_cython",), extra="patchmatch"
-)
+@register_backend("inpainter", "patchmatch", config_class=PatchMatchConfig)
 def make_patchmatch_inpainter(config: PatchMatchConfig) -> PatchMatchInpainter:
     return PatchMatchInpainter(config)

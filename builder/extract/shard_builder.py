@@ -57,7 +57,7 @@ class ExtractConfig:
 
     split: str = "val"
     masker: str = "box"
-    inpainter: str = "telea"
+    inpainter: str = "patchmatch"  # model-free texture fills; telea is faster, lama needs its file
     dilation: int = 15  # side of the square dilation kernel; 15 is the paper's; 0 or 1 disables
     object_box: str = "largest"
     # pixels of context stored around the object box in crop.png (the json's crop_box says where);

@@ -22,7 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="output folder; parts go to OUT/parts/")
     parser.add_argument("--config", type=Path, help="YAML file with extract settings; flags override it")
     parser.add_argument("--masker", help="box (default, model-free) or sam")
-    parser.add_argument("--inpainter", help="telea (default, model-free), patchmatch (model-free) or lama")
+    parser.add_argument(
+        "--inpainter", help="patchmatch (default, model-free texture fill), telea (model-free, faster, smears) or lama"
+    )
     parser.add_argument(
         "--inpaint-scale",
         type=inpaint_scale,

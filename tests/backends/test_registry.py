@@ -109,7 +109,7 @@ def test_extract_settings_become_each_backends_own_config():
     )
     assert config.masker_config() == SamConfig(model="auto", checkpoint="sam.pth", device="cpu", batch_size=3)
     assert config.inpainter_config() == LamaConfig(checkpoint="big-lama.pt", device="cpu", batch_size=3)
-    assert ExtractConfig(telea_radius=5).inpainter_config() == TeleaConfig(radius=5)
+    assert ExtractConfig(inpainter="telea", telea_radius=5).inpainter_config() == TeleaConfig(radius=5)
     assert ExtractConfig().masker_config() == BoxConfig()
 
 
