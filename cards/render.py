@@ -103,6 +103,7 @@ BACKEND_WORDS = {
     "box": "box masks (the whole ground-truth box, no segmentation)",
     "sam": "Segment Anything (SAM) masks",
     "telea": "OpenCV's Telea inpainting (classical, no model)",
+    "patchmatch": "PatchMatch inpainting (classical, no model: texture copied from the rest of the photo)",
     "lama": "LaMa inpainting",
 }
 

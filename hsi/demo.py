@@ -55,7 +55,7 @@ def run_demo(out: Path, workers: int = 2, progress: bool = True) -> int:
     options = RunOptions(workers=workers, progress=progress)
     out = Path(out)
     clear_demo_output(out)
-    _heading("1/5 extract: cut out objects, erase boxes, inpaint (box masker + telea)")
+    _heading("1/5 extract: cut out objects, erase boxes, inpaint (box masker + patchmatch)")
     summary = run_extract(demo_source_root(), out, ExtractConfig(split="val", shard_size=2), options=options)
     print(summary.format())
 

@@ -44,6 +44,20 @@ class Masker(ABC):
         """For each image (H x W x 3 uint8) and its boxes, one H x W bool mask per box, in order."""
 
 
+@dataclass(frozen=True)
+class InpaintFallback:
+    """An image an inpainter could not fill itself and filled with another backend instead (e.g.
+    PatchMatch with no source pixels left): extract records it as an error row and in the part's
+    provenance, so a fallback is never silent."""
+
+    reason: str  # an issue reason of builder.core.records.REASONS
+    detail: str
+    backend: BackendInfo  # the backend that filled the image
+
+    def to_json(self) -> dict:
+        return {"reason": self.reason, "detail": self.detail, "inpainter": self.backend.to_json()}
+
+
 class Inpainter(ABC):
     """Fills the masked pixels of each image from their surroundings."""
 
@@ -51,9 +65,19 @@ class Inpainter(ABC):
     def info(self) -> BackendInfo: ...
 
     @abstractmethod
-    def inpaint_batch(self, images: Sequence[np.ndarray], masks: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def inpaint_batch(
+        self, images: Sequence[np.ndarray], masks: Sequence[np.ndarray], ids: Sequence[str] | None = None
+    ) -> list[np.ndarray]:
         """For each image (H x W x 3 uint8) and mask (H x W bool), an H x W x 3 uint8 result whose
-        pixels outside the mask equal the input's."""
+        pixels outside the mask equal the input's. `ids` (the source image ids, when known) let a
+        randomised inpainter seed each image by its id, so a result never depends on its batch."""
+
+    def inpaint_with_fallbacks(
+        self, images: Sequence[np.ndarray], masks: Sequence[np.ndarray], ids: Sequence[str] | None = None
+    ) -> tuple[list[np.ndarray], list[InpaintFallback | None]]:
+        """`inpaint_batch`, plus per image the fallback used for it (None: filled by this backend).
+        What extract calls; an inpainter that can fall back overrides it."""
+        return self.inpaint_batch(images, masks, ids), [None] * len(images)
 
 
 class Detector(ABC):

@@ -49,7 +49,9 @@ class TeleaInpainter(Inpainter):
     def info(self) -> BackendInfo:
         return BackendInfo("telea", {"radius": self.radius, "opencv": cv2.__version__})
 
-    def inpaint_batch(self, images: Sequence[np.ndarray], masks: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def inpaint_batch(
+        self, images: Sequence[np.ndarray], masks: Sequence[np.ndarray], ids: Sequence[str] | None = None
+    ) -> list[np.ndarray]:
         results = []
         for image, mask in zip(images, masks):
             if not mask.any():

@@ -139,7 +139,9 @@ class LamaInpainter(TorchBackend, Inpainter):
         out = out.mul(255.0).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
         return list(out)
 
-    def inpaint_batch(self, images: Sequence[np.ndarray], masks: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def inpaint_batch(
+        self, images: Sequence[np.ndarray], masks: Sequence[np.ndarray], ids: Sequence[str] | None = None
+    ) -> list[np.ndarray]:
         results: list[np.ndarray | None] = [None] * len(images)
         groups: dict[tuple[int, int], list[int]] = defaultdict(list)
         for i, (image, mask) in enumerate(zip(images, masks)):

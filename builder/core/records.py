@@ -30,6 +30,9 @@ REASONS: dict[str, str] = {
     "box-label-mismatch": "reported",
     "annotation-without-image": "reported",
     "backend-failed": "skipped",
+    # the inpainter could not fill an image itself (PatchMatch with too few source pixels): another
+    # filled it, named in the part's provenance
+    "inpaint-fallback": "converted",
     # listing: names and files that cannot be read safely
     "unsafe-image-id": "skipped",
     "not-a-regular-file": "skipped",

@@ -7,6 +7,7 @@ parts sample per usable image (see `builder.parts`). Bad images become issue row
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import sys
@@ -21,6 +22,8 @@ import numpy as np
 
 from builder import __version__
 from builder.backends import BackendUnavailable, Inpainter, Masker, backend_config, make_backend
+from builder.backends.base import InpaintFallback
+from builder.backends.registry import SETTING
 from builder.core.config import ConfigError, fingerprint
 from builder.core.errors import RunFailed
 from builder.core.imaging import canvas_background
@@ -54,7 +57,7 @@ class ExtractConfig:
 
     split: str = "val"
     masker: str = "box"
-    inpainter: str = "telea"
+    inpainter: str = "patchmatch"  # model-free texture fills; telea is faster, lama needs its file
     dilation: int = 15  # side of the square dilation kernel; 15 is the paper's; 0 or 1 disables
     object_box: str = "largest"
     # pixels of context stored around the object box in crop.png (the json's crop_box says where);
@@ -69,6 +72,11 @@ class ExtractConfig:
     # backend knobs, flat as the flags and YAML give them; each backend reads its own into its config
     # (`masker_config`, `inpainter_config`); paths are inputs, their sha256 is what is recorded
     telea_radius: int = 3
+    # patchmatch: the scale it fills at (None: its default, canvas; see builder.backends.patchmatch),
+    # its patch side and the least share of source pixels it fills from (else Telea, recorded)
+    inpaint_scale: str | int | None = None
+    patchmatch_patch_size: int | None = None
+    patchmatch_min_source: float | None = None
     sam_model: str = "vit_h"
     sam_checkpoint: str | None = None
     lama_checkpoint: str | None = None
@@ -101,8 +109,16 @@ class ExtractConfig:
         return backend_config("masker", self.masker, self)
 
     def inpainter_config(self):
-        """The chosen inpainter's own config (e.g. LamaConfig), read from these settings."""
-        return backend_config("inpainter", self.inpainter, self)
+        """The chosen inpainter's own config (e.g. LamaConfig), read from these settings. A scale
+        given to an inpainter that has none is refused: it would change nothing, silently."""
+        config = backend_config("inpainter", self.inpainter, self)
+        if self.inpaint_scale is not None and not any(
+            f.metadata.get(SETTING) == "inpaint_scale" for f in dataclasses.fields(config)
+        ):
+            raise ConfigError(
+                f"--inpaint-scale applies to the patchmatch inpainter; {self.inpainter} fills at full resolution"
+            )
+        return config
 
     def output_settings(self, backends: dict, listing_digest: str) -> dict:
         """The settings that decide the output bytes: saved beside the output, fingerprinted."""
@@ -183,9 +199,13 @@ def parts_metadata_of(
     conversions: list[str],
     config: ExtractConfig,
     backends: dict,
+    fallback: InpaintFallback | None = None,
 ) -> dict:
     height, width = image.shape[:2]
     crop_box = config.crop_region(boxes[object_index], width, height) if config.crop_margin else None
+    provenance = {"backends": backends, "dilation": config.dilation, "tool_version": __version__}
+    if fallback is not None:  # absent otherwise: parts filled by their own inpainter keep their bytes
+        provenance["inpaint_fallback"] = fallback.to_json()
     return parts_metadata(
         crop_box=crop_box,
         source_id=record.image_id,
@@ -196,7 +216,7 @@ def parts_metadata_of(
         object_box_index=object_index,
         object_box_rule=config.object_box,
         conversions=conversions,
-        provenance={"backends": backends, "dilation": config.dilation, "tool_version": __version__},
+        provenance=provenance,
     )
 
 
@@ -245,6 +265,7 @@ class RawParts:
     background: np.ndarray
     erase: np.ndarray
     meta: dict
+    notes: list[Issue] = field(default_factory=list)  # rows of a kept image (an inpainter's fallback)
 
 
 def extract_batch(
@@ -256,17 +277,28 @@ def extract_batch(
     unions, object_masks = union_masks(decoded, indexes, masker, regions)
     erase_masks = [dilate(union, config.dilation) for union in unions]
     del unions
-    backgrounds = inpainter.inpaint_batch([d.image for d in decoded], erase_masks)
+    backgrounds, fallbacks = inpainter.inpaint_with_fallbacks(
+        [d.image for d in decoded], erase_masks, [d.record.image_id for d in decoded]
+    )
     raw = []
-    for item, index, region, object_mask, erase, background in zip(
-        decoded, indexes, regions, object_masks, erase_masks, backgrounds, strict=True
+    for item, index, region, object_mask, erase, background, fallback in zip(
+        decoded, indexes, regions, object_masks, erase_masks, backgrounds, fallbacks, strict=True
     ):
         x0, y0, x1, y1 = region  # the object box, or the box and its margin
         window = (slice(y0, y1 + 1), slice(x0, x1 + 1))
-        meta = parts_metadata_of(item.record, item.image, item.boxes, index, item.conversions, config, backends)
+        meta = parts_metadata_of(
+            item.record, item.image, item.boxes, index, item.conversions, config, backends, fallback
+        )
+        notes = [] if fallback is None else [Issue(item.record.image_id, fallback.reason, fallback.detail, "extract")]
         raw.append(
             RawParts(
-                item.record.image_id, np.ascontiguousarray(item.image[window]), object_mask, background, erase, meta
+                item.record.image_id,
+                np.ascontiguousarray(item.image[window]),
+                object_mask,
+                background,
+                erase,
+                meta,
+                notes,
             )
         )
     return raw
@@ -435,6 +467,7 @@ class ExtractShardBuilder:
                 decoded = [item for item, _ in batch if item is not None]
                 if decoded:
                     raw, failure = extract_images(decoded, masker, inpainter, self.config, backends, issues)
+                    issues.extend(note for r in raw for note in r.notes)
                     attempted, first_failure = attempted + len(decoded), first_failure or failure
                     encoded.extend(pool.submit(encode_parts, r) for r in raw)  # PNG encoding overlaps the next batch
                     del raw

@@ -22,7 +22,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="output folder; parts go to OUT/parts/")
     parser.add_argument("--config", type=Path, help="YAML file with extract settings; flags override it")
     parser.add_argument("--masker", help="box (default, model-free) or sam")
-    parser.add_argument("--inpainter", help="telea (default, model-free) or lama")
+    parser.add_argument(
+        "--inpainter", help="patchmatch (default, model-free texture fill), telea (model-free, faster, smears) or lama"
+    )
+    parser.add_argument(
+        "--inpaint-scale",
+        type=inpaint_scale,
+        help="patchmatch only: canvas (default: fill the photo as compose sees it, 224 x 224, and paste the "
+        "upscaled fill inside the mask only), full (native resolution) or a short side in px",
+    )
     parser.add_argument(
         "--dilation",
         type=int,
@@ -79,6 +87,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(shard_size=None)
 
 
+def inpaint_scale(text: str) -> str | int:
+    from builder.backends.patchmatch import parse_scale
+    from builder.core.config import ConfigError
+
+    try:
+        return parse_scale(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_config(args: argparse.Namespace):
     from builder.core.config import load_yaml_mapping
     from builder.extract.shard_builder import ExtractConfig, config_from_mapping, with_overrides
@@ -99,6 +117,7 @@ def build_config(args: argparse.Namespace):
             "io_threads",
             "max_pixels",
             "telea_radius",
+            "inpaint_scale",
             "sam_model",
             "sam_checkpoint",
             "lama_checkpoint",

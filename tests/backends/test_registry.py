@@ -47,7 +47,7 @@ class ConstantFill(Inpainter):
     def info(self) -> BackendInfo:
         return BackendInfo("test-constant-fill", {"value": self.value})
 
-    def inpaint_batch(self, images, masks):
+    def inpaint_batch(self, images, masks, ids=None):
         return [np.where(mask[..., None], np.uint8(self.value), image) for image, mask in zip(images, masks)]
 
 
@@ -109,7 +109,7 @@ def test_extract_settings_become_each_backends_own_config():
     )
     assert config.masker_config() == SamConfig(model="auto", checkpoint="sam.pth", device="cpu", batch_size=3)
     assert config.inpainter_config() == LamaConfig(checkpoint="big-lama.pt", device="cpu", batch_size=3)
-    assert ExtractConfig(telea_radius=5).inpainter_config() == TeleaConfig(radius=5)
+    assert ExtractConfig(inpainter="telea", telea_radius=5).inpainter_config() == TeleaConfig(radius=5)
     assert ExtractConfig().masker_config() == BoxConfig()
 
 

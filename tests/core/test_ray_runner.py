@@ -77,3 +77,17 @@ def test_ray_resumes_from_shards_the_local_runner_finished(local_ray, job, tmp_p
     assert [r.stats.filename for r in results] == [p.filename for p in plans]
     again, reused_again = run_shards_ray(plans, ExtractShardBuilder(config, str(out)), out, progress=False)
     assert reused_again == 3 and [r.stats for r in again] == [r.stats for r in results]
+
+
+def test_ray_patchmatch_parts_equal_the_local_runner_byte_for_byte(local_ray, tmp_path):
+    """PatchMatch is seeded by image id, so Ray's actors fill each image as the local runner does."""
+    tree = write_tree(tmp_path / "imagenet", split="val", count=4)
+    config = ExtractConfig(inpainter="patchmatch", dilation=5, shard_size=2)
+    records = load_sources(tree.root, "val", None, announce=lambda _: None).records
+    plans = plan_shards("val", records, config.shard_size)
+    local, ray_out = tmp_path / "local", tmp_path / "ray"
+    build_locally(config, plans, local)
+    run_shards_ray(plans, ExtractShardBuilder(config, str(ray_out)), ray_out, progress=False)
+    assert len(plans) == 2
+    for plan in plans:
+        assert sha256_file(ray_out / plan.filename) == sha256_file(local / plan.filename)

@@ -56,11 +56,11 @@ def test_efficientnet_lite0_through_the_ts_path_on_the_demo(demo, lite0, tmp_pat
     report = json.loads((folder / "eval.json").read_text())
     metrics = report["metrics"]
     assert report["data"]["split"] == "val" and metrics["samples"] == 48 and metrics["sources"] == 4
-    assert metrics["overall"]["top1"]["value"] == 0.125 and metrics["overall"]["top5"]["value"] == 0.583333
+    assert metrics["overall"]["top1"]["value"] == 0.125 and metrics["overall"]["top5"]["value"] == 0.541667
     assert {g["group"]: g["top1"]["value"] for g in metrics["by_group"]} == {
-        "CeO": 0.25,
+        "CeO": 0.166667,
         "CoO": 0.166667,
-        "CeR": 0.083333,
+        "CeR": 0.166667,
         "CoR": 0.0,
     }
     assert (
@@ -68,7 +68,7 @@ def test_efficientnet_lite0_through_the_ts_path_on_the_demo(demo, lite0, tmp_pat
     )
     assert report["background_only"]["images"] == 4 and report["background_only"]["top1"] == 0.0
     bg = metrics["background_class"]["overall"]
-    assert (bg["samples"], bg["errors"], bg["share_of_errors"]["value"]) == (24, 23, 0.0)
+    assert (bg["samples"], bg["errors"], bg["share_of_errors"]["value"]) == (24, 22, 0.0)
     assert (folder / "background_accuracy.csv").read_text().splitlines()[
         0
     ] == "wnid,class_index,class_name,images,accuracy"

@@ -73,7 +73,7 @@ def test_manifest_counts_match_errors_and_shards(bad_tree, bad_run):
     assert split["filenames"] == [f"val-{i:05d}.tar" for i in range(len(split["filenames"]))]
     for shard in split["shards"]:
         assert sha256_file(bad_run / shard["filename"]) == shard["sha256"]
-    assert manifest["backends"]["masker"]["name"] == "box" and manifest["backends"]["inpainter"]["name"] == "telea"
+    assert manifest["backends"]["masker"]["name"] == "box" and manifest["backends"]["inpainter"]["name"] == "patchmatch"
 
 
 def test_clipped_box_and_conversions_are_recorded_in_parts(bad_tree, bad_run):

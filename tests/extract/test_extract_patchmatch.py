@@ -1,0 +1,91 @@
+"""`hsi extract --inpainter patchmatch` end to end: the same bytes across runs and worker counts, the
+photo's own pixels outside the erase mask, a recorded Telea fallback where boxes cover the photo,
+and parts that compose and validate take unchanged. (The Ray runner: tests/core/test_ray_runner.py.)"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fake_imagenet import synthetic_photo, voc_xml, write_tree
+from PIL import Image
+
+from builder.core.hashing import sha256_file
+from builder.extract.images import decode_image
+from builder.formats.parts import iter_parts
+from hsi.cli import main
+
+COVERED = "ILSVRC2012_val_00000099"  # its box covers the whole photo: nothing left to copy from
+
+
+def extract(*args) -> int:
+    return main(["extract", "--no-progress", "--inpainter", "patchmatch", *map(str, args)])
+
+
+def shard_hashes(parts_dir: Path) -> dict[str, str]:
+    return {p.name: sha256_file(p) for p in sorted(parts_dir.glob("*.tar"))}
+
+
+def error_rows(parts_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (parts_dir / "errors.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    tree = write_tree(tmp_path_factory.mktemp("imagenet"), split="val", count=5)
+    wnid = tree.good[0].wnid
+    Image.fromarray(synthetic_photo(99, 60, 50)).save(tree.root / "val" / f"{COVERED}.JPEG", quality=92)
+    (tree.root / "bbox" / "val" / f"{COVERED}.xml").write_text(voc_xml(COVERED, (60, 50), [(wnid, 0, 0, 59, 49)]))
+    return tree
+
+
+@pytest.fixture(scope="module")
+def runs(tree, tmp_path_factory):
+    """The same tree extracted twice, in separate runs: with one worker and with two."""
+    out = tmp_path_factory.mktemp("runs")
+    for name, workers in (("one", 1), ("two", 2)):
+        args = ("--source", tree.root, "--out", out / name, "--shard-size", 2, "--workers", workers, "--dilation", 5)
+        assert extract(*args) == 0
+    return out
+
+
+def test_parts_are_byte_identical_across_runs_and_worker_counts(runs):
+    one = shard_hashes(runs / "one" / "parts")
+    assert len(one) == 3
+    assert shard_hashes(runs / "two" / "parts") == one
+    for name in ("_info.json", "errors.jsonl"):
+        assert (runs / "one/parts" / name).read_bytes() == (runs / "two/parts" / name).read_bytes()
+
+
+def test_outside_the_erase_mask_the_background_is_the_photo(tree, runs):
+    parts = list(iter_parts(runs / "one" / "parts"))
+    assert len(parts) == 6
+    for part in parts:
+        photo = decode_image(Path(next(tree.root.glob(f"val/{part.key}.JPEG")))).rgb
+        assert np.array_equal(part.background[~part.erase], photo[~part.erase])
+        if part.key != COVERED:
+            assert part.meta["provenance"]["backends"]["inpainter"]["name"] == "patchmatch"
+            assert "inpaint_fallback" not in part.meta["provenance"]
+            assert not np.array_equal(part.background[part.erase], photo[part.erase])
+
+
+def test_a_photo_its_boxes_cover_is_filled_by_telea_with_a_row_and_in_its_provenance(runs):
+    rows = [row for row in error_rows(runs / "one" / "parts") if row["reason"] == "inpaint-fallback"]
+    assert [(row["image_id"], row["action"]) for row in rows] == [(COVERED, "converted")]
+    assert "filled by telea" in rows[0]["detail"]
+    (covered,) = (p for p in iter_parts(runs / "one" / "parts") if p.key == COVERED)
+    fallback = covered.meta["provenance"]["inpaint_fallback"]
+    assert fallback["reason"] == "inpaint-fallback" and fallback["inpainter"]["name"] == "telea"
+    manifest = json.loads((runs / "one" / "parts" / "_info.json").read_text())
+    assert manifest["errors"]["by_reason"] == {"inpaint-fallback": 1}
+    assert manifest["backends"]["inpainter"]["params"]["scale"] == "canvas"
+
+
+def test_compose_and_validate_take_patchmatch_parts_unchanged(runs, tmp_path):
+    parts = runs / "one" / "parts"
+    args = ["compose", "--parts", str(parts), "--out", str(tmp_path), "--name", "c", "--no-progress"]
+    assert main([*args, "--sizes", "56", "--positions", "center,top-right"]) == 0
+    dataset = tmp_path / "c"
+    assert json.loads((dataset / "_info.json").read_text())["splits"]["val"]["num_samples"] > 0
+    assert main(["validate", str(dataset), "--parts", str(parts), "--no-previews"]) == 0
+    assert json.loads((dataset / "validation.json").read_text())["ok"] is True
