@@ -202,3 +202,17 @@ def add_duplicate(tree: FakeTree, other_wnid: str = WNIDS[1]) -> str:
 def extract_args(source, out, *extra: str) -> list[str]:
     """`hsi extract --no-progress --source SOURCE --out OUT EXTRA...`, as the tests run it."""
     return ["extract", "--no-progress", "--source", str(source), "--out", str(out), *extra]
+
+
+def shard_hashes(parts_dir: Path) -> dict[str, str]:
+    """{shard filename: sha256} of a folder's shards, to compare two builds byte for byte."""
+    from builder.core.hashing import sha256_file
+
+    return {p.name: sha256_file(p) for p in sorted(Path(parts_dir).glob("*.tar"))}
+
+
+def error_rows(parts_dir: Path) -> list[dict]:
+    """The rows of a stage folder's errors.jsonl."""
+    import json
+
+    return [json.loads(line) for line in (Path(parts_dir) / "errors.jsonl").read_text().splitlines()]

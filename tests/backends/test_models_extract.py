@@ -10,11 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from fake_imagenet import extract_args, write_tree
+from fake_imagenet import extract_args, shard_hashes, write_tree
 from PIL import Image
 from tiny_models import write_tiny_lama, write_tiny_sam
 
-from builder.core.hashing import sha256_file
 from builder.formats.parts import iter_parts
 from hsi.cli import main
 
@@ -43,10 +42,6 @@ def extract_with_models(tree, models, out, *extra) -> int:
     checkpoints = ["--sam-checkpoint", str(models["sam"]), "--lama-checkpoint", str(models["lama"])]
     extra = ["--device", "cpu", "--shard-size", "3", *map(str, extra)]
     return main(extract_args(tree.root, out, *sam_and_lama(models), *checkpoints, *extra))
-
-
-def shard_hashes(parts_dir: Path) -> dict[str, str]:
-    return {p.name: sha256_file(p) for p in sorted(parts_dir.glob("*.tar"))}
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_imagenet import write_tree
+from fake_imagenet import error_rows, shard_hashes, write_tree
 from PIL import Image
 from subprocesses import hsi_command, wait_for_states
 
@@ -21,14 +21,6 @@ from hsi.cli import main
 
 def extract(*args) -> int:
     return main(["extract", "--no-progress", *map(str, args)])
-
-
-def shard_hashes(parts_dir: Path) -> dict[str, str]:
-    return {p.name: sha256_file(p) for p in sorted(parts_dir.glob("*.tar"))}
-
-
-def error_rows(parts_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (parts_dir / "errors.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")

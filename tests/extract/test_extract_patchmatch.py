@@ -7,10 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_imagenet import synthetic_photo, voc_xml, write_tree
+from fake_imagenet import error_rows, shard_hashes, synthetic_photo, voc_xml, write_tree
 from PIL import Image
 
-from builder.core.hashing import sha256_file
 from builder.extract.images import decode_image
 from builder.formats.parts import iter_parts
 from hsi.cli import main
@@ -20,14 +19,6 @@ COVERED = "ILSVRC2012_val_00000099"  # its box covers the whole photo: nothing l
 
 def extract(*args) -> int:
     return main(["extract", "--no-progress", "--inpainter", "patchmatch", *map(str, args)])
-
-
-def shard_hashes(parts_dir: Path) -> dict[str, str]:
-    return {p.name: sha256_file(p) for p in sorted(parts_dir.glob("*.tar"))}
-
-
-def error_rows(parts_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (parts_dir / "errors.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
