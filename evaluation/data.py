@@ -233,6 +233,27 @@ class EvalBatches(SplitReader):
                         ).sample_row(),
                     )
 
+    def records(self) -> tuple[list[dict], list[dict]]:
+        """(sample rows, error rows) of this reader without decoding any image: the metadata that
+        scoring a predictions file needs (a sample whose json or cls is broken is an error row)."""
+        rows, errors = [], []
+        for shard, key, members, error in self._samples():
+            if error is not None:
+                errors.append(error)
+                continue
+            try:
+                meta = sample_json(members["json"]) if "json" in members else {}
+                cls = sample_label(members["cls"], meta)
+            except Exception as exc:  # as in a model run: one sample's error row, the rest go on
+                errors.append(
+                    Issue(
+                        key, "undecodable-sample", f"{type(exc).__name__}: {exc}", "eval", shard=shard, key=key
+                    ).sample_row()
+                )
+            else:
+                rows.append({"key": key, "shard": shard, "cls": cls, "meta": meta})
+        return rows, errors
+
     def __iter__(self) -> Iterator[Batch]:
         import torch
 

@@ -136,24 +136,10 @@ def _class_or_none(value) -> int | None:
 
 def prediction_rows(probs: np.ndarray, rows: list[dict], classifier: Classifier, wnids: tuple[str, ...]) -> list[dict]:
     """One output row per sample: its metadata, top-5 classes and the probabilities that matter."""
-    from builder.core.classes import class_of
-
     k = min(TOP_K, probs.shape[1])
     top = np.argsort(-probs, axis=1, kind="stable")[:, :k]
     out = []
     for i, row in enumerate(rows):
-        meta = row["meta"]
-        label_class = meta.get("class_index")
-        if label_class is None:
-            if not 0 <= row["cls"] < len(wnids):  # a sample of someone else's data: one line, not an IndexError
-                raise InputError(
-                    f"sample {row['key']} of {row['shard']}: its json names no class_index and its cls {row['cls']} "
-                    f"is beyond the config's {len(wnids)} labels; the dataset was not composed by this tool"
-                )
-            label_class = class_of(wnids[row["cls"]]).index
-        paired = meta.get("paired_wnid")
-        paired_class = class_of(paired).index if paired else None
-        background_class = _class_or_none(meta.get("background_class_index"))
 
         def prob_of(class_index, row=i):
             if class_index is None:
@@ -162,27 +148,51 @@ def prediction_rows(probs: np.ndarray, rows: list[dict], classifier: Classifier,
             return None if column < 0 else float(probs[row, column])
 
         top_classes = [int(c) for c in classifier.class_index[top[i]]]
-        out.append(
-            {
-                "key": row["key"],
-                "shard": row["shard"],
-                "status": "ok",
-                "detail": None,
-                "cls": row["cls"],
-                "label_class": int(label_class),
-                "pred_class": top_classes[0],
-                "top5_class": top_classes,
-                "top5_prob": [float(p) for p in probs[i, top[i]]],
-                "correct": top_classes[0] == label_class,
-                "correct_top5": label_class in top_classes,
-                "prob_label": prob_of(label_class),
-                "prob_background_class": prob_of(background_class),
-                "paired_class_index": paired_class,
-                "prob_paired_class": prob_of(paired_class),
-                "meta": meta,
-            }
-        )
+        out.append(scored_row(row, wnids, top_classes, [float(p) for p in probs[i, top[i]]], prob_of))
     return out
+
+
+def scored_row(
+    row: dict,
+    wnids: tuple[str, ...],
+    top_classes: list[int],
+    top_probs: list[float] | None,
+    prob_of: Callable[[int | None], float | None],
+) -> dict:
+    """One sample's prediction row from its top classes (best first) and a probability lookup by
+    ImageNet class: what a model run and a predictions file (`hsi.score`) both produce."""
+    from builder.core.classes import class_of
+
+    meta = row["meta"]
+    label_class = meta.get("class_index")
+    if label_class is None:
+        if not 0 <= row["cls"] < len(wnids):  # a sample of someone else's data: one line, not an IndexError
+            raise InputError(
+                f"sample {row['key']} of {row['shard']}: its json names no class_index and its cls {row['cls']} "
+                f"is beyond the config's {len(wnids)} labels; the dataset was not composed by this tool"
+            )
+        label_class = class_of(wnids[row["cls"]]).index
+    paired = meta.get("paired_wnid")
+    paired_class = class_of(paired).index if paired else None
+    background_class = _class_or_none(meta.get("background_class_index"))
+    return {
+        "key": row["key"],
+        "shard": row["shard"],
+        "status": "ok",
+        "detail": None,
+        "cls": row["cls"],
+        "label_class": int(label_class),
+        "pred_class": top_classes[0],
+        "top5_class": top_classes,
+        "top5_prob": top_probs,
+        "correct": top_classes[0] == label_class,
+        "correct_top5": label_class in top_classes,
+        "prob_label": prob_of(label_class),
+        "prob_background_class": prob_of(background_class),
+        "paired_class_index": paired_class,
+        "prob_paired_class": prob_of(paired_class),
+        "meta": meta,
+    }
 
 
 @dataclass

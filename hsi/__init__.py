@@ -1,6 +1,17 @@
 """The `hsi` command line and the demo pipeline: the top of the stack. It imports every layer and
-holds no logic of its own, so the layers below never import a command."""
+holds no logic of its own, so the layers below never import a command.
+
+The public Python API: `hsi.score(predictions, data)` -> `hsi.Evaluation`. It is loaded on first
+use, so `import hsi` stays light (no torch, no pandas)."""
 
 from builder import __version__
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "score", "Evaluation"]
+
+
+def __getattr__(name: str):
+    if name in ("score", "Evaluation"):
+        from evaluation import external
+
+        return getattr(external, name)
+    raise AttributeError(f"module 'hsi' has no attribute {name!r}")

@@ -114,6 +114,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="recompute every report from a predictions.parquet, without the model",
     )
     analysis.add_argument(
+        "--predictions",
+        type=Path,
+        help="score predictions made elsewhere on SOURCE: a CSV or parquet file of key and pred_class (0-999) or "
+        "pred_wnid, optionally top5_class/top5_wnid (';'-separated) and probabilities",
+    )
+    analysis.add_argument(
         "--bootstrap", type=positive_int, default=1000, help="bootstrap resamples for the intervals (default 1000)"
     )
     analysis.add_argument("--seed", type=seed_int, default=0, help="bootstrap seed (default 0)")
@@ -193,6 +199,8 @@ def run(args: argparse.Namespace) -> int:
     bootstrap = BootstrapSettings(resamples=args.bootstrap, seed=args.seed)
     if args.from_predictions is not None:
         return _run_from(args, bootstrap)
+    if args.predictions is not None:
+        return _run_predictions(args, bootstrap)
     if not args.source:
         raise UsageError(
             "pass a SOURCE (release folder, dataset folder or hf:// address), or --from predictions.parquet"
@@ -252,4 +260,18 @@ def _run_from(args: argparse.Namespace, bootstrap) -> int:
         f"reports recomputed from {path.name}: {folder.path / EVAL_MD} and eval.json ({report['metrics']['samples']} "
         "samples)"
     )
+    return EXIT_OK
+
+
+def _run_predictions(args: argparse.Namespace, bootstrap) -> int:
+    from evaluation.external import score
+    from evaluation.report import EVAL_MD
+
+    if not args.source:
+        raise UsageError("--predictions scores a file on a SOURCE: pass the release folder, dataset folder or hf://")
+    evaluation = score(
+        args.predictions, args.source, config=args.config, split=args.split, bootstrap=bootstrap, announce=_announce
+    )
+    folder = evaluation.save(args.out, f"predictions_{args.predictions.name}")
+    print(f"{args.predictions.name}: {evaluation.metrics['samples']} samples scored: {folder / EVAL_MD} and eval.json")
     return EXIT_OK
