@@ -169,7 +169,8 @@ def _checkpoint_file(path: Path) -> Path:
     return path
 
 
-def _apply_overrides(pre: Preprocessing, options: ModelOptions) -> Preprocessing:
+def apply_overrides(pre: Preprocessing, options: ModelOptions) -> Preprocessing:
+    """`pre` with the preprocessing the options set (flags, or `hsi.evaluate`'s keywords), checked."""
     changes = {}
     for name in ("mean", "std", "input_size", "interpolation"):
         value = getattr(options, name)
@@ -400,7 +401,7 @@ def load_model(spec: str, options: ModelOptions = ModelOptions()) -> LoadedModel
     name, target = classifier_entry(spec)
     loaded = make_backend("classifier", name, ClassifierSpec(target, options))
     loaded.default_preprocessing = loaded.preprocessing
-    loaded.preprocessing = _apply_overrides(loaded.preprocessing, options)
+    loaded.preprocessing = apply_overrides(loaded.preprocessing, options)
     return loaded
 
 

@@ -1,12 +1,12 @@
 """The `hsi` command line and the demo pipeline: the top of the stack. It imports every layer and
 holds no logic of its own, so the layers below never import a command.
 
-The public Python API: `hsi.score(predictions, data)` -> `hsi.Evaluation`. It is loaded on first
-use, so `import hsi` stays light (no torch, no pandas)."""
+The public Python API: `hsi.evaluate(model, data)` and `hsi.score(predictions, data)`, each ->
+`hsi.Evaluation`. It is loaded on first use, so `import hsi` stays light (no torch, no pandas)."""
 
 from builder import __version__
 
-__all__ = ["__version__", "score", "Evaluation"]
+__all__ = ["__version__", "evaluate", "score", "Evaluation"]
 
 
 def __getattr__(name: str):
@@ -14,4 +14,8 @@ def __getattr__(name: str):
         from evaluation import external
 
         return getattr(external, name)
+    if name == "evaluate":
+        from evaluation import inprocess
+
+        return inprocess.evaluate
     raise AttributeError(f"module 'hsi' has no attribute {name!r}")

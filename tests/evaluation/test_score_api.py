@@ -78,10 +78,10 @@ def test_cli_predictions_writes_the_same_eval_json(evaluated, paper_set, tmp_pat
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def readme_block() -> str:
-    """The Python block of the README's "Predictions from anywhere" section, as it is there."""
-    section = README.read_text("utf-8").split("### Predictions from anywhere", 1)[1]
-    return section.split("```python\n", 1)[1].split("```", 1)[0]
+def readme_block(number: int = 0) -> str:
+    """Python block `number` of the README's "Your own model or predictions" section, as it is there."""
+    section = README.read_text("utf-8").split("### Your own model or predictions, from Python", 1)[1]
+    return section.split("\n### ", 1)[0].split("```python\n")[1 + number].split("```", 1)[0]
 
 
 def test_the_readme_example_runs_and_saves_the_same_metrics(evaluated, paper_set, tmp_path, monkeypatch, capsys):

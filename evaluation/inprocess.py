@@ -1,0 +1,178 @@
+"""A model in the caller's process, evaluated as `hsi eval` evaluates a spec (`hsi.evaluate`).
+
+The model is a `torch.nn.Module`, a callable from a uint8 NHWC numpy batch to logits or
+probabilities (any framework), or a spec string as on the command line. Each becomes a
+`LoadedModel`, so the shards are proved, decoded, resized and classified by the one prediction
+path (`predict.run_predictions`) and analysed by the one `analyse`: the same rows, metrics,
+intervals and reports as `hsi eval`.
+
+A callable is wrapped in a parameter-free module: the `Classifier` normalises with mean 0 and
+std 1/255, which leaves the canvas's own pixel values, and the wrapper hands them back as uint8.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from builder.core.errors import UsageError
+
+from .bootstrap import BootstrapSettings
+from .external import Evaluation
+from .models import (
+    LoadedModel,
+    ModelOptions,
+    Preprocessing,
+    apply_overrides,
+    load_model,
+    parse_floats,
+    timm_preprocessing,
+)
+from .pipeline import RunSettings, analyse, predictions_for
+from .predict import plan_run, verify_plan
+from .predictions import PREDICTIONS_NAME, write_predictions
+
+OUTPUTS = ("logits", "probabilities")
+RAW_PIXELS = {"mean": (0.0, 0.0, 0.0), "std": (1 / 255,) * 3}  # the Classifier then leaves pixels as they are
+
+
+class NumpyModel(torch.nn.Module):
+    """`fn` (uint8 B x H x W x 3 numpy -> B x K numpy) as the module a `Classifier` runs; probabilities
+    become log-probabilities, so the Classifier's softmax gives them back unchanged."""
+
+    def __init__(self, fn: Callable, outputs: str = "logits"):
+        super().__init__()
+        self.fn, self.outputs = fn, outputs
+
+    def forward(self, x):
+        pixels = x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
+        out = np.asarray(self.fn(pixels), dtype=np.float32)
+        if out.ndim != 2 or out.shape[0] != len(pixels):
+            raise UsageError(
+                f"the callable returned shape {out.shape} for a batch of {len(pixels)}: it must return (batch, classes)"
+            )
+        if self.outputs == "probabilities":
+            with np.errstate(divide="ignore"):
+                out = np.log(out)
+        return torch.from_numpy(out).to(x.device)
+
+
+def _triple(value, name: str, positive: bool = False) -> tuple[float, float, float] | None:
+    if value is None:
+        return None
+    values = [value] if isinstance(value, (int, float)) else list(value)
+    return parse_floats(",".join(str(float(v)) for v in values), 3, name, positive)
+
+
+def _size(value) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    size = (value, value) if isinstance(value, int) else tuple(value)
+    if len(size) != 2 or not all(isinstance(v, int) and v > 0 for v in size):
+        raise UsageError(f"input_size is a side or (height, width) in pixels, got {value!r}")
+    return size
+
+
+def as_loaded(model, options: ModelOptions, outputs: str = "logits", name: str | None = None) -> LoadedModel:
+    """A module, a numpy callable or a spec string as the `LoadedModel` the prediction path runs."""
+    if outputs not in OUTPUTS:
+        raise UsageError(f"outputs must be one of {', '.join(OUTPUTS)}, got {outputs!r}")
+    if isinstance(model, (str, Path)):
+        return load_model(str(model), options)
+    if isinstance(model, torch.nn.Module):
+        model.eval()
+        if getattr(model, "pretrained_cfg", None):
+            pre = apply_overrides(timm_preprocessing(model), options)
+        elif options.mean is None or options.std is None:
+            raise UsageError(
+                f"{type(model).__name__} has no timm pretrained_cfg: pass its normalisation, "
+                "mean=(r, g, b) and std=(r, g, b) in [0, 1] units (input_size 224 and bicubic unless given)"
+            )
+        else:
+            pre = replace(apply_overrides(Preprocessing(), options), source="given to hsi.evaluate")
+        return LoadedModel(name or f"module:{type(model).__name__}", model, pre, options.classes)
+    if callable(model):
+        given = [key for key in ("mean", "std") if getattr(options, key) is not None]
+        if given:
+            raise UsageError(f"a numpy callable gets uint8 pixels and normalises them itself: drop {', '.join(given)}")
+        pre = apply_overrides(Preprocessing(**RAW_PIXELS), options)
+        pre = replace(pre, source="uint8 NHWC canvas to a numpy callable, which normalises it itself")
+        label = name or f"callable:{getattr(model, '__name__', type(model).__name__)}"
+        return LoadedModel(label, NumpyModel(model, outputs), pre, options.classes)
+    raise UsageError(
+        f"hsi.evaluate takes a torch.nn.Module, a numpy callable or a model spec, not a {type(model).__name__}"
+    )
+
+
+def evaluate(
+    model,
+    data,
+    *,
+    config: str | None = None,
+    split: str | None = None,
+    mean: Sequence[float] | float | None = None,
+    std: Sequence[float] | float | None = None,
+    input_size: int | Sequence[int] | None = None,
+    interpolation: str | None = None,
+    crop_pct: float | None = None,
+    classes: Sequence[str] | None = None,
+    outputs: str = "logits",
+    name: str | None = None,
+    batch_size: int = 64,
+    workers: int = 2,
+    device: str | None = None,
+    amp: bool = False,
+    limit: int | None = None,
+    label_space: str = "imagenet",
+    progress: bool = True,
+    bootstrap: BootstrapSettings | None = None,
+    announce: Callable[[str], None] = print,
+) -> Evaluation:
+    """Evaluate `model` on `data` (a release folder, a composed folder or hf://) as `hsi eval` does.
+
+    `model`: a `torch.nn.Module` (preprocessing from its timm `pretrained_cfg`, else `mean` and
+    `std` are required: no normalisation is guessed; it is put in eval mode), a callable from a
+    uint8 NHWC numpy batch to `outputs` ("logits" or "probabilities"; run on the CPU unless
+    `device` says otherwise), or a spec string (`timm:NAME`, `ts:FILE`, ...). The canvas is resized
+    to `input_size` (224 unless the model says otherwise) with `interpolation`, as `hsi eval` does.
+    """
+    from .data import default_split
+
+    options = ModelOptions(
+        classes=tuple(classes) if classes else None,
+        mean=_triple(mean, "mean"),
+        std=_triple(std, "std", positive=True),
+        input_size=_size(input_size),
+        interpolation=interpolation,
+        crop_pct=crop_pct,
+    )
+    loaded = as_loaded(model, options, outputs, name)
+    if device is None:
+        device = "cpu" if isinstance(loaded.module, NumpyModel) else "auto"
+    settings = RunSettings(
+        config=config,
+        split=split or default_split(data, config),
+        batch_size=batch_size,
+        workers=workers,
+        device=device,
+        amp=amp,
+        limit=limit,
+        label_space=label_space,
+        progress=progress,
+        bootstrap=bootstrap or BootstrapSettings(),
+    )
+    plan = plan_run(loaded, data, config, settings.split, batch_size=batch_size, limit=limit, label_space=label_space)
+    verify_plan(plan, settings.split, limit, announce)
+    run = predictions_for(loaded, data, settings, plan=plan, announce=announce)
+    with tempfile.TemporaryDirectory(prefix="hsi-evaluate-") as tmp:
+        path = write_predictions(Path(tmp) / PREDICTIONS_NAME, run.rows, run.errors, run.metadata)
+        report = analyse(path, Path(tmp), settings.bootstrap)
+    return Evaluation(report, run.rows, run.errors, run.metadata, settings.bootstrap)
+
+
+__all__ = ["NumpyModel", "as_loaded", "evaluate"]
