@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from builder.core.owned import OwnedFolder
+from builder.core.owned import FolderView, OwnedFolder
 
 from .models import LoadedModel, Preprocessing, model_slug
 
@@ -80,39 +80,21 @@ def _remove_empty(root: Path) -> None:
         root.rmdir()
 
 
-class ModelFolder:
+class ModelFolder(FolderView):
     """The files of one evaluation: `name/...` inside an OwnedFolder (`name` "" for its root)."""
 
     def __init__(self, owned: OwnedFolder, name: str = "") -> None:
-        self.owned = owned
-        self.name = name
+        super().__init__(owned, prefix=name)
 
     @property
-    def path(self) -> Path:
-        return self.owned.root / self.name if self.name else self.owned.root
+    def name(self) -> str:
+        return self.prefix
 
-    def check_writable(self, files: list[str]) -> None:
-        """Refuse now, before any work, what writing `files` would refuse later: a linked model
-        folder, a user's file where one of them goes (creating nothing)."""
+    def check_writable(self, *files: str) -> None:
+        """As FolderView's, but creating nothing for a model folder that does not exist yet."""
         if self.name and not (self.path.exists() or self.path.is_symlink()):
             return
-        for file in files:
-            self.owned.path(self.relative(file))
-
-    def relative(self, file: str) -> str:
-        return f"{self.name}/{file}" if self.name else file
-
-    @contextmanager
-    def writing(self, file: str) -> Iterator[Path]:
-        """A temporary path for any writer; renamed to `file` and recorded when the block succeeds."""
-        with self.owned.writing(self.relative(file)) as tmp:
-            yield tmp
-
-    def write_text(self, file: str, text: str) -> Path:
-        return self.owned.write_text(self.relative(file), text)
-
-    def owns(self, file: str) -> bool:
-        return self.owned.owns(self.relative(file))
+        super().check_writable(*files)
 
     def keep_only(self, files: set[str]) -> list[str]:
         """Remove this folder's recorded files outside `files` (an earlier run's leftovers: a
@@ -120,9 +102,9 @@ class ModelFolder:
         # a report written at the root of a folder (`--from ... --out X`) tidies only its plots
         prefix = f"{self.name}/" if self.name else "plots/"
         keep = {self.relative(f) for f in files}
-        removed = [n for n in self.owned.listed(prefix) if n not in keep]
+        removed = [n for n in self.owner().listed(prefix) if n not in keep]
         for name in removed:
-            self.owned.remove(name)
+            self.owner().remove(name)
         return removed
 
 

@@ -70,7 +70,7 @@ class Evaluation:
 
         with OwnedFolder(Path(directory), EVAL_KIND) as owned:
             folder = ModelFolder(owned, name)
-            folder.check_writable([PREDICTIONS_NAME])
+            folder.check_writable(PREDICTIONS_NAME)
             with folder.writing(PREDICTIONS_NAME) as path:
                 write_predictions(path, self._rows, self._errors, self._metadata)
             self.report = analyse(folder.path / PREDICTIONS_NAME, folder, self._bootstrap)

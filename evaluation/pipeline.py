@@ -91,7 +91,7 @@ def analyse(
     or a plain folder its caller owns)."""
     frame, metadata = read_predictions(predictions_path)  # a table refused here leaves nothing behind
     if isinstance(folder, ModelFolder):
-        folder.check_writable([EVAL_JSON, EVAL_MD])  # refused before a plot is replaced
+        folder.check_writable(EVAL_JSON, EVAL_MD)  # refused before a plot is replaced
     else:
         folder = PlainFolder(Path(folder))
     metrics = compute_metrics(frame, label_space_size=metadata["label_space"]["classes"], settings=bootstrap)
@@ -213,7 +213,7 @@ def evaluate_model(
         label_space=settings.label_space,
     )
     identity = planned_identity(loaded, source, settings, plan.manifest, plan.space.name)
-    folder.check_writable([PREDICTIONS_NAME, EVAL_JSON, EVAL_MD])
+    folder.check_writable(PREDICTIONS_NAME, EVAL_JSON, EVAL_MD)
     previous = checked_report(folder.path / EVAL_JSON) if (folder.path / EVAL_JSON).exists() else None
     if previous is not None and not settings.overwrite:
         if run_identity(previous) != identity:

@@ -13,10 +13,9 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from builder.core.names import inside
-from builder.core.owned import OwnedFolder
+from builder.core.owned import FolderView, OwnedFolder
 
 KIND = "train"
 
@@ -27,24 +26,16 @@ def writing_rank() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-class RunFolder:
-    """The folder `prefix` inside an owned `--out` (the whole of it for an empty prefix)."""
+class RunFolder(FolderView):
+    """The folder `prefix` inside an owned `--out` (the whole of it for an empty prefix); `owned` is
+    None on the ranks that only read."""
 
     def __init__(self, owned: OwnedFolder | None, root: Path, prefix: str = "") -> None:
-        self.owned = owned
-        self.root = Path(root)
-        self.prefix = prefix.strip("/")
-
-    @property
-    def path(self) -> Path:
-        return self.root / self.prefix if self.prefix else self.root
+        super().__init__(owned, root, prefix)
 
     @property
     def name(self) -> str:
         return self.path.name
-
-    def relative(self, name: str) -> str:
-        return f"{self.prefix}/{name}" if self.prefix else name
 
     def child(self, name: str) -> RunFolder:
         return RunFolder(self.owned, self.root, self.relative(name))
@@ -58,32 +49,6 @@ class RunFolder:
         else:
             target = self.owned.path(relative)
         return target if target.exists() or target.is_symlink() else None
-
-    def check_writable(self, *names: str) -> None:
-        """Refuse now, before any work, what a later write of `names` would refuse (a link on the way,
-        a user's file in the place of one of ours)."""
-        if self.owned is not None:
-            for name in names:
-                self.owned.path(self.relative(name))
-
-    def _owner(self) -> OwnedFolder:
-        if self.owned is None:
-            raise RuntimeError("only rank 0 writes a training run")  # a programming error, never a user's
-        return self.owned
-
-    @contextmanager
-    def writing(self, name: str) -> Iterator[Path]:
-        with self._owner().writing(self.relative(name)) as tmp:
-            yield tmp
-
-    def write_json(self, name: str, payload: Any) -> Path:
-        return self._owner().write_json(self.relative(name), payload)
-
-    def write_text(self, name: str, text: str) -> Path:
-        return self._owner().write_text(self.relative(name), text)
-
-    def write_bytes(self, name: str, data: bytes) -> Path:
-        return self._owner().write_bytes(self.relative(name), data)
 
     def save_torch(self, name: str, payload: dict) -> Path:
         import torch

@@ -229,3 +229,53 @@ def _is_safe(relative: str) -> bool:
     except UsageError:
         return False
     return True
+
+
+class FolderView:
+    """The files below `prefix` inside an `OwnedFolder` (all of it for ""): one model's evaluation,
+    one training run. Every write goes through the folder's own rules; `owned` is None where this
+    process only reads (a torchrun rank other than 0), and a write then is a programming error."""
+
+    def __init__(self, owned: OwnedFolder | None, root: Path | None = None, prefix: str = "") -> None:
+        if root is None and owned is None:
+            raise TypeError("a FolderView needs its OwnedFolder or its root")
+        self.owned = owned
+        self.root = Path(root) if root is not None else owned.root  # type: ignore[union-attr]
+        self.prefix = prefix.strip("/")
+
+    @property
+    def path(self) -> Path:
+        return self.root / self.prefix if self.prefix else self.root
+
+    def relative(self, name: str) -> str:
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def check_writable(self, *names: str) -> None:
+        """Refuse now, before any work, what a later write of `names` would refuse (a link on the way,
+        a user's file in the place of one of ours)."""
+        if self.owned is not None:
+            for name in names:
+                self.owned.path(self.relative(name))
+
+    def owner(self) -> OwnedFolder:
+        if self.owned is None:
+            raise RuntimeError("this process does not write the folder")  # a programming error, never a user's
+        return self.owned
+
+    @contextmanager
+    def writing(self, name: str) -> Iterator[Path]:
+        """A temporary path for any writer; renamed to `name` and recorded when the block succeeds."""
+        with self.owner().writing(self.relative(name)) as tmp:
+            yield tmp
+
+    def write_text(self, name: str, text: str) -> Path:
+        return self.owner().write_text(self.relative(name), text)
+
+    def write_json(self, name: str, payload: Any) -> Path:
+        return self.owner().write_json(self.relative(name), payload)
+
+    def write_bytes(self, name: str, data: bytes) -> Path:
+        return self.owner().write_bytes(self.relative(name), data)
+
+    def owns(self, name: str) -> bool:
+        return self.owned is not None and self.owned.owns(self.relative(name))
