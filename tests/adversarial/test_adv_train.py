@@ -1,6 +1,6 @@
 """`hsi train` under attack and in a new user's hands: a crafted or damaged `last.pt`, a linked
 method folder, a user's file in the run folder, two runs at once, a resume on other data, hostile
-group names and junk files for `--report`, a holdout that comes out empty, the README's DFR finished
+group names and junk files for `--report`, a holdout that comes out empty, docs/train.md's DFR recipe
 and the defaults `--help` shows. Each test failed on the code before its fix."""
 
 from __future__ import annotations
@@ -75,11 +75,11 @@ def copy_runs(finished, tmp_path, *skip: str) -> Path:
     return runs
 
 
-# -- point 14: the README's DFR finished works as written; a refused reuse says why -----------------------------
+# -- point 14: docs/train.md's DFR recipe works as written; a refused reuse says why -----------------------------
 
 
 def test_readme_dfr_recipe_reuses_each_erm_seed_and_writes_nothing_into_it(finished, planted, tmp_path):
-    runs = copy_runs(finished, tmp_path, "dfr")  # ERM --seeds 2 done, as the README's first line leaves it
+    runs = copy_runs(finished, tmp_path, "dfr")  # ERM --seeds 2 done, as the recipe's first line leaves it
     erm_files = files_of(runs / "erm")
     assert train(planted, runs, "--seeds", "2", "--method", "dfr", "--dfr-refits", "2", "--erm-run", runs / "erm") == 0
     assert files_of(runs / "erm") == erm_files  # DFR only read the ERM runs
