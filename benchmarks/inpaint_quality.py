@@ -208,6 +208,11 @@ def main(argv: list[str] | None = None) -> dict:
     for i, photo in enumerate(photos):
         row = " | ".join(f"{v:.2f}" for v in [photo_texture[i][0]] + [results[n]["per_photo"][i][0] for n in results])
         print(f"  {photo.image_id}: {row}")
+    if {"telea", "patchmatch"} <= set(results):
+        gain = results["patchmatch"]["canvas"] / max(results["telea"]["canvas"], 1e-9)
+        speed = results["patchmatch"]["images_per_s"] / max(results["telea"]["images_per_s"], 1e-9)
+        met = "met" if gain > 1 else "NOT met"
+        print(f"ratio patchmatch / telea: texture@224 {gain:.2f} (target > 1: {met}), speed {speed:.2f}")
     sheet = args.out / "inpaint_sheet.png"
     write_sheet(sheet, photos, fills, args.sheet_height)
     print(f"sheet: {sheet}")

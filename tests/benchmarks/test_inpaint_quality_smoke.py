@@ -25,6 +25,7 @@ def test_the_benchmark_prints_both_inpainters_and_writes_the_sheet(tmp_path, cap
     )
     printed = capsys.readouterr().out
     assert "telea" in printed and "patchmatch" in printed and "50k val" in printed
+    assert "ratio patchmatch / telea: texture@224" in printed and "(target > 1: " in printed
     assert set(figures["results"]) == {"telea", "patchmatch"}
     for result in figures["results"].values():
         assert result["images_per_s"] > 0 and math.isfinite(result["canvas"]) and math.isfinite(result["native"])
