@@ -86,7 +86,10 @@ def as_loaded(model, options: ModelOptions, outputs: str = "logits", name: str |
     if isinstance(model, (str, Path)):
         return load_model(str(model), options)
     if isinstance(model, torch.nn.Module):
-        model.eval()
+        try:
+            model.eval()
+        except NotImplementedError:  # torch.export's module(): its mode was fixed when it was exported
+            pass
         if getattr(model, "pretrained_cfg", None):
             pre = apply_overrides(timm_preprocessing(model), options)
         elif options.mean is None or options.std is None:

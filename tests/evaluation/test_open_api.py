@@ -189,3 +189,25 @@ def test_evaluate_runs_the_clean_and_background_passes_as_hsi_eval(paper_set, fl
     for name in ("clean_accuracy.csv", "background_accuracy.csv"):
         assert (folder / name).read_bytes() == (out / f"ts_{planted_corner.name}" / name).read_bytes()
     assert json.loads((folder / "eval.json").read_text())["clean"] == cli["clean"]
+
+
+def test_a_spec_saved_from_python_is_the_report_of_hsi_eval(paper_set, planted_corner, tmp_path):
+    """The same spec and data from Python and from the command line: the same report but for the run's
+    timing, and from the same predictions the same eval.json and eval.md bytes."""
+    import hsi
+
+    out = tmp_path / "cli"
+    assert main(eval_args(paper_set, f"ts:{planted_corner}", str(out))) == 0
+    folder = f"ts_{planted_corner.name}"
+    evaluation = hsi.evaluate(
+        f"ts:{planted_corner}", paper_set, mean=0, std=1, workers=0, progress=False, bootstrap=QUICK, announce=print
+    )
+    saved = evaluation.save(tmp_path / "python", folder)
+    untimed = [json.loads((where / "eval.json").read_text()) for where in (saved, out / folder)]
+    for report in untimed:
+        assert report["run"].pop("seconds") > 0 and report["run"].pop("images_per_second") > 0
+    assert untimed[0] == untimed[1]
+    again = tmp_path / "again"
+    assert main(["eval", "--from", str(saved / "predictions.parquet"), "--out", str(again), "--bootstrap", "100"]) == 0
+    for name in ("eval.json", "eval.md"):
+        assert (again / name).read_bytes() == (saved / name).read_bytes()
