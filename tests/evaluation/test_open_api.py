@@ -167,7 +167,9 @@ def test_evaluate_runs_the_clean_and_background_passes_as_hsi_eval(paper_set, fl
     parts, images = flat_parts
     clean = write_clean_tree(tmp_path / "imagenet", images)
     out = tmp_path / "cli"
-    assert main(eval_args(paper_set, f"ts:{planted_corner}", str(out), "--clean", str(clean), "--parts", str(parts))) == 0
+    assert (
+        main(eval_args(paper_set, f"ts:{planted_corner}", str(out), "--clean", str(clean), "--parts", str(parts))) == 0
+    )
     cli = json.loads((out / f"ts_{planted_corner.name}" / "eval.json").read_text())
     evaluation = hsi.evaluate(
         torch.jit.load(str(planted_corner)),
