@@ -23,7 +23,7 @@ import torch
 from builder.core.errors import UsageError
 
 from .bootstrap import BootstrapSettings
-from .external import Evaluation
+from .eval_folder import PlainFolder
 from .models import (
     LoadedModel,
     ModelOptions,
@@ -33,9 +33,10 @@ from .models import (
     parse_floats,
     timm_preprocessing,
 )
-from .pipeline import RunSettings, analyse, predictions_for
+from .pipeline import RunSettings, analyse, composites_of_rows, model_only_passes, predictions_for, requested_passes
 from .predict import plan_run, verify_plan
 from .predictions import PREDICTIONS_NAME, write_predictions
+from .result import Evaluation
 
 OUTPUTS = ("logits", "probabilities")
 RAW_PIXELS = {"mean": (0.0, 0.0, 0.0), "std": (1 / 255,) * 3}  # the Classifier then leaves pixels as they are
@@ -85,7 +86,10 @@ def as_loaded(model, options: ModelOptions, outputs: str = "logits", name: str |
     if isinstance(model, (str, Path)):
         return load_model(str(model), options)
     if isinstance(model, torch.nn.Module):
-        model.eval()
+        try:
+            model.eval()
+        except NotImplementedError:  # torch.export's module(): its mode was fixed when it was exported
+            pass
         if getattr(model, "pretrained_cfg", None):
             pre = apply_overrides(timm_preprocessing(model), options)
         elif options.mean is None or options.std is None:
@@ -129,6 +133,9 @@ def evaluate(
     amp: bool = False,
     limit: int | None = None,
     label_space: str = "imagenet",
+    clean: str | Path | None = None,
+    clean_split: str = "val",
+    parts: str | Path | None = None,
     progress: bool = True,
     bootstrap: BootstrapSettings | None = None,
     announce: Callable[[str], None] = print,
@@ -138,8 +145,11 @@ def evaluate(
     `model`: a `torch.nn.Module` (preprocessing from its timm `pretrained_cfg`, else `mean` and
     `std` are required: no normalisation is guessed; it is put in eval mode), a callable from a
     uint8 NHWC numpy batch to `outputs` ("logits" or "probabilities"; run on the CPU unless
-    `device` says otherwise), or a spec string (`timm:NAME`, `ts:FILE`, ...). The canvas is resized
+    `device` says otherwise), or a spec string (`timm:NAME`, `ep:FILE`, ...). The canvas is resized
     to `input_size` (224 unless the model says otherwise) with `interpolation`, as `hsi eval` does.
+
+    `clean` (an ImageNet root, its `clean_split`) adds the clean-photo pass and `parts` (an
+    extract's parts folder) the bare-background pass, as `hsi eval --clean` and `--parts` do.
     """
     from .data import default_split
 
@@ -165,14 +175,22 @@ def evaluate(
         label_space=label_space,
         progress=progress,
         bootstrap=bootstrap or BootstrapSettings(),
+        clean_root=Path(clean) if clean is not None else None,
+        clean_split=clean_split,
+        parts_dir=Path(parts) if parts is not None else None,
     )
     plan = plan_run(loaded, data, config, settings.split, batch_size=batch_size, limit=limit, label_space=label_space)
     verify_plan(plan, settings.split, limit, announce)
     run = predictions_for(loaded, data, settings, plan=plan, announce=announce)
     with tempfile.TemporaryDirectory(prefix="hsi-evaluate-") as tmp:
+        passes = requested_passes(settings)
+        extras = model_only_passes(
+            composites_of_rows(run.rows), run.classifier, loaded, settings, PlainFolder(Path(tmp)), announce, passes
+        )
+        files = {section["file"]: (Path(tmp) / section["file"]).read_bytes() for section in extras.values()}
         path = write_predictions(Path(tmp) / PREDICTIONS_NAME, run.rows, run.errors, run.metadata)
-        report = analyse(path, Path(tmp), settings.bootstrap)
-    return Evaluation(report, run.rows, run.errors, run.metadata, settings.bootstrap)
+        report = analyse(path, Path(tmp), settings.bootstrap, extras)
+    return Evaluation(report, run.rows, run.errors, run.metadata, settings.bootstrap, extras, files)
 
 
 __all__ = ["NumpyModel", "as_loaded", "evaluate"]

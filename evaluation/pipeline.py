@@ -137,8 +137,14 @@ def composites_of_predictions(path: Path):
     return ok[columns].reset_index(drop=True)
 
 
-def _extra_sets(
-    composites, classifier, loaded: LoadedModel, settings: RunSettings, folder: ModelFolder, announce, passes
+def model_only_passes(
+    composites,
+    classifier,
+    loaded: LoadedModel,
+    settings: RunSettings,
+    folder: ModelFolder | PlainFolder,
+    announce,
+    passes,
 ) -> dict:
     """The clean-photo and bare-background passes named in `passes` ("clean", "background_only")."""
     extras: dict = {}
@@ -173,7 +179,7 @@ def _extra_sets(
     return extras
 
 
-def _requested(settings: RunSettings) -> list[str]:
+def requested_passes(settings: RunSettings) -> list[str]:
     return [
         name
         for name, given in (("clean", settings.clean_root), ("background_only", settings.parts_dir))
@@ -221,7 +227,7 @@ def evaluate_model(
                 f"{folder.path} holds an evaluation of {loaded.spec} with another {_differences(previous, identity)}; "
                 "pass --overwrite to replace it, or choose another --out"
             )
-        missing = [section for section in _requested(settings) if not previous.get(section)]
+        missing = [section for section in requested_passes(settings) if not previous.get(section)]
         if not missing:
             announce(f"{loaded.spec}: already evaluated on this data revision in {name}/ (pass --overwrite to redo it)")
             return EvalResult(folder.path, previous, skipped=True)
@@ -231,8 +237,8 @@ def evaluate_model(
     run = predictions_for(loaded, source, settings, plan=plan, announce=announce)
     with folder.writing(PREDICTIONS_NAME) as path:
         write_predictions(path, run.rows, run.errors, run.metadata)
-    extras = _extra_sets(
-        composites_of_rows(run.rows), run.classifier, loaded, settings, folder, announce, _requested(settings)
+    extras = model_only_passes(
+        composites_of_rows(run.rows), run.classifier, loaded, settings, folder, announce, requested_passes(settings)
     )
     return EvalResult(folder.path, analyse(folder.path / PREDICTIONS_NAME, folder, settings.bootstrap, extras))
 
@@ -257,7 +263,9 @@ def _add_passes(
     )
     extras = {key: previous[key] for key in MODEL_ONLY if previous.get(key)}
     extras.update(
-        _extra_sets(composites_of_predictions(predictions), classifier, loaded, settings, folder, announce, missing)
+        model_only_passes(
+            composites_of_predictions(predictions), classifier, loaded, settings, folder, announce, missing
+        )
     )
     return EvalResult(folder.path, analyse(predictions, folder, settings.bootstrap, extras))
 

@@ -1,21 +1,39 @@
 """The `hsi` command line and the demo pipeline: the top of the stack. It imports every layer and
 holds no logic of its own, so the layers below never import a command.
 
-The public Python API: `hsi.evaluate(model, data)` and `hsi.score(predictions, data)`, each ->
-`hsi.Evaluation`. It is loaded on first use, so `import hsi` stays light (no torch, no pandas)."""
+It is also the public Python API, the one stable surface (everything else is internal):
+
+- `hsi.open(source, config=None, split=None)` -> `hsi.Dataset`: one split's samples, metadata and groups,
+  and `.eval(predictions)`;
+- `hsi.score(predictions, data)` -> `hsi.Evaluation`: predictions made anywhere, scored;
+- `hsi.evaluate(model, data, **settings)` -> `hsi.Evaluation`: a module, a numpy callable or a spec;
+- `hsi.stream(source, config, split, ...)`: the shards as a training stream.
+
+Each is loaded on first use, so `import hsi` stays light (no torch, no pandas)."""
 
 from builder import __version__
 
-__all__ = ["__version__", "evaluate", "score", "Evaluation"]
+__all__ = ["__version__", "open", "Dataset", "score", "evaluate", "Evaluation", "stream"]
+
+# public name -> (module, attribute), imported when first used
+_LAZY = {
+    "open": ("evaluation.external", "open_dataset"),
+    "Dataset": ("evaluation.external", "Dataset"),
+    "score": ("evaluation.external", "score"),
+    "Evaluation": ("evaluation.result", "Evaluation"),
+    "evaluate": ("evaluation.inprocess", "evaluate"),
+    "stream": ("builder.formats.stream", "stream"),
+}
 
 
 def __getattr__(name: str):
-    if name in ("score", "Evaluation"):
-        from evaluation import external
+    if name not in _LAZY:
+        raise AttributeError(f"module 'hsi' has no attribute {name!r}")
+    import importlib
 
-        return getattr(external, name)
-    if name == "evaluate":
-        from evaluation import inprocess
+    module, attribute = _LAZY[name]
+    return getattr(importlib.import_module(module), attribute)
 
-        return inprocess.evaluate
-    raise AttributeError(f"module 'hsi' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
