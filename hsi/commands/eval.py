@@ -195,6 +195,10 @@ def run(args: argparse.Namespace) -> int:
     from evaluation.bootstrap import BootstrapSettings
 
     bootstrap = BootstrapSettings(resamples=args.bootstrap, seed=args.seed)
+    if args.from_predictions is not None and args.predictions is not None:
+        raise UsageError(
+            "--from recomputes an hsi eval predictions.parquet, --predictions scores a file made elsewhere: pass one"
+        )
     if args.from_predictions is not None:
         return _run_from(args, bootstrap)
     if args.predictions is not None:
@@ -261,10 +265,35 @@ def _run_from(args: argparse.Namespace, bootstrap) -> int:
     return EXIT_OK
 
 
+# The flags scoring a predictions file reads; every other one configures a model run (the model, its
+# preprocessing, its batches, --limit, --clean, --parts), which the file's predictions have replaced.
+PREDICTIONS_FLAGS = frozenset({"source", "config", "split", "out", "predictions", "bootstrap", "seed", "no_progress"})
+
+
+def model_run_flags_given(args: argparse.Namespace) -> list[str]:
+    """The model-run flags `args` sets to other than their default, by name: those a user gave (a flag
+    given its default value cannot be told apart, and changes nothing)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    defaults = parser.parse_args([])
+    return [
+        action.option_strings[-1]
+        for action in parser._actions  # argparse lists its actions only here
+        if action.dest not in PREDICTIONS_FLAGS and getattr(args, action.dest) != getattr(defaults, action.dest)
+    ]
+
+
 def _run_predictions(args: argparse.Namespace, bootstrap) -> int:
     from evaluation.external import score
     from evaluation.report import EVAL_MD
 
+    given = model_run_flags_given(args)
+    if given:
+        raise UsageError(
+            f"--predictions already fixes the model's outputs, so {', '.join(given)} (for a model run) "
+            f"{'does' if len(given) == 1 else 'do'} not apply; drop {'it' if len(given) == 1 else 'them'}, or "
+            "evaluate the model itself without --predictions"
+        )
     if not args.source:
         raise UsageError("--predictions scores a file on a SOURCE: pass the release folder, dataset folder or hf://")
     evaluation = score(
