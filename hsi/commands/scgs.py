@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--prompt-template", default="a photo of a {class_name}", help="SD prompt; {class_name} is the true class"
     )
     parser.add_argument("--negative-prompt", default="", help="SD negative prompt (default: none)")
-    parser.add_argument("--steps", type=int, default=30, help="SD denoising steps (int(steps x strength) are run)")
+    parser.add_argument("--steps", type=int, default=30, help="SD denoising steps, of which int(steps x strength) run")
     parser.add_argument("--guidance", type=float, default=7.5, help="SD classifier-free guidance scale")
     parser.add_argument("--strength", type=float, default=0.9, help="SD inpainting strength, in (0, 1]")
     parser.add_argument(
