@@ -10,6 +10,7 @@ import sys
 
 from builder import __version__
 from builder.core.errors import HsiError
+from hsi.commands.common import DefaultsShown
 
 # subcommand -> module providing `add_arguments(parser)`, `run(args) -> int` and a `HELP` line.
 SUBCOMMANDS: dict[str, str] = {
@@ -29,12 +30,15 @@ SUBCOMMANDS: dict[str, str] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hsi", description="Build, validate and publish Hard-Spurious-ImageNet.")
+    parser = argparse.ArgumentParser(
+        prog="hsi", description="Build, validate and publish Hard-Spurious-ImageNet.", formatter_class=DefaultsShown
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module_name in SUBCOMMANDS.items():
         module = importlib.import_module(module_name)
-        sub = subparsers.add_parser(name, help=module.HELP, description=module.HELP)
+        # add_parser does not pass the parent's formatter on: every subcommand gets it here
+        sub = subparsers.add_parser(name, help=module.HELP, description=module.HELP, formatter_class=DefaultsShown)
         module.add_arguments(sub)
         sub.set_defaults(_run=module.run)
     return parser

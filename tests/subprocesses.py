@@ -38,9 +38,10 @@ def run_hsi(args, env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
     )
 
 
-def run_python(code: str, *args, timeout: int = 120) -> subprocess.CompletedProcess:
-    """`python -c CODE ARGS` from the repository root, with the package and the tests' factories importable."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPOSITORY), str(REPOSITORY / "tests")]))
+def run_python(code: str, *args, timeout: int = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -c CODE ARGS` from the repository root, with the package and the tests' factories importable,
+    in `env` (default: this process's environment)."""
+    env = dict(env or os.environ, PYTHONPATH=os.pathsep.join([str(REPOSITORY), str(REPOSITORY / "tests")]))
     return subprocess.run(
         [sys.executable, "-c", code, *map(str, args)],
         cwd=REPOSITORY,

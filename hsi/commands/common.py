@@ -17,6 +17,27 @@ class OptionsMismatch(LookupError):
     has no field for): a programming error, so a traceback (exit 1), never a usage error."""
 
 
+class DefaultsShown(argparse.HelpFormatter):
+    """The formatter of every `hsi` parser: a flag's help ends with `(default: X)` when the flag has a
+    value X when not given. A flag without one (None, an empty list or text, an off switch) says in
+    its own help, in words, what happens when it is not given; a help that places `%(default)s`
+    itself is left as it is."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if not action.option_strings or action.nargs == 0 or "%(default)" in text or not has_default(action):
+            return action.help
+        return f"{text} (default: %(default)s)"
+
+
+def has_default(action: argparse.Action) -> bool:
+    """Whether `action` has a value worth showing when its flag is not given."""
+    default = action.default
+    if default is None or default is argparse.SUPPRESS or default == argparse.SUPPRESS:
+        return False
+    return not (isinstance(default, (str, list, tuple)) and len(default) == 0)
+
+
 def options_from(values: Any, cls: type[Options], /, **overrides: Any) -> Options:
     """The dataclass `cls` with each field taken from `overrides`, else from the attribute of the same
     name of `values` (a parsed command line, or another settings object).
@@ -68,24 +89,24 @@ def add_imagenet_flags(
     parser.add_argument(boxes_flag, type=Path, help=boxes_help)
 
 
-def add_run_flags(parser: argparse.ArgumentParser, default_shard_size: int) -> None:
+def add_run_flags(parser: argparse.ArgumentParser, shard_size: int | str) -> None:
+    """The flags of a stage run. `shard_size` is the --shard-size default: a number, or words saying
+    where the size comes from when the flag is not given (a stage whose settings file or spec holds it)."""
     parser.add_argument(
         "--workers",
         type=positive_int,
         default=1,
-        help="shards built in parallel processes (output is identical for any value)",
+        help="shards built in parallel processes; the output is the same for any value",
     )
     parser.add_argument(
         "--shard-size",
         type=positive_int,
-        default=default_shard_size,
-        help=f"samples per shard (default {default_shard_size})",
+        default=shard_size if isinstance(shard_size, int) else None,
+        help="samples per shard" if isinstance(shard_size, int) else f"samples per shard (default: {shard_size})",
     )
     parser.add_argument("--overwrite", action="store_true", help="delete and rebuild an existing output")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.add_argument(
-        "--runner", choices=["local", "ray"], default="local", help="local processes (default) or a Ray cluster"
-    )
+    parser.add_argument("--runner", choices=["local", "ray"], default="local", help="local processes or a Ray cluster")
     parser.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local one)")
 
 

@@ -49,31 +49,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--variant",
         default="hard-spurious-imagenet",
         help="a named variant (hard-spurious-imagenet, hard-spurious-imagenet-ar, hard-spurious-imagenet-10) "
-        "or a path to a YAML spec (default hard-spurious-imagenet)",
+        "or a path to a YAML spec",
     )
     parser.add_argument("--out", type=Path, required=True, help="output root; the dataset goes to OUT/<config>/")
     parser.add_argument(
         "--name", help="config (folder) name; an overridden spec is otherwise named <variant>-custom-<fingerprint>"
     )
-    parser.add_argument("--sizes", help="object sizes in px, e.g. 56,84,112")
-    parser.add_argument("--positions", help="placements, e.g. center,top-right,bottom-left,random-corner,xy:0.25,0.75")
-    parser.add_argument("--backgrounds", help="background kinds: original, random, gray, noise (paired: -10 only)")
-    parser.add_argument(
+    # not given, each of these keeps the --variant spec's value: no parser default may replace it
+    spec = parser.add_argument_group(
+        "variant overrides", "each replaces the --variant spec's value (default: the spec's)"
+    )
+    spec.add_argument("--sizes", help="object sizes in px, e.g. 56,84,112")
+    spec.add_argument("--positions", help="placements, e.g. center,top-right,bottom-left,random-corner,xy:0.25,0.75")
+    spec.add_argument("--backgrounds", help="background kinds: original, random, gray, noise (paired: -10 only)")
+    spec.add_argument(
         "--mode", choices=["square", "ar"], help="square (stretch to s x s) or ar (keep aspect ratio, short side s)"
     )
-    parser.add_argument(
+    spec.add_argument(
         "--paste", choices=["box", "mask"], help="paste the whole box crop (paper) or only the masked object pixels"
     )
-    parser.add_argument(
+    spec.add_argument(
         "--margin", type=int, help="pixels between the object and the canvas edge for corner and edge placements"
     )
-    parser.add_argument("--canvas", type=int, help="canvas side in px (default 224)")
-    parser.add_argument("--resize-filter", help="bicubic (default), bilinear, lanczos, box or nearest")
-    parser.add_argument("--jpeg-quality", type=int, help="JPEG quality of the composites (default 95)")
-    parser.add_argument("--seed", type=int, help="seed of random backgrounds, corners, noise and the -10 splits")
-    parser.add_argument("--splits", help="parts splits to compose, e.g. val or train,val")
+    spec.add_argument("--canvas", type=int, help="canvas side in px (default 224)")
+    spec.add_argument("--resize-filter", help="bicubic (default), bilinear, lanczos, box or nearest")
+    spec.add_argument("--jpeg-quality", type=int, help="JPEG quality of the composites (default 95)")
+    spec.add_argument("--seed", type=int, help="seed of random backgrounds, corners, noise and the -10 splits")
+    spec.add_argument("--splits", help="parts splits to compose, e.g. val or train,val")
     for flag, choices, help_text in PAPER_CHOICES:
-        parser.add_argument(flag, choices=choices, help=help_text)
+        spec.add_argument(flag, choices=choices, help=help_text)
     parser.add_argument(
         "--paper-exact",
         action="store_true",
@@ -93,8 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="carve a split from an output split by source image, e.g. train:0.1:val (for -10: a "
         "group-balanced val beside train and test)",
     )
-    add_run_flags(parser, default_shard_size=1200)
-    parser.set_defaults(shard_size=None)
+    add_run_flags(parser, shard_size="the variant spec's")
 
 
 SPEC_FLAGS = (

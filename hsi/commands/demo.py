@@ -12,8 +12,8 @@ DEFAULT_OUT = Path("demo-output")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT})")
-    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 

@@ -48,8 +48,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, eval_only: bool) -> Non
             "--label-space",
             choices=("imagenet", "subset"),
             default="imagenet",
-            help="how a 1000-way model is scored on a subset config: argmax over all 1000 classes (default) or over "
-            "the config's classes",
+            help="how a 1000-way model is scored on a subset config: argmax over all 1000 classes (imagenet) or over "
+            "the config's classes (subset)",
         )
     pre = parser.add_argument_group("preprocessing (default: the model's data config, on the canvas as it is)")
     if eval_only:
@@ -79,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out",
         type=Path,
         default=Path("eval-output"),
-        help="output folder (default eval-output): one subfolder per model, plus the leaderboard",
+        help="output folder: one subfolder per model, plus the leaderboard",
     )
     add_model_arguments(parser, eval_only=True)
     run = parser.add_argument_group("running")
@@ -87,15 +87,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--batch-size",
         type=positive_int,
         default=64,
-        help="images per forward pass (default 64; halved on CUDA out-of-memory)",
+        help="images per forward pass, halved on CUDA out-of-memory",
     )
     run.add_argument(
         "--workers",
         type=int,
         default=2,
-        help="DataLoader worker processes decoding shards (default 2; 0 decodes in the main process)",
+        help="DataLoader worker processes decoding shards; 0 decodes in the main process",
     )
-    run.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+    run.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     run.add_argument("--amp", action="store_true", help="mixed precision on CUDA")
     run.add_argument("--channels-last", action="store_true", help="channels_last memory format")
     run.add_argument("--limit", type=positive_int, help="evaluate only the first N samples (a quick look)")
@@ -119,14 +119,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="score predictions made elsewhere on SOURCE: a CSV or parquet file of key and pred_class (0-999) or "
         "pred_wnid, optionally top5_class/top5_wnid (';'-separated) and probabilities",
     )
-    analysis.add_argument(
-        "--bootstrap", type=positive_int, default=1000, help="bootstrap resamples for the intervals (default 1000)"
-    )
-    analysis.add_argument("--seed", type=seed_int, default=0, help="bootstrap seed (default 0)")
+    analysis.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples for the intervals")
+    analysis.add_argument("--seed", type=seed_int, default=0, help="bootstrap seed")
     analysis.add_argument(
         "--clean", type=Path, help="ImageNet root: also classify the original photos of the same source images"
     )
-    analysis.add_argument("--clean-split", default="val", help="split of the --clean root (default val)")
+    analysis.add_argument("--clean-split", default="val", help="split of the --clean root")
     analysis.add_argument(
         "--parts",
         type=Path,
@@ -197,6 +195,10 @@ def run(args: argparse.Namespace) -> int:
     from evaluation.bootstrap import BootstrapSettings
 
     bootstrap = BootstrapSettings(resamples=args.bootstrap, seed=args.seed)
+    if args.from_predictions is not None and args.predictions is not None:
+        raise UsageError(
+            "--from recomputes an hsi eval predictions.parquet, --predictions scores a file made elsewhere: pass one"
+        )
     if args.from_predictions is not None:
         return _run_from(args, bootstrap)
     if args.predictions is not None:
@@ -263,10 +265,35 @@ def _run_from(args: argparse.Namespace, bootstrap) -> int:
     return EXIT_OK
 
 
+# The flags scoring a predictions file reads; every other one configures a model run (the model, its
+# preprocessing, its batches, --limit, --clean, --parts), which the file's predictions have replaced.
+PREDICTIONS_FLAGS = frozenset({"source", "config", "split", "out", "predictions", "bootstrap", "seed", "no_progress"})
+
+
+def model_run_flags_given(args: argparse.Namespace) -> list[str]:
+    """The model-run flags `args` sets to other than their default, by name: those a user gave (a flag
+    given its default value cannot be told apart, and changes nothing)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    defaults = parser.parse_args([])
+    return [
+        action.option_strings[-1]
+        for action in parser._actions  # argparse lists its actions only here
+        if action.dest not in PREDICTIONS_FLAGS and getattr(args, action.dest) != getattr(defaults, action.dest)
+    ]
+
+
 def _run_predictions(args: argparse.Namespace, bootstrap) -> int:
     from evaluation.external import score
     from evaluation.report import EVAL_MD
 
+    given = model_run_flags_given(args)
+    if given:
+        raise UsageError(
+            f"--predictions already fixes the model's outputs, so {', '.join(given)} (for a model run) "
+            f"{'does' if len(given) == 1 else 'do'} not apply; drop {'it' if len(given) == 1 else 'them'}, or "
+            "evaluate the model itself without --predictions"
+        )
     if not args.source:
         raise UsageError("--predictions scores a file on a SOURCE: pass the release folder, dataset folder or hf://")
     evaluation = score(

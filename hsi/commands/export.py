@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--layout",
         choices=["paper", "groups"],
         default="paper",
-        help="paper: Group_1-4 = CeO, CoO, CeR, CoR (default); groups: our group names, any config",
+        help="paper: Group_1-4 = CeO, CoO, CeR, CoR; groups: our group names, any config",
     )
     parser.add_argument("--split", action="append", dest="splits", help="split to export (repeatable; default all)")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier export in DIR")

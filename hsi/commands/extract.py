@@ -83,8 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lama-checkpoint", help="big-lama TorchScript file (or set LAMA_MODEL)")
     parser.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
     parser.add_argument("--gpus", help="all or a list like 0,1: one process per GPU")
-    add_run_flags(parser, default_shard_size=256)
-    parser.set_defaults(shard_size=None)
+    add_run_flags(parser, shard_size="--config's, else 256")
 
 
 def inpaint_scale(text: str) -> str | int:

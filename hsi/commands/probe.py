@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         data,
         source_help="ImageNet root whose val images feed the spectral and critical-band probes",
         split_default="val",
-        split_help="split of --source (default val)",
+        split_help="split of --source",
         boxes_help="box annotations of --source when not found automatically (they label a flat val folder)",
     )
     data.add_argument("--limit", type=positive_int, help="use only the first N images of --source (sorted by id)")
@@ -73,10 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--criterion",
         choices=("absolute", "relative"),
         default="absolute",
-        help="a band's threshold: accuracy above LEVEL (absolute, default) or above LEVEL x the "
-        "noise-free accuracy (relative)",
+        help="a band's threshold: accuracy above LEVEL (absolute) or above LEVEL x the noise-free accuracy (relative)",
     )
-    band.add_argument("--criterion-level", type=float, default=0.5, help="LEVEL of --criterion (default 0.5)")
+    band.add_argument("--criterion-level", type=float, default=0.5, help="LEVEL of --criterion")
     zoo = parser.add_argument_group("across models")
     zoo.add_argument(
         "--eval-dir",
@@ -90,21 +89,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     zoo.add_argument("--eval-config", help="config of --eval-source (default: its default)")
     zoo.add_argument("--eval-split", help="split of --eval-source (default: test if present)")
-    zoo.add_argument(
-        "--bootstrap", type=positive_int, default=1000, help="bootstrap resamples over models (default 1000)"
-    )
+    zoo.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples over models")
     run = parser.add_argument_group("running")
     run.add_argument(
         "--out",
         type=Path,
         default=Path("probe-output"),
-        help="output folder (default probe-output): an empty folder or one `hsi probe` wrote; never a link",
+        help="output folder: an empty folder or one `hsi probe` wrote; never a link",
     )
-    run.add_argument("--batch-size", type=positive_int, default=64, help="images per forward pass (default 64)")
-    run.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
-    run.add_argument(
-        "--seed", type=seed_int, default=0, help="seed of the critical-band noise and of the bootstraps (default 0)"
-    )
+    run.add_argument("--batch-size", type=positive_int, default=64, help="images per forward pass")
+    run.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    run.add_argument("--seed", type=seed_int, default=0, help="seed of the critical-band noise and of the bootstraps")
     run.add_argument("--overwrite", action="store_true", help="re-run a model already probed with the same settings")
 
 

@@ -24,12 +24,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", type=Path, help="the ERM model: an `hsi train` run's best.pt")
     parser.add_argument("--model", help="the ERM model as a model spec (or the architecture of --checkpoint)")
     parser.add_argument(
-        "--predictions", type=Path, help="M from this `hsi eval --split train` predictions.parquet of the same model"
+        "--predictions",
+        type=Path,
+        help="M from this `hsi eval --split train` predictions.parquet of the same model (default: the model "
+        "classifies the train split)",
     )
-    parser.add_argument("--clusters", type=int, default=5, help="k-means clusters per class (default 5)")
+    parser.add_argument("--clusters", type=int, default=5, help="k-means clusters per class")
     parser.add_argument("--fraction", type=float, default=0.2, help="share of each class's errors regenerated")
     parser.add_argument("--per-image", type=int, default=1, help="images generated per sampled image")
-    parser.add_argument("--threshold", type=float, default=0.7, help="keep-mask = CAM >= this (default 0.7)")
+    parser.add_argument("--threshold", type=float, default=0.7, help="keep-mask = CAM >= this")
     parser.add_argument("--cam-layer", help="module of the ERM model the CAM uses (default: its last stage)")
     parser.add_argument(
         "--sd-model",
@@ -37,11 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="inpainting pipeline: a hub id or a local folder "
         "(default stable-diffusion-v1-5/stable-diffusion-inpainting)",
     )
-    parser.add_argument("--prompt-template", default="a photo of a {class_name}")
-    parser.add_argument("--negative-prompt", default="")
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--guidance", type=float, default=7.5)
-    parser.add_argument("--strength", type=float, default=0.9)
+    parser.add_argument(
+        "--prompt-template", default="a photo of a {class_name}", help="SD prompt; {class_name} is the true class"
+    )
+    parser.add_argument("--negative-prompt", default="", help="SD negative prompt (default: none)")
+    parser.add_argument("--steps", type=int, default=30, help="SD denoising steps, of which int(steps x strength) run")
+    parser.add_argument("--guidance", type=float, default=7.5, help="SD classifier-free guidance scale")
+    parser.add_argument("--strength", type=float, default=0.9, help="SD inpainting strength, in (0, 1]")
     parser.add_argument(
         "--no-paste-back", action="store_true", help="do not paste the kept source pixels back after generation"
     )
@@ -53,10 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--check-model", help="a second model spec for the label check")
     parser.add_argument("--keep", choices=["all", "agree", "flag"], default="all", help="label-check rule")
-    parser.add_argument("--seed", type=seed_int, default=0)
+    parser.add_argument(
+        "--seed", type=seed_int, default=0, help="seed of the error sampling, control masks and diffusion noise"
+    )
     parser.add_argument("--batch-size", type=int, default=16, help="classifier and CAM batch size")
     parser.add_argument("--sd-batch-size", type=int, default=4, help="images per diffusion batch")
-    parser.add_argument("--device", default="auto")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument(
         "--sd-dtype", default="auto", help="SD weights: auto (float16 on CUDA), float16, bfloat16, float32"
     )

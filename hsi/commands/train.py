@@ -47,20 +47,7 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in text.split(",") if v.strip())
 
 
-class DefaultsShown(argparse.HelpFormatter):
-    """`--help` gives every flag's default as `(default: X)`; a flag without one (None, an off switch)
-    says in its own help what happens when it is not given."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        no_value = action.default is None or action.default is False or action.default == argparse.SUPPRESS
-        if no_value or not action.option_strings or "%(default)" in text:
-            return action.help
-        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = DefaultsShown
     parser.add_argument("source", nargs="?", help="a composed dataset folder, a release folder or an hf:// address")
     parser.add_argument("--config", help="the config of a release (default: its default config)")
     parser.add_argument("--out", type=Path, help="run folder; runs go to OUT/<method>/seed-<s>/")
@@ -118,8 +105,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=int,
         default=default_loader_workers(),
-        help="DataLoader worker processes decoding shards (4, or the cores this process may use if fewer; "
-        "0 decodes in the main process)",
+        help="DataLoader worker processes decoding shards: 4, or the cores this process may use if fewer; "
+        "0 decodes in the main process",
     )
     parser.add_argument("--jtt-epochs", type=int, default=1, help="JTT's T: stage-1 ERM epochs")
     parser.add_argument(

@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=positive_int,
         default=1,
-        help="shards checked in parallel processes (default 1; the report is the same for any count)",
+        help="shards checked in parallel processes; the report is the same for any count",
     )
     scores = parser.add_argument_group("centre and size scores")
     scores.add_argument(
@@ -82,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         detection,
         source_help="ImageNet root holding the source images",
         split_default="val",
-        split_help="source split (default val)",
+        split_help="source split",
         boxes_flag="--boxes-path",
         boxes_help="box annotations (XML folder or LOC_<split>_solution.csv; default: searched under --source)",
     )
@@ -100,8 +100,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="images with mean IoU below this are listed for review (default 0.5)",
     )
-    detection.add_argument("--batch-size", type=positive_int, default=8, help="images per detector call (default 8)")
-    detection.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+    detection.add_argument("--batch-size", type=positive_int, default=8, help="images per detector call")
+    detection.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     detection.add_argument("--limit", type=positive_int, help="re-detect only the first N images (by id)")
 
 

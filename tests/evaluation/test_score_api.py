@@ -9,8 +9,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from eval_cli import eval_args
+from hub_server import LoopbackHub, hub_env
+from release_factory import make_composed_dataset
+from subprocesses import run_hsi, run_python
 
 from builder.core.errors import HsiError
+from cards.release import build_release
 from evaluation.bootstrap import BootstrapSettings
 from evaluation.predictions import read_predictions
 from hsi.cli import main
@@ -24,6 +28,9 @@ def evaluated(paper_set, planted_corner, tmp_path_factory):
     folder = out / "ts_planted_corner.pt"
     frame, _ = read_predictions(folder / "predictions.parquet")
     return json.loads((folder / "eval.json").read_text())["metrics"], frame[frame["status"] == "ok"]
+
+
+PROBABILITIES = ("prob_label", "prob_background_class", "prob_paired_class")
 
 
 def exported(frame, path, *, probabilities: bool = True):
@@ -54,6 +61,38 @@ def test_score_of_a_csv_gives_the_metrics_of_hsi_eval(evaluated, paper_set, tmp_
     assert (folder / "plots").is_dir() and any((folder / "plots").iterdir())
 
 
+def test_score_of_a_parquet_with_list_columns_gives_the_metrics_of_hsi_eval(evaluated, paper_set, tmp_path):
+    """A parquet file holds top-5 classes and probabilities as list columns (not ';'-separated text)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import hsi
+
+    metrics, frame = evaluated
+    table = pa.table(
+        {
+            "key": pa.array(frame["key"], pa.string()),
+            "pred_class": pa.array(frame["pred_class"], pa.int64()),
+            "top5_class": pa.array([[int(c) for c in top] for top in frame["top5_class"]], pa.list_(pa.int64())),
+            "top5_prob": pa.array([[float(p) for p in top] for top in frame["top5_prob"]], pa.list_(pa.float64())),
+            **{name: pa.array(frame[name], pa.float64()) for name in PROBABILITIES},
+        }
+    )
+    # values where they mean something; nulls where they do not (no paired backgrounds in this config)
+    assert frame["prob_label"].notna().all() and frame["prob_background_class"].notna().any()
+    assert frame["prob_paired_class"].isna().all()
+    assert any(len(set(top)) > 1 for top in frame["top5_class"])  # top-5 is more than the top-1 here
+    pq.write_table(table, tmp_path / "predictions.parquet")
+    report = hsi.score(tmp_path / "predictions.parquet", paper_set, bootstrap=BootstrapSettings(resamples=100))
+    assert report.metrics == metrics  # top-5 and the background-class probability are in the metrics
+    assert report.to_dict()["notes"] == [] and report.to_dict()["model"]["spec"] == "predictions:predictions.parquet"
+    saved, _ = read_predictions(report.save(tmp_path / "saved") / "predictions.parquet")
+    saved = saved.set_index("key").loc[list(frame["key"])]
+    # the probabilities no metric reads are carried into the saved rows as given
+    assert [list(v) for v in saved["top5_prob"]] == [list(v) for v in frame["top5_prob"]]
+    assert list(saved["prob_label"]) == list(frame["prob_label"])
+
+
 def test_key_and_class_only_give_the_same_top1_metrics(evaluated, paper_set, tmp_path):
     import hsi
 
@@ -73,6 +112,45 @@ def test_cli_predictions_writes_the_same_eval_json(evaluated, paper_set, tmp_pat
     assert main(["eval", str(paper_set), "--predictions", str(csv), "--out", str(out), "--bootstrap", "100"]) == 0
     report = json.loads((out / "predictions_exported.csv" / "eval.json").read_text())
     assert report["metrics"] == metrics and report["data"]["verified"] == "sha256"
+
+
+SCORE_AND_SAVE = """
+import sys
+import hsi
+from evaluation.bootstrap import BootstrapSettings
+hsi.score(sys.argv[1], sys.argv[2], bootstrap=BootstrapSettings(resamples=100)).save(sys.argv[3])
+"""
+
+
+def test_score_on_hf_data_served_by_a_hub_gives_the_metrics_of_the_local_release(tmp_path):
+    import hsi
+
+    release = build_release(
+        tmp_path / "rel" / "hard-spurious-imagenet",
+        [make_composed_dataset(tmp_path / "composed", splits={"test": 10}, shard_size=4)],
+        version="v1.0.0",
+    )
+    predictions = tmp_path / "predictions.csv"
+    keys = [f"test_{i:06d}" for i in range(10)]  # release_factory's sample keys
+    top5 = [[i * 7 % 1000, 0, 1] for i in range(10)]  # release_factory's classes: index * 7, so some are right
+    pd.DataFrame(
+        {"key": keys, "pred_class": [t[0] for t in top5], "top5_class": [";".join(map(str, t)) for t in top5]}
+    ).to_csv(predictions, index=False)
+    local = hsi.score(predictions, release, bootstrap=BootstrapSettings(resamples=100)).save(tmp_path / "local")
+    with LoopbackHub() as hub:
+        env = hub_env(hub.endpoint, tmp_path / "hf")  # HF_ENDPOINT is read at import: a process of its own
+        published = run_hsi(["publish", release, "--repo", "lab/hsi", "--version", "v1.0.0", "--yes"], env)
+        assert published.returncode == 0, published.stderr
+        address = "hf://datasets/lab/hsi@v1.0.0"
+        scored = run_python(SCORE_AND_SAVE, predictions, address, tmp_path / "remote", env=env, timeout=300)
+        assert scored.returncode == 0, scored.stderr
+    local_report = json.loads((local / "eval.json").read_text())
+    remote_report = json.loads((tmp_path / "remote" / "eval.json").read_text())
+    assert remote_report["metrics"] == local_report["metrics"]
+    assert 0 < local_report["metrics"]["overall"]["top1"]["value"] < 1  # some right, some wrong
+    assert remote_report["data"]["source"] == address and remote_report["data"]["verified"] == "sha256"
+    assert remote_report["data"]["fingerprint"] == local_report["data"]["fingerprint"]
+    assert remote_report["data"]["num_samples"] == 10
 
 
 README = Path(__file__).resolve().parents[2] / "README.md"
