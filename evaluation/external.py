@@ -44,6 +44,8 @@ class Evaluation:
 
     @property
     def metrics(self) -> dict:
+        """The numbers of eval.json's `metrics`: top-1 and top-5 by group x size, group, size, tier and
+        more, each with its bootstrap interval."""
         return self.report["metrics"]
 
     @property

@@ -19,3 +19,8 @@ def __getattr__(name: str):
 
         return inprocess.evaluate
     raise AttributeError(f"module 'hsi' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # The lazy names too: dir(), tab completion and Sphinx's autodoc list what __all__ promises.
+    return sorted({*globals(), *__all__})
