@@ -1,9 +1,10 @@
-# Two entry points: `make demo` (core install, no torch) and `make test` (everything, incl. models).
+# Entry points: `make demo` (core install, no torch), `make test` (everything, incl. models) and
+# `make docs` (the Sphinx site in docs/_build/html, warnings as errors).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +18,10 @@ $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[models,augment,ray,dev]'
 	touch $@ $(VENV)/.core-installed
 
+$(VENV)/.docs-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[docs]'
+	touch $@ $(VENV)/.core-installed
+
 demo: $(VENV)/.core-installed
 	$(BIN)/hsi demo --out demo-output
 
@@ -28,5 +33,10 @@ lint: $(VENV)/.test-installed
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 
+# No notebooks run and nothing is downloaded: the pages, the parser and the docstrings only.
+docs: $(VENV)/.docs-installed
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	@echo "docs: docs/_build/html/index.html"
+
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache
+	rm -rf $(VENV) demo-output .pytest_cache docs/_build

@@ -81,6 +81,7 @@ class Evaluation:
 
     @property
     def metrics(self) -> dict:
+        """eval.json's `metrics`: every number with its interval (see the metric definitions)."""
         return self.report["metrics"]
 
     @property

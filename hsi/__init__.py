@@ -36,4 +36,5 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
+    # The lazy names too: dir(), tab completion and Sphinx's autodoc list what __all__ promises.
+    return sorted({*globals(), *__all__})

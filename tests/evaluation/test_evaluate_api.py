@@ -9,14 +9,12 @@ import numpy as np
 import pytest
 import torch
 from eval_cli import eval_args
-from test_score_api import readme_block
 
 from builder.core.errors import HsiError
 from evaluation.bootstrap import BootstrapSettings
 from hsi.cli import main
 
 QUICK = {"mean": 0, "std": 1, "workers": 0, "progress": False, "bootstrap": BootstrapSettings(resamples=100)}
-IMAGENET = ["--mean", "0.485,0.456,0.406", "--std", "0.229,0.224,0.225"]
 
 
 def cli_metrics(paper_set, planted, out, *extra: str, **flags) -> dict:
@@ -76,17 +74,3 @@ def test_a_plain_module_without_normalisation_is_refused_in_one_line(paper_set, 
         hsi.evaluate(torch.jit.load(str(planted_corner)), paper_set, std=1, workers=0, progress=False)
     message = str(caught.value)
     assert "pretrained_cfg" in message and "mean=" in message and "\n" not in message
-
-
-def test_the_readme_example_runs_and_saves_the_metrics_of_hsi_eval(
-    paper_set, planted_corner, tmp_path, monkeypatch, capsys
-):
-    code = readme_block(1)
-    assert len(code.strip().splitlines()) == 6
-    expected = cli_metrics(paper_set, planted_corner, tmp_path / "cli", *IMAGENET, raw=False, bootstrap=None)
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "model.pt").write_bytes(planted_corner.read_bytes())
-    exec(code, {"data": str(paper_set)})
-    saved = json.loads((tmp_path / "my-model-eval" / "eval.json").read_text())["metrics"]
-    assert saved == expected
-    assert expected["groups_summary"]["worst_group"]["group"] in capsys.readouterr().out

@@ -4,7 +4,6 @@ score to the same eval.json metrics, and a broken predictions file is one line n
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -151,30 +150,6 @@ def test_score_on_hf_data_served_by_a_hub_gives_the_metrics_of_the_local_release
     assert remote_report["data"]["source"] == address and remote_report["data"]["verified"] == "sha256"
     assert remote_report["data"]["fingerprint"] == local_report["data"]["fingerprint"]
     assert remote_report["data"]["num_samples"] == 10
-
-
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-def readme_block(number: int = 0) -> str:
-    """Python block `number` of the README's "Your own model or predictions" section, as it is there."""
-    section = README.read_text("utf-8").split("### Your own model or predictions, from Python", 1)[1]
-    return section.split("\n### ", 1)[0].split("```python\n")[1 + number].split("```", 1)[0]
-
-
-def test_the_readme_example_runs_and_saves_the_same_metrics(evaluated, paper_set, tmp_path, monkeypatch, capsys):
-    metrics, frame = evaluated
-    monkeypatch.chdir(tmp_path)
-    exported(frame, tmp_path / "predictions.csv")
-    code = readme_block()
-    assert len(code.strip().splitlines()) == 5
-    exec(code, {"data": str(paper_set)})
-    saved = json.loads((tmp_path / "my-eval" / "eval.json").read_text())["metrics"]
-    assert saved["by_group_size"][0]["top1"]["value"] == metrics["by_group_size"][0]["top1"]["value"]
-    assert (
-        saved["samples"] == metrics["samples"]
-        and metrics["groups_summary"]["worst_group"]["group"] in capsys.readouterr().out
-    )
 
 
 @pytest.mark.parametrize(
