@@ -19,7 +19,7 @@ from .model_files import InputShape, ModelFile, check_image_size, read_model_fil
 
 EXPORT_HINT = (
     'export with torch.onnx.export(model.eval(), (x,), "model.onnx", dynamo=True, '
-    'dynamic_shapes={"x": {0: torch.export.Dim("batch")}})'
+    'dynamic_shapes=({0: torch.export.Dim("batch")},), external_data=False)'
 )
 FLOAT = 1  # onnx.TensorProto.FLOAT
 
@@ -153,8 +153,9 @@ def check_no_external_data(model, file: ModelFile) -> None:
             location = next((entry.value for entry in tensor.external_data if entry.key == "location"), "?")
             shown = location if len(location) <= 80 else "..." + location[-77:]
             raise file.error(
-                f"refused: tensor {tensor.name[:60]!r} is kept in an external data file ({shown!r}), "
-                "which is never read: save the model as one file (onnx.save(model, path, save_as_external_data=False))"
+                f"refused: tensor {tensor.name[:60]!r} is kept in an external data file ({shown!r}), which is never "
+                "read: export with torch.onnx.export(..., external_data=False), or save a model you trust as one "
+                "file with onnx.save(onnx.load(path), path, save_as_external_data=False)"
             )
 
 

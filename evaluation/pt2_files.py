@@ -2,8 +2,8 @@
 its `.module()`. The archive is proved free of pickles and code first (`evaluation.pt2_checks`),
 then loaded from the very bytes that were checked.
 
-A program keeps the batch sizes it was exported for: exported with `dynamic_shapes={"x": {0:
-Dim("batch")}}` it takes any batch; exported with a fixed (or bounded) batch it is run in chunks
+A program keeps the batch sizes it was exported for: exported with `dynamic_shapes=({0:
+Dim("batch")},)` it takes any batch; exported with a fixed (or bounded) batch it is run in chunks
 of that size, the last one padded. It also keeps its train/eval behaviour, so a program whose
 batch norm or dropout runs in training mode is refused (export `model.eval()`).
 """
@@ -19,7 +19,7 @@ import torch
 from .model_files import InputShape, ModelFile, check_image_size, read_model_file, run_in_batches
 from .pt2_checks import SAVE_HINT, open_checked_archive
 
-DYNAMIC_HINT = 'export with dynamic_shapes={"x": {0: torch.export.Dim("batch")}} (x: the forward argument)'
+DYNAMIC_HINT = 'export with dynamic_shapes=({0: torch.export.Dim("batch")},)'
 TRAINING_FLAGS = ("training", "train")  # the bool arguments batch norm and dropout operators run by
 
 

@@ -121,22 +121,26 @@ def cpu_backend(kind: str, name: str, config_class, **settings):
 
 
 def _batch_shapes(dynamic_batch: bool):
-    return {"x": {0: torch.export.Dim("batch")}} if dynamic_batch else None
+    return ({0: torch.export.Dim("batch")},) if dynamic_batch else None  # whatever forward's argument is called
 
 
 def export_program(module: torch.nn.Module, path: Path, example: torch.Tensor, dynamic_batch: bool = True) -> Path:
-    """`torch.export.save` of `module` (its forward argument named x) for inputs shaped like `example`."""
+    """`torch.export.save` of `module` (one image argument) for inputs shaped like `example`."""
     program = torch.export.export(module.eval(), (example,), dynamic_shapes=_batch_shapes(dynamic_batch))
     torch.export.save(program, str(path))
     return Path(path)
 
 
-def export_onnx(module: torch.nn.Module, path: Path, example: torch.Tensor, dynamic_batch: bool = True) -> Path:
-    """`torch.onnx.export(..., dynamo=True)` of `module` (forward argument x) into one .onnx file."""
+def export_onnx(module, path: Path, example: torch.Tensor | None = None, dynamic_batch: bool = True) -> Path:
+    """`torch.onnx.export(..., dynamo=True)` of `module` (one image argument) into one .onnx file;
+    `module` may be a program torch.export already made (then its own shapes hold, and no example)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        exported = torch.onnx.export(
-            module.eval(), (example,), dynamo=True, dynamic_shapes=_batch_shapes(dynamic_batch), verbose=False
-        )
+        if isinstance(module, torch.export.ExportedProgram):
+            exported = torch.onnx.export(module, dynamo=True, verbose=False)
+        else:
+            exported = torch.onnx.export(
+                module.eval(), (example,), dynamo=True, dynamic_shapes=_batch_shapes(dynamic_batch), verbose=False
+            )
     exported.save(str(path))
     return Path(path)

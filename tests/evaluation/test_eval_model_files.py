@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 
 import pytest
 import torch
@@ -166,3 +167,19 @@ def test_ep_and_onnx_on_cuda_give_the_cpu_predictions(exported):
             cpu = module(x).argmax(1)
             cuda = module.to("cuda")(x.cuda()).argmax(1).cpu()
         assert torch.equal(cpu, cuda), kind
+
+
+def test_torch_onnx_exports_default_external_weights_file_is_refused_with_the_flag_that_avoids_it(tmp_path):
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, stride=8), torch.nn.Flatten(), torch.nn.LazyLinear(1000))
+    module(EXAMPLE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module.eval(), (EXAMPLE,), str(tmp_path / "model.onnx"), dynamo=True, verbose=False)
+    assert (tmp_path / "model.onnx.data").is_file()  # torch.onnx.export's default: weights beside the model
+    with pytest.raises(ModelFileError) as caught:
+        load_model(f"onnx:{tmp_path / 'model.onnx'}")
+    message = str(caught.value)
+    assert "is kept in an external data file ('model.onnx.data'), which is never read" in message
+    assert "torch.onnx.export(..., external_data=False)" in message and "\n" not in message
+    export_onnx(module, tmp_path / "one_file.onnx", EXAMPLE)  # ONNXProgram.save: one file
+    assert load_model(f"onnx:{tmp_path / 'one_file.onnx'}").module(EXAMPLE).shape == (2, 1000)

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 import torch
 from eval_cli import eval_args
+from planted import build_planted
 from test_score_api import readme_block
+from tiny_models import export_program
 
 from builder.core.errors import HsiError
 from evaluation.bootstrap import BootstrapSettings
@@ -17,6 +19,7 @@ from hsi.cli import main
 
 QUICK = {"mean": 0, "std": 1, "workers": 0, "progress": False, "bootstrap": BootstrapSettings(resamples=100)}
 IMAGENET = ["--mean", "0.485,0.456,0.406", "--std", "0.229,0.224,0.225"]
+EXAMPLE = torch.zeros(2, 3, 224, 224)
 
 
 def cli_metrics(paper_set, planted, out, *extra: str, **flags) -> dict:
@@ -79,13 +82,14 @@ def test_a_plain_module_without_normalisation_is_refused_in_one_line(paper_set, 
 
 
 def test_the_readme_example_runs_and_saves_the_metrics_of_hsi_eval(
-    paper_set, planted_corner, tmp_path, monkeypatch, capsys
+    paper_set, planted_corner, flat_parts, tmp_path, monkeypatch, capsys
 ):
     code = readme_block(1)
     assert len(code.strip().splitlines()) == 6
     expected = cli_metrics(paper_set, planted_corner, tmp_path / "cli", *IMAGENET, raw=False, bootstrap=None)
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "model.pt").write_bytes(planted_corner.read_bytes())
+    # the README loads a torch.export program: the same planted predictor, exported
+    export_program(build_planted(flat_parts[1], background_on_corner=True), tmp_path / "model.pt2", EXAMPLE)
     exec(code, {"data": str(paper_set)})
     saved = json.loads((tmp_path / "my-model-eval" / "eval.json").read_text())["metrics"]
     assert saved == expected
