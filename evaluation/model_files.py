@@ -34,7 +34,12 @@ class ModelFile:
         return hashlib.sha256(self.data).hexdigest()
 
     def error(self, reason: str) -> ModelFileError:
-        return ModelFileError(printable(f"{self.spec}: {reason}"))
+        return refusal(self.spec, reason)
+
+
+def refusal(spec: str, reason: str) -> ModelFileError:
+    """The one-line error of the model file `spec` (what follows the prefix, as given)."""
+    return ModelFileError(printable(f"{spec}: {reason}"))
 
 
 def read_model_file(path: Path, spec: str, what: str) -> ModelFile:
@@ -61,13 +66,14 @@ class InputShape:
         return f"batches of {self.min_batch} to {self.max_batch if self.max_batch is not None else 'any size'}"
 
 
-def check_image_size(shape: InputShape, x, file: ModelFile) -> None:
+def check_image_size(shape: InputShape, x, spec: str) -> None:
     """Refuse inputs of another size than the file fixes (the preprocessing's input size decides it)."""
     if shape.size is not None and tuple(x.shape[2:]) != shape.size:
         h, w = shape.size
-        raise file.error(
+        raise refusal(
+            spec,
             f"the file takes {h}x{w} images (fixed when it was exported), not {x.shape[2]}x{x.shape[3]}: "
-            "drop --input-size, or export with dynamic height and width"
+            "drop --input-size, or export with dynamic height and width",
         )
 
 

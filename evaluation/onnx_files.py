@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .model_files import InputShape, ModelFile, check_image_size, read_model_file, run_in_batches
+from .model_files import InputShape, ModelFile, check_image_size, read_model_file, refusal, run_in_batches
 
 EXPORT_HINT = (
     'export with torch.onnx.export(model.eval(), (x,), "model.onnx", dynamo=True, '
@@ -27,10 +27,10 @@ FLOAT = 1  # onnx.TensorProto.FLOAT
 class OnnxClassifier(torch.nn.Module):
     """An onnxruntime session per device the module is moved to, behind `forward`."""
 
-    def __init__(self, model_bytes: bytes, input_name: str, output_name: str, shape: InputShape, file: ModelFile):
+    def __init__(self, model_bytes: bytes, input_name: str, output_name: str, shape: InputShape, spec: str):
         super().__init__()
         self.model_bytes, self.input_name, self.output_name = model_bytes, input_name, output_name
-        self.shape, self.file = shape, file
+        self.shape, self.spec = shape, spec
         self.sessions: dict[str, object] = {}
         self.register_buffer("where", torch.zeros(0), persistent=False)  # the device the module is on
         self.session_for(torch.device("cpu"))  # a model onnxruntime cannot run is refused at load
@@ -42,11 +42,11 @@ class OnnxClassifier(torch.nn.Module):
     def session_for(self, device: torch.device):
         key = str(device)
         if key not in self.sessions:
-            self.sessions[key] = make_session(self.model_bytes, device, self.file)
+            self.sessions[key] = make_session(self.model_bytes, device, self.spec)
         return self.sessions[key]
 
     def forward(self, x):
-        check_image_size(self.shape, x, self.file)
+        check_image_size(self.shape, x, self.spec)
         session = self.session_for(x.device)
 
         def run(chunk):
@@ -57,7 +57,7 @@ class OnnxClassifier(torch.nn.Module):
         return run_in_batches(run, x, self.shape)
 
 
-def make_session(model_bytes: bytes, device: torch.device, file: ModelFile):
+def make_session(model_bytes: bytes, device: torch.device, spec: str):
     """An InferenceSession on `device`'s provider and nothing else (no silent CPU run of a CUDA request)."""
     import onnxruntime
 
@@ -67,9 +67,10 @@ def make_session(model_bytes: bytes, device: torch.device, file: ModelFile):
     if device.type == "cuda":
         available = onnxruntime.get_available_providers()
         if "CUDAExecutionProvider" not in available:
-            raise file.error(
+            raise refusal(
+                spec,
                 f"a CUDA run needs onnxruntime's CUDAExecutionProvider, which this onnxruntime lacks (it has "
-                f"{', '.join(available)}): pip install onnxruntime-gpu in place of onnxruntime, or pass --device cpu"
+                f"{', '.join(available)}): pip install onnxruntime-gpu in place of onnxruntime, or pass --device cpu",
             )
         providers: list = [("CUDAExecutionProvider", {"device_id": device.index or 0}), "CPUExecutionProvider"]
     else:
@@ -78,11 +79,12 @@ def make_session(model_bytes: bytes, device: torch.device, file: ModelFile):
         session = onnxruntime.InferenceSession(model_bytes, options, providers=providers)
     except Exception as exc:  # onnxruntime's Fail, InvalidGraph, NotImplemented... one line each
         reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise file.error(f"onnxruntime cannot run it ({reason})") from None
+        raise refusal(spec, f"onnxruntime cannot run it ({reason})") from None
     if device.type == "cuda" and "CUDAExecutionProvider" not in session.get_providers():
-        raise file.error(
+        raise refusal(
+            spec,
             "onnxruntime could not start its CUDAExecutionProvider (CUDA or cuDNN libraries missing?); "
-            "refusing to run on the CPU instead: fix the CUDA install or pass --device cpu"
+            "refusing to run on the CPU instead: fix the CUDA install or pass --device cpu",
         )
     return session
 
@@ -95,7 +97,7 @@ def load_onnx_model(path: Path, spec: str) -> tuple[OnnxClassifier, ModelFile]:
     input_name, shape = image_input(model, file)
     if not model.graph.output:
         raise file.error("the model declares no output")
-    return OnnxClassifier(file.data, input_name, model.graph.output[0].name, shape, file), file
+    return OnnxClassifier(file.data, input_name, model.graph.output[0].name, shape, spec), file
 
 
 def parse_model(file: ModelFile):

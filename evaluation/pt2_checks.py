@@ -92,16 +92,16 @@ class Refused(Exception):
     """One reason an archive is refused (turned into a ModelFileError naming the file)."""
 
 
-def open_checked_archive(file: ModelFile):
-    """A `PT2ArchiveReader` over `file`'s bytes once every record is proved free of pickles, code
-    and native libraries (else a ModelFileError naming the file and the reason)."""
+def check_archive(file: ModelFile) -> None:
+    """Return once every record of `file` is proved free of pickles, code and native libraries;
+    else a ModelFileError naming the file and the reason."""
     try:
-        return _checked(file)
+        _check(file)
     except Refused as refusal:
         raise file.error(f"refused: {refusal}") from None
 
 
-def _checked(file: ModelFile):
+def _check(file: ModelFile) -> None:
     from torch.export.pt2_archive import PT2ArchiveReader
 
     try:
@@ -125,11 +125,6 @@ def _checked(file: ModelFile):
         _check_payloads(reader, kind, names)
     _check_program(reader)
     _check_example_inputs(reader)
-    return reader
-
-
-def _record(reader, name: str) -> bytes:
-    return reader.read_bytes(name)
 
 
 def _check_layout(zip_names: list[str], names: list[str], reader, file_size: int) -> None:
@@ -184,7 +179,7 @@ def _check_member(name: str, allowed: set[str], layout) -> None:
 
 def _json(reader, name: str) -> Any:
     try:
-        return json.loads(_record(reader, name).decode("utf-8"), parse_constant=_no_constant)
+        return json.loads(reader.read_bytes(name).decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise Refused(f"{name} is not valid JSON ({type(exc).__name__})") from None
 
@@ -354,7 +349,7 @@ def _check_example_inputs(reader) -> None:
     from torch.export.pt2_archive import constants as layout
 
     name = layout.SAMPLE_INPUTS_FILENAME_FORMAT.format(MODEL)
-    data = _record(reader, name)
+    data = reader.read_bytes(name)
     if not data:
         return
     try:

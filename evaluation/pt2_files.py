@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from .model_files import InputShape, ModelFile, check_image_size, read_model_file, run_in_batches
-from .pt2_checks import SAVE_HINT, open_checked_archive
+from .pt2_checks import SAVE_HINT, check_archive
 
 DYNAMIC_HINT = 'export with dynamic_shapes=({0: torch.export.Dim("batch")},)'
 TRAINING_FLAGS = ("training", "train")  # the bool arguments batch norm and dropout operators run by
@@ -28,9 +28,9 @@ class ExportedClassifier(torch.nn.Module):
     program accepts, rebuilt for the device it is moved to (torch.export's move_to_device_pass also
     moves the devices written into the graph, which `.to()` alone would not)."""
 
-    def __init__(self, program, shape: InputShape, file: ModelFile):
+    def __init__(self, program, shape: InputShape, spec: str):
         super().__init__()
-        self.program, self.shape, self.file = program, shape, file
+        self.program, self.shape, self.spec = program, shape, spec
         self.graph = program.module(check_guards=False)  # guard code would be exec'd: never generated
         self.register_buffer("where", torch.zeros(0), persistent=False)  # the device the module is on
 
@@ -48,14 +48,14 @@ class ExportedClassifier(torch.nn.Module):
         return self
 
     def forward(self, x):
-        check_image_size(self.shape, x, self.file)
+        check_image_size(self.shape, x, self.spec)
         return run_in_batches(self.graph, x, self.shape)
 
 
 def load_exported_program(path: Path, spec: str) -> tuple[ExportedClassifier, ModelFile]:
     """The program in `path`, checked, loaded and wrapped; a ModelFileError otherwise."""
     file = read_model_file(path, spec, "torch.export program")
-    open_checked_archive(file)
+    check_archive(file)
     try:
         program = torch.export.load(io.BytesIO(file.data))
     except Exception as exc:  # torch raises many kinds for archives of other versions or broken graphs
@@ -68,7 +68,7 @@ def load_exported_program(path: Path, spec: str) -> tuple[ExportedClassifier, Mo
             f"the program was exported in training mode ({', '.join(training)} run with training=True): "
             "call model.eval() before torch.export.export"
         )
-    return ExportedClassifier(program, shape, file), file
+    return ExportedClassifier(program, shape, spec), file
 
 
 def program_input_shape(program, file: ModelFile) -> InputShape:
