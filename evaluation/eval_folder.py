@@ -11,7 +11,7 @@ from pathlib import Path
 
 from builder.core.owned import FolderView, OwnedFolder
 
-from .models import LoadedModel, Preprocessing, model_slug
+from .models import MODEL_FILE_PREFIXES, LoadedModel, Preprocessing, model_slug
 
 EVAL_KIND = "eval"  # the OwnedFolder kind of `hsi eval --out`
 
@@ -25,12 +25,13 @@ def _numbers(values: tuple[float, ...]) -> str:
 
 
 def _preprocessing_parts(loaded: LoadedModel) -> list[str]:
-    """The preprocessing that departs from the model's own default, as name parts. A TorchScript file
-    carries no data config: its flags are its preprocessing, so only a crop counts there."""
+    """The preprocessing that departs from the model's own default, as name parts. A TorchScript,
+    torch.export or ONNX file carries no data config: its flags are its preprocessing, so only a
+    crop counts there."""
     pre = loaded.preprocessing
     parts = [f"crop{_number(pre.crop_pct)}"] if pre.crop_pct is not None else []
     default: Preprocessing | None = loaded.default_preprocessing
-    if default is None or loaded.spec.startswith("ts:"):
+    if default is None or loaded.spec.startswith(MODEL_FILE_PREFIXES):
         return parts
     if pre.input_size != default.input_size:
         h, w = pre.input_size

@@ -88,8 +88,14 @@ def as_loaded(model, options: ModelOptions, outputs: str = "logits", name: str |
     if isinstance(model, torch.nn.Module):
         try:
             model.eval()
-        except NotImplementedError:  # torch.export's module(): its mode was fixed when it was exported
-            pass
+        except NotImplementedError:  # torch.export's .module(): its mode was fixed when it was exported
+            from .pt2_files import training_operators
+
+            if training_operators(model.graph):
+                raise UsageError(
+                    f"the exported module runs {', '.join(training_operators(model.graph))} in training mode: "
+                    "call model.eval() before torch.export.export"
+                ) from None
         if getattr(model, "pretrained_cfg", None):
             pre = apply_overrides(timm_preprocessing(model), options)
         elif options.mean is None or options.std is None:

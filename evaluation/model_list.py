@@ -4,7 +4,8 @@ specs or a YAML file listing specs and mappings {model, checkpoint, arch, ...}.
 A `models.yaml` is someone else's file as often as one's own: it is read through the untrusted layer,
 and each entry is checked against the keys a model takes, so a typo (`chekpoint:`) or a value of the
 wrong kind (`input_size: abc`) is one line naming the file, the entry and the field, before any model
-is loaded. Paths in an entry (checkpoint, classes, a `ts:` file) are relative to the YAML's folder.
+is loaded. Paths in an entry (checkpoint, classes, a `ts:`, `ep:` or `onnx:` file) are relative to
+the YAML's folder.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from builder.core.errors import UsageError
 from builder.core.untrusted import Fields, UntrustedInput, check_number, describe, read_yaml
-from evaluation.models import MAX_INPUT_SIDE
+from evaluation.models import MAX_INPUT_SIDE, MODEL_FILE_PREFIXES
 
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
 ENTRY_KEYS = (
@@ -81,8 +82,9 @@ def _entry(item: object, path: Path, index: int) -> dict:
     for key in ("checkpoint", "classes"):
         if key in entry:
             entry[key] = str(path.parent / entry[key])
-    if entry["model"].startswith("ts:") and not Path(entry["model"][3:]).is_absolute():
-        entry["model"] = "ts:" + str(path.parent / entry["model"][3:])
+    prefix = next((p for p in MODEL_FILE_PREFIXES if entry["model"].startswith(p)), None)
+    if prefix and not Path(entry["model"][len(prefix) :]).is_absolute():  # a file beside the listing
+        entry["model"] = prefix + str(path.parent / entry["model"][len(prefix) :])
     if fields.has("num_classes"):
         entry["num_classes"] = fields.integer("num_classes", low=1)
     for key in ("mean", "std"):

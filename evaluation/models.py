@@ -6,6 +6,10 @@ Specs:
                         come from the file through timm's own pretrained_cfg_overlay=dict(file=...)
     tv:NAME             a torchvision model with its published DEFAULT weights enum (or --checkpoint)
     ts:FILE             a TorchScript classifier (preprocessing from --mean/--std/--input-size/...)
+    ep:FILE             a torch.export program saved with torch.export.save (.pt2), checked to hold no
+                        pickle and no code before it is loaded (evaluation.pt2_files); same preprocessing
+    onnx:FILE           an ONNX model run by onnxruntime, CPU or CUDA provider, external data refused
+                        (evaluation.onnx_files); same preprocessing
     FILE                a state_dict (or a checkpoint dict holding one) for the architecture --arch
 
 Each spec kind is a `classifier` entry of the one backend registry (`builder.backends.registry`),
@@ -306,15 +310,19 @@ def _strict_load(model, state: dict, name: str) -> None:
         ) from None
 
 
+def _refuse_weight_flags(options: ModelOptions, spec: str, what: str) -> None:
+    if options.checkpoint is not None or options.arch is not None:  # never silently ignored
+        raise ModelError(
+            f"{spec}: {what} carries its own weights and architecture; drop --checkpoint/--arch "
+            "(or `checkpoint:`/`arch:` in --models) for it"
+        )
+
+
 def _load_torchscript(path: Path, options: ModelOptions, spec: str) -> LoadedModel:
     import torch
 
     path = Path(path)
-    if options.checkpoint is not None or options.arch is not None:  # never silently ignored
-        raise ModelError(
-            f"{spec}: a TorchScript file carries its own weights and architecture; drop --checkpoint/--arch "
-            "(or `checkpoint:`/`arch:` in --models) for it"
-        )
+    _refuse_weight_flags(options, spec, "a TorchScript file")
     if not path.is_file():
         raise ModelError(f"{spec}: no such TorchScript file")
     try:
@@ -324,6 +332,30 @@ def _load_torchscript(path: Path, options: ModelOptions, spec: str) -> LoadedMod
     module.eval()
     pre = Preprocessing(source="defaults for TorchScript (ImageNet mean/std, 224, bicubic)")
     return LoadedModel(f"ts:{path.name}", module, pre, options.classes, path.name, sha256_of(path))
+
+
+def _load_model_file(kind: str, path: Path, options: ModelOptions) -> LoadedModel:
+    """`ep:FILE` or `onnx:FILE`: the format module checks and wraps the file; the preprocessing is
+    the TorchScript defaults, with the input size the file fixes, if it does."""
+    spec = f"{kind}:{path}"
+    if kind == "ep":
+        from .pt2_files import load_exported_program as load
+
+        _refuse_weight_flags(options, spec, "a torch.export program")
+        what = "torch.export programs"
+    else:
+        from .onnx_files import load_onnx_model as load
+
+        _refuse_weight_flags(options, spec, "an ONNX model")
+        what = "ONNX models"
+    module, file = load(path, spec)
+    pre = Preprocessing(source=f"defaults for {what} (ImageNet mean/std, 224, bicubic)")
+    if module.shape.size is not None:
+        pre = replace(pre, input_size=module.shape.size, source=f"{pre.source}, input size fixed by the file")
+    loaded = LoadedModel(f"{kind}:{file.name}", module, pre, options.classes, file.name, file.sha256)
+    if module.shape.max_batch is not None or module.shape.min_batch > 1:
+        loaded.notes.append(f"{loaded.spec} takes {module.shape.describe_batch()}: run in chunks of that size")
+    return loaded
 
 
 def _load_state_dict_file(path: Path, options: ModelOptions) -> LoadedModel:
@@ -373,6 +405,18 @@ def _torchscript_classifier(spec: ClassifierSpec) -> LoadedModel:
     return _load_torchscript(Path(spec.target), spec.options, f"ts:{spec.target}")
 
 
+@register_backend("classifier", "ep", config_class=ClassifierSpec, requires=("torch",))
+def _exported_program_classifier(spec: ClassifierSpec) -> LoadedModel:
+    return _load_model_file("ep", Path(spec.target), spec.options)
+
+
+@register_backend(
+    "classifier", "onnx", config_class=ClassifierSpec, requires=("torch", "onnx", "onnxruntime"), extra="onnx"
+)
+def _onnx_classifier(spec: ClassifierSpec) -> LoadedModel:
+    return _load_model_file("onnx", Path(spec.target), spec.options)
+
+
 @register_backend("classifier", "state-dict", config_class=ClassifierSpec, requires=("torch", "timm"))
 def _state_dict_classifier(spec: ClassifierSpec) -> LoadedModel:
     path = Path(spec.target)
@@ -381,12 +425,13 @@ def _state_dict_classifier(spec: ClassifierSpec) -> LoadedModel:
     return _load_state_dict_file(path, spec.options)
 
 
-SPEC_PREFIXES = {"ts:": "ts", "tv:": "tv", "timm:": "timm"}
+SPEC_PREFIXES = {"ts:": "ts", "ep:": "ep", "onnx:": "onnx", "tv:": "tv", "timm:": "timm"}
+MODEL_FILE_PREFIXES = ("ts:", "ep:", "onnx:")  # files with no data config: the flags are their preprocessing
 
 
 def classifier_entry(spec: str) -> tuple[str, str]:
-    """(registry name, target) of a model spec: `ts:FILE`, `tv:NAME`, `timm:NAME`, a state_dict FILE,
-    or a bare timm name."""
+    """(registry name, target) of a model spec: `ts:FILE`, `ep:FILE`, `onnx:FILE`, `tv:NAME`,
+    `timm:NAME`, a state_dict FILE, or a bare timm name."""
     for prefix, name in SPEC_PREFIXES.items():
         if spec.startswith(prefix):
             return name, spec[len(prefix) :]

@@ -6,6 +6,8 @@ so tests load them through the production loaders (`builder.backends.sam`, `buil
 - `write_tiny_lama`: a TorchScript module with big-lama's call signature `model(image, mask)`. It
   fills each hole with the mean of the known pixels in a 7 x 7 neighbourhood (repeated until the
   hole is covered) and insists, like big-lama, on sides that are multiples of 8.
+- `export_program` and `export_onnx`: a module saved as `hsi eval` reads `ep:FILE` (torch.export.save)
+  and `onnx:FILE` (torch.onnx.export, dynamo), with a dynamic batch dimension or a fixed one.
 - `tiny_checkpoint_fixture` and `cpu_backend`: for the backend tests, a tiny file written once per
   test module, and a backend made through the production registry on the CPU.
 """
@@ -116,3 +118,29 @@ def cpu_backend(kind: str, name: str, config_class, **settings):
     """The backend `name` of `kind` through the production registry: on the CPU, 4 images a batch and
     the checkpoint from its environment variable, unless `settings` say otherwise."""
     return make_backend(kind, name, config_class(**{"checkpoint": None, "device": "cpu", "batch_size": 4, **settings}))
+
+
+def _batch_shapes(dynamic_batch: bool):
+    return ({0: torch.export.Dim("batch")},) if dynamic_batch else None  # whatever forward's argument is called
+
+
+def export_program(module: torch.nn.Module, path: Path, example: torch.Tensor, dynamic_batch: bool = True) -> Path:
+    """`torch.export.save` of `module` (one image argument) for inputs shaped like `example`."""
+    program = torch.export.export(module.eval(), (example,), dynamic_shapes=_batch_shapes(dynamic_batch))
+    torch.export.save(program, str(path))
+    return Path(path)
+
+
+def export_onnx(module, path: Path, example: torch.Tensor | None = None, dynamic_batch: bool = True) -> Path:
+    """`torch.onnx.export(..., dynamo=True)` of `module` (one image argument) into one .onnx file;
+    `module` may be a program torch.export already made (then its own shapes hold, and no example)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if isinstance(module, torch.export.ExportedProgram):
+            exported = torch.onnx.export(module, dynamo=True, verbose=False)
+        else:
+            exported = torch.onnx.export(
+                module.eval(), (example,), dynamo=True, dynamic_shapes=_batch_shapes(dynamic_batch), verbose=False
+            )
+    exported.save(str(path))
+    return Path(path)

@@ -26,7 +26,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, eval_only: bool) -> Non
     not take (they fix their own geometry and score all 1000 classes)."""
     models = parser.add_argument_group("models")
     models.add_argument(
-        "--model", help="timm:NAME (or a bare timm name), tv:NAME, ts:FILE, or a state_dict FILE with --arch"
+        "--model",
+        help="timm:NAME (or a bare timm name), tv:NAME, ts:FILE (TorchScript), ep:FILE (torch.export .pt2), "
+        "onnx:FILE, or a state_dict FILE with --arch",
     )
     models.add_argument(
         "--models",

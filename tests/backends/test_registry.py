@@ -181,18 +181,26 @@ print(status, "sam" in names["masker"], sorted(m for m in sys.modules if m.split
     assert result.stdout.split("\n")[-2] == "0 True []"
 
 
-def test_classifier_specs_resolve_through_the_one_registry():
+def test_classifier_specs_resolve_through_the_one_registry(monkeypatch):
+    import sys
+
     import evaluation.models as models
     from builder.backends.registry import BackendUnavailable, available, entry
 
-    assert available("classifier") == ["state-dict", "timm", "ts", "tv"]
-    assert [models.classifier_entry(s) for s in ("ts:m.pt", "tv:resnet18", "timm:vit_b", "resnet50", "w/best.pt")] == [
+    assert available("classifier") == ["ep", "onnx", "state-dict", "timm", "ts", "tv"]
+    specs = ("ts:m.pt", "ep:m.pt2", "onnx:m.onnx", "tv:resnet18", "timm:vit_b", "resnet50", "w/best.pt")
+    assert [models.classifier_entry(s) for s in specs] == [
         ("ts", "m.pt"),
+        ("ep", "m.pt2"),
+        ("onnx", "m.onnx"),
         ("tv", "resnet18"),
         ("timm", "vit_b"),
         ("timm", "resnet50"),
         ("state-dict", "w/best.pt"),
     ]
     assert entry("classifier", "timm").requires == ("torch", "timm")
-    with pytest.raises(BackendUnavailable, match="unknown classifier 'onnx'"):
-        entry("classifier", "onnx")
+    with pytest.raises(BackendUnavailable, match="unknown classifier 'tflite'"):
+        entry("classifier", "tflite")
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as on an install without the onnx extra
+    with pytest.raises(BackendUnavailable, match=r"\(onnxruntime\); install them with: pip install '.*\[onnx\]'"):
+        models.load_model("onnx:m.onnx")

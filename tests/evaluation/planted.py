@@ -48,6 +48,11 @@ def flat_images(wnids=WNIDS, per_class: int = 2) -> list[FakeImage]:
     return images
 
 
+def colour_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Euclidean distances between rows of a and b (torch.cdist's, written out: ONNX has no cdist)."""
+    return ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1).sqrt()
+
+
 class PlantedPredictor(nn.Module):
     def __init__(
         self,
@@ -73,9 +78,9 @@ class PlantedPredictor(nn.Module):
         bright = (luma > 150).float()
         count = bright.sum((1, 2))
         mean_colour = (pixels * bright[:, None]).sum((2, 3)) / count.clamp(min=1.0)[:, None]
-        object_class = self.object_classes[torch.cdist(mean_colour, self.object_colors).argmin(1)]
+        object_class = self.object_classes[colour_distance(mean_colour, self.object_colors).argmin(1)]
         background = pixels[:, :, h - 1, 0]  # bottom-left: never covered by centre or top-right objects
-        distance = torch.cdist(background, self.background_colors)
+        distance = colour_distance(background, self.background_colors)
         background_class = self.background_classes[distance.argmin(1)]
         background_class = torch.where(
             distance.min(1).values > 20, torch.full_like(background_class, NO_MATCH_CLASS), background_class
@@ -87,8 +92,8 @@ class PlantedPredictor(nn.Module):
         return nn.functional.one_hot(predicted, self.num_outputs).float() * 20.0
 
 
-def save_planted(path: Path, images, background_on_corner: bool, size: int = 224) -> Path:
-    """Trace a planted predictor for `images` (parts_factory.FakeImage) to TorchScript at `path`."""
+def build_planted(images, background_on_corner: bool) -> PlantedPredictor:
+    """The planted predictor for `images` (parts_factory.FakeImage), in eval mode."""
     by_class = {}
     for image in images:
         by_class.setdefault(image.wnid, image.background_color)
@@ -99,7 +104,12 @@ def save_planted(path: Path, images, background_on_corner: bool, size: int = 224
         [class_of(w).index for w in by_class],
         background_on_corner,
     )
-    module.eval()
+    return module.eval()
+
+
+def save_planted(path: Path, images, background_on_corner: bool, size: int = 224) -> Path:
+    """Trace a planted predictor for `images` (parts_factory.FakeImage) to TorchScript at `path`."""
+    module = build_planted(images, background_on_corner)
     traced = torch.jit.trace(module, torch.rand(2, 3, size, size))
     traced.save(str(path))
     return path
