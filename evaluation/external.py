@@ -121,8 +121,8 @@ class Dataset:
     def eval(
         self, predictions, *, outputs: str | None = None, bootstrap: BootstrapSettings | None = None
     ) -> Evaluation:
-        """Score `predictions`: a DataFrame or a .csv/.parquet file keyed by sample (see
-        `evaluation.given`), or an array in `keys` order: (N,) class indices or (N, 1000) scores
+        """Score `predictions`: a DataFrame or a .csv/.parquet file keyed by sample (its columns:
+        the evaluate guide's "From Python"), or an array in `keys` order: (N,) class indices or (N, 1000) scores
         (`outputs`: "probabilities" or "logits"; by default rows that are non-negative and sum to 1
         are probabilities, others logits)."""
         import numpy as np

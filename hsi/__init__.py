@@ -1,7 +1,4 @@
-"""The `hsi` command line and the demo pipeline: the top of the stack. It imports every layer and
-holds no logic of its own, so the layers below never import a command.
-
-It is also the public Python API, the one stable surface (everything else is internal):
+"""The public Python API, the one stable surface (everything else is internal):
 
 - `hsi.open(source, config=None, split=None)` -> `hsi.Dataset`: one split's samples, metadata and groups,
   and `.eval(predictions)`;
@@ -9,7 +6,9 @@ It is also the public Python API, the one stable surface (everything else is int
 - `hsi.evaluate(model, data, **settings)` -> `hsi.Evaluation`: a module, a numpy callable or a spec;
 - `hsi.stream(source, config, split, ...)`: the shards as a training stream.
 
-Each is loaded on first use, so `import hsi` stays light (no torch, no pandas)."""
+Each is loaded on first use, so `import hsi` stays light (no torch, no pandas). The package also
+holds the `hsi` command line and the demo pipeline, the top of the stack: it imports every layer
+and holds no logic of its own, so the layers below never import a command."""
 
 from builder import __version__
 
