@@ -82,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--eval-dir",
         type=Path,
         help="an `hsi eval` output folder holding <model>/eval.json: adds the table, the "
-        "correlations and the scatter plots",
+        "correlations and the scatter figure (from 3 models)",
     )
     zoo.add_argument(
         "--eval-source",
@@ -185,5 +185,7 @@ def run(args: argparse.Namespace) -> int:
             + (f" ({summary['correlation_note']})" if summary.get("correlation_note") else "")
         )
         if summary.get("scatter"):
-            print(f"scatter plots: {summary['scatter']}")
+            print(f"scatter: {summary['scatter']}")
+        elif summary.get("scatter_note"):
+            print(summary["scatter_note"])
     return EXIT_OK
