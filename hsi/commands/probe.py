@@ -106,6 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--seed", type=seed_int, default=0, help="seed of the critical-band noise and of the bootstraps (default 0)"
     )
     run.add_argument("--overwrite", action="store_true", help="re-run a model already probed with the same settings")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bars (per probe, on stderr)")
 
 
 def _probes(args: argparse.Namespace) -> tuple[str, ...]:
@@ -164,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.criterion_level < 1:
         raise UsageError(f"--criterion-level must be in (0, 1), got {args.criterion_level}")
-    settings = options_from(args, ProbeSettings, probes=_probes(args))
+    settings = options_from(args, ProbeSettings, probes=_probes(args), progress=not args.no_progress)
     link = _eval_link(args)
     models = [load_model(entry["model"], model_options(entry, args)) for entry in model_entries(args)]
     summary = probe_zoo(
