@@ -151,6 +151,13 @@ def scatter_models(rows: list[dict], bias: str, target: str) -> list[tuple[float
     return [(r[bias], r[target], r["model"]) for r in rows if r.get(bias) is not None and r.get(target) is not None]
 
 
+def short_name(spec: str) -> str:
+    """A point's label: a checkpoint's file name for "FILE (ARCH)" specs, else the name after the
+    library prefix ("timm:resnet50" -> "resnet50"), at most 24 characters."""
+    name = spec.split(" (", 1)[0] if " (" in spec else spec.rsplit(":", 1)[-1]
+    return name if len(name) <= 24 else name[:23] + "…"
+
+
 def scatter_panels(rows: list[dict]) -> tuple[str | None, list[str]]:
     """The scatter's y (scatter_target) and its panels: the biases at least MIN_MODELS models have."""
     target = scatter_target(rows)
@@ -169,13 +176,16 @@ def scatter_figure(rows: list[dict], result: dict | None = None):
     rhos = {(p["bias"], p["metric"]): p for p in (result or {}).get("pairs", [])}
     columns = min(len(biases), 4)
     panel_rows = -(-len(biases) // columns)
-    fig = Figure(figsize=(3.2 * columns, 2.9 * panel_rows), layout="constrained")
+    fig = Figure(figsize=(max(3.2 * columns, 4.8), 2.9 * panel_rows), layout="constrained")
     axes = fig.subplots(panel_rows, columns, squeeze=False, sharey=True).ravel()
     for ax, bias in zip(axes, biases):
         points = scatter_models(rows, bias, target)
         ax.scatter([x for x, _, _ in points], [y for _, y, _ in points], s=22, color="tab:blue", zorder=3)
-        for x, y, name in points:
-            ax.annotate(name.split(":")[-1][:18], (x, y), xytext=(3, 3), textcoords="offset points", fontsize=6)
+        named: dict[tuple[float, float], list[str]] = {}
+        for x, y, name in points:  # models on the same spot share one label, not a pile of them
+            named.setdefault((x, y), []).append(short_name(name))
+        for (x, y), names in named.items():
+            ax.annotate(", ".join(names), (x, y), xytext=(3, 3), textcoords="offset points", fontsize=6)
         pair = rhos.get((bias, target), {})
         heading = f"{bias} (n={len(points)})"
         if pair.get("rho") is not None:

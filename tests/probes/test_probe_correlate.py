@@ -128,3 +128,14 @@ def test_fewer_than_three_models_get_no_scatter_and_an_earlier_one_is_removed(tm
         path, note = correlate.write_scatter(out, _zoo(2), None)
     assert path is None and not (tmp_path / correlate.SCATTER_PNG).exists()
     assert "2 model(s)" in note and "at least 3" in note and "probe_table.md" in note
+
+
+def test_models_on_the_same_spot_share_one_readable_label():
+    entries = [
+        (f"tiny{i}.pth (timm:test_efficientnet)", _probes(s, 0.3), _eval(0.0, 0.0))
+        for i, s in enumerate([0.5, 0.6, 0.5])
+    ]
+    fig = correlate.scatter_figure(correlate.table_rows(entries))
+    shape = next(ax for ax in fig.axes if ax.get_xlabel() == "shape_bias")
+    assert sorted(t.get_text() for t in shape.texts) == ["tiny0.pth, tiny2.pth", "tiny1.pth"]
+    assert correlate.short_name("timm:resnet50") == "resnet50"
