@@ -151,7 +151,13 @@ def model_only_passes(
     labels = {str(s): int(c) for s, c in zip(composites["source_id"], composites["label_class"])}
     if "clean" in passes:
         clean, missing, errors = clean_predictions(
-            classifier, loaded.preprocessing, settings.clean_root, settings.clean_split, labels, settings.batch_size
+            classifier,
+            loaded.preprocessing,
+            settings.clean_root,
+            settings.clean_split,
+            labels,
+            settings.batch_size,
+            settings.progress,
         )
         with folder.writing(CLEAN_ACCURACY_CSV) as path:
             write_class_accuracy(clean, path)
@@ -165,7 +171,7 @@ def model_only_passes(
         announce(f"clean photos: {len(clean)} classified, {missing} not found under the clean root")
     if "background_only" in passes:
         frame, errors = background_predictions(
-            classifier, loaded.preprocessing, settings.parts_dir, settings.batch_size
+            classifier, loaded.preprocessing, settings.parts_dir, settings.batch_size, settings.progress
         )
         with folder.writing(BACKGROUND_ACCURACY_CSV) as path:
             rows = write_class_accuracy(frame, path)
