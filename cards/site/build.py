@@ -53,7 +53,7 @@ def _thumb_path(model: ModelEval, key: str) -> list[str]:
         "thumbs",
         site_name(fingerprint, "data fingerprint"),
         check_split_name(split),
-        site_name(f"{site_name(key, 'sample key')}.jpg", "sample key"),
+        site_name(f"{key}.jpg", "sample key"),
     ]
 
 
@@ -64,6 +64,7 @@ def _wanted(models: list[ModelEval], galleries: dict[str, list[GalleryCell]]) ->
         keys = wanted.setdefault(model.revision, {})
         for cell in galleries[model.slug]:
             for thumb in (*cell.errors, *cell.successes):
+                site_name(thumb.key, "sample key")  # it names the thumbnail's file: checked before any shard is read
                 if keys.setdefault(thumb.key, thumb.shard) != thumb.shard:
                     raise ReportInputError(
                         f"sample {printable(thumb.key)} is in shard {printable(keys[thumb.key])} for one evaluation "
