@@ -19,7 +19,7 @@ from builder.core.names import check_split_name
 from evaluation.eval_folder import claimed
 
 from .collect import ModelEval, ReportInputError, collect_evals, site_name
-from .figures import accuracy_vs_size, position_heat_maps
+from .figures import accuracy_vs_size, png_bytes, position_heat_maps
 from .gallery import GalleryCell, sample_gallery
 from .pages import Board, index_page, model_page, sort_key
 from .revision import Sample, SplitData, match_data, read_samples, source_text
@@ -103,12 +103,14 @@ def _boards(models: list[ModelEval], files: dict[str, bytes]) -> list[Board]:
     boards = []
     for n, revision in enumerate(revisions, start=1):
         members = sorted((m for m in models if m.revision == revision), key=sort_key)
-        curves, heat_maps = accuracy_vs_size(members), position_heat_maps(members)
         names = {}
-        for kind, data in (("accuracy_vs_size", curves), ("position_size_heatmaps", heat_maps)):
+        for kind, data in (
+            ("accuracy_vs_size", accuracy_vs_size(members)),
+            ("position_size_heatmaps", position_heat_maps(members)),
+        ):
             if data is not None:
                 names[kind] = f"leaderboard/board-{n}-{kind}.png"
-                files[names[kind]] = data
+                files[names[kind]] = png_bytes(data)
         boards.append(Board(revision, members, names.get("accuracy_vs_size"), names.get("position_size_heatmaps")))
     return boards
 

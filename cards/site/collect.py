@@ -67,7 +67,7 @@ class ModelEval:
 
     @property
     def spec(self) -> str:
-        return self.report["model"]["spec"]
+        return self.run["spec"]
 
     @property
     def revision(self) -> tuple:

@@ -1,7 +1,7 @@
-"""The leaderboard's figures, as PNG bytes: every model's accuracy-vs-size curves in one figure
-(a panel per group, the models offset on x so their intervals do not hide each other, the chance
-line drawn), and a position x size heat map per model, with each cell's n, when the config has
-more than two placements.
+"""The leaderboard's figures (matplotlib Figures; `png_bytes` writes one): every model's
+accuracy-vs-size curves in one figure (a panel per group, the models offset on x so their
+intervals do not hide each other, the chance line drawn), and a position x size heat map per
+model, with each cell's n, when the config has more than two placements.
 
 Each figure is a `matplotlib.figure.Figure` of its own (no pyplot global state, as
 evaluation.plots draws). Names from the data go into the figure as plain text: `$` is escaped, so
@@ -49,7 +49,7 @@ def _interval(estimate: dict) -> tuple[float, float, float]:
     return value, max(value - low, 0.0), max(high - value, 0.0)
 
 
-def accuracy_vs_size(models: list[ModelEval]) -> bytes | None:
+def accuracy_vs_size(models: list[ModelEval]):
     """One figure: a panel per group, top-1 against object size, a curve per model (None when no
     model has group metadata)."""
     from matplotlib.figure import Figure
@@ -103,14 +103,14 @@ def accuracy_vs_size(models: list[ModelEval]) -> bytes | None:
     rows = (len(labels) + 2) // 3
     figure.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8, frameon=False)
     figure.tight_layout(rect=(0, min(0.5, 0.04 + 0.07 * rows), 1, 1))
-    return png_bytes(figure)
+    return figure
 
 
 def placements(model: ModelEval) -> list[str]:
     return sorted({c["position"] for c in model.metrics.get("by_position_size", [])})
 
 
-def position_heat_maps(models: list[ModelEval]) -> bytes | None:
+def position_heat_maps(models: list[ModelEval]):
     """One figure: a panel per model whose config has more than two placements, top-1 by position
     (rows) and size (columns), each cell's value and n written in it, one shared colour scale."""
     import numpy as np
@@ -144,10 +144,10 @@ def position_heat_maps(models: list[ModelEval]) -> bytes | None:
                 n = counts.get((i, j))
                 label = f"{value:.2f}" + (f"\nn={n}" if n is not None else "")
                 colour = "white" if value < 0.6 else "black"
-                ax.text(j, i, label, ha="center", va="center", color=colour, fontsize=7)
+                ax.text(j, i, label, ha="center", va="center", color=colour, fontsize=8)
         ax.set_xlabel("object size (px)")
         ax.set_title(plain(model.spec), fontsize=9)
     for ax in axes[len(shown) :]:
         ax.set_visible(False)
     figure.colorbar(image, ax=list(axes[: len(shown)]), label="top-1", shrink=0.9)
-    return png_bytes(figure)
+    return figure

@@ -242,7 +242,7 @@ def test_a_link_planted_in_out_is_refused_and_nothing_is_written_through_it(eval
 def test_fuzzed_eval_json_is_shown_or_refused_in_one_line_never_a_traceback(evaluation, tmp_path):
     """Seeded mutations of a real eval.json through every reader and page renderer the site uses."""
     from cards.site.collect import ModelEval
-    from cards.site.figures import accuracy_vs_size, position_heat_maps
+    from cards.site.figures import accuracy_vs_size, png_bytes, position_heat_maps
     from cards.site.gallery import sample_gallery
     from cards.site.pages import Board, index_page, model_page
     from cards.site.sections import checked_metrics, checked_run
@@ -280,7 +280,8 @@ def test_fuzzed_eval_json_is_shown_or_refused_in_one_line_never_a_traceback(eval
         )
         index_page([Board(model.revision, [model], None, None)], "")
         if trial % 25 == 0:  # the figures are slower: a share of the trials
-            accuracy_vs_size([model])
-            position_heat_maps([model])
+            for figure in (accuracy_vs_size([model]), position_heat_maps([model])):
+                if figure is not None:
+                    png_bytes(figure)
         outcomes["shown"] += 1
     assert outcomes["shown"] > 20 and outcomes["refused"] > 20, outcomes

@@ -188,3 +188,37 @@ def test_a_paired_config_labels_each_thumbnail_with_its_paired_class(tmp_path):
         assert thumb["labels"]["paired"]["p"] == f"{row['prob_paired_class']:.3f}"
         if row["background"] == "paired":  # on the paired background, its class is the paired class
             assert thumb["labels"]["background"]["name"] == thumb["labels"]["paired"]["name"]
+
+
+def figure_model(spec: str, positions: list[str], value: float = 0.5):
+    """A ModelEval holding only what the leaderboard's figures read."""
+    from cards.site.collect import ModelEval
+
+    cells = [{"size": s, "top1": {"value": value, "low": value - 0.1, "high": value + 0.1, "n": 36}} for s in (56, 84)]
+    metrics = {
+        "has_groups": True,
+        "by_group_size": [{"group": g, **c} for g in ("CeO", "CoR") for c in cells],
+        "by_position_size": [{"position": p, **c} for p in positions for c in cells],
+    }
+    return ModelEval(1, Path(spec), {}, {"spec": spec, "classes": 1000}, metrics, {}, None, [])
+
+
+def test_the_figures_draw_every_model_with_chance_and_heat_maps_only_past_two_placements():
+    from cards.site.figures import accuracy_vs_size, png_bytes, position_heat_maps
+
+    two = figure_model("$\\frac{$ <b>", ["center", "top-right"], 0.2)
+    three = figure_model("timm:resnet18", ["center", "top-right", "bottom-left"], 0.8)
+    curves = accuracy_vs_size([two, three])
+    assert [ax.get_title() for ax in curves.axes] == ["CeO", "CoR"]
+    labels = [text.get_text() for text in curves.legends[0].get_texts()]
+    assert labels == ["\\$\\frac{\\$ <b>", "timm:resnet18", "chance (1/1000)"]  # `$` is text, not mathtext
+    low, high = curves.axes[0].get_ylim()
+    assert low <= 0.001 and 0.9 <= high <= 1.02  # the data's range, down to the chance line
+    assert png_bytes(curves).startswith(b"\x89PNG")
+    assert position_heat_maps([two]) is None
+    heat_maps = position_heat_maps([two, three])
+    panels = [ax for ax in heat_maps.axes if ax.get_title()]
+    assert [ax.get_title() for ax in panels] == ["timm:resnet18"]
+    assert sorted(t.get_text() for t in panels[0].texts) == ["0.80\nn=36"] * 6
+    with Image.open(io.BytesIO(png_bytes(heat_maps))) as image:
+        assert image.size[0] > 300 and image.size[1] > 150
