@@ -10,7 +10,7 @@ replaced, and the files an earlier run wrote that this one does not are removed.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from builder import __version__
@@ -37,18 +37,17 @@ class SiteSettings:
     progress: bool = True
 
 
-@dataclass
+@dataclass(frozen=True)
 class SiteSummary:
-    index: Path
+    index: Path  # the leaderboard page
     models: int
     thumbnails: int
-    galleries: bool
-    files: list[str] = field(default_factory=list)
+    galleries: bool  # False without --data
 
 
 def _thumb_path(model: ModelEval, key: str) -> list[str]:
     """thumbs/<fingerprint>/<split>/<key>.jpg: one file per sample, shared by every model measured on it."""
-    config, split, fingerprint = model.revision
+    _, split, fingerprint = model.revision
     return [
         "thumbs",
         site_name(fingerprint, "data fingerprint"),
@@ -115,57 +114,58 @@ def _boards(models: list[ModelEval], files: dict[str, bytes]) -> list[Board]:
     return boards
 
 
-def build_site(eval_dirs: list[Path], out: Path, settings: SiteSettings = SiteSettings()) -> SiteSummary:
-    """The site of `eval_dirs` in `out` (see cards.site)."""
+def _read_thumbnails(
+    models: list[ModelEval], galleries: dict, data: dict[tuple, SplitData], progress: bool
+) -> dict[tuple, dict[str, Sample]]:
+    """{revision: {key: Sample}} of every thumbnail the galleries show, each checked against its row."""
     from tqdm import tqdm
 
+    wanted = _wanted(models, galleries)
+    samples: dict[tuple, dict[str, Sample]] = {}
+    total = sum(len(keys) for keys in wanted.values())
+    with tqdm(total=total, desc="report: thumbnails", unit="img", disable=not progress, file=sys.stderr) as bar:
+        for revision, keys in wanted.items():
+            samples[revision] = read_samples(data[revision], keys, bar.update)
+    for model in models:
+        _check_labels(model, galleries[model.slug], samples[model.revision])
+    return samples
+
+
+def _model_files(model: ModelEval, gallery: list[GalleryCell] | None, samples: dict[str, Sample], data, generator):
+    """{site path: bytes} of one model: its page, its plots, its thumbnails (shared ones are the same bytes)."""
+    files = {f"models/{model.slug}/plots/{name}": png for name, png in model.plots}
+    thumbs = {}
+    for key, sample in samples.items():
+        path = _thumb_path(model, key)
+        files["/".join(path)] = sample.jpg
+        thumbs[key] = ["..", "..", *path]
+    note = None if gallery is not None else _no_data_note(model)
+    source = source_text(data) if data is not None else None
+    page = model_page(model, gallery, thumbs, note, source, generator)
+    files[f"models/{model.slug}/{INDEX}"] = page.encode("utf-8")
+    return files
+
+
+def build_site(eval_dirs: list[Path], out: Path, settings: SiteSettings = SiteSettings()) -> SiteSummary:
+    """The site of `eval_dirs` in `out` (see cards.site)."""
     generator = f"built by hsi report (hard-spurious-imagenet {__version__})"
     with claimed(Path(out), REPORT_KIND) as owned:
         models = collect_evals(eval_dirs, settings.progress)
-        data: dict[tuple, SplitData] = match_data(models, list(settings.data)) if settings.data else {}
+        data = match_data(models, list(settings.data)) if settings.data else {}
         galleries = {
             m.slug: sample_gallery(m.predictions, settings.seed, settings.errors, settings.successes) for m in models
         }
-        samples: dict[tuple, dict[str, Sample]] = {}
-        if data:
-            wanted = _wanted(models, galleries)
-            total = sum(len(keys) for keys in wanted.values())
-            with tqdm(
-                total=total, desc="report: thumbnails", unit="img", disable=not settings.progress, file=sys.stderr
-            ) as bar:
-                for revision, keys in wanted.items():
-                    samples[revision] = read_samples(data[revision], keys, bar.update)
+        samples = _read_thumbnails(models, galleries, data, settings.progress) if data else {}
         files: dict[str, bytes] = {}
         for model in models:
-            if data:
-                _check_labels(model, galleries[model.slug], samples[model.revision])
-                for key, sample in samples[model.revision].items():
-                    files.setdefault("/".join(_thumb_path(model, key)), sample.jpg)
-            for name, png in model.plots:
-                files[f"models/{model.slug}/plots/{name}"] = png
-        boards = _boards(models, files)
-        files[INDEX] = index_page(boards, generator).encode("utf-8")
-        for model in models:
-            thumbs = {key: ["..", "..", *_thumb_path(model, key)] for key in samples.get(model.revision, {})}
-            split_data = data.get(model.revision)
-            html = model_page(
-                model,
-                galleries[model.slug] if data else None,
-                thumbs,
-                None if data else _no_data_note(model),
-                source_text(split_data) if split_data else None,
-                generator,
-            )
-            files[f"models/{model.slug}/{INDEX}"] = html.encode("utf-8")
+            shown = galleries[model.slug] if data else None
+            split = data.get(model.revision)
+            files.update(_model_files(model, shown, samples.get(model.revision, {}), split, generator))
+        files[INDEX] = index_page(_boards(models, files), generator).encode("utf-8")
         for relative in files:  # refuse a link or a user's file on the way before writing anything
             owned.path(relative)
         for relative, payload in files.items():
             owned.write_bytes(relative, payload)
         owned.remove_listed("", keep=set(files))
-        return SiteSummary(
-            owned.root / INDEX,
-            len(models),
-            sum(1 for name in files if name.startswith("thumbs/")),
-            bool(data),
-            sorted(files),
-        )
+        thumbnails = sum(1 for name in files if name.startswith("thumbs/"))
+        return SiteSummary(owned.root / INDEX, len(models), thumbnails, bool(data))

@@ -87,10 +87,11 @@ def match_data(models: list[ModelEval], sources: list[str]) -> dict[tuple, Split
                 f"{where}: its eval.json records no data fingerprint, so no --data can be proved to be its data; "
                 "re-run hsi eval, or leave out --data for a site without galleries"
             )
-        found = []
+        found, without = [], []
         for source in sources:
             manifest = _manifest(source, config)
             if manifest is None:
+                without.append(f"--data {printable(source)} has no config {printable(str(config))}")
                 continue
             found.append((source, manifest))
             if (
@@ -101,9 +102,12 @@ def match_data(models: list[ModelEval], sources: list[str]) -> dict[tuple, Split
                 break
         else:
             held = "; ".join(
-                f"--data {printable(s)} holds config {printable(str(m.get('config')))}, fingerprint "
-                f"{printable(str(m.get('fingerprint')))}, splits {', '.join(map(printable, sorted(m['splits'])))}"
-                for s, m in found
+                [
+                    f"--data {printable(s)} holds config {printable(str(m.get('config')))}, fingerprint "
+                    f"{printable(str(m.get('fingerprint')))}, splits {', '.join(map(printable, sorted(m['splits'])))}"
+                    for s, m in found
+                ]
+                + without
             )
             raise ReportInputError(
                 f"{printable(model.spec)} ({where}) was measured on {_revision_text(revision)}, which no --data holds"
