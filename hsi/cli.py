@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, str] = {
     "probe": "hsi.commands.probe",
     "train": "hsi.commands.train",
     "scgs": "hsi.commands.scgs",
+    "report": "hsi.commands.report",
 }
 
 
