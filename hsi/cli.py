@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, str] = {
     "probe": "hsi.commands.probe",
     "train": "hsi.commands.train",
     "scgs": "hsi.commands.scgs",
+    "leaderboard": "hsi.commands.leaderboard",
 }
 
 
