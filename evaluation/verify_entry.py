@@ -43,6 +43,10 @@ ROW_LINES = 20  # tampered-row mismatches shown one a line; the rest are counted
 MISSING = object()
 
 
+class Said(str):
+    """A description of what was found (not a value the data holds): shown as it is, unquoted."""
+
+
 @dataclass(frozen=True)
 class Mismatch:
     """One field whose claimed value is not what was found."""
@@ -76,8 +80,15 @@ class Verification:
 def _show(value: object) -> str:
     if value is MISSING:
         return "nothing"
+    if isinstance(value, Said):
+        return str(value)
     if isinstance(value, float) and math.isfinite(value):
         return f"{value:.6g}"
+    if isinstance(value, str):  # whole (a sha256 is 64 characters), within reason
+        text = printable(repr(value))
+        return text if len(text) <= 120 else text[:117] + "..."
+    if isinstance(value, list) and all(isinstance(item, (str, int, float)) for item in value) and len(value) <= 8:
+        return "[" + ", ".join(_show(item) for item in value) + "]"
     return describe(value)
 
 
@@ -195,15 +206,14 @@ def row_mismatches(rows: list[dict], samples: list[dict], errors: list[dict], da
     found: list[Mismatch] = []
     unknown = sorted(seen - set(by_key) - set(broken))
     missing = sorted(set(by_key) - seen) + sorted(set(broken) - seen)
-    for what, keys, claimed, actual in (
-        ("names no sample of the data", unknown, "a row", "no sample"),
-        ("has no prediction row", missing, "no row", "a sample"),
+    for keys, claimed, actual in (
+        (unknown, "a prediction row", "no such sample"),
+        (missing, "no prediction row", "a sample"),
     ):
         if keys:
             more = f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
-            result.mismatches.append(
-                Mismatch(f"predictions[{printable(keys[0])}]{more}", claimed, actual, "predictions", f"data ({what})")
-            )
+            field = f"predictions[{printable(keys[0])}]{more}"
+            result.mismatches.append(Mismatch(field, Said(claimed), Said(actual), "predictions", "data"))
     row_shards = sorted({row["shard"] for row in rows if row["key"] is None and row["status"] != "ok"})
     if row_shards != broken_shards:
         result.mismatches.append(
@@ -218,7 +228,11 @@ def row_mismatches(rows: list[dict], samples: list[dict], errors: list[dict], da
             if key in broken:
                 found.append(
                     Mismatch(
-                        f"predictions[{printable(key)}].status", "ok", "an unreadable sample", "predictions", "shard"
+                        f"predictions[{printable(key)}].status",
+                        "ok",
+                        Said("a sample whose metadata does not read"),
+                        "predictions",
+                        "shard",
                     )
                 )
             elif key in by_key:
@@ -230,11 +244,11 @@ def row_mismatches(rows: list[dict], samples: list[dict], errors: list[dict], da
     if len(found) > ROW_LINES:
         result.mismatches.append(
             Mismatch(
-                "predictions (rows)",
-                f"{len(found) - ROW_LINES} more fields",
-                "the shards' samples",
+                "predictions (more rows)",
+                Said(f"{len(found) - ROW_LINES} more fields"),
+                Said("the shards' samples"),
                 "predictions",
-                "differ from",
+                "differing from",
             )
         )
     return bool(unknown or missing)
@@ -296,7 +310,7 @@ def undecodable_claims(claims: list[tuple[dict, dict]], dataset) -> list[Mismatc
                 Mismatch(
                     f"predictions[{printable(key)}].status",
                     str(wanted[key]["status"]),
-                    "a sample that decodes (its prediction is missing)",
+                    Said("a sample that decodes (its prediction is missing)"),
                     "predictions",
                     "shard",
                 )
@@ -312,7 +326,8 @@ def rescored_figures(entry: dict, rows: list[dict], samples: list[dict], metadat
     from .given import checked_table, prediction_rows
     from .metrics import compute_metrics
 
-    ok = [row for row in rows if row["status"] == "ok"]
+    readable = {sample["key"] for sample in samples}
+    ok = [row for row in rows if row["status"] == "ok" and row["key"] in readable]  # the others are mismatches
     table = pd.DataFrame(
         {
             "key": [row["key"] for row in ok],
@@ -331,6 +346,16 @@ def rescored_figures(entry: dict, rows: list[dict], samples: list[dict], metadat
         {"key": row["key"], "shard": row["shard"], "reason": row["status"], "detail": _plain(row.get("detail"))}
         for row in rows
         if row["status"] != "ok"
+    ]
+    errors += [  # an ok row of a sample whose metadata does not read: an error row, as a model run makes it
+        {
+            "key": row["key"],
+            "shard": row["shard"],
+            "reason": "undecodable-sample",
+            "detail": "its metadata does not read",
+        }
+        for row in rows
+        if row["status"] == "ok" and row["key"] not in readable
     ]
     boot = entry["bootstrap"]
     settings = BootstrapSettings(resamples=boot["resamples"], seed=boot["seed"], level=boot["level"])
