@@ -50,15 +50,21 @@ DESCRIPTION = (
 REPORTED_ONLY = ("clean_top1",)
 
 
-def check_text(value: object, error) -> str:
-    """A one-line description (a name, an architecture, training data): printable, not empty, short."""
+def check_label(value: object, error) -> str:
+    """A label from the run or the data (a spec, a group, a fingerprint): one printable line, short."""
     text = check_string(value, error)
-    if not text.strip():
-        raise error("is empty")
     if len(text) > MAX_TEXT:
         raise error(f"is {len(text)} characters long; at most {MAX_TEXT}")
     if not text.isprintable():
         raise error(f"'{printable(text)[:60]}' holds a line break or a control character; give one line of text")
+    return text
+
+
+def check_text(value: object, error) -> str:
+    """A one-line description (a name, an architecture, training data): a label that is not empty."""
+    text = check_label(value, error)
+    if not text.strip():
+        raise error("is empty")
     return text
 
 
@@ -100,8 +106,13 @@ class EntryInfo:
 
 
 def one_line(text: str) -> str:
-    """A spec as an entry holds it: printable, at most MAX_TEXT characters."""
+    """A label from the run or the data as an entry holds it: printable, at most MAX_TEXT characters
+    (names in someone's data may hold anything; an entry's reader takes one line)."""
     return printable(str(text))[:MAX_TEXT]
+
+
+def label(value: object) -> str | None:
+    return None if value is None else one_line(str(value))
 
 
 def info_of(entry: dict) -> EntryInfo:
@@ -135,9 +146,9 @@ def background_gap_summary(cells: list[dict]) -> dict | None:
         "cells": len(gaps),
         "mean": round(sum(cell["gap"]["value"] for cell in gaps) / len(gaps), 6),
         "largest": {
-            "position": largest["position"],
+            "position": one_line(largest["position"]),
             "size": int(largest["size"]),
-            "foreign": largest["foreign"],
+            "foreign": one_line(largest["foreign"]),
             **_estimate(largest["gap"]),  # type: ignore[dict-item]
         },
     }
@@ -156,11 +167,11 @@ def headline_figures(metrics: dict, clean: dict | None = None) -> dict:
         "error_rows": int(metrics["errors"]["total"]),
         "top1": _estimate(overall.get("top1")),
         "top5": _estimate(overall.get("top5")),
-        "by_group": [{"group": row["group"], "top1": _estimate(row["top1"])} for row in metrics["by_group"]]
+        "by_group": [{"group": one_line(row["group"]), "top1": _estimate(row["top1"])} for row in metrics["by_group"]]
         if has_groups
         else None,
         "mean_over_groups": _estimate(summary.get("mean_over_groups")),
-        "worst_group": {"group": worst["group"], **_estimate(worst)} if worst else None,  # type: ignore[dict-item]
+        "worst_group": {"group": one_line(worst["group"]), **_estimate(worst)} if worst else None,  # type: ignore[dict-item]
         "background_gap": background_gap_summary(metrics.get("background_gap") or []) if has_groups else None,
         "background_class": {
             "errors": int(background["overall"]["errors"]),
@@ -205,14 +216,14 @@ def build_entry(report: dict, predictions: Path, info: EntryInfo) -> dict:
         "label_space": {key: report["label_space"][key] for key in ("name", "classes", "description")},
         "data": {
             "source": one_line(data["source"]),
-            "config": data.get("config"),
-            "split": data["split"],
-            "fingerprint": data.get("fingerprint"),
+            "config": label(data.get("config")),
+            "split": one_line(data["split"]),
+            "fingerprint": label(data.get("fingerprint")),
             "num_samples": data.get("num_samples"),
             "limit": data.get("limit"),
             "partial": bool(data.get("partial")),
-            "verified": data.get("verified"),
-            "toolkit_version": (report.get("toolkit") or {}).get("version"),
+            "verified": label(data.get("verified")),
+            "toolkit_version": label((report.get("toolkit") or {}).get("version")),
         },
         "predictions": {"file": Path(predictions).name, "sha256": sha256_file(Path(predictions))},
         "bootstrap": {"resamples": boot["resamples"], "seed": boot["seed"], "level": boot["level"]},
@@ -266,9 +277,9 @@ def _estimate_fields(estimate: Fields, *, low: float, high: float) -> None:
 
 def _check_model(model: Fields) -> None:
     model.only(("spec", "weights", "architecture", "training_data", "paper"))
-    _text(model, "spec", nullable=False)
+    _text(model, "spec", nullable=False, check=check_label)
     weights = model.object("weights").only(("file", "sha256"))
-    _text(weights, "file")
+    _text(weights, "file", check=check_label)
     if _nullable(weights, "sha256"):
         weights.string("sha256", pattern=SHA256)
     _text(model, "architecture")
@@ -307,10 +318,10 @@ def _check_data(data: Fields) -> None:
     data.only(
         ("source", "config", "split", "fingerprint", "num_samples", "limit", "partial", "verified", "toolkit_version")
     )
-    _text(data, "source", nullable=False)
+    _text(data, "source", nullable=False, check=check_label)
     for key in ("config", "fingerprint", "verified", "toolkit_version"):
-        _text(data, key)
-    _text(data, "split", nullable=False)
+        _text(data, key, check=check_label)
+    _text(data, "split", nullable=False, check=check_label)
     if _nullable(data, "num_samples"):
         data.integer("num_samples", low=0)
     if _nullable(data, "limit"):
@@ -351,23 +362,23 @@ def _check_figures(figures: Fields) -> None:
         seen = set()
         for row in figures.objects("by_group"):
             row.only(("group", "top1"))
-            group = _text(row, "group", nullable=False)
+            group = _text(row, "group", nullable=False, check=check_label)
             if group in seen:
                 raise row.error(f"group '{printable(str(group))}' is listed twice", "group")
             seen.add(group)
             _checked_estimate(row, "top1")
     if _nullable(figures, "worst_group"):
         worst = figures.object("worst_group").only(("group", "value", "low", "high", "n", "sources"))
-        _text(worst, "group", nullable=False)
+        _text(worst, "group", nullable=False, check=check_label)
         _estimate_fields(worst, low=0.0, high=1.0)
     if _nullable(figures, "background_gap"):
         gap = figures.object("background_gap").only(("cells", "mean", "largest"))
         gap.integer("cells", low=1)
         gap.number("mean", low=-1, high=1)
         largest = gap.object("largest").only(("position", "size", "foreign", "value", "low", "high", "n", "sources"))
-        _text(largest, "position", nullable=False)
+        _text(largest, "position", nullable=False, check=check_label)
         largest.integer("size", low=1)
-        _text(largest, "foreign", nullable=False)
+        _text(largest, "foreign", nullable=False, check=check_label)
         _estimate_fields(largest, low=-1.0, high=1.0)
     if _nullable(figures, "background_class"):
         background = figures.object("background_class").only(

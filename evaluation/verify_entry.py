@@ -36,7 +36,7 @@ from builder.core.untrusted import describe, regular_file
 from builder.formats.composites import COMPOSITE_FIELDS
 
 from .bootstrap import BootstrapSettings
-from .entries import REPORTED_ONLY, entry_path, headline_figures, one_line, read_entry, same_number
+from .entries import REPORTED_ONLY, entry_path, headline_figures, label, one_line, read_entry, same_number
 from .predictions import PREDICTIONS_NAME, read_predictions, write_predictions
 
 ROW_LINES = 20  # tampered-row mismatches shown one a line; the rest are counted
@@ -145,7 +145,7 @@ def verify_entry(
             )
         data = revision["source"]
     dataset = Dataset(data, revision["config"], revision["split"], announce, limit=revision["limit"])
-    for key, found in (("config", dataset.config), ("fingerprint", dataset.fingerprint)):
+    for key, found in (("config", label(dataset.manifest.get("config"))), ("fingerprint", label(dataset.fingerprint))):
         if found != revision[key]:
             result.mismatches.append(Mismatch(f"data.{key}", revision[key], found, found_by="--data"))
     if any(m.field in ("data.config", "data.fingerprint") for m in result.mismatches):
@@ -178,8 +178,13 @@ def metadata_mismatches(entry: dict, metadata: dict) -> list[Mismatch]:
         ("model.weights.file", entry["model"]["weights"]["file"], one_line(checkpoint) if checkpoint else None),
         ("model.weights.sha256", entry["model"]["weights"]["sha256"], model.get("checkpoint_sha256")),
         ("data.source", entry["data"]["source"], one_line(data["source"])),
-        *((f"data.{key}", entry["data"][key], data.get(key)) for key in ("config", "split", "fingerprint", "limit")),
-        ("data.toolkit_version", entry["data"]["toolkit_version"], (metadata.get("toolkit") or {}).get("version")),
+        *((f"data.{key}", entry["data"][key], label(data.get(key))) for key in ("config", "split", "fingerprint")),
+        ("data.limit", entry["data"]["limit"], data.get("limit")),
+        (
+            "data.toolkit_version",
+            entry["data"]["toolkit_version"],
+            label((metadata.get("toolkit") or {}).get("version")),
+        ),
         *(
             (f"label_space.{key}", entry["label_space"][key], space.get(key))
             for key in ("name", "classes", "description")

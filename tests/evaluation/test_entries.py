@@ -263,3 +263,21 @@ def test_fuzzed_entries_are_read_or_refused_never_a_traceback(evaluated, tmp_pat
     outcomes = fuzz_reader(read_entry, tmp_path / "entry.json", base, random.Random(25), junk, paths, trials=300)
     assert outcomes["refused"] > 0 and outcomes["read"] > 0
     check_entry(base, "entry.json")  # the unmutated entry reads
+
+
+def test_names_from_the_data_become_one_line_in_the_entry(evaluated):
+    """Group and position names come from someone's data and may hold anything: the entry holds each
+    as one printable line, which its reader accepts."""
+    from evaluation.entries import EntryInfo, build_entry
+
+    folder = evaluated / FOLDER
+    report = json.loads((folder / "eval.json").read_text())
+    metrics = report["metrics"]
+    metrics["by_group"][0]["group"] = "CeO\n# injected"
+    metrics["groups_summary"]["worst_group"]["group"] = "CoR\r\n| a |"
+    metrics["background_gap"][0]["position"] = "top-right\n## pos"
+    entry = check_entry(json.loads(json.dumps(build_entry(report, folder / "predictions.parquet", EntryInfo()))), "e")
+    figures = entry["figures"]
+    assert figures["by_group"][0]["group"] == "CeO\\n# injected"
+    assert figures["worst_group"]["group"] == "CoR\\r\\n| a |"
+    assert all("\n" not in cell for cell in json.dumps(entry).split('"'))
