@@ -91,6 +91,15 @@ class EntryInfo:
     def given(self) -> bool:
         return any(getattr(self, f.name) is not None for f in fields(self))
 
+    def over(self, kept: EntryInfo) -> EntryInfo:
+        """This description, field by field, over `kept` (what an earlier entry said)."""
+        return EntryInfo(
+            **{
+                f.name: getattr(self, f.name) if getattr(self, f.name) is not None else getattr(kept, f.name)
+                for f in fields(self)
+            }
+        )
+
     @classmethod
     def checked(cls, where: str = "", *, by_key: bool = False, **values: Any) -> EntryInfo:
         """From flags (or, `by_key`, keyword arguments and models.yaml keys), each value checked: a
@@ -121,12 +130,19 @@ def info_of(entry: dict) -> EntryInfo:
     return EntryInfo(entry["name"], model["architecture"], model["training_data"], model["paper"])
 
 
-def carried_info(path: Path) -> EntryInfo:
-    """The description of the entry at `path` (kept when the reports are recomputed), or none."""
+def carried_info(path: Path, model: dict) -> EntryInfo:
+    """The description of the entry at `path` when it is an entry of the same model (`model`: the
+    run's spec and checkpoint sha256), kept when the reports are written again; else none. The
+    entry is read (and checked) either way, so a broken one is refused before anything is written."""
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         return EntryInfo()
-    return info_of(read_entry(path))
+    entry = read_entry(path)
+    same = (entry["model"]["spec"], entry["model"]["weights"]["sha256"]) == (
+        one_line(model["spec"]),
+        model.get("checkpoint_sha256"),
+    )
+    return info_of(entry) if same else EntryInfo()
 
 
 def _estimate(estimate: dict | None) -> dict | None:

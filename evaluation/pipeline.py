@@ -94,10 +94,10 @@ def analyse(
 ) -> dict:
     """Metrics, report, plots and the leaderboard entry from a predictions file only, written into
     `folder` (a ModelFolder, or a plain folder its caller owns). `entry` describes the model for its
-    entry; None keeps the description of the entry.json beside the predictions (if any)."""
+    entry, field by field over what the entry.json beside the predictions said of the same model."""
     frame, metadata = read_predictions(predictions_path)  # a table refused here leaves nothing behind
-    if entry is None:
-        entry = carried_info(Path(predictions_path).parent / ENTRY_JSON)  # a broken one is refused here too
+    kept = carried_info(Path(predictions_path).parent / ENTRY_JSON, metadata["model"])  # a broken one: refused
+    entry = (entry or EntryInfo()).over(kept)
     if isinstance(folder, ModelFolder):
         folder.check_writable(EVAL_JSON, EVAL_MD, ENTRY_JSON)  # refused before a plot is replaced
     else:
@@ -214,7 +214,7 @@ def evaluate_model(
 
     `out_dir` is the output folder, held by the caller (`hsi eval` holds it for all its models and
     the leaderboard) or, given as a path, held here for this one model. `entry` describes the model
-    in its leaderboard entry; when it says nothing, the folder's entry.json keeps its description."""
+    in its leaderboard entry, field by field over what the folder's entry.json said of it."""
     if not isinstance(out_dir, OwnedFolder):
         with OwnedFolder(Path(out_dir), EVAL_KIND) as owned:
             return evaluate_model(loaded, source, owned, settings, announce, folder_name, entry)
@@ -232,8 +232,8 @@ def evaluate_model(
     identity = planned_identity(loaded, source, settings, plan.manifest, plan.space.name)
     folder.check_writable(PREDICTIONS_NAME, EVAL_JSON, EVAL_MD, ENTRY_JSON)
     previous = checked_report(folder.path / EVAL_JSON) if (folder.path / EVAL_JSON).exists() else None
-    kept = carried_info(folder.path / ENTRY_JSON)  # read (and checked) before anything is written
-    description = entry if entry is not None and entry.given else kept
+    kept = carried_info(folder.path / ENTRY_JSON, loaded.describe())  # read (and checked) before any write
+    description = (entry or EntryInfo()).over(kept)
     if previous is not None and not settings.overwrite:
         if run_identity(previous) != identity:
             raise OwnedFolderError(

@@ -185,7 +185,8 @@ class Evaluation:
         as one, in its model folder `name` ("" for its root); returns that folder. eval.json is the
         bytes `hsi eval` writes for the same predictions; the leaderboard entry (entry.json) is
         described by `entry_name` (default: the model spec), `architecture`, `training_data` and
-        `paper` (an http(s) link), each null when not given."""
+        `paper` (an http(s) link), each null when not given (saved again over an entry of the same
+        model, what that entry said)."""
         from .entries import EntryInfo
         from .pipeline import analyse
 
@@ -206,9 +207,7 @@ class Evaluation:
             for file, data in self._extra_files.items():
                 with folder.writing(file) as path:
                     path.write_bytes(data)
-            self.report = analyse(
-                folder.path / PREDICTIONS_NAME, folder, self._bootstrap, self._extras, entry if entry.given else None
-            )
+            self.report = analyse(folder.path / PREDICTIONS_NAME, folder, self._bootstrap, self._extras, entry)
             return folder.path
 
 

@@ -77,9 +77,9 @@ def recompute_from(
 ) -> tuple[ModelFolder, dict]:
     """Every report of one model from its predictions file alone (and the model-only sections, clean
     photos and backgrounds, of the eval.json beside it); its leaderboard entry is described by
-    `entry` when it says anything, else as the entry.json beside the predictions was."""
+    `entry`, field by field over what the entry.json beside the predictions said."""
     owned, name = report_folder(path, out)
     with owned:
         folder = ModelFolder(owned, name)
         extras = model_only_sections(path.parent / EVAL_JSON)
-        return folder, analyse(path, folder, bootstrap, extras, entry if entry is not None and entry.given else None)
+        return folder, analyse(path, folder, bootstrap, extras, entry)

@@ -18,7 +18,7 @@ from builder.core.errors import HsiError
 from builder.core.hashing import sha256_file
 from builder.core.owned import RECORD_NAME
 from evaluation.bootstrap import BootstrapSettings
-from evaluation.entries import ENTRY_SCHEMA_VERSION, check_entry, read_entry
+from evaluation.entries import ENTRY_SCHEMA_VERSION, EntryInfo, carried_info, check_entry, read_entry
 from evaluation.predictions import read_predictions
 from hsi.cli import main
 
@@ -118,24 +118,19 @@ def test_from_keeps_the_description_and_gives_the_same_figures(evaluated, tmp_pa
         == 0
     )
     assert read_entry(tmp_path / "same" / "entry.json")["figures"] == original["figures"]
-    # flags given to --from describe the entry anew: what they leave out is null again
-    assert (
-        main(
-            [
-                "eval",
-                "--from",
-                str(source / "predictions.parquet"),
-                "--out",
-                str(tmp_path / "renamed"),
-                "--training-data",
-                "none",
-            ]
-        )
-        == 0
-    )
+    # a flag given to --from changes its field; the others keep what the entry said
+    argv = ["eval", "--from", str(source / "predictions.parquet"), "--out", str(tmp_path / "renamed")]
+    assert main([*argv, "--training-data", "none"]) == 0
     renamed = read_entry(tmp_path / "renamed" / "entry.json")
-    assert renamed["model"]["training_data"] == "none" and renamed["name"] == "ts:planted_corner.pt"
-    assert renamed["model"]["paper"] is None
+    assert renamed["model"]["training_data"] == "none" and renamed["name"] == "Planted corner"
+    assert renamed["model"]["paper"] == original["model"]["paper"]
+    # another model's entry beside the predictions describes nothing of this one
+    weights = original["model"]["weights"]["sha256"]
+    assert carried_info(source / "entry.json", {"spec": "timm:resnet50", "checkpoint_sha256": weights}) == EntryInfo()
+    other_weights = {"spec": "ts:planted_corner.pt", "checkpoint_sha256": "0" * 64}
+    assert carried_info(source / "entry.json", other_weights) == EntryInfo()
+    kept = carried_info(source / "entry.json", {"spec": "ts:planted_corner.pt", "checkpoint_sha256": weights})
+    assert kept.name == "Planted corner" and kept.training_data is None
 
 
 def test_scored_predictions_and_save_write_entries_that_verify(evaluated, paper_set, tmp_path, capsys):
@@ -177,7 +172,7 @@ def test_a_skipped_model_gets_its_new_description_and_nothing_else_changes(
     before = (out / FOLDER / "eval.json").read_bytes()
     assert main(eval_args(paper_set, f"ts:{planted_corner}", out, "--entry-name", "Renamed")) == 0
     entry = read_entry(out / FOLDER / "entry.json")
-    assert entry["name"] == "Renamed" and entry["model"]["paper"] is None
+    assert entry["name"] == "Renamed" and entry["model"]["paper"] == "https://arxiv.org/abs/2505.03569"
     assert (out / FOLDER / "eval.json").read_bytes() == before
     # no flags: the description stays as it is
     assert main(eval_args(paper_set, f"ts:{planted_corner}", out)) == 0
@@ -268,7 +263,7 @@ def test_fuzzed_entries_are_read_or_refused_never_a_traceback(evaluated, tmp_pat
 def test_names_from_the_data_become_one_line_in_the_entry(evaluated):
     """Group and position names come from someone's data and may hold anything: the entry holds each
     as one printable line, which its reader accepts."""
-    from evaluation.entries import EntryInfo, build_entry
+    from evaluation.entries import build_entry
 
     folder = evaluated / FOLDER
     report = json.loads((folder / "eval.json").read_text())
