@@ -68,6 +68,7 @@ def run_verify(args: argparse.Namespace) -> int:
         f"verified: {printable(entry['name'])} ({printable(entry['model']['spec'])}) on "
         f"{data['config']}/{data['split']}, fingerprint {data['fingerprint']}, {figures['samples']} samples "
         f"({figures['error_rows']} error rows)"
+        + (f", partial: the first {data['limit']} only" if data["partial"] else "")
     )
     print(f"  top-1 {fmt(figures['top1'])}, top-5 {fmt(figures['top5'])}")
     if figures["by_group"]:

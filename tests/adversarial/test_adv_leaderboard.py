@@ -16,6 +16,9 @@ import pytest
 from release_factory import make_composed_dataset
 
 from builder.core.hashing import sha256_file
+from builder.core.manifest import Manifest
+from builder.core.shard_read import iter_shard
+from builder.core.shard_write import write_shard
 from hsi.cli import main
 
 torch = pytest.importorskip("torch")
@@ -245,3 +248,25 @@ def test_local_data_must_be_named(evaluated, submission, capsys):
     assert main(["leaderboard", "verify", str(submission)]) == 2
     err = capsys.readouterr().err.strip()
     assert "its data is the local folder 'hard-spurious-imagenet': pass --data" in err and "\n" not in err
+
+
+def test_error_rows_of_samples_that_do_not_decode_verify(evaluated, tmp_path, capsys):
+    """A sample whose picture does not decode and one whose json is broken are error rows of the run;
+    verification decodes them again and accepts the entry."""
+    data = make_composed_dataset(tmp_path / "data", splits={"test": 8}, shard_size=4)
+    manifest = Manifest.read(data)
+    split = manifest.splits["test"]
+    shard = data / split.shards[0].filename
+    samples = [(key, dict(members)) for key, members in iter_shard(shard)]
+    samples[1][1]["jpg"] = b"not a jpeg at all"
+    samples[2][1]["json"] = b"[1, 2]"
+    split.shards[0] = write_shard(shard, samples)
+    manifest.write(data)
+    model = tmp_path / "colour.pt"
+    torch.jit.trace(MeanColour(), torch.rand(1, 3, 224, 224)).save(str(model))
+    out = tmp_path / "out"
+    argv = ["eval", str(data), "--model", f"ts:{model}", "--out", str(out), "--workers", "0", "--no-progress"]
+    assert main([*argv, "--bootstrap", "20"]) == 0
+    capsys.readouterr()
+    assert main(["leaderboard", "verify", str(out / MODEL), "--data", str(data)]) == 0
+    assert "6 samples (2 error rows)" in capsys.readouterr().out
