@@ -26,7 +26,7 @@ from typing import Any
 
 from builder.core.errors import UsageError, printable
 from builder.core.hashing import sha256_file
-from builder.core.untrusted import Fields, UntrustedInput, check_string, read_json, regular_file
+from builder.core.untrusted import Fields, check_string, read_json, regular_file
 
 from .predictions import is_utf8
 
@@ -37,7 +37,6 @@ WHAT = "leaderboard entry"
 MAX_TEXT = 300  # a name, an architecture, a training-data line: one line, not an essay
 MAX_RESAMPLES = 1_000_000  # what a verification may be asked to redo
 SHA256 = re.compile(r"[0-9a-f]{64}")
-FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")  # a plain name beside the entry, never a path
 PAPER = re.compile(r"https?://[^\s<>\"'`]+")  # a link a page can show as a link (no javascript:, no spaces)
 # The description a submitter gives: (EntryInfo field, hsi eval flag, models.yaml key).
 DESCRIPTION = (
@@ -68,12 +67,21 @@ def check_text(value: object, error) -> str:
     return text
 
 
+def check_file_name(value: object, error) -> str:
+    """The name of a file beside the entry: never a path (no separator, not `.` or `..`)."""
+    text = check_text(value, error)
+    if "/" in text or "\\" in text or text in (".", ".."):
+        raise error(f"'{printable(text)[:60]}' is a path; an entry names a file beside it")
+    return text
+
+
 def check_paper(value: object, error) -> str:
     """A paper link: an http(s) address (https://arxiv.org/abs/..., https://openreview.net/...)."""
     text = check_text(value, error)
     if not PAPER.fullmatch(text):
         raise error(
-            f"'{printable(text)[:60]}' is not an http(s) link; give the paper's address, e.g. https://arxiv.org/abs/2505.03569"
+            f"'{printable(text)[:60]}' is not an http(s) link; give the paper's address, "
+            "e.g. https://arxiv.org/abs/2505.03569"
         )
     return text
 
@@ -86,10 +94,6 @@ class EntryInfo:
     architecture: str | None = None
     training_data: str | None = None
     paper: str | None = None
-
-    @property
-    def given(self) -> bool:
-        return any(getattr(self, f.name) is not None for f in fields(self))
 
     def over(self, kept: EntryInfo) -> EntryInfo:
         """This description, field by field, over `kept` (what an earlier entry said)."""
@@ -108,9 +112,9 @@ class EntryInfo:
         for name, flag, key in DESCRIPTION:
             value = values.get(name)
             if value is not None:
-                label = key if by_key else flag
+                named = key if by_key else flag
                 check = check_paper if name == "paper" else check_text
-                checked[name] = check(value, lambda problem, label=label: UsageError(f"{where}{label}: {problem}"))
+                checked[name] = check(value, lambda problem, named=named: UsageError(f"{where}{named}: {problem}"))
         return cls(**checked)
 
 
@@ -241,7 +245,7 @@ def build_entry(report: dict, predictions: Path, info: EntryInfo) -> dict:
             "verified": label(data.get("verified")),
             "toolkit_version": label((report.get("toolkit") or {}).get("version")),
         },
-        "predictions": {"file": Path(predictions).name, "sha256": sha256_file(Path(predictions))},
+        "predictions": {"file": one_line(Path(predictions).name), "sha256": sha256_file(Path(predictions))},
         "bootstrap": {"resamples": boot["resamples"], "seed": boot["seed"], "level": boot["level"]},
         "figures": headline_figures(metrics, report.get("clean")),
     }
@@ -449,7 +453,7 @@ def check_entry(entry: object, source: Path | str) -> dict:
     space.string("description")
     _check_data(top.object("data"))
     predictions = top.object("predictions").only(("file", "sha256"))
-    predictions.string("file", pattern=FILE_NAME)
+    _text(predictions, "file", nullable=False, check=check_file_name)
     predictions.string("sha256", pattern=SHA256)
     _check_bootstrap(top.object("bootstrap"))
     _check_figures(top.object("figures"))
@@ -477,7 +481,6 @@ __all__ = [
     "ENTRY_SCHEMA_VERSION",
     "EntryInfo",
     "REPORTED_ONLY",
-    "UntrustedInput",
     "build_entry",
     "carried_info",
     "entry_path",

@@ -124,10 +124,13 @@ def verify_entry(
     path = entry_path(Path(entry_file))
     entry = read_entry(path)
     result = Verification(path, entry)
-    table = regular_file(
-        Path(predictions) if predictions is not None else path.parent / entry["predictions"]["file"],
-        "predictions table",
-    )
+    beside = path.parent / entry["predictions"]["file"]
+    if predictions is None and not (beside.exists() or beside.is_symlink()):
+        raise UsageError(
+            f"{printable(str(path))}: its predictions file {printable(entry['predictions']['file'])} is not beside it: "
+            "pass --predictions FILE"
+        )
+    table = regular_file(Path(predictions) if predictions is not None else beside, "predictions table")
     digest = sha256_file(table)
     if digest != entry["predictions"]["sha256"]:
         result.mismatches.append(

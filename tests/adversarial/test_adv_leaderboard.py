@@ -228,7 +228,7 @@ def test_a_changed_shard_is_refused_by_its_sha256(evaluated, submission, capsys,
         (lambda e: e.pop("bootstrap"), "bootstrap: missing"),
         (
             lambda e: e["predictions"].update(file="/etc/passwd"),
-            "predictions.file: '/etc/passwd' is not of the expected form",
+            "predictions.file: '/etc/passwd' is a path; an entry names a file beside it",
         ),
         (
             lambda e: e["model"]["weights"].update(sha256="abc"),
@@ -243,11 +243,19 @@ def test_a_malformed_entry_is_one_line(evaluated, submission, capsys, change, na
     assert err.strip() == f"hsi leaderboard: error: {submission / 'entry.json'}: {named}"
 
 
-def test_local_data_must_be_named(evaluated, submission, capsys):
+def test_local_data_and_predictions_elsewhere_must_be_named(evaluated, submission, capsys, tmp_path):
     capsys.readouterr()
     assert main(["leaderboard", "verify", str(submission)]) == 2
     err = capsys.readouterr().err.strip()
     assert "its data is the local folder 'hard-spurious-imagenet': pass --data" in err and "\n" not in err
+    moved = tmp_path / "elsewhere.parquet"
+    (submission / "predictions.parquet").rename(moved)
+    assert verify(submission, evaluated[1], capsys)[0] == 2
+    assert main(["leaderboard", "verify", str(submission), "--data", str(evaluated[1])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("its predictions file predictions.parquet is not beside it: pass --predictions FILE")
+    status, lines, _ = verify(submission, evaluated[1], capsys, "--predictions", str(moved))
+    assert status == 0 and lines == []
 
 
 def test_error_rows_of_samples_that_do_not_decode_verify(evaluated, tmp_path, capsys):

@@ -224,7 +224,7 @@ def test_models_yaml_describes_each_model_and_bad_descriptions_are_refused_befor
         (lambda e: e.update(schema_version=2), "schema_version: 2 is newer than this toolkit reads (1)"),
         (
             lambda e: e["predictions"].update(file="../x.parquet"),
-            "predictions.file: '../x.parquet' is not of the expected form",
+            "predictions.file: '../x.parquet' is a path; an entry names a file beside it",
         ),
         (
             lambda e: e["model"].update(paper="javascript:alert(1)"),
