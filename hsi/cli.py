@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, str] = {
     "train": "hsi.commands.train",
     "scgs": "hsi.commands.scgs",
     "report": "hsi.commands.report",
+    "leaderboard": "hsi.commands.leaderboard",
 }
 
 

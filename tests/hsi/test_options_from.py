@@ -117,7 +117,7 @@ def test_hsi_eval_flags_reach_the_settings_the_evaluation_gets(tmp_path, monkeyp
 
     seen = {}
 
-    def evaluate(loaded, source, out, settings, announce):
+    def evaluate(loaded, source, out, settings, announce, entry=None):
         seen["settings"] = settings
         raise _Reached
 
