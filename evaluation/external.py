@@ -33,9 +33,12 @@ class Dataset:
     dataset folder, or `hf://datasets/OWNER/NAME[@REVISION]`; `split` defaults to test when there
     is one, else the first. Nothing is read but the manifest until the samples are needed; then
     every shard is verified by its sha256 once, and its samples' metadata kept (never the images).
+    `limit` keeps the first `limit` samples in manifest order, the ones `hsi eval --limit` reads.
     """
 
-    def __init__(self, source, config: str | None = None, split: str | None = None, announce=print):
+    def __init__(
+        self, source, config: str | None = None, split: str | None = None, announce=print, limit: int | None = None
+    ):
         from .data import SourceSplit, default_split, read_dataset_manifest
         from .labels import config_wnids
 
@@ -46,6 +49,7 @@ class Dataset:
         self.wnids = config_wnids(self.manifest)
         self._requested_config = config
         self._announce = announce
+        self.limit = limit
         self._plan = None
         self._records: tuple[list[dict], list[dict]] | None = None
 
@@ -72,11 +76,16 @@ class Dataset:
         from .predict import RunPlan, verify_plan
 
         if self._records is None:
-            dataset = EvalBatches(self._where, Preprocessing(), 1)
+            dataset = EvalBatches(self._where, Preprocessing(), 1, self.limit)
             plan = RunPlan(dataset, self.manifest, self.wnids, resolve_label_space(1000, None, self.wnids))
-            verify_plan(plan, self.split, None, self._announce)
+            verify_plan(plan, self.split, self.limit, self._announce)
             self._plan, self._records = plan, dataset.records()
         return self._plan, self._records
+
+    @property
+    def shard_files(self) -> list[str]:
+        """The shards read, each proved by its sha256 (for a hub source, the checked cached copies)."""
+        return list(self._verified()[0].dataset.stream.shards)
 
     @property
     def samples(self) -> list[dict]:
@@ -152,7 +161,7 @@ class Dataset:
         return Evaluation(report, rows, errors, metadata, bootstrap)
 
     def _metadata(self, plan, given: GivenPredictions) -> dict:
-        from .predict import source_display_name
+        from .predict import is_partial, source_display_name
 
         notes = [] if given.has_top5 else [NO_TOP5_NOTE]
         if given.note:
@@ -172,8 +181,8 @@ class Dataset:
                 "split": self.split,
                 "fingerprint": plan.manifest.get("fingerprint"),
                 "num_samples": plan.dataset.num_samples,
-                "limit": None,
-                "partial": False,
+                "limit": self.limit,
+                "partial": is_partial(self.limit, plan.dataset.num_samples),
                 "verified": plan.verified,
             },
             "run": {"scored_from": given.spec},

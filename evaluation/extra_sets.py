@@ -6,13 +6,15 @@ spuriosity proxy, per-class background accuracy)."""
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Iterator
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from builder.core.classes import imagenet_classes
+from builder.core.manifest import Manifest
 from builder.core.records import Issue
 from builder.extract.images import decode_image
 from builder.extract.sources import detect_layout, list_image_files
@@ -22,10 +24,23 @@ BACKGROUND_ACCURACY_CSV = "background_accuracy.csv"
 CLEAN_ACCURACY_CSV = "clean_accuracy.csv"
 
 
+def pass_bar(total: int, desc: str, progress: bool):
+    """The bar of one extra pass, on stderr like the composites' bar (a pass over 50,000 photos
+    takes minutes)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="img", disable=not progress, file=sys.stderr)
+
+
 def _classify(
-    classifier, items: Iterable[tuple[str, int, object]], pre, batch_size: int
+    classifier,
+    items: Iterable[tuple[str, int, object]],
+    pre,
+    batch_size: int,
+    done: Callable[[int], object] = lambda n: None,
 ) -> Iterator[tuple[str, int, int]]:
-    """(id, label class, predicted class) for (id, label class, PIL image) items, in batches."""
+    """(id, label class, predicted class) for (id, label class, PIL image) items, in batches;
+    `done(n)` after each batch of n."""
     from .predict import preprocess_arrays
 
     batch: list = []
@@ -33,6 +48,7 @@ def _classify(
     def flush():
         probs = classifier.probabilities(preprocess_arrays([im for _, _, im in batch], pre))
         predicted = classifier.class_index[probs.argmax(1)]
+        done(len(batch))
         for (item_id, label, _), p in zip(batch, predicted):
             yield item_id, label, int(p)
 
@@ -46,7 +62,7 @@ def _classify(
 
 
 def clean_predictions(
-    classifier, pre, root: Path, split: str, labels: dict[str, int], batch_size: int = 32
+    classifier, pre, root: Path, split: str, labels: dict[str, int], batch_size: int = 32, progress: bool = False
 ) -> tuple[pd.DataFrame, int, list[dict]]:
     """Classify the original photos of `labels` (source id -> label class) under an ImageNet root.
 
@@ -56,6 +72,7 @@ def clean_predictions(
     layout = detect_layout(Path(root), split)
     paths = {image_id: path for image_id, _, path in list_image_files(layout.images_dir) if image_id in labels}
     errors: list[dict] = []
+    bar = pass_bar(len(paths), "clean photos", progress)
 
     def items():
         for image_id in sorted(paths):
@@ -63,24 +80,29 @@ def clean_predictions(
                 rgb = decode_image(paths[image_id]).rgb
             except Exception as exc:  # ImageDecodeError and friends: a counted row, the run goes on
                 errors.append(Issue(image_id, "undecodable-clean-image", str(exc), "eval", key=image_id).sample_row())
+                bar.update(1)
                 continue
             yield image_id, labels[image_id], Image.fromarray(rgb)
 
-    rows = [
-        {"source_id": i, "label_class": label, "pred_class": p, "correct": p == label}
-        for i, label, p in _classify(classifier, items(), pre, batch_size)
-    ]
+    with bar:
+        rows = [
+            {"source_id": i, "label_class": label, "pred_class": p, "correct": p == label}
+            for i, label, p in _classify(classifier, items(), pre, batch_size, bar.update)
+        ]
     frame = pd.DataFrame(rows, columns=["source_id", "label_class", "pred_class", "correct"])
     return frame, len(set(labels) - set(paths)), errors
 
 
-def background_predictions(classifier, pre, parts_dir: Path, batch_size: int = 32) -> tuple[pd.DataFrame, list[dict]]:
+def background_predictions(
+    classifier, pre, parts_dir: Path, batch_size: int = 32, progress: bool = False
+) -> tuple[pd.DataFrame, list[dict]]:
     """Classify every parts sample's inpainted background (the 224 canvas, object erased)."""
     import json
 
     from PIL import Image
 
     errors: list[dict] = []
+    bar = pass_bar(Manifest.read(Path(parts_dir)).num_samples, "backgrounds alone", progress)
 
     def items():
         for key, members in iter_parts_samples(Path(parts_dir)):
@@ -89,13 +111,15 @@ def background_predictions(classifier, pre, parts_dir: Path, batch_size: int = 3
                 canvas = decode_canvas(members["canvas.npy"])
             except Exception as exc:  # a broken parts sample is a row, not a crash
                 errors.append(Issue(key, "undecodable-parts-sample", str(exc), "eval", key=key).sample_row())
+                bar.update(1)
                 continue
             yield key, int(meta["class_index"]), Image.fromarray(canvas)
 
-    rows = [
-        {"source_id": k, "label_class": label, "pred_class": p, "correct": p == label}
-        for k, label, p in _classify(classifier, items(), pre, batch_size)
-    ]
+    with bar:
+        rows = [
+            {"source_id": k, "label_class": label, "pred_class": p, "correct": p == label}
+            for k, label, p in _classify(classifier, items(), pre, batch_size, bar.update)
+        ]
     return pd.DataFrame(rows, columns=["source_id", "label_class", "pred_class", "correct"]), errors
 
 

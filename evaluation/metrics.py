@@ -250,6 +250,7 @@ def compute_metrics(
     result: dict = {
         "samples": int(len(frame)),
         "sources": int(frame["_unit"].nunique()),
+        "label_space_size": int(label_space_size),  # K: chance top-1 is 1/K (the plots draw it)
         "errors": error_summary(predictions),
         "bootstrap": settings.to_json(),
     }

@@ -1,5 +1,6 @@
 """The models of `hsi eval` and `hsi probe`: one `--model SPEC`, or `--models` as comma-separated
-specs or a YAML file listing specs and mappings {model, checkpoint, arch, ...}.
+specs or a YAML file listing specs and mappings {model, checkpoint, arch, ...} (and the description
+of each model's leaderboard entry: entry_name, architecture, training_data, paper).
 
 A `models.yaml` is someone else's file as often as one's own: it is read through the untrusted layer,
 and each entry is checked against the keys a model takes, so a typo (`chekpoint:`) or a value of the
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from builder.core.errors import UsageError
 from builder.core.untrusted import Fields, UntrustedInput, check_number, describe, read_yaml
+from evaluation.entries import check_paper, check_text
 from evaluation.models import MAX_INPUT_SIDE, MODEL_FILE_PREFIXES
 
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
@@ -29,6 +31,12 @@ ENTRY_KEYS = (
     "input_size",
     "interpolation",
     "crop_pct",
+    # the model's leaderboard entry (evaluation.entries): what `--entry-name`, `--architecture`,
+    # `--training-data` and `--paper` give one model
+    "entry_name",
+    "architecture",
+    "training_data",
+    "paper",
 )
 SIZE = re.compile(r"\d+(,\d+){0,2}")  # S, H,W or 3,H,W, as --input-size takes it
 WHAT = "--models list"
@@ -98,6 +106,10 @@ def _entry(item: object, path: Path, index: int) -> dict:
         entry["crop_pct"] = fields.number("crop_pct", low=0, high=1)
         if entry["crop_pct"] == 0:
             raise fields.error("must be in (0, 1], got 0", "crop_pct")
+    for key in ("entry_name", "architecture", "training_data", "paper"):
+        if fields.has(key):
+            check = check_paper if key == "paper" else check_text
+            entry[key] = check(fields.raw(key), lambda problem, key=key: fields.error(problem, key))
     # a key given as null stays null: it overrides the command line's flag, as it always did
     entry.update({key: None for key, value in item.items() if value is None and key != "model"})
     return entry

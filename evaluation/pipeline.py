@@ -21,6 +21,7 @@ from builder.core.untrusted import Fields, read_json
 
 from . import eval_folder
 from .bootstrap import BootstrapSettings
+from .entries import ENTRY_JSON, EntryInfo, carried_info, write_entry
 from .eval_folder import EVAL_KIND, ModelFolder, PlainFolder
 from .extra_sets import (
     BACKGROUND_ACCURACY_CSV,
@@ -69,7 +70,7 @@ class EvalResult:
 
 def report_files(report: dict) -> set[str]:
     """The files of a model folder its report stands for: the rest are an earlier run's leftovers."""
-    files = {EVAL_JSON, EVAL_MD, *(report.get("plots") or [])}
+    files = {EVAL_JSON, EVAL_MD, ENTRY_JSON, *(report.get("plots") or [])}
     files.add((report.get("files") or {}).get("predictions") or PREDICTIONS_NAME)
     for section in MODEL_ONLY:
         if isinstance(report.get(section), dict) and report[section].get("file"):
@@ -85,13 +86,20 @@ def save_report(folder, report: dict) -> None:
 
 
 def analyse(
-    predictions_path: Path, folder: ModelFolder | Path, bootstrap: BootstrapSettings, extras: dict | None = None
+    predictions_path: Path,
+    folder: ModelFolder | Path,
+    bootstrap: BootstrapSettings,
+    extras: dict | None = None,
+    entry: EntryInfo | None = None,
 ) -> dict:
-    """Metrics, report and plots from a predictions file only, written into `folder` (a ModelFolder,
-    or a plain folder its caller owns)."""
+    """Metrics, report, plots and the leaderboard entry from a predictions file only, written into
+    `folder` (a ModelFolder, or a plain folder its caller owns). `entry` describes the model for its
+    entry, field by field over what the entry.json beside the predictions said of the same model."""
     frame, metadata = read_predictions(predictions_path)  # a table refused here leaves nothing behind
+    kept = carried_info(Path(predictions_path).parent / ENTRY_JSON, metadata["model"])  # a broken one: refused
+    entry = (entry or EntryInfo()).over(kept)
     if isinstance(folder, ModelFolder):
-        folder.check_writable(EVAL_JSON, EVAL_MD)  # refused before a plot is replaced
+        folder.check_writable(EVAL_JSON, EVAL_MD, ENTRY_JSON)  # refused before a plot is replaced
     else:
         folder = PlainFolder(Path(folder))
     metrics = compute_metrics(frame, label_space_size=metadata["label_space"]["classes"], settings=bootstrap)
@@ -101,6 +109,7 @@ def analyse(
     extras["files"] = {"predictions": Path(predictions_path).name}
     report = build_report(metadata, metrics, extras)
     save_report(folder, report)
+    write_entry(folder, report, Path(predictions_path), entry)
     folder.keep_only(report_files(report))
     return report
 
@@ -151,7 +160,13 @@ def model_only_passes(
     labels = {str(s): int(c) for s, c in zip(composites["source_id"], composites["label_class"])}
     if "clean" in passes:
         clean, missing, errors = clean_predictions(
-            classifier, loaded.preprocessing, settings.clean_root, settings.clean_split, labels, settings.batch_size
+            classifier,
+            loaded.preprocessing,
+            settings.clean_root,
+            settings.clean_split,
+            labels,
+            settings.batch_size,
+            settings.progress,
         )
         with folder.writing(CLEAN_ACCURACY_CSV) as path:
             write_class_accuracy(clean, path)
@@ -165,7 +180,7 @@ def model_only_passes(
         announce(f"clean photos: {len(clean)} classified, {missing} not found under the clean root")
     if "background_only" in passes:
         frame, errors = background_predictions(
-            classifier, loaded.preprocessing, settings.parts_dir, settings.batch_size
+            classifier, loaded.preprocessing, settings.parts_dir, settings.batch_size, settings.progress
         )
         with folder.writing(BACKGROUND_ACCURACY_CSV) as path:
             rows = write_class_accuracy(frame, path)
@@ -199,14 +214,16 @@ def evaluate_model(
     settings: RunSettings,
     announce: Callable[[str], None] = print,
     folder_name: str | None = None,
+    entry: EntryInfo | None = None,
 ) -> EvalResult:
     """Evaluate one model into OUT/<model folder>/, unless the same evaluation is already there.
 
     `out_dir` is the output folder, held by the caller (`hsi eval` holds it for all its models and
-    the leaderboard) or, given as a path, held here for this one model."""
+    the leaderboard) or, given as a path, held here for this one model. `entry` describes the model
+    in its leaderboard entry, field by field over what the folder's entry.json said of it."""
     if not isinstance(out_dir, OwnedFolder):
         with OwnedFolder(Path(out_dir), EVAL_KIND) as owned:
-            return evaluate_model(loaded, source, owned, settings, announce, folder_name)
+            return evaluate_model(loaded, source, owned, settings, announce, folder_name, entry)
     name = folder_name or eval_folder.folder_name(loaded, settings.label_space, settings.limit)
     folder = ModelFolder(out_dir, name)
     plan = plan_run(
@@ -219,8 +236,10 @@ def evaluate_model(
         label_space=settings.label_space,
     )
     identity = planned_identity(loaded, source, settings, plan.manifest, plan.space.name)
-    folder.check_writable(PREDICTIONS_NAME, EVAL_JSON, EVAL_MD)
+    folder.check_writable(PREDICTIONS_NAME, EVAL_JSON, EVAL_MD, ENTRY_JSON)
     previous = checked_report(folder.path / EVAL_JSON) if (folder.path / EVAL_JSON).exists() else None
+    kept = carried_info(folder.path / ENTRY_JSON, loaded.describe())  # read (and checked) before any write
+    description = (entry or EntryInfo()).over(kept)
     if previous is not None and not settings.overwrite:
         if run_identity(previous) != identity:
             raise OwnedFolderError(
@@ -230,9 +249,10 @@ def evaluate_model(
         missing = [section for section in requested_passes(settings) if not previous.get(section)]
         if not missing:
             announce(f"{loaded.spec}: already evaluated on this data revision in {name}/ (pass --overwrite to redo it)")
+            _describe_again(folder, previous, description, kept, announce)
             return EvalResult(folder.path, previous, skipped=True)
         if folder.owns(PREDICTIONS_NAME):  # otherwise the whole evaluation runs again
-            return _add_passes(loaded, plan, settings, folder, previous, missing, announce)
+            return _add_passes(loaded, plan, settings, folder, previous, missing, announce, description)
     verify_plan(plan, settings.split, settings.limit, announce)
     run = predictions_for(loaded, source, settings, plan=plan, announce=announce)
     with folder.writing(PREDICTIONS_NAME) as path:
@@ -240,7 +260,26 @@ def evaluate_model(
     extras = model_only_passes(
         composites_of_rows(run.rows), run.classifier, loaded, settings, folder, announce, requested_passes(settings)
     )
-    return EvalResult(folder.path, analyse(folder.path / PREDICTIONS_NAME, folder, settings.bootstrap, extras))
+    report = analyse(folder.path / PREDICTIONS_NAME, folder, settings.bootstrap, extras, description)
+    return EvalResult(folder.path, report)
+
+
+def _describe_again(
+    folder: ModelFolder, previous: dict, description: EntryInfo, kept: EntryInfo, announce: Callable[[str], None]
+) -> None:
+    """A skipped model's entry.json with a new description (or written for a folder evaluated before
+    entries existed), from its own unedited report and predictions; otherwise say how to redo it."""
+    entry = folder.path / ENTRY_JSON
+    if entry.exists() and description == kept:
+        return
+    if folder.owns(EVAL_JSON) and folder.owns(PREDICTIONS_NAME):
+        write_entry(folder, previous, folder.path / PREDICTIONS_NAME, description)
+        announce(f"  {folder.name}/{ENTRY_JSON} written with the description given")
+    else:
+        announce(
+            f"  {folder.name}/{ENTRY_JSON} is not rewritten (its eval.json or predictions were edited): run hsi eval "
+            f"--from {folder.name}/{PREDICTIONS_NAME} with the entry flags to write it"
+        )
 
 
 def _add_passes(
@@ -251,6 +290,7 @@ def _add_passes(
     previous: dict,
     missing: list[str],
     announce: Callable[[str], None],
+    description: EntryInfo,
 ) -> EvalResult:
     """The passes an evaluated model lacks, on the samples of its saved predictions; the report is
     rewritten from those predictions with every model-only section, old and new."""
@@ -267,7 +307,7 @@ def _add_passes(
             composites_of_predictions(predictions), classifier, loaded, settings, folder, announce, missing
         )
     )
-    return EvalResult(folder.path, analyse(predictions, folder, settings.bootstrap, extras))
+    return EvalResult(folder.path, analyse(predictions, folder, settings.bootstrap, extras, description))
 
 
 def predictions_for(

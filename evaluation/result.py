@@ -52,7 +52,8 @@ class Evaluation:
     - `frame(name)`: any section as a DataFrame; `tiers`, `positions`, `background_gap`,
       `neutral_controls`, `background_class`, `clean_drop` are the common ones.
     - `plots` / `figure(name)`: the plots `hsi eval` draws, as matplotlib figures.
-    - `save(directory)`: predictions.parquet, eval.json, eval.md and plots/, as `hsi eval` writes them.
+    - `save(directory)`: predictions.parquet, eval.json, eval.md, entry.json and plots/, as `hsi eval`
+      writes them.
     """
 
     def __init__(
@@ -170,12 +171,34 @@ class Evaluation:
         data = self.report["data"]
         return figure(self.metrics, name, f"{self.report['model']['spec']} on {data['config']}/{data['split']}")
 
-    def save(self, directory, name: str = "") -> Path:
-        """predictions.parquet, eval.json, eval.md and plots/ (and the clean-photo or background CSVs
-        when those passes ran) into `directory`, an `hsi eval` output folder claimed as one, in its
-        model folder `name` ("" for its root); returns that folder. eval.json is the bytes `hsi eval`
-        writes for the same predictions."""
+    def save(
+        self,
+        directory,
+        name: str = "",
+        *,
+        entry_name: str | None = None,
+        architecture: str | None = None,
+        training_data: str | None = None,
+        paper: str | None = None,
+    ) -> Path:
+        """predictions.parquet, eval.json, eval.md, entry.json and plots/ (and the clean-photo or
+        background CSVs when those passes ran) into `directory`, an `hsi eval` output folder claimed
+        as one, in its model folder `name` ("" for its root); returns that folder. eval.json is the
+        bytes `hsi eval` writes for the same predictions; the leaderboard entry (entry.json) is
+        described by `entry_name` (default: the model spec), `architecture`, `training_data` and
+        `paper` (an http(s) link), each null when not given (saved again over an entry of the same
+        model, what that entry said)."""
+        from .entries import EntryInfo
         from .pipeline import analyse
+
+        entry = EntryInfo.checked(
+            "Evaluation.save: ",
+            by_key=True,
+            name=entry_name,
+            architecture=architecture,
+            training_data=training_data,
+            paper=paper,
+        )
 
         with OwnedFolder(Path(directory), EVAL_KIND) as owned:
             folder = ModelFolder(owned, name)
@@ -185,7 +208,7 @@ class Evaluation:
             for file, data in self._extra_files.items():
                 with folder.writing(file) as path:
                     path.write_bytes(data)
-            self.report = analyse(folder.path / PREDICTIONS_NAME, folder, self._bootstrap, self._extras)
+            self.report = analyse(folder.path / PREDICTIONS_NAME, folder, self._bootstrap, self._extras, entry)
             return folder.path
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from builder.core.owned import RECORD_NAME, OwnedFolder, OwnedFolderError
 
 from .bootstrap import BootstrapSettings
+from .entries import EntryInfo
 from .eval_folder import EVAL_KIND, ModelFolder, claimed
 from .leaderboard import LEADERBOARD_CSV, LEADERBOARD_MD, data_identity, model_reports, write_leaderboard
 from .models import LoadedModel
@@ -37,12 +38,15 @@ def evaluate_all(
     settings: RunSettings,
     announce: Callable[[str], None],
     on_result: Callable[[LoadedModel, EvalResult], None] = lambda loaded, result: None,
+    entries: Sequence[EntryInfo | None] | None = None,
 ) -> tuple[list[EvalResult], Path, list[dict]]:
-    """Evaluate each model into its folder of `owned`, then rebuild the leaderboard from every model
-    folder's eval.json; returns the results, the leaderboard's Markdown path and its rows."""
+    """Evaluate each model into its folder of `owned` (its leaderboard entry described by the same
+    item of `entries`), then rebuild the leaderboard from every model folder's eval.json; returns the
+    results, the leaderboard's Markdown path and its rows."""
     results = []
-    for loaded in models:
-        result = evaluate_model(loaded, source, owned, settings, announce=announce)
+    for n, loaded in enumerate(models):
+        entry = entries[n] if entries is not None else None
+        result = evaluate_model(loaded, source, owned, settings, announce=announce, entry=entry)
         results.append(result)
         on_result(loaded, result)
     _, md_path, rows = write_leaderboard(owned, data_identity(results[0].report))
@@ -68,11 +72,14 @@ def report_folder(path: Path, out: Path | None) -> tuple[OwnedFolder, str]:
     return OwnedFolder(model_dir, EVAL_KIND), ""
 
 
-def recompute_from(path: Path, out: Path | None, bootstrap: BootstrapSettings) -> tuple[ModelFolder, dict]:
+def recompute_from(
+    path: Path, out: Path | None, bootstrap: BootstrapSettings, entry: EntryInfo | None = None
+) -> tuple[ModelFolder, dict]:
     """Every report of one model from its predictions file alone (and the model-only sections, clean
-    photos and backgrounds, of the eval.json beside it)."""
+    photos and backgrounds, of the eval.json beside it); its leaderboard entry is described by
+    `entry`, field by field over what the entry.json beside the predictions said."""
     owned, name = report_folder(path, out)
     with owned:
         folder = ModelFolder(owned, name)
         extras = model_only_sections(path.parent / EVAL_JSON)
-        return folder, analyse(path, folder, bootstrap, extras)
+        return folder, analyse(path, folder, bootstrap, extras, entry)

@@ -26,6 +26,8 @@ SUBCOMMANDS: dict[str, str] = {
     "probe": "hsi.commands.probe",
     "train": "hsi.commands.train",
     "scgs": "hsi.commands.scgs",
+    "report": "hsi.commands.report",
+    "leaderboard": "hsi.commands.leaderboard",
 }
 
 

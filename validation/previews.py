@@ -1,6 +1,7 @@
 """Preview sheets for the card and the README.
 
-- Contact sheet of a composed config: rows = groups, columns = sizes, a few samples per cell, labelled.
+- Contact sheet of a composed config: a labelled block per split (the -10 subset's spurious train
+  split and its balanced test split), in each rows = groups, columns = sizes, a few samples per cell.
 - Parts grid: for a handful of source images, the object crop, its mask, the erase mask and the
   inpainted background (with the object box drawn), side by side.
 
@@ -74,13 +75,33 @@ def _offer(cell: dict[str, Pick], pick: Pick, per_cell: int) -> None:
         cell[pick.wnid] = pick
 
 
-def collect_cells(dataset_dir: Path, split: str, per_cell: int, seed: int = 0) -> dict[tuple[str, int], list[Pick]]:
+@dataclass
+class SplitBlock:
+    """One split's rows of the contact sheet: its cells and what the whole split holds."""
+
+    split: str
+    cells: dict[tuple[str, int], list[Pick]]
+    samples: int = 0
+    own_background: int = 0  # samples on their own class's background
+
+    @property
+    def heading(self) -> str:
+        # the background mix is what tells -10's spurious train split from its balanced test split
+        share = f"{self.own_background / self.samples:.0%}" if self.samples else "none"
+        return f"split {self.split}: {self.samples} samples, {share} on their own class's background"
+
+
+def collect_block(dataset_dir: Path, split: str, per_cell: int, seed: int = 0) -> SplitBlock:
     """(group, size) -> up to `per_cell` samples of distinct classes, drawn by a seeded rank of the
-    key (so the same dataset and seed give the same sheet, and not always the first source ids)."""
+    key (so the same dataset and seed give the same sheet, and not always the first source ids),
+    and the split's sample and own-background counts."""
     cells: dict[tuple[str, int], dict[str, Pick]] = {}
+    block = SplitBlock(split, {})
     for path in Manifest.read(dataset_dir).shard_paths(dataset_dir, split):
         for key, members in iter_shard(path):
             meta = decode_composite_json(members)
+            block.samples += 1
+            block.own_background += meta.get("background") == "original"
             pick = Pick(
                 stable_rank(seed, "contact-sheet", key),
                 key,
@@ -90,7 +111,13 @@ def collect_cells(dataset_dir: Path, split: str, per_cell: int, seed: int = 0) -
                 members["jpg"],
             )
             _offer(cells.setdefault((meta["group"], int(meta["size"])), {}), pick, per_cell)
-    return {cell: sorted(picks.values(), key=lambda p: p.rank) for cell, picks in cells.items()}
+    block.cells = {cell: sorted(picks.values(), key=lambda p: p.rank) for cell, picks in cells.items()}
+    return block
+
+
+def collect_cells(dataset_dir: Path, split: str, per_cell: int, seed: int = 0) -> dict[tuple[str, int], list[Pick]]:
+    """The cells of one split (collect_block)."""
+    return collect_block(dataset_dir, split, per_cell, seed).cells
 
 
 def fit_text(draw: ImageDraw.ImageDraw, text: str, width: float, font) -> str:
@@ -108,6 +135,17 @@ def row_label_width(groups, font) -> int:
     return int(max([probe.textlength(g, font=font) for g in groups] + [40])) + 3 * MARGIN
 
 
+def contact_sheet_blocks(
+    dataset_dir: Path, split: str | None = None, per_cell: int = 3, seed: int | None = None
+) -> list[SplitBlock]:
+    """The blocks a contact sheet draws: `split`, or every split of the manifest, train first (the
+    -10 subset's point is its spurious train split, not only its balanced test split)."""
+    manifest = Manifest.read(dataset_dir)
+    seed = spec_from_json(manifest.spec or {"name": dataset_dir.name}).seed if seed is None else seed
+    names = [split] if split else sorted(manifest.splits, key=lambda name: (name != "train", name))
+    return [collect_block(dataset_dir, name, per_cell, seed) for name in names]
+
+
 def contact_sheet(
     dataset_dir: Path,
     out_path: Path,
@@ -116,26 +154,24 @@ def contact_sheet(
     thumb: int = 112,
     seed: int | None = None,
 ) -> Path:
-    """Rows = groups, columns = sizes, `per_cell` thumbnails of distinct classes per cell (seeded by
-    the spec's seed), each with its class name under it and the cell's tier above."""
+    """A block of rows per split (`split`, or all), labelled with the split's sample count and
+    background mix; in each block rows = groups, columns = sizes, `per_cell` thumbnails of distinct
+    classes per cell (seeded by the spec's seed), each with its class name under it and the cell's
+    tier above."""
     manifest = Manifest.read(dataset_dir)
-    split = split or sorted(manifest.splits)[0]
     seed = spec_from_json(manifest.spec or {"name": dataset_dir.name}).seed if seed is None else seed
-    cells = collect_cells(dataset_dir, split, per_cell, seed)
-    groups = sorted_groups(g for g, _ in cells)
-    sizes = sorted({s for _, s in cells})
+    blocks = contact_sheet_blocks(dataset_dir, split, per_cell, seed)
+    groups_of = {b.split: sorted_groups(g for g, _ in b.cells) for b in blocks}
+    sizes = sorted({s for b in blocks for _, s in b.cells})
     font = _font()
-    label_width = row_label_width(groups, font)
+    label_width = row_label_width([g for groups in groups_of.values() for g in groups], font)
     cell_width = per_cell * (thumb + MARGIN) + MARGIN
     row_height = LABEL_HEIGHT + thumb + LABEL_HEIGHT + MARGIN  # tier, thumbnails, class names
     width = label_width + len(sizes) * cell_width
-    height = LABEL_HEIGHT * 2 + len(groups) * row_height
+    height = LABEL_HEIGHT * 2 + sum(LABEL_HEIGHT + MARGIN + len(groups_of[b.split]) * row_height for b in blocks)
     sheet = Image.new("RGB", (max(width, 1), max(height, 1)), BACKGROUND_COLOUR)
     draw = ImageDraw.Draw(sheet)
-    title = (
-        f"{manifest.config or dataset_dir.name} / {split}: {per_cell} samples of distinct classes per "
-        f"cell (seed {seed})"
-    )
+    title = f"{manifest.config or dataset_dir.name}: {per_cell} samples of distinct classes per cell (seed {seed})"
     draw.text((MARGIN, 2), fit_text(draw, title, width - 2 * MARGIN, font), fill=TEXT_COLOUR, font=font)
     for column, size in enumerate(sizes):
         draw.text(
@@ -144,25 +180,37 @@ def contact_sheet(
             fill=TEXT_COLOUR,
             font=font,
         )
-    for row, group in enumerate(groups):
-        top = LABEL_HEIGHT * 2 + row * row_height
-        draw.text((MARGIN, top + LABEL_HEIGHT + thumb // 2 - 6), group, fill=TEXT_COLOUR, font=font)
-        for column, size in enumerate(sizes):
-            left = label_width + column * cell_width + MARGIN
-            picks = cells.get((group, size), [])
-            if picks:
-                draw.text((left, top + 3), f"tier {picks[0].tier or 'none'}", fill=TEXT_COLOUR, font=font)
-            for n, pick in enumerate(picks):
-                small = decode_composite_image(pick.jpg).resize((thumb, thumb), Image.BICUBIC)
-                x = left + n * (thumb + MARGIN)
-                sheet.paste(small, (x, top + LABEL_HEIGHT))
-                draw.text(
-                    (x, top + LABEL_HEIGHT + thumb + 2),
-                    fit_text(draw, pick.class_name, thumb, font),
-                    fill=TEXT_COLOUR,
-                    font=font,
-                )
+    top = LABEL_HEIGHT * 2
+    for block in blocks:
+        draw.line((0, top, width, top), fill=TEXT_COLOUR)  # a rule between blocks: one split ends here
+        draw.text(
+            (MARGIN, top + 3), fit_text(draw, block.heading, width - 2 * MARGIN, font), fill=TEXT_COLOUR, font=font
+        )
+        top += LABEL_HEIGHT + MARGIN
+        for group in groups_of[block.split]:
+            draw_row(sheet, draw, font, block.cells, group, sizes, top, label_width, cell_width, thumb)
+            top += row_height
     return _save_png(sheet, out_path)
+
+
+def draw_row(sheet, draw, font, cells, group: str, sizes, top: int, label_width: int, cell_width: int, thumb: int):
+    """One group's row of a block: its label, then per size the cell's tier and thumbnails."""
+    draw.text((MARGIN, top + LABEL_HEIGHT + thumb // 2 - 6), group, fill=TEXT_COLOUR, font=font)
+    for column, size in enumerate(sizes):
+        left = label_width + column * cell_width + MARGIN
+        picks = cells.get((group, size), [])
+        if picks:
+            draw.text((left, top + 3), f"tier {picks[0].tier or 'none'}", fill=TEXT_COLOUR, font=font)
+        for n, pick in enumerate(picks):
+            small = decode_composite_image(pick.jpg).resize((thumb, thumb), Image.BICUBIC)
+            x = left + n * (thumb + MARGIN)
+            sheet.paste(small, (x, top + LABEL_HEIGHT))
+            draw.text(
+                (x, top + LABEL_HEIGHT + thumb + 2),
+                fit_text(draw, pick.class_name, thumb, font),
+                fill=TEXT_COLOUR,
+                font=font,
+            )
 
 
 def _fit(array: np.ndarray, side: int) -> Image.Image:

@@ -31,6 +31,11 @@ class ImageJob:
     paired_wnid: str | None = None
 
 
+def planned_composites(spec: VariantSpec, job: ImageJob) -> int:
+    """The composites an image job is planned to give: a size x position grid per background kind."""
+    return len(job.donors) * len(spec.sizes) * len(spec.positions)
+
+
 def plan_standard_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[str, list[ImageJob]]:
     jobs: dict[str, list[ImageJob]] = {}
     splits = spec.splits

@@ -18,7 +18,7 @@ from builder.compose.background_cache import (
 from builder.compose.backgrounds import DONOR_KINDS, gray_background, noise_background
 from builder.compose.geometry import Placement, object_size, paste, place, resize_mask
 from builder.compose.object_crop import PAPER_CROP_CLIPPED, PaperCropClipped, read_spec_object
-from builder.compose.planning import ImageJob
+from builder.compose.planning import ImageJob, planned_composites
 from builder.compose.spec import VariantSpec
 from builder.core.classes import class_of
 from builder.core.imaging import resize_rgb
@@ -238,7 +238,9 @@ class ComposeShardBuilder:
             for size in self.spec.sizes:
                 for position in self.spec.positions:
                     samples.append(self.composite(job, kind, donor, backdrop, cutout, size, position))
-        report_progress(len(samples))  # once per image: the shared counter's lock cost ~1% per composite
+        # once per image (the shared counter's lock costs ~1% per composite), the composites planned
+        # even when some failed: the bar counts work done against the plan; failures are issues
+        report_progress(planned_composites(self.spec, job))
         return samples
 
     def __call__(self, plan: ShardPlan) -> ShardResult:

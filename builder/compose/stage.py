@@ -27,7 +27,7 @@ from builder.compose.background_cache import (
     fill_background_cache,
 )
 from builder.compose.parts_input import index_checked_parts, read_parts_manifest_checked, verify_parts_shards
-from builder.compose.planning import check_has_work, coverage_report, images_per_shard, plan_jobs
+from builder.compose.planning import check_has_work, coverage_report, images_per_shard, plan_jobs, planned_composites
 from builder.compose.shard_builder import ComposeShardBuilder
 from builder.compose.spec import VariantSpec, load_variant
 from builder.compose.tables import format_table
@@ -177,8 +177,14 @@ class ComposeStage(Stage):
     def planning_issues(self) -> list[Issue]:
         return list(self.index_issues)
 
+    progress_unit: ClassVar[str] = "composite"
+
     def progress_label(self) -> str:
         return f"compose {self.spec.name}"
+
+    def progress_total(self, plan: ShardPlan) -> int:
+        """The composites planned: the bar counts composites, as the builder reports them."""
+        return sum(planned_composites(self.spec, job) for job in plan.items)
 
     def before_run(self, plans: Sequence[ShardPlan], options: RunOptions) -> None:
         for stale in self.out_dir.glob(f"{CACHE_DIR}.*"):  # left by a killed run of ours (the folder is locked)

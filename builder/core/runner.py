@@ -171,12 +171,15 @@ def run_shards(
     unit: str = "img",
     progress: bool = True,
     worker_devices: Sequence[str] | None = None,
+    work: Callable[[ShardPlan], int] | None = None,
 ) -> tuple[list[ShardResult], int]:
     """Build every unfinished shard; return all results in plan order and how many were reused.
 
     `build` must be a picklable top-level callable (a function or a frozen dataclass instance)
     when workers > 1. `worker_devices` (GPU indexes as strings, e.g. ["0", "1"]) runs one spawned
-    worker process per GPU, each seeing only its own GPU; it replaces `workers`.
+    worker process per GPU, each seeing only its own GPU; it replaces `workers`. `work(plan)` is
+    what the bar's total counts of a plan, in the unit its builder's `report_progress` calls count
+    (default: its items).
     """
     global _progress_counter
     results: dict[int, ShardResult] = {}
@@ -188,7 +191,7 @@ def run_shards(
         else:
             results[position] = finished
     reused = len(results)
-    total = sum(len(plan.items) for _, plan in todo)
+    total = sum(work(plan) if work else len(plan.items) for _, plan in todo)
     # CUDA cannot be used in forked children, so GPU workers are spawned.
     context = multiprocessing.get_context("fork" if os.name == "posix" and not worker_devices else "spawn")
     counter = context.Value("q", 0)

@@ -156,6 +156,10 @@ class Stage(ABC):
     def progress_label(self) -> str:
         return self.name
 
+    def progress_total(self, plan: ShardPlan) -> int:
+        """What the bar counts of one plan, in `progress_unit`s (as its builder reports them)."""
+        return len(plan.items)
+
 
 def run_stage(stage: Stage, options: RunOptions) -> StageRun:
     options.check()
@@ -187,7 +191,13 @@ def _run_locked(stage: Stage, options: RunOptions) -> StageRun:
     stage.before_run(plans, options)
     try:
         results, reused = run_plans(
-            plans, stage.shard_builder(), out_dir, options, stage.progress_label(), stage.progress_unit
+            plans,
+            stage.shard_builder(),
+            out_dir,
+            options,
+            stage.progress_label(),
+            stage.progress_unit,
+            stage.progress_total,
         )
     finally:
         stage.after_run()
@@ -227,6 +237,7 @@ def run_plans(
     options: RunOptions,
     desc: str,
     unit: str,
+    work: Callable[[ShardPlan], int] | None = None,
 ) -> tuple[list[ShardResult], int]:
     """Build the unfinished shards with the runner the options name; results come in plan order."""
     if options.runner == "ray":
@@ -244,6 +255,7 @@ def run_plans(
         unit=unit,
         progress=options.progress,
         worker_devices=[str(g) for g in options.gpus] or None,
+        work=work,
     )
 
 

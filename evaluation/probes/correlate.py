@@ -1,8 +1,10 @@
 """Across models: each model's biases beside its Hard-Spurious-ImageNet numbers (read from its
-`hsi eval` eval.json), Spearman correlations with bootstrap intervals over models, scatter plots.
+`hsi eval` eval.json), Spearman correlations with bootstrap intervals over models, and one scatter
+figure with a panel per bias and a point per model.
 
 Written to OUT/probe_table.csv and .md, OUT/correlations.json and .md, OUT/plots/probe_scatter.png.
-A correlation needs at least 3 models with both values; below that the files say so, no number.
+A correlation needs at least 3 models with both values; below that the files say so, no number,
+and no scatter is drawn (a point or two is a table, which probe_table.md already is).
 """
 
 from __future__ import annotations
@@ -135,32 +137,86 @@ def write_correlations(out: OwnedFolder, result: dict) -> Path:
     return out.write_text(CORRELATIONS_MD, "\n".join(lines) + "\n")
 
 
-def write_scatter(out: OwnedFolder, rows: list[dict]) -> Path | None:
-    """Each bias (rows of panels) against the main Hard-Spurious numbers (columns)."""
-    from ..plots import headless_pyplot
+SCATTER_TARGET = "worst_group_top1"  # the benchmark's headline: what a bias should predict, if anything
+SCATTER_FALLBACKS = ("CoR_top1", "CoR@56_top1", "top1")
 
-    biases = [b for b in BIASES if any(r.get(b) is not None for r in rows)]
-    wanted = ("worst_group_top1", "CoR_top1", "CoR@56_top1", "background_class_share", "clean_top1", "top1")
-    targets = [t for t in wanted if any(r.get(t) is not None for r in rows)]
-    if not biases or not targets:
+
+def scatter_target(rows: list[dict]) -> str | None:
+    """The Hard-Spurious number the scatter's y-axis shows: worst-group top-1 when the evaluations
+    have it, else the first of CoR, CoR at 56 px and overall top-1 they have."""
+    return next((t for t in (SCATTER_TARGET, *SCATTER_FALLBACKS) if any(r.get(t) is not None for r in rows)), None)
+
+
+def scatter_models(rows: list[dict], bias: str, target: str) -> list[tuple[float, float, str]]:
+    return [(r[bias], r[target], r["model"]) for r in rows if r.get(bias) is not None and r.get(target) is not None]
+
+
+def short_name(spec: str) -> str:
+    """A point's label: a checkpoint's file name for "FILE (ARCH)" specs, else the name after the
+    library prefix ("timm:resnet50" -> "resnet50"), at most 24 characters."""
+    name = spec.split(" (", 1)[0] if " (" in spec else spec.rsplit(":", 1)[-1]
+    return name if len(name) <= 24 else name[:23] + "…"
+
+
+def scatter_panels(rows: list[dict]) -> tuple[str | None, list[str]]:
+    """The scatter's y (scatter_target) and its panels: the biases at least MIN_MODELS models have."""
+    target = scatter_target(rows)
+    return target, [b for b in BIASES if target and len(scatter_models(rows, b, target)) >= MIN_MODELS]
+
+
+def scatter_figure(rows: list[dict], result: dict | None = None):
+    """One figure, a panel per bias, every model a labelled point (bias on x, worst-group top-1 on y),
+    each panel titled with its Spearman rho and interval when `result` has one; None when no bias
+    has MIN_MODELS models (a point or two is a table, not a plot)."""
+    from matplotlib.figure import Figure
+
+    target, biases = scatter_panels(rows)
+    if not biases:
         return None
-    plt = headless_pyplot()
-    fig, axes = plt.subplots(len(biases), len(targets), figsize=(3 * len(targets), 2.6 * len(biases)), squeeze=False)
-    for i, bias in enumerate(biases):
-        for j, target in enumerate(targets):
-            ax = axes[i][j]
-            points = [
-                (r[bias], r[target], r["model"]) for r in rows if r.get(bias) is not None and r.get(target) is not None
-            ]
-            for x, y, name in points:
-                ax.scatter([x], [y], s=18)
-                ax.annotate(name.split(":")[-1][:18], (x, y), fontsize=6)
-            ax.set_xlabel(bias, fontsize=8)
-            ax.set_ylabel(target, fontsize=8)
-    fig.tight_layout()
-    try:
-        with out.writing(SCATTER_PNG) as tmp:
-            fig.savefig(tmp, dpi=110)
-    finally:
-        plt.close(fig)
-    return out.root / SCATTER_PNG
+    rhos = {(p["bias"], p["metric"]): p for p in (result or {}).get("pairs", [])}
+    columns = min(len(biases), 4)
+    panel_rows = -(-len(biases) // columns)
+    fig = Figure(figsize=(max(3.2 * columns, 4.8), 2.9 * panel_rows), layout="constrained")
+    axes = fig.subplots(panel_rows, columns, squeeze=False, sharey=True).ravel()
+    for ax, bias in zip(axes, biases):
+        points = scatter_models(rows, bias, target)
+        ax.scatter([x for x, _, _ in points], [y for _, y, _ in points], s=22, color="tab:blue", zorder=3)
+        named: dict[tuple[float, float], list[str]] = {}
+        for x, y, name in points:  # models on the same spot share one label, not a pile of them
+            named.setdefault((x, y), []).append(short_name(name))
+        for (x, y), names in named.items():
+            ax.annotate(", ".join(names), (x, y), xytext=(3, 3), textcoords="offset points", fontsize=6)
+        pair = rhos.get((bias, target), {})
+        heading = f"{bias} (n={len(points)})"
+        if pair.get("rho") is not None:
+            heading += f"\nSpearman rho {pair['rho']:.2f} [{pair['low']:.2f}, {pair['high']:.2f}]"
+        elif "constant" in pair.get("note", ""):
+            heading += "\nno rho: constant across these models"
+        ax.set_title(heading, fontsize=8)
+        ax.set_xlabel(bias, fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in axes[: len(biases) : columns]:
+        ax.set_ylabel(target, fontsize=8)
+    for ax in axes[len(biases) :]:
+        ax.set_visible(False)
+    fig.suptitle(f"each bias against {target}, one point per model", fontsize=9)
+    return fig
+
+
+def write_scatter(out: OwnedFolder, rows: list[dict], result: dict | None = None) -> tuple[Path | None, str | None]:
+    """OUT/plots/probe_scatter.png (scatter_figure) and None, or, with too few models, no figure (an
+    earlier run's is removed: it would describe another zoo) and the reason."""
+    fig = scatter_figure(rows, result)
+    if fig is None:
+        if out.owns(SCATTER_PNG):
+            out.remove(SCATTER_PNG)
+        target = scatter_target(rows)
+        most = max((len(scatter_models(rows, b, target)) for b in BIASES), default=0) if target else 0
+        return None, (
+            f"no scatter: {most} model(s) with a bias and {target or 'a Hard-Spurious accuracy'} "
+            f"(a scatter needs at least {MIN_MODELS}); the values are in {TABLE_MD}"
+        )
+    with out.writing(SCATTER_PNG) as tmp:
+        fig.savefig(tmp, dpi=110)
+    return out.root / SCATTER_PNG, None

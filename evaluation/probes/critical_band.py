@@ -120,7 +120,7 @@ def accuracy_matrix(model, val, batch_size: int = 64, seed: int = 0) -> np.ndarr
     conditions.update(
         {(row, band): condition(sd, band) for row, sd in enumerate(NOISE_SDS) if row for band in range(N_BANDS)}
     )
-    accuracy = model.accuracies(val, conditions, batch_size)
+    accuracy = model.accuracies(val, conditions, batch_size, "critical band")
     matrix = np.zeros((len(NOISE_SDS), N_BANDS))
     matrix[0, :] = accuracy[(0, 0)]
     for (row, band), value in accuracy.items():

@@ -32,6 +32,7 @@ class ProbeSettings:
     batch_size: int = 64
     device: str = "auto"
     seed: int = 0
+    progress: bool = True  # how the run looks, not what it measures: not part of its identity
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -40,6 +41,7 @@ class ProbeSettings:
             data[key] = Path(data[key]).name if data[key] is not None else None
         data.pop("device")
         data.pop("batch_size")
+        data.pop("progress")
         return data
 
 
@@ -70,7 +72,7 @@ class ValCache:
         key = (pre.input_size, pre.interpolation)
         if key not in self.cache:
             s = self.settings
-            self.cache[key] = load_val_images(s.source, s.split, s.limit, pre, s.boxes, self.announce)
+            self.cache[key] = load_val_images(s.source, s.split, s.limit, pre, s.boxes, self.announce, s.progress)
         return self.cache[key]
 
 
@@ -94,7 +96,7 @@ def probe_model(
     if existing is not None:
         announce(f"{loaded.spec}: already probed with these settings in {folder}/ (pass --overwrite to redo it)")
         return out.root / folder, existing
-    model = ProbeModel(loaded, settings.device, settings.batch_size, announce)
+    model = ProbeModel(loaded, settings.device, settings.batch_size, announce, settings.progress)
     report: dict = {
         "schema": PROBE_SCHEMA,
         "toolkit": __version__,
@@ -122,7 +124,11 @@ def probe_model(
     if "shape" in settings.probes:
         announce(f"{loaded.spec}: shape bias on {settings.cue_conflict}")
         report["shape"] = run_shape(
-            model, settings.cue_conflict, probe_preprocessing(loaded.preprocessing, crop=False), settings.batch_size
+            model,
+            settings.cue_conflict,
+            probe_preprocessing(loaded.preprocessing, crop=False),
+            settings.batch_size,
+            bar=lambda total: model.bar(total, "shape bias"),
         )
     write_model_report(out, folder, report)
     return out.root / folder, report

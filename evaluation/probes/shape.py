@@ -11,15 +11,17 @@ shape hits / (shape hits + texture hits).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from builder.core.errors import printable
 from builder.core.records import Issue
 
-from .runner import ProbeInputError
+from .runner import ProbeInputError, probe_bar
 
 
 def _span(first: int, last: int) -> list[int]:
@@ -222,31 +224,36 @@ def shape_bias(decisions: list[str], shapes: list[str], textures: list[str]) -> 
     }
 
 
-def run_shape(model, folder: Path, preprocessing, batch_size: int = 64) -> dict:
+def run_shape(
+    model, folder: Path, preprocessing, batch_size: int = 64, bar: Callable[[int], Any] | None = None
+) -> dict:
     """Shape bias of `model` (a ProbeModel) on the folder; `preprocessing` puts the stimuli at the
     model's input (the 224 PNGs as they are, at the probes' 224 input). A link or an unreadable
-    stimulus is skipped and listed under `errors` (key, reason, detail), never a crash."""
+    stimulus is skipped and listed under `errors` (key, reason, detail), never a crash. `bar(total)`
+    makes the progress bar over the stimuli (ProbeModel.bar), advanced per batch."""
     from builder.extract.images import ImageDecodeError
 
     scan = open_folder(folder)
     errors = list(scan.skipped)
     decisions: list[str] = []
     used: list[Stimulus] = []
-    for start in range(0, len(scan.stimuli), batch_size):
-        arrays = []
-        for stimulus in scan.stimuli[start : start + batch_size]:
-            try:
-                arrays.append(read_stimulus(stimulus, preprocessing))
-            except ImageDecodeError as exc:
-                key = f"{stimulus.shape}/{_shown(stimulus.path.name)}"
-                errors.append(Issue(key, exc.reason, _shown(exc.detail), "probe", key=key).sample_row())
-                continue
-            used.append(stimulus)
-        if not arrays:
-            continue
-        images = np.stack(arrays).transpose(0, 3, 1, 2).astype(np.float32) / 255.0
-        scores = category_probabilities(model.probabilities(images))
-        decisions += [CATEGORIES[i] for i in scores.argmax(axis=1)]
+    with bar(len(scan.stimuli)) if bar else probe_bar(len(scan.stimuli), "shape bias", False) as shown:
+        for start in range(0, len(scan.stimuli), batch_size):
+            batch = scan.stimuli[start : start + batch_size]
+            arrays = []
+            for stimulus in batch:
+                try:
+                    arrays.append(read_stimulus(stimulus, preprocessing))
+                except ImageDecodeError as exc:
+                    key = f"{stimulus.shape}/{_shown(stimulus.path.name)}"
+                    errors.append(Issue(key, exc.reason, _shown(exc.detail), "probe", key=key).sample_row())
+                    continue
+                used.append(stimulus)
+            if arrays:
+                images = np.stack(arrays).transpose(0, 3, 1, 2).astype(np.float32) / 255.0
+                scores = category_probabilities(model.probabilities(images))
+                decisions += [CATEGORIES[i] for i in scores.argmax(axis=1)]
+            shown.update(len(batch))
     if not used:
         first = f" (first: {errors[0]['key']}: {errors[0]['reason']})" if errors else ""
         raise ProbeInputError(f"cue-conflict folder {_shown(str(folder))}: no stimulus could be read{first}")

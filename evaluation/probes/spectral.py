@@ -91,7 +91,7 @@ def run_spectral(model, val, batch_size: int = 64, cutoffs=CUTOFFS) -> dict:
 
     conditions = {"clean": to_chw}
     conditions.update({(lowpass, c): filtered(c, lowpass) for lowpass in (True, False) for c in cutoffs})
-    accuracy = model.accuracies(val, conditions, batch_size)
+    accuracy = model.accuracies(val, conditions, batch_size, "spectral bias")
     result = summarise(
         accuracy["clean"], {c: accuracy[(True, c)] for c in cutoffs}, {c: accuracy[(False, c)] for c in cutoffs}
     )

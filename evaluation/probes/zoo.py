@@ -66,7 +66,7 @@ def probe_zoo(
     overwrite: bool = False,
     announce: Callable[[str], None] = print,
 ) -> dict:
-    """Probe every model; with an eval link, write the table, correlations and scatter plots. Every
+    """Probe every model; with an eval link, write the table, correlations and scatter figure. Every
     file goes through the probe's owned output folder (locked, no links, never a user's file)."""
     if "shape" in settings.probes:  # a malformed stimulus folder is refused before any probe runs
         open_folder(settings.cue_conflict)
@@ -91,6 +91,7 @@ def probe_zoo(
         result = correlate.correlations(rows, resamples, seed)
         summary["correlations"] = str(correlate.write_correlations(out, result))
         summary["correlation_note"] = result.get("note")
-        scatter = correlate.write_scatter(out, rows)
+        scatter, why_not = correlate.write_scatter(out, rows, result)
         summary["scatter"] = str(scatter) if scatter else None
+        summary["scatter_note"] = why_not
     return summary

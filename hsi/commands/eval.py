@@ -1,8 +1,9 @@
 """`hsi eval`: measure one or several models on a config's groups, sizes, positions and tiers.
 
-Writes OUT/<model>/predictions.parquet, eval.json, eval.md and plots/, and OUT/leaderboard.csv/.md,
-all through OUT's OwnedFolder: one run per OUT, nothing through a link, never a user's file. The
-model folder's name carries what changes the numbers (`-crop0.875`, `-subset`, `-limit240`).
+Writes OUT/<model>/predictions.parquet, eval.json, eval.md, entry.json (its leaderboard entry) and
+plots/, and OUT/leaderboard.csv/.md, all through OUT's OwnedFolder: one run per OUT, nothing through
+a link, never a user's file. The model folder's name carries what changes the numbers
+(`-crop0.875`, `-subset`, `-limit240`).
 Exit status: 0 on success, 2 for usage errors (a model that cannot be loaded, outputs that fit no
 label space, a missing source, a shard that fails its sha256, a broken eval.json in OUT), printed as
 `hsi eval: error: ...`.
@@ -132,6 +133,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="parts folder: also classify the inpainted backgrounds alone (per-class background accuracy)",
     )
+    entry = parser.add_argument_group(
+        "leaderboard entry (OUT/<model>/entry.json; what is not given is null, never guessed)"
+    )
+    entry.add_argument("--entry-name", help="the model's name on the leaderboard (default: its spec); one model only")
+    entry.add_argument("--architecture", help="its architecture as a reader names it, e.g. 'ResNet-50'")
+    entry.add_argument("--training-data", help="what it was trained on, e.g. 'ImageNet-1k train'")
+    entry.add_argument("--paper", help="link to its paper (http or https), e.g. https://arxiv.org/abs/...")
 
 
 def _size(text: str | None) -> tuple[int, int] | None:
@@ -183,6 +191,25 @@ def model_options(entry: dict, args: argparse.Namespace):
     )
 
 
+def entry_infos(entries: list[dict], args: argparse.Namespace) -> list:
+    """The leaderboard-entry description of each model: its models.yaml keys, else the flags."""
+    from evaluation.entries import DESCRIPTION, EntryInfo
+
+    if args.entry_name is not None and len(entries) > 1:
+        raise UsageError(
+            "--entry-name names one model; give each model of --models its own `entry_name:` in a models.yaml"
+        )
+    return [
+        EntryInfo.checked(**{field: entry.get(key, getattr(args, key)) for field, _, key in DESCRIPTION})
+        for entry in entries
+    ]
+
+
+def entry_info(args: argparse.Namespace):
+    """The description the entry flags give (one model: `--from`, `--predictions`)."""
+    return entry_infos([{}], args)[0]
+
+
 def _value(estimate: dict | None) -> str:
     value = (estimate or {}).get("value")
     return "n/a" if value is None else f"{value:.3f}"
@@ -232,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
             worst = metrics["groups_summary"]["worst_group"]
             summary += f", worst group {worst['group']} {_value(worst)}"
         print(f"{loaded.spec}: {summary} ({metrics['samples']} samples, {metrics['errors']['total']} error rows)")
-        print(f"  reports: {result.folder / EVAL_MD} and eval.json, predictions.parquet, plots/")
+        print(f"  reports: {result.folder / EVAL_MD} and eval.json, entry.json, predictions.parquet, plots/")
 
     with eval_folder(args.out) as owned:
         entries = model_entries(args)
@@ -245,8 +272,9 @@ def run(args: argparse.Namespace) -> int:
             clean_root=args.clean,
             parts_dir=args.parts,
         )
+        infos = entry_infos(entries, args)  # checked before any model loads
         models = [load_model(entry["model"], model_options(entry, args)) for entry in entries]
-        _, md_path, rows = evaluate_all(models, args.source, owned, settings, _announce, summarise)
+        _, md_path, rows = evaluate_all(models, args.source, owned, settings, _announce, summarise, infos)
     print(f"leaderboard ({len(rows)} models): {md_path} and leaderboard.csv")
     return EXIT_OK
 
@@ -259,10 +287,11 @@ def _run_from(args: argparse.Namespace, bootstrap) -> int:
     if not path.is_file():
         what = "is a folder, not a predictions file (pass its predictions.parquet)" if path.is_dir() else "no such file"
         raise UsageError(f"--from {path}: {what}")
-    folder, report = recompute_from(path, args.out if args.out != Path("eval-output") else None, bootstrap)
+    info = entry_info(args)
+    folder, report = recompute_from(path, args.out if args.out != Path("eval-output") else None, bootstrap, info)
     print(
-        f"reports recomputed from {path.name}: {folder.path / EVAL_MD} and eval.json ({report['metrics']['samples']} "
-        "samples)"
+        f"reports recomputed from {path.name}: {folder.path / EVAL_MD}, eval.json and entry.json "
+        f"({report['metrics']['samples']} samples)"
     )
     return EXIT_OK
 
@@ -298,9 +327,20 @@ def _run_predictions(args: argparse.Namespace, bootstrap) -> int:
         )
     if not args.source:
         raise UsageError("--predictions scores a file on a SOURCE: pass the release folder, dataset folder or hf://")
+    info = entry_info(args)
     evaluation = score(
         args.predictions, args.source, config=args.config, split=args.split, bootstrap=bootstrap, announce=_announce
     )
-    folder = evaluation.save(args.out, f"predictions_{args.predictions.name}")
-    print(f"{args.predictions.name}: {evaluation.metrics['samples']} samples scored: {folder / EVAL_MD} and eval.json")
+    folder = evaluation.save(
+        args.out,
+        f"predictions_{args.predictions.name}",
+        entry_name=info.name,
+        architecture=info.architecture,
+        training_data=info.training_data,
+        paper=info.paper,
+    )
+    print(
+        f"{args.predictions.name}: {evaluation.metrics['samples']} samples scored: {folder / EVAL_MD}, eval.json and "
+        "entry.json"
+    )
     return EXIT_OK

@@ -81,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--eval-dir",
         type=Path,
         help="an `hsi eval` output folder holding <model>/eval.json: adds the table, the "
-        "correlations and the scatter plots",
+        "correlations and the scatter figure (from 3 models)",
     )
     zoo.add_argument(
         "--eval-source",
@@ -101,6 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     run.add_argument("--seed", type=seed_int, default=0, help="seed of the critical-band noise and of the bootstraps")
     run.add_argument("--overwrite", action="store_true", help="re-run a model already probed with the same settings")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bars (per probe, on stderr)")
 
 
 def _probes(args: argparse.Namespace) -> tuple[str, ...]:
@@ -159,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.criterion_level < 1:
         raise UsageError(f"--criterion-level must be in (0, 1), got {args.criterion_level}")
-    settings = options_from(args, ProbeSettings, probes=_probes(args))
+    settings = options_from(args, ProbeSettings, probes=_probes(args), progress=not args.no_progress)
     link = _eval_link(args)
     models = [load_model(entry["model"], model_options(entry, args)) for entry in model_entries(args)]
     summary = probe_zoo(
@@ -180,5 +181,7 @@ def run(args: argparse.Namespace) -> int:
             + (f" ({summary['correlation_note']})" if summary.get("correlation_note") else "")
         )
         if summary.get("scatter"):
-            print(f"scatter plots: {summary['scatter']}")
+            print(f"scatter: {summary['scatter']}")
+        elif summary.get("scatter_note"):
+            print(summary["scatter_note"])
     return EXIT_OK

@@ -161,8 +161,9 @@ def test_linked_cross_model_files_are_refused(inputs, probed, tmp_path, capsys):
     assert snapshot(users) == {"leaderboard.md": b"mine\n"}
     os.unlink(out / "plots")
     assert main(probe_args(inputs, out, "--eval-dir", str(tmp_path / "evals"), "--bootstrap", "10")) == 0
-    assert (out / "plots" / "probe_scatter.png").is_file() and (out / "probe_table.md").is_file()
-    assert json.loads((out / RECORD_NAME).read_text())["files"].keys() >= {"probe_table.md", "plots/probe_scatter.png"}
+    assert (out / "probe_table.md").is_file()
+    assert not (out / "plots" / "probe_scatter.png").exists()  # one model: a table, no scatter of one point
+    assert json.loads((out / RECORD_NAME).read_text())["files"].keys() >= {"probe_table.md", "correlations.md"}
 
 
 def test_a_second_run_into_the_same_folder_at_once_is_refused(inputs, probed, tmp_path, capsys):

@@ -91,6 +91,33 @@ def partial_by_residuals(x, y, z) -> float:
     return float(np.corrcoef(residual(rx), residual(ry))[0, 1])
 
 
+def bars(err: str, desc: str) -> list[str]:
+    """The states tqdm drew of the bar named `desc` (its lines end in carriage returns; a bar has a
+    `|`, the pass's summary line of the same name does not)."""
+    return [line for line in err.replace("\r", "\n").splitlines() if line.startswith(f"{desc}:") and "|" in line]
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_the_clean_and_parts_passes_show_their_progress(
+    paper_set, flat_parts, planted_corner, tmp_path, capsys, progress
+):
+    parts, images = flat_parts
+    ids = [im.source_id for im in images]
+    clean = write_clean_tree(tmp_path / "imagenet", images, skip={ids[0]}, broken={ids[1]})
+    args = eval_args(
+        paper_set, f"ts:{planted_corner}", str(tmp_path / "out"), "--clean", str(clean), "--parts", str(parts)
+    )
+    assert main([a for a in args if a != "--no-progress"] if progress else args) == 0
+    err = capsys.readouterr().err
+    clean_bar, background_bar = bars(err, "clean photos"), bars(err, "backgrounds alone")
+    if progress:
+        # 5 photos found (the broken one counts: it was read), 6 parts samples
+        assert clean_bar and "5/5" in clean_bar[-1] and "100%" in clean_bar[-1]
+        assert background_bar and "6/6" in background_bar[-1]
+    else:
+        assert clean_bar == background_bar == [] and "it/s" not in err and "img/s" not in err
+
+
 @pytest.fixture(scope="module")
 def scored_parts(tmp_path_factory):
     """Six classes whose boxes differ in size and offset, so centre and size scores vary by class."""

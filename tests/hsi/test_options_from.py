@@ -94,8 +94,8 @@ def test_hsi_eval_probe_and_scgs_flags_give_every_field_of_their_options():
     assert settings == RunSettings(split="val", amp=True, limit=9, progress=False, clean_split="train")
 
     probed = parse("probe", "--model", "timm:resnet18", "--criterion-level", "0.4", "--limit", "5")
-    assert options_from(probed, ProbeSettings, probes=("spectral",)) == ProbeSettings(
-        probes=("spectral",), criterion_level=0.4, limit=5
+    assert options_from(probed, ProbeSettings, probes=("spectral",), progress=not probed.no_progress) == ProbeSettings(
+        probes=("spectral",), criterion_level=0.4, limit=5, progress=True
     )
 
     scgs = parse("scgs", "src", "--out", "o", "--mask", "random", "--steps", "4", "--sd-batch-size", "2")
@@ -117,7 +117,7 @@ def test_hsi_eval_flags_reach_the_settings_the_evaluation_gets(tmp_path, monkeyp
 
     seen = {}
 
-    def evaluate(loaded, source, out, settings, announce):
+    def evaluate(loaded, source, out, settings, announce, entry=None):
         seen["settings"] = settings
         raise _Reached
 

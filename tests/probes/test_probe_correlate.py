@@ -93,3 +93,49 @@ def test_vectorised_rank_correlation_equals_scipy_spearman():
     got = vectorised_spearman(a, b)
     want = [spearmanr(x, y).statistic for x, y in zip(a, b)]
     np.testing.assert_allclose(got, want, equal_nan=True)
+
+
+def _zoo(count: int) -> list[dict]:
+    shape = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6][:count]
+    cor = [0.2, 0.3, 0.35, 0.5, 0.55, 0.7][:count]
+    return correlate.table_rows(
+        [(f"timm:model{i}", _probes(s, 0.5 - s / 2), _eval(c, c)) for i, (s, c) in enumerate(zip(shape, cor))]
+    )
+
+
+def test_scatter_is_one_figure_with_a_panel_per_bias_holding_every_model(tmp_path):
+    rows = _zoo(6)
+    result = correlate.correlations(rows, resamples=50, seed=0)
+    with OwnedFolder(tmp_path, "probe") as out:
+        path, note = correlate.write_scatter(out, rows, result)
+    assert path == tmp_path / correlate.SCATTER_PNG and path.stat().st_size > 1000 and note is None
+    fig = correlate.scatter_figure(rows, result)
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    # every bias the probes measured (lpp and hpp are constant here, still measured), one panel each
+    assert [ax.get_xlabel() for ax in panels] == list(correlate.BIASES)
+    for ax in panels:
+        (points,) = ax.collections
+        assert len(points.get_offsets()) == 6  # all six models in the panel, not one point per panel
+        assert "n=6" in ax.get_title()
+    shape = panels[0]
+    assert "Spearman rho 1.00" in shape.get_title() and shape.get_ylabel() == "worst_group_top1"
+
+
+def test_fewer_than_three_models_get_no_scatter_and_an_earlier_one_is_removed(tmp_path):
+    with OwnedFolder(tmp_path, "probe") as out:
+        path, _ = correlate.write_scatter(out, _zoo(3), None)
+        assert path.is_file()
+        path, note = correlate.write_scatter(out, _zoo(2), None)
+    assert path is None and not (tmp_path / correlate.SCATTER_PNG).exists()
+    assert "2 model(s)" in note and "at least 3" in note and "probe_table.md" in note
+
+
+def test_models_on_the_same_spot_share_one_readable_label():
+    entries = [
+        (f"tiny{i}.pth (timm:test_efficientnet)", _probes(s, 0.3), _eval(0.0, 0.0))
+        for i, s in enumerate([0.5, 0.6, 0.5])
+    ]
+    fig = correlate.scatter_figure(correlate.table_rows(entries))
+    shape = next(ax for ax in fig.axes if ax.get_xlabel() == "shape_bias")
+    assert sorted(t.get_text() for t in shape.texts) == ["tiny0.pth, tiny2.pth", "tiny1.pth"]
+    assert correlate.short_name("timm:resnet50") == "resnet50"

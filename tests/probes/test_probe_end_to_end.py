@@ -192,3 +192,26 @@ def test_bad_inputs_are_usage_errors(inputs, tmp_path, capsys):
     assert "nothing to probe" in capsys.readouterr().err
     assert main(["probe", "--model", "timm:resnet18", "--cue-conflict", str(inputs["cue"]), "--device", "cpu"]) == 2
     assert "not available offline" in capsys.readouterr().err  # never random weights for a pretrained model
+
+
+def bars(err: str, desc: str) -> list[str]:
+    """The states tqdm drew of the bars whose name ends in `desc` (a bar's line has a `|`)."""
+    lines = err.replace("\r", "\n").splitlines()
+    return [line for line in lines if "|" in line and line.split("|")[0].rstrip(" 0123456789%").endswith(f"{desc}:")]
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_each_probe_shows_a_bar_over_its_stimuli(inputs, tmp_path, capsys, progress):
+    out = tmp_path / "out"
+    args = ["probe", "--model", str(inputs["checkpoints"][0]), "--arch", "test_efficientnet", *_common(inputs, out)]
+    assert main(args + ([] if progress else ["--no-progress"])) == 0
+    err = capsys.readouterr().err
+    # images x conditions: spectral 2 x 23 (clean, 11 low-pass, 11 high-pass), critical band 2 x 29
+    # (noise-free once, 4 noise levels x 7 bands); shape: the 17 stimuli; and the val images decoded
+    expected = {"val images": "2/2", "spectral bias": "46/46", "critical band": "58/58", "shape bias": "17/17"}
+    for desc, count in expected.items():
+        drawn = bars(err, desc)
+        if progress:
+            assert drawn and count in drawn[-1] and "100%" in drawn[-1], (desc, drawn)
+        else:
+            assert drawn == [], (desc, drawn)

@@ -1,0 +1,447 @@
+"""The site's pages: the leaderboard (index.html) and one page per model, as HTML text.
+
+Pages render only checked values (collect, sections, gallery) through markup's escaping helpers.
+Every page names the data revision it shows (config, split, fingerprint, and the toolkit version
+that measured it) in its header, and the toolkit that built the site in its footer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from builder.core.taxonomy import sorted_groups
+
+from .collect import ModelEval
+from .gallery import ClassLabel, GalleryCell, Thumbnail
+from .markup import Html, esc, estimate, image, join, link, number, page, section, table, tag, url
+
+ROLE_TEXT = {"true": "true", "predicted": "predicted", "background": "background", "paired": "paired class"}
+
+
+@dataclass(frozen=True)
+class Board:
+    """One leaderboard: the models measured on one data revision, and its figures' file names."""
+
+    revision: tuple  # (config, split, fingerprint)
+    models: list[ModelEval]  # in leaderboard order
+    curves: str | None  # site-relative path of the accuracy-vs-size figure
+    heat_maps: str | None
+
+
+def revision_line(run: dict, source: str | None = None) -> Html:
+    """config, split, fingerprint, the toolkit version that measured it (and where the data was read)."""
+    parts = [
+        Html("data: config " + tag("code", run["config"] or "none")),
+        Html("split " + tag("code", run["split"])),
+        Html("fingerprint " + tag("code", run["fingerprint"] or "not recorded")),
+        Html("evaluated with hard-spurious-imagenet " + tag("code", run["toolkit"] or "unknown")),
+    ]
+    if run.get("limit"):
+        parts.append(esc(f"first {run['limit']} samples only"))
+    if source:
+        parts.append(Html("thumbnails from " + tag("code", source)))
+    return tag("div", join(parts, " · "), class_="revision")
+
+
+def sort_key(model: ModelEval):
+    """The leaderboard's order: full runs by worst-group top-1 (best first), then top-1, then name;
+    partial (`--limit`) runs after every full one."""
+    row = model.row
+    worst = row.get("worst_group_top1")
+    top1 = row.get("top1") or 0.0
+    return (row["partial"] == "true", -(worst if worst is not None else top1), -top1, row["model"], model.slug)
+
+
+def _board_table(board: Board) -> Html:
+    groups = sorted_groups(c["group"] for m in board.models for c in m.metrics.get("by_group", []))
+    rows, rank = [], 0
+    for model in board.models:
+        metrics, partial = model.metrics, model.row["partial"] == "true"
+        rank += not partial
+        by_group = {c["group"]: c["top1"] for c in metrics.get("by_group", [])}
+        worst = metrics.get("worst_group")
+        rows.append(
+            [
+                "-" if partial else rank,
+                link(model.spec, "models", model.slug, "index.html"),
+                model.row["preprocessing"],
+                metrics["samples"],
+                estimate(metrics["overall"]["top1"]),
+                estimate(metrics.get("mean_over_groups")),
+                Html(tag("b", worst["group"]) + " " + estimate(worst)) if worst else "n/a (no groups)",
+                *[estimate(by_group.get(g)) for g in groups],
+                f"partial: first {model.run['limit']} samples" if partial else "full",
+            ]
+        )
+    header = ["rank", "model", "preprocessing", "samples", "top-1", "mean over groups", "worst group"]
+    return table([*header, *[f"{g} top-1" for g in groups], "run"], rows, class_="leaderboard")
+
+
+def index_page(boards: list[Board], generator: str) -> str:
+    """The leaderboards, one per data revision, each sorted by worst group, with its figures."""
+    body = [
+        tag(
+            "p",
+            "Sorted by worst-group top-1 accuracy (best first). Intervals are the evaluations' 95% bootstrap "
+            "intervals over source images; n is the number of samples. Partial runs (hsi eval --limit) are listed "
+            "after the full runs, unranked.",
+        )
+    ]
+    for board in boards:
+        config, split, fingerprint = board.revision
+        parts = [_board_table(board)]
+        if board.curves:
+            parts.append(
+                tag(
+                    "div",
+                    Html(
+                        tag("h3", "Top-1 accuracy against object size, per group")
+                        + image(f"accuracy against size, {config} / {split}", *board.curves.split("/"))
+                    ),
+                    class_="figure",
+                )
+            )
+        if board.heat_maps:
+            parts.append(
+                tag(
+                    "div",
+                    Html(
+                        tag("h3", "Top-1 by position and size, per model (n samples per cell)")
+                        + image(f"position by size heat maps, {config} / {split}", *board.heat_maps.split("/"))
+                    ),
+                    class_="figure",
+                )
+            )
+        title = f"{config} / {split} (fingerprint {fingerprint or 'not recorded'})"
+        body.append(section(title, *parts, id_=f"board-{len(body)}"))
+    revisions = join(revision_line(board.models[0].run) for board in boards)
+    return page("Hard-Spurious-ImageNet: leaderboard", revisions, join(body), "", generator)
+
+
+# ---------------------------------------------------------------- a model's page
+
+
+def _grid(cells: list[dict], row_key: str, metric: str, tiers: dict | None = None) -> Html:
+    """A row per `row_key` value, a column per size; each cell its estimate (and tier)."""
+    sizes = sorted({c["size"] for c in cells})
+    order: list = []
+    for c in cells:
+        if c[row_key] not in order:
+            order.append(c[row_key])
+    by_cell = {(c[row_key], c["size"]): c[metric] for c in cells}
+    rows = []
+    for name in order:
+        row: list[object] = [name]
+        for size in sizes:
+            tier = (tiers or {}).get((name, size))
+            value = estimate(by_cell.get((name, size))) if (name, size) in by_cell else Html("")
+            row.append(Html(value + (tag("span", tier, class_="tier") if tier else "")))
+        rows.append(row)
+    return table([row_key, *[f"{s} px" for s in sizes]], rows)
+
+
+def _tiers(model: ModelEval) -> dict:
+    """{(group, size): tier} as the samples' json names it (the metrics' by_tier counts the same rows)."""
+    frame = model.predictions
+    if not {"group", "size", "tier"} <= set(frame.columns):
+        return {}
+    ok = frame[(frame["status"] == "ok") & frame["tier"].notna() & frame["group"].notna() & frame["size"].notna()]
+    return {(str(g), int(s)): str(t) for (g, s), t in ok.groupby(["group", "size"])["tier"].first().items()}
+
+
+def _run_table(model: ModelEval) -> Html:
+    run, metrics = model.run, model.metrics
+    boot = metrics["bootstrap"]
+    errors = metrics["errors"]
+    rows = [
+        ["model", tag("code", run["spec"])],
+        ["weights", run["checkpoint"] or "the library's published weights of the spec"],
+        ["weights sha256", tag("code", run["checkpoint_sha256"] or "not recorded")],
+        ["preprocessing", ("centre-cropped on purpose: " if run["cropped"] else "") + (run["preprocessing"] or "")],
+        ["label space", run["label_space"]],
+        ["samples", f"{metrics['samples']} from {metrics['sources']} source images"],
+        [
+            "error rows",
+            f"{errors['total']}"
+            + (" (" + ", ".join(f"{k}: {v}" for k, v in errors["by_reason"].items()) + ")" if errors["total"] else ""),
+        ],
+        [
+            "intervals",
+            f"{boot['level']:.0%} percentile bootstrap over source images, {boot['resamples']} resamples, seed "
+            f"{boot['seed']}"
+            if boot["level"] is not None
+            else "not recorded",
+        ],
+        ["evaluation folder", f"{model.folder.parent.name}/{model.folder.name}"],
+    ]
+    notes = [*run["notes"], *[n for n in metrics["notes"] if n not in run["notes"]]]
+    rows += [["note", note] for note in notes]
+    return table(None, rows, class_="run")
+
+
+def _metric_sections(model: ModelEval) -> list[Html]:
+    metrics = model.metrics
+    overall = metrics["overall"]
+    out = [
+        section(
+            "Overall",
+            table(["top-1", "top-5"], [[estimate(overall["top1"]), estimate(overall["top5"])]]),
+            id_="overall",
+        )
+    ]
+    if not metrics["has_groups"]:
+        out.append(tag("p", "This config has no group metadata: only plain accuracy is reported.", class_="note"))
+        return out
+    tiers = _tiers(model)
+    worst = metrics["worst_group"]
+    out += [
+        section(
+            "Top-1 by group and size",
+            _grid(metrics["by_group_size"], "group", "top1", tiers),
+            tag("h3", "Top-5 by group and size"),
+            _grid(metrics["by_group_size"], "group", "top5"),
+            id_="group-size",
+        ),
+        section(
+            "Groups",
+            table(
+                ["group", "top-1", "top-5"],
+                [[c["group"], estimate(c["top1"]), estimate(c["top5"])] for c in metrics["by_group"]],
+            ),
+            tag(
+                "p",
+                Html(
+                    "Mean over groups: "
+                    + estimate(metrics["mean_over_groups"])
+                    + "; worst group: "
+                    + esc(worst["group"])
+                    + " "
+                    + estimate(worst)
+                    + "."
+                ),
+            ),
+            id_="groups",
+        ),
+    ]
+    if metrics["by_tier"]:
+        out.append(
+            section(
+                "Tiers",
+                table(
+                    ["tier", "top-1", "top-5"],
+                    [[c["tier"], estimate(c["top1"]), estimate(c["top5"])] for c in metrics["by_tier"]],
+                ),
+                id_="tiers",
+            )
+        )
+    out += [
+        section("Top-1 by position and size", _grid(metrics["by_position_size"], "position", "top1"), id_="positions"),
+        section(
+            "Background kinds",
+            table(
+                ["background", "top-1", "top-5"],
+                [[c["background"], estimate(c["top1"]), estimate(c["top5"])] for c in metrics["by_background"]],
+            ),
+            id_="backgrounds",
+        ),
+    ]
+    gap = metrics["background_gap"]
+    out.append(
+        section(
+            "Background gap (own minus foreign background, same size and position)",
+            table(
+                ["position", "size", "foreign", "own top-1", "foreign top-1", "gap"],
+                [
+                    [
+                        c["position"],
+                        c["size"],
+                        c["foreign"],
+                        number(c["own_top1"]),
+                        number(c["foreign_top1"]),
+                        estimate(c["gap"]),
+                    ]
+                    for c in gap
+                ],
+            )
+            if gap
+            else tag(
+                "p", "No own and foreign backgrounds at the same size and position: no background gap.", class_="note"
+            ),
+            id_="background-gap",
+        )
+    )
+    controls = metrics["neutral_controls"]
+    out.append(
+        section(
+            "Neutral controls (neutral minus foreign background, same size and position)",
+            table(
+                ["position", "size", "control", "foreign", "control top-1", "foreign top-1", "difference"],
+                [
+                    [
+                        c["position"],
+                        c["size"],
+                        c["control"],
+                        c["foreign"],
+                        number(c["control_top1"]),
+                        number(c["foreign_top1"]),
+                        estimate(c["difference"]),
+                    ]
+                    for c in controls
+                ],
+            )
+            if controls
+            else tag("p", "No neutral (gray or noise) backgrounds in this config: no neutral controls.", class_="note"),
+            id_="neutral-controls",
+        )
+    )
+    out.append(_background_class_section(metrics["background_class"]))
+    return out
+
+
+def _background_class_section(analysis: dict | None) -> Html:
+    title = "Background-class analysis"
+    if analysis is None:
+        return section(
+            title,
+            tag("p", "No sample sits on another class's background: no background-class analysis.", class_="note"),
+            id_="background-class",
+        )
+    rows = [
+        [
+            c.get("group", "all"),
+            c.get("size", ""),
+            c["samples"],
+            c["errors"],
+            estimate(c["share_of_predictions"]),
+            estimate(c["share_of_errors"]),
+            number(c["expected_share_of_errors"]),
+            number(c["mean_prob_background_class"]),
+        ]
+        for c in [*analysis["by_group_size"], analysis["overall"]]
+    ]
+    header = [
+        "group",
+        "size",
+        "samples",
+        "errors",
+        "share of predictions naming the background's class",
+        "share of errors naming it",
+        "expected share of errors (from the controls)",
+        "mean probability of the background's class",
+    ]
+    intro = (
+        f"Samples: {analysis['samples']}. Controls: {analysis['control']}. Chance share of errors: "
+        f"{number(analysis['chance_share_of_errors'], 4)}."
+        + (
+            f" {analysis['control_errors']}."
+            if analysis["control_errors"] and analysis["control_errors"].startswith("none")
+            else ""
+        )
+    )
+    return section(title, tag("p", intro), table(header, rows), id_="background-class")
+
+
+def _label(label: ClassLabel) -> Html:
+    """role (and the background's kind) with the probability on one line, the class's name below."""
+    role = ROLE_TEXT[label.role] + (f" ({label.note})" if label.note else "")
+    parts = [tag("span", role, class_="role")]
+    if label.index is not None:
+        parts.append(tag("span", Html("p=" + tag("span", number(label.probability), class_="p")), class_="pr"))
+    name = Html(esc(label.name) + (tag("span", label.wnid, class_="wnid") if label.wnid else ""))
+    parts.append(tag("span", name, class_="name"))
+    return tag("span", join(parts), class_=f"label {label.role}")
+
+
+def _thumb(thumb: Thumbnail, source: list[str]) -> Html:
+    true, predicted = thumb.labels[0], thumb.labels[1]
+    alt = f"{thumb.key}: {true.name}, predicted {predicted.name}"
+    picture = tag("a", image(alt, *source, width=168, height=168), href=url(*source))
+    caption = tag("figcaption", Html(tag("span", thumb.key, class_="key") + join(_label(lab) for lab in thumb.labels)))
+    kind = "success" if thumb.correct else "error"
+    return tag("figure", Html(picture + caption), class_=f"thumb {kind}", data_key=thumb.key)
+
+
+def _gallery_section(cells: list[GalleryCell] | None, thumbs: dict[str, list[str]], note: str | None) -> Html:
+    title = "Failure galleries"
+    if cells is None:
+        return section(title, tag("p", note or "", class_="note"), id_="galleries")
+    parts: list[Html] = [
+        tag(
+            "p",
+            Html(
+                esc(
+                    "For each group and size, a seeded sample of the model's errors and successes (hsi report --seed, "
+                    "--errors, --successes). Under each image: the true class, the predicted class, the background's "
+                    "class (and on a paired config, -10, the class paired with the object's), each with the "
+                    "probability the model gave it."
+                )
+                + tag("span", "", class_="swatch error")
+                + "error"
+                + tag("span", "", class_="swatch success")
+                + "success"
+            ),
+        )
+    ]
+    if note:
+        parts.append(tag("p", note, class_="note"))
+    anchors = []
+    for n, cell in enumerate(cells):
+        anchor = f"cell-{n}"
+        anchors.append(tag("a", f"{cell.title} ({cell.error_count} errors)", href=f"#{anchor}"))
+        samples = cell.error_count + cell.success_count
+        block = [tag("h3", f"{cell.title}: {cell.error_count} errors in {samples} samples", id=anchor)]
+        for kind, chosen, total in (
+            ("errors", cell.errors, cell.error_count),
+            ("successes", cell.successes, cell.success_count),
+        ):
+            if not total:
+                block.append(tag("p", f"no {kind}"))
+                continue
+            block.append(tag("p", f"{kind}: {len(chosen)} shown of {total}"))
+            if chosen:
+                block.append(tag("div", join(_thumb(t, thumbs[t.key]) for t in chosen), class_=f"thumbs {kind}"))
+        parts.append(join(block))
+    parts.insert(1, tag("nav", join(anchors), class_="cells"))
+    return section(title, *parts, id_="galleries")
+
+
+CONTENTS = (  # a model page's sections, as its table of contents names them
+    ("run", "run"),
+    ("overall", "overall"),
+    ("group-size", "group x size"),
+    ("groups", "groups"),
+    ("tiers", "tiers"),
+    ("positions", "positions"),
+    ("backgrounds", "backgrounds"),
+    ("background-gap", "background gap"),
+    ("neutral-controls", "neutral controls"),
+    ("background-class", "background class"),
+    ("plots", "plots"),
+    ("galleries", "failure galleries"),
+)
+
+
+def _contents(body: str) -> Html:
+    """Links to the sections the page holds."""
+    return tag(
+        "nav", join(tag("a", text, href=f"#{id_}") for id_, text in CONTENTS if f'id="{id_}"' in body), class_="toc"
+    )
+
+
+def model_page(
+    model: ModelEval,
+    gallery: list[GalleryCell] | None,
+    thumbs: dict[str, list[str]],
+    gallery_note: str | None,
+    source: str | None,
+    generator: str,
+) -> str:
+    """One model's page; `thumbs` maps a sample key to its URL components from this page."""
+    body: list[Html] = [section("Run", _run_table(model), id_="run"), *_metric_sections(model)]
+    if model.plots:
+        images = join(image(name, "plots", name) for name, _ in model.plots)
+        body.append(section("Plots written by hsi eval", tag("div", images, class_="plots"), id_="plots"))
+    body.append(_gallery_section(gallery, thumbs, gallery_note))
+    body.insert(0, _contents(join(body)))
+    title = f"{model.spec} on {model.run['config']} / {model.run['split']}"
+    return page(title, revision_line(model.run, source), join(body), "../../", generator)
