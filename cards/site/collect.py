@@ -22,6 +22,7 @@ from builder.core.errors import HsiError, InputError, printable
 from builder.core.names import check_path_component, check_relative_path
 from builder.core.owned import check_relative
 from builder.core.untrusted import Fields
+from evaluation.entries import ENTRY_JSON, read_entry
 from evaluation.leaderboard import checked_report, leaderboard_row, model_reports
 from evaluation.predictions import PREDICTIONS_NAME, read_predictions
 from evaluation.report import EVAL_JSON
@@ -59,6 +60,12 @@ class ModelEval:
     row: dict  # evaluation.leaderboard.leaderboard_row
     predictions: object  # pandas DataFrame, every row (error rows too)
     plots: list[tuple[str, bytes]]  # (file name, PNG bytes), in eval.json's order
+    entry: dict | None = None  # its leaderboard entry (evaluation.entries), when the folder has one
+
+    @property
+    def name(self) -> str:
+        """The model's name on the leaderboard: its entry's, else its spec."""
+        return self.entry["name"] if self.entry else self.spec
 
     @property
     def slug(self) -> str:
@@ -171,6 +178,23 @@ def _predictions(folder: Path, report: dict, metrics: dict):
     return frame
 
 
+def _entry(folder: Path, report: dict) -> dict | None:
+    """The folder's entry.json, checked, and checked to describe the run its eval.json reports."""
+    path = folder / ENTRY_JSON
+    if not path.exists() and not path.is_symlink():
+        return None  # evaluated before entries existed: the spec names the model
+    entry = read_entry(path)  # refuses a link, a folder and every malformed field in one line
+    same = entry["model"]["spec"] == report["model"]["spec"] and all(
+        entry["data"].get(key) == report["data"].get(key) for key in REVISION_KEYS
+    )
+    if not same:
+        raise ReportInputError(
+            f"{printable(str(path))} describes {printable(entry['model']['spec'])} on another run than its "
+            f"{EVAL_JSON} reports: pass the folder hsi eval wrote, unedited"
+        )
+    return entry
+
+
 def collect_evals(eval_dirs: list[Path], progress: bool = False) -> list[ModelEval]:
     """Every model of every EVAL_DIR, checked, in command-line order then folder-name order."""
     from tqdm import tqdm
@@ -200,6 +224,7 @@ def collect_evals(eval_dirs: list[Path], progress: bool = False) -> list[ModelEv
                 row=leaderboard_row(report, folder.name),
                 predictions=_predictions(folder, report, metrics),
                 plots=_plots(folder, report),
+                entry=_entry(folder, report),
             )
         )
     return models

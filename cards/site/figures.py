@@ -96,7 +96,7 @@ def accuracy_vs_size(models: list[ModelEval]):
     axes[0].set_ylabel("top-1 accuracy")
     axes[0].set_ylim(max(-0.02, bottom - pad), min(1.02, top + pad))
     handles = [Line2D([], [], color=f"C{n % 10}", marker="o") for n in range(len(grouped))]
-    labels = [plain(m.spec) for m in grouped]
+    labels = [plain(m.name) for m in grouped]
     if chance is not None:
         handles.append(Line2D([], [], color="gray", linestyle=":", linewidth=1))
         labels.append(f"chance (1/{round(1 / chance)})")
@@ -146,7 +146,7 @@ def position_heat_maps(models: list[ModelEval]):
                 colour = "white" if value < 0.6 else "black"
                 ax.text(j, i, label, ha="center", va="center", color=colour, fontsize=8)
         ax.set_xlabel("object size (px)")
-        ax.set_title(plain(model.spec), fontsize=9)
+        ax.set_title(plain(model.name), fontsize=9)
     for ax in axes[len(shown) :]:
         ax.set_visible(False)
     figure.colorbar(image, ax=list(axes[: len(shown)]), label="top-1", shrink=0.9)

@@ -98,6 +98,7 @@ div.table { overflow-x: auto; }
 td .n, td .tier { color: #6b7385; font-size: 11px; }
 table.leaderboard .ci { display: block; color: #6b7385; font-size: 11px; }
 table.leaderboard .n { display: none; }
+table.leaderboard .detail { color: #6b7385; font-size: 11px; }
 nav.toc { margin: 12px 0 0; font-size: 13px; }
 nav.toc a { margin-right: 10px; }
 table.run td:first-child { color: #6b7385; white-space: nowrap; }

@@ -15,6 +15,9 @@ from .collect import ModelEval
 from .gallery import ClassLabel, GalleryCell, Thumbnail
 from .markup import Html, esc, estimate, image, join, link, number, page, section, table, tag, url
 
+# what a leaderboard entry says of the model, shown as text (a paper's address is not a link: the
+# site loads and links nothing outside itself)
+ENTRY_FIELDS = (("architecture", "architecture"), ("training_data", "training data"), ("paper", "paper"))
 ROLE_TEXT = {"true": "true", "predicted": "predicted", "background": "background", "paired": "paired class"}
 
 
@@ -52,6 +55,17 @@ def sort_key(model: ModelEval):
     return (row["partial"] == "true", -(worst if worst is not None else top1), -top1, row["model"], model.slug)
 
 
+def _model_cell(model: ModelEval) -> Html:
+    """The model's name (its entry's, linked to its page), with its spec, architecture and training
+    data beneath when the entry gives them."""
+    details = [tag("code", model.spec)] if model.name != model.spec else []
+    if model.entry:
+        described = model.entry["model"]
+        details += [esc(described[key]) for key in ("architecture", "training_data") if described.get(key)]
+    name = link(model.name, "models", model.slug, "index.html")
+    return Html(name + (tag("div", join(details, " · "), class_="detail") if details else ""))
+
+
 def _board_table(board: Board) -> Html:
     groups = sorted_groups(c["group"] for m in board.models for c in m.metrics.get("by_group", []))
     rows, rank = [], 0
@@ -63,7 +77,7 @@ def _board_table(board: Board) -> Html:
         rows.append(
             [
                 "-" if partial else rank,
-                link(model.spec, "models", model.slug, "index.html"),
+                _model_cell(model),
                 model.row["preprocessing"],
                 metrics["samples"],
                 estimate(metrics["overall"]["top1"]),
@@ -153,8 +167,11 @@ def _run_table(model: ModelEval) -> Html:
     run, metrics = model.run, model.metrics
     boot = metrics["bootstrap"]
     errors = metrics["errors"]
+    described = model.entry["model"] if model.entry else {}
     rows = [
         ["model", tag("code", run["spec"])],
+        ["leaderboard name", model.name],
+        *[[label, described[key]] for key, label in ENTRY_FIELDS if described.get(key)],
         ["weights", run["checkpoint"] or "the library's published weights of the spec"],
         ["weights sha256", tag("code", run["checkpoint_sha256"] or "not recorded")],
         ["preprocessing", ("centre-cropped on purpose: " if run["cropped"] else "") + (run["preprocessing"] or "")],
@@ -443,5 +460,5 @@ def model_page(
         body.append(section("Plots written by hsi eval", tag("div", images, class_="plots"), id_="plots"))
     body.append(_gallery_section(gallery, thumbs, gallery_note))
     body.insert(0, _contents(join(body)))
-    title = f"{model.spec} on {model.run['config']} / {model.run['split']}"
+    title = f"{model.name} on {model.run['config']} / {model.run['split']}"
     return page(title, revision_line(model.run, source), join(body), "../../", generator)

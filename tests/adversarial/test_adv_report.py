@@ -143,19 +143,26 @@ def test_hostile_names_and_notes_are_escaped_on_every_page(evals, evaluation, tm
         for row in rows:
             row["group"] = group if row["group"] == "CoR" else row["group"]
 
+    def hostile_entry(data):
+        data["model"]["spec"] = HOSTILE
+        data["name"], data["model"]["architecture"] = HOSTILE, "<i onclick=alert(3)>net"
+
     edit_json(evals / CORNER / "eval.json", hostile_report)
+    edit_json(evals / CORNER / "entry.json", hostile_entry)
     edit_predictions(evals / CORNER / "predictions.parquet", hostile_rows, lambda m: m["model"].update(spec=HOSTILE))
     site = tmp_path / "site"
     assert report(evals, out=site, data=evaluation.dataset) == 0
     for page in site.rglob("*.html"):
         text = page.read_text("utf-8")
         assert "<script" not in text and "<img src=x" not in text and "<b onmouseover" not in text, page
+        assert "<i onclick" not in text, page
     model = (site / "models" / f"1-{CORNER}" / "index.html").read_text("utf-8")
     assert (
         "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in model and "&lt;img src=x onerror=alert(2)&gt;" in model
     )
     assert "&lt;b onmouseover=alert(1)&gt;CoR, 56 px" in model  # the gallery cell, titled from the predictions
-    assert "&lt;script&gt;" in (site / "index.html").read_text("utf-8")
+    index = (site / "index.html").read_text("utf-8")
+    assert "&lt;script&gt;" in index and "&lt;i onclick=alert(3)&gt;net" in index
 
 
 def test_a_model_folder_or_key_that_cannot_be_a_file_name_is_refused(evals, evaluation, tmp_path, capsys):

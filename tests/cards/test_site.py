@@ -222,3 +222,39 @@ def test_the_figures_draw_every_model_with_chance_and_heat_maps_only_past_two_pl
     assert sorted(t.get_text() for t in panels[0].texts) == ["0.80\nn=36"] * 6
     with Image.open(io.BytesIO(png_bytes(heat_maps))) as image:
         assert image.size[0] > 300 and image.size[1] > 150
+
+
+def test_the_leaderboard_entries_name_and_describe_the_models(evaluation, tmp_path, capsys):
+    """A model described by `hsi eval --entry-name/--architecture/--training-data` is listed by that
+    name with its description; an entry of another run than its eval.json is refused."""
+    from hsi.cli import main
+
+    evals = tmp_path / "evals"
+    shutil.copytree(evaluation.evals, evals)
+    described = [
+        "--entry-name",
+        "Corner rule (planted)",
+        "--architecture",
+        "two-colour lookup",
+        "--training-data",
+        "none: planted",
+    ]
+    corner = evaluation.root / "planted_corner.pt"
+    args = ["eval", str(evaluation.dataset), "--model", f"ts:{corner}", "--out", str(evals), "--split", "val"]
+    assert main([*args, "--mean", "0", "--std", "1", "--bootstrap", "50", "--no-progress", *described]) == 0
+    assert json.loads((evals / CORNER / "entry.json").read_text())["name"] == "Corner rule (planted)"
+    out = tmp_path / "site"
+    assert report(evals, out=out) == 0
+    index = (out / "index.html").read_text("utf-8")
+    assert f'href="models/1-{CORNER}/index.html">Corner rule (planted)</a>' in index
+    assert "two-colour lookup" in index and "none: planted" in index
+    assert f">ts:{corner.name}<" not in index.split("Corner rule (planted)", 1)[0][-200:]  # the name, not the spec
+    page = (out / "models" / f"1-{CORNER}" / "index.html").read_text("utf-8")
+    assert "<td>leaderboard name</td><td>Corner rule (planted)</td>" in page
+    assert "<td>architecture</td><td>two-colour lookup</td>" in page
+    # the finder's folder now holds the corner's entry: refused, not shown under the wrong name
+    shutil.copyfile(evals / CORNER / "entry.json", evals / FINDER / "entry.json")
+    capsys.readouterr()
+    assert report(evals, out=tmp_path / "other") != 0
+    message = capsys.readouterr().err
+    assert "entry.json" in message and "another run" in message and not (tmp_path / "other").exists()
