@@ -8,18 +8,27 @@ Per image and ground-truth box: the best IoU with any detection that passes the 
 thresholds (0 when none does); per image the mean over its boxes; per class the mean over its images;
 overall the mean over images. Ground-truth boxes are VOC inclusive pixel corners; they are turned into
 continuous corners (x1 + 1, y1 + 1) before the IoU, matching the detector's box convention.
+
+The images are cut into batches by position (`detection_batches`) and the batches into contiguous
+chunks (`plan_chunks`); `DetectionJob` re-detects one chunk and can run in worker processes or Ray
+actors, each building the detector once. Batches never change with the split (a detector's result
+depends on its batch company: images are padded to the batch's largest), and chunks are merged in
+order, so the report is the same for any number of workers and either runner.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from builder.backends.base import BackendInfo, Detector
 from builder.core.classes import class_of, is_known_wnid
+from builder.core.errors import HsiError, RunFailed
 from builder.core.records import Box, Issue, count_by_reason
 
 DEFAULT_BOX_THRESHOLD = 0.35  # the thresholds of Grounding DINO's own demo
@@ -54,6 +63,14 @@ def unavailable_row(item: DetectionItem, error: Exception) -> Issue:
         (error.reason, error.detail) if isinstance(error, ImageUnavailable) else ("unreadable-image", str(error))
     )
     return Issue(item.image_id, reason, detail, "validate", "not-detected", split=item.split, key=item.image_id)
+
+
+def detector_failed_row(item: DetectionItem, error: Exception) -> Issue:
+    """The error row of an image the detector failed on (alone, not only in its batch)."""
+    detail = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"  # one line, as every row
+    return Issue(
+        item.image_id, "backend-failed", detail, "validate", "not-detected", split=item.split, key=item.image_id
+    )
 
 
 @dataclass(frozen=True)
@@ -144,6 +161,165 @@ class DetectionReport:
         }
 
 
+def detection_batches(items: Iterable[DetectionItem], batch_size: int) -> list[tuple[DetectionItem, ...]]:
+    """The items with boxes, in order, in consecutive batches of `batch_size`. An image that cannot
+    be loaded leaves its batch one image short instead of pulling the next one in, so the batches
+    (and the detections) are the same however the batches are shared out among workers."""
+    if batch_size < 1:
+        raise ValueError("batch size must be at least 1")
+    chosen = [item for item in items if item.boxes]
+    return [tuple(chosen[start : start + batch_size]) for start in range(0, len(chosen), batch_size)]
+
+
+CHUNKS_PER_WORKER = 4  # a slow chunk (large images) does not leave the other workers idle for long
+MAX_CHUNK_IMAGES = 512  # a chunk is what a worker returns at once
+
+
+def plan_chunks(batches: Sequence[tuple[DetectionItem, ...]], workers: int) -> list[tuple[tuple, ...]]:
+    """The batches, in order, as contiguous chunks of whole batches for `workers` processes. Where
+    the chunks are cut changes no result; only how the work is shared."""
+    if not batches:
+        return []
+    per_chunk = math.ceil(len(batches) / (CHUNKS_PER_WORKER * max(1, workers)))
+    per_chunk = max(1, min(per_chunk, MAX_CHUNK_IMAGES // max(len(batches[0]), 1)))
+    return [tuple(batches[start : start + per_chunk]) for start in range(0, len(batches), per_chunk)]
+
+
+def detect_or_failure(
+    loaded: Sequence[tuple[DetectionItem, np.ndarray]], detector: Detector, box_threshold: float, text_threshold: float
+) -> list[np.ndarray | Exception]:
+    """The detector's boxes for each loaded image, or the exception it raised on that image alone:
+    after a failed batch each image is tried on its own, so one bad image costs only its own row. A
+    refusal (`HsiError`: a device this process lacks) is raised, as is Ctrl-C."""
+    try:
+        return list(
+            detector.detect(
+                [image for _, image in loaded],
+                [prompt_for(item.wnid) for item, _ in loaded],
+                box_threshold,
+                text_threshold,
+            )
+        )
+    except HsiError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - narrowed image by image; each failure becomes a row
+        if len(loaded) == 1:
+            return [exc]
+    return [detect_or_failure([pair], detector, box_threshold, text_threshold)[0] for pair in loaded]
+
+
+def detect_batch(
+    batch: Sequence[DetectionItem], detector: Detector, box_threshold: float, text_threshold: float
+) -> tuple[list[ImageIoU], list[Issue]]:
+    """One batch: the best IoUs of each image, and a row for each image left out (not loadable, or
+    the detector failed on it), in the batch's order."""
+    loaded: list[tuple[DetectionItem, np.ndarray]] = []
+    rows: dict[int, Issue] = {}  # by position in the batch
+    positions = []
+    for position, item in enumerate(batch):
+        try:
+            loaded.append((item, item.load()))
+            positions.append(position)
+        except (ImageUnavailable, OSError, ValueError) as exc:
+            rows[position] = unavailable_row(item, exc)
+    images = []
+    if loaded:
+        found_all = detect_or_failure(loaded, detector, box_threshold, text_threshold)
+        for position, (item, _), found in zip(positions, loaded, found_all):
+            if isinstance(found, Exception):
+                rows[position] = detector_failed_row(item, found)
+            else:
+                images.append(ImageIoU(item.image_id, item.wnid, best_ious(item.boxes, found), len(found)))
+    return images, [rows[position] for position in sorted(rows)]
+
+
+@dataclass
+class ChunkResult:
+    """What one chunk gave: its images' IoUs, its error rows (in item order) and the provenance of
+    the detector that ran it."""
+
+    images: list[ImageIoU]
+    rows: list[Issue]
+    info: dict
+
+
+_detectors: dict[tuple[str, Any], Detector] = {}
+
+
+def cached_detector(name: str, config: Any) -> Detector:
+    """The registry's detector `name` built from `config`, once per process (a worker reuses it
+    for every chunk; a forked worker inherits the parent's)."""
+    from builder.backends import make_backend
+
+    key = (name, config)
+    if key not in _detectors:
+        _detectors[key] = make_backend("detector", name, config)
+    return _detectors[key]
+
+
+def forget_detectors() -> None:
+    """Drop this process's detectors, before workers that build their own (on their GPUs)."""
+    _detectors.clear()
+
+
+@dataclass(frozen=True)
+class DetectionJob:
+    """Re-detects one chunk of batches; picklable (a frozen config and two numbers), so worker
+    processes and Ray actors run it, each building its detector once."""
+
+    detector_name: str
+    config: Any  # the detector's frozen config (builder.backends)
+    box_threshold: float = DEFAULT_BOX_THRESHOLD
+    text_threshold: float = DEFAULT_TEXT_THRESHOLD
+
+    def detector(self) -> Detector:
+        return cached_detector(self.detector_name, self.config)
+
+    def __call__(self, chunk: Sequence[Sequence[DetectionItem]]) -> ChunkResult:
+        detector = self.detector()
+        images: list[ImageIoU] = []
+        rows: list[Issue] = []
+        for batch in chunk:
+            found, left_out = detect_batch(batch, detector, self.box_threshold, self.text_threshold)
+            images += found
+            rows += left_out
+        return ChunkResult(images, rows, detector_provenance(detector.info()))
+
+
+def report_info(provenance: dict, box_threshold: float, text_threshold: float, batch_size: int) -> dict:
+    return {**provenance, "box_threshold": box_threshold, "text_threshold": text_threshold, "batch_size": batch_size}
+
+
+def merge_chunks(
+    results: Sequence[ChunkResult], provenance: dict, *, batch_size: int, iou_threshold: float, job: DetectionJob
+) -> DetectionReport:
+    """The report of chunks re-detected anywhere, merged in chunk order. The provenance is the first
+    chunk's worker's (its device), else `provenance` (the driver's: no image had boxes)."""
+    if results:
+        provenance = results[0].info
+    report = DetectionReport(
+        sorted((image for result in results for image in result.images), key=lambda image: image.image_id),
+        report_info(provenance, job.box_threshold, job.text_threshold, batch_size),
+        iou_threshold,
+        [row for result in results for row in result.rows],
+    )
+    check_detector_worked(report)
+    return report
+
+
+class DetectorFailed(RunFailed):
+    """The detector failed on every image it was given: a broken backend, not bad images."""
+
+
+def check_detector_worked(report: DetectionReport) -> None:
+    failed = [row for row in report.unreadable if row.reason == "backend-failed"]
+    if failed and not report.images:
+        raise DetectorFailed(
+            f"the detector failed on every one of the {len(failed)} images it was given; first error "
+            f"({failed[0].image_id}): {failed[0].detail}"
+        )
+
+
 def redetect(
     items: Iterable[DetectionItem],
     detector: Detector,
@@ -154,43 +330,19 @@ def redetect(
     iou_threshold: float = DEFAULT_IOU_THRESHOLD,
     progress: Callable[[int], None] | None = None,
 ) -> DetectionReport:
-    """Run the detector over `items` in batches and collect per-box best IoUs."""
+    """Run the detector over `items` in batches, in this process, and collect per-box best IoUs
+    (the same report `DetectionJob` gives over chunks in workers)."""
     report = DetectionReport(
-        [],
-        {
-            **detector_provenance(detector.info()),
-            "box_threshold": box_threshold,
-            "text_threshold": text_threshold,
-            "batch_size": batch_size,
-        },
-        iou_threshold,
+        [], report_info(detector_provenance(detector.info()), box_threshold, text_threshold, batch_size), iou_threshold
     )
-    batch: list[tuple[DetectionItem, np.ndarray]] = []
-
-    def flush() -> None:
-        detections = detector.detect(
-            [image for _, image in batch], [prompt_for(item.wnid) for item, _ in batch], box_threshold, text_threshold
-        )
-        for (item, _), found in zip(batch, detections):
-            report.images.append(ImageIoU(item.image_id, item.wnid, best_ious(item.boxes, found), len(found)))
+    for batch in detection_batches(items, batch_size):
+        images, rows = detect_batch(batch, detector, box_threshold, text_threshold)
+        report.images += images
+        report.unreadable += rows
         if progress:
             progress(len(batch))
-        batch.clear()
-
-    for item in items:
-        if not item.boxes:
-            continue
-        try:
-            image = item.load()
-        except (ImageUnavailable, OSError, ValueError) as exc:
-            report.unreadable.append(unavailable_row(item, exc))
-            continue
-        batch.append((item, image))
-        if len(batch) >= batch_size:
-            flush()
-    if batch:
-        flush()
     report.images.sort(key=lambda i: i.image_id)
+    check_detector_worked(report)
     return report
 
 
@@ -200,24 +352,37 @@ def items_from_sources(records, limit: int | None = None, split: str | None = No
     return [DetectionItem(r.image_id, r.wnid, tuple(r.boxes), file_loader(r.path), split) for r in chosen]
 
 
-def file_loader(path: str) -> Callable[[], np.ndarray]:
-    """Decode `path` as extract decodes it; a file it refuses raises `ImageUnavailable` with its reason."""
+def file_loader(path: str) -> FileImage:
+    """A loader that decodes `path` as extract decodes it."""
+    return FileImage(str(path))
 
-    def load() -> np.ndarray:
+
+def missing_loader(image_id: str) -> MissingImage:
+    """A loader for an image that is not under --source."""
+    return MissingImage(image_id)
+
+
+@dataclass(frozen=True)
+class FileImage:
+    """Decodes a source file as extract decodes it; a file it refuses raises `ImageUnavailable` with
+    its reason. A plain value, so items travel to worker processes and Ray actors."""
+
+    path: str
+
+    def __call__(self) -> np.ndarray:
         from builder.extract.images import ImageDecodeError, decode_image
 
         try:
-            return decode_image(Path(path)).rgb
+            return decode_image(Path(self.path)).rgb
         except ImageDecodeError as exc:
             raise ImageUnavailable(exc.reason, exc.detail) from None
 
-    return load
 
+@dataclass(frozen=True)
+class MissingImage:
+    """An image to re-detect that is not under --source: loading it raises `image-not-found`."""
 
-def missing_loader(image_id: str) -> Callable[[], np.ndarray]:
-    """A loader for an image that is not under --source."""
+    image_id: str
 
-    def load() -> np.ndarray:
-        raise ImageUnavailable("image-not-found", f"{image_id} is not under --source")
-
-    return load
+    def __call__(self) -> np.ndarray:
+        raise ImageUnavailable("image-not-found", f"{self.image_id} is not under --source")

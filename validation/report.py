@@ -278,7 +278,9 @@ def _detection_section(detection: dict) -> list[str]:
         ]
     unreadable = detection.get("unreadable") or []
     if unreadable:
-        lines += ["", f"{len(unreadable)} images could not be loaded and are not re-detected:", ""]
+        detector_failed = any(row["reason"] == "backend-failed" for row in unreadable)
+        what = "could not be loaded or the detector failed on them" if detector_failed else "could not be loaded"
+        lines += ["", f"{len(unreadable)} images {what} and are not re-detected:", ""]
         lines += _rows_table(unreadable)
     return lines
 

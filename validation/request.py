@@ -6,14 +6,17 @@ folder, checked as a whole before anything runs, and `run_validation` that carri
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from builder.compose.parts_input import verify_parts_shards
 from builder.core.errors import InputError, UsageError
 from builder.core.manifest import COMPOSITES, MANIFEST_NAME, PARTS, Manifest, ManifestError, format_of
+from builder.core.ray_runner import check_ray_available
+from builder.core.stage import RUNNERS
 from builder.formats.parts_index import resolve_parts_dir
 from validation.integrity import check_tolerance
 from validation.report import JSON_NAME, ValidationReport, validate_dataset
@@ -45,6 +48,8 @@ class DetectionRequest:
     batch_size: int = 8
     device: str = "auto"
     limit: int | None = None
+    runner: str = "local"  # local processes, or "ray": actors on a Ray cluster
+    ray_address: str | None = None  # None: the running Ray of this process, else a new local one
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,7 @@ class ValidationRequest:
     tolerance: float | None = None
     scores: ScoresRequest | None = None
     detection: DetectionRequest | None = None
-    workers: int = 1
+    workers: int = 1  # integrity: shards checked at once; re-detection: processes (or Ray actors)
 
     def __post_init__(self) -> None:
         if self.parts is not None:  # the extract --out folder or its parts/, as compose takes it
@@ -119,8 +124,26 @@ class ValidationRequest:
                 raise UsageError(
                     "--scores needs boxes: a parts folder as DATASET, --parts, or --boxes-csv with --sizes-from"
                 )
-        if self.detection is not None and not self.detection.source:
+        if self.detection is not None:
+            self.check_detection(self.detection)
+
+    def check_detection(self, detection: DetectionRequest) -> None:
+        if not detection.source:
             raise UsageError("--boxes needs --source (the ImageNet root holding the source images)")
+        if detection.runner not in RUNNERS:
+            raise UsageError(f"--runner must be one of {', '.join(RUNNERS)}, got {detection.runner!r}")
+        pinned = detection.device.startswith("cuda:")
+        if pinned and detection.runner == "ray":
+            raise UsageError(
+                f"--device {detection.device} names one GPU, but Ray gives each actor its own: pass --device cuda"
+            )
+        if pinned and self.workers > 1:
+            raise UsageError(
+                f"--device {detection.device} names one GPU, but --workers {self.workers} re-detects with one "
+                "process per GPU: pass --device cuda, or --workers 1"
+            )
+        if detection.runner == "ray":
+            check_ray_available()
 
     def check_dataset_folder(self) -> None:
         """The dataset folder holds a manifest this toolkit wrote (malformed ones are refused with
@@ -311,20 +334,83 @@ def detection_items(request: ValidationRequest, warn: Callable[[str], None]):
 
 
 def run_detection(request: ValidationRequest, warn: Callable[[str], None]) -> dict:
-    from builder.backends import backend_config, make_backend
-    from validation.detection import DEFAULT_BOX_THRESHOLD, DEFAULT_IOU_THRESHOLD, DEFAULT_TEXT_THRESHOLD, redetect
+    """The re-detection report: the detector is built here first (a detector that cannot be loaded
+    is refused before any work), then the chunks run here, in worker processes or on Ray."""
+    from builder.backends import backend_config
+    from validation.detection import (
+        DEFAULT_BOX_THRESHOLD,
+        DEFAULT_IOU_THRESHOLD,
+        DEFAULT_TEXT_THRESHOLD,
+        DetectionJob,
+        detection_batches,
+        detector_provenance,
+        merge_chunks,
+        plan_chunks,
+    )
+    from validation.integrity.driver import ValidationInterrupted
 
     detection = request.detection
     assert detection is not None
     items = detection_items(request, warn)
     # the detector's config reads the request's detector, device and batch_size
-    detector = make_backend("detector", "grounding-dino", backend_config("detector", "grounding-dino", detection))
-    report = redetect(
-        items,
-        detector,
+    job = DetectionJob(
+        "grounding-dino",
+        backend_config("detector", "grounding-dino", detection),
+        DEFAULT_BOX_THRESHOLD if detection.box_threshold is None else detection.box_threshold,
+        DEFAULT_TEXT_THRESHOLD if detection.text_threshold is None else detection.text_threshold,
+    )
+    # refused here, before any work, when it cannot be loaded; on Ray the actors' devices are the
+    # cluster's (a driver without a GPU still drives GPU actors), so only the weights are checked
+    checked = job if detection.runner == "local" else replace(job, config=replace(job.config, device="cpu"))
+    provenance = detector_provenance(checked.detector().info())
+    chunks = plan_chunks(detection_batches(items, detection.batch_size), request.workers)
+    try:
+        results = map_detection(job, chunks, request.workers, detection)
+    except KeyboardInterrupt:
+        raise ValidationInterrupted(
+            "interrupted during the box re-detection; its workers were stopped and nothing was written: "
+            "run the same command again"
+        ) from None
+    report = merge_chunks(
+        results,
+        provenance,
         batch_size=detection.batch_size,
-        box_threshold=DEFAULT_BOX_THRESHOLD if detection.box_threshold is None else detection.box_threshold,
-        text_threshold=DEFAULT_TEXT_THRESHOLD if detection.text_threshold is None else detection.text_threshold,
         iou_threshold=DEFAULT_IOU_THRESHOLD if detection.iou_threshold is None else detection.iou_threshold,
+        job=job,
     )
     return report.to_json()
+
+
+def map_detection(job, chunks: list, workers: int, detection: DetectionRequest) -> list:
+    """`job` over the chunks, results in chunk order: on Ray (up to `workers` actors, one GPU each
+    when the device asks for CUDA or, with auto, when the cluster has GPUs), else in up to `workers`
+    local processes (one per GPU on CUDA), else here."""
+    from builder.core.runner import map_in_processes
+    from validation.detection import forget_detectors
+
+    if detection.runner == "ray":
+        from builder.core.ray_runner import map_on_ray
+
+        forget_detectors()  # each actor builds its own; the driver's copy would only hold memory
+        gpus = None if detection.device == "auto" else detection.device != "cpu"
+        return map_on_ray(job, chunks, address=detection.ray_address, workers=workers, gpus=gpus)
+    devices = detection_gpus(detection.device, workers)
+    if devices:
+        forget_detectors()  # spawned GPU workers build their own; forked CPU workers inherit this one
+    return map_in_processes(job, chunks, workers=workers, worker_devices=devices or None)
+
+
+def detection_gpus(device: str, workers: int) -> list[str]:
+    """The GPUs of a re-detection with `workers` local processes: the first `workers` that torch
+    sees, named as CUDA_VISIBLE_DEVICES names them, so each worker sees only its own; none with one
+    worker, on the CPU, or where there is no CUDA (auto then runs CPU processes)."""
+    if workers <= 1 or device == "cpu":
+        return []
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    count = torch.cuda.device_count()
+    visible = [part.strip() for part in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if part.strip()]
+    names = visible[:count] if visible else [str(index) for index in range(count)]
+    return names[:workers]

@@ -10,16 +10,21 @@ With GPUs there is one actor per GPU, and Ray pins each actor to its own device
 Finished shards are skipped and recorded in the same `_state` records as the local runner's, so a
 run can be resumed by either runner. On a multi-node cluster the output folder must be on storage
 every node can write (a shared file system); actors write the shards where the driver reads them.
+
+`map_on_ray` is the same pool for work that writes no shards (validation's detector over chunks of
+images): results come back to the driver, in task order.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
-from builder.core.errors import UsageError
+from builder.core.errors import HsiError, UsageError
 from builder.core.runner import ShardPlan, ShardResult, load_finished, record_finished
 
 
@@ -98,22 +103,28 @@ def run_shards_ray(
             results[position] = finished
     reused = len(results)
     if todo:
-        ray = _import_ray()
-        started_here = not ray.is_initialized()
-        if started_here:
-            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-            try:
-                ray.init(address=address, include_dashboard=False, log_to_driver=progress)
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise RayUnavailable(
-                    f"cannot start or reach Ray at {address or 'a new local instance'}: {exc}"
-                ) from None
-        try:
+        with ray_session(address, progress) as ray:
             results.update(_run_on_ray(ray, plans, todo, build, out_dir, num_gpus, workers, progress))
-        finally:
-            if started_here:
-                ray.shutdown()
     return [results[position] for position in range(len(plans))], reused
+
+
+@contextmanager
+def ray_session(address: str | None, log_to_driver: bool):
+    """The `ray` module, connected: to the Ray this process already runs, else to `address` (None:
+    a new local instance). A Ray started here is shut down on leaving, also on Ctrl-C."""
+    ray = _import_ray()
+    started_here = not ray.is_initialized()
+    if started_here:
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=log_to_driver)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise RayUnavailable(f"cannot start or reach Ray at {address or 'a new local instance'}: {exc}") from None
+    try:
+        yield ray
+    finally:
+        if started_here:
+            ray.shutdown()
 
 
 def _run_on_ray(
@@ -138,3 +149,67 @@ def _run_on_ray(
     if missing:
         raise RuntimeError(f"Ray returned no result for shards {[plans[p].filename for p in missing]}")
     return built
+
+
+class TaskActor:
+    """A Ray Data map worker for `map_on_ray`: holds the function (which loads its models once per
+    actor) and runs it on the tasks whose positions it is given. A refusal (an `HsiError`, e.g. a
+    device this node lacks) travels back as a value, so the driver raises it as one line."""
+
+    def __init__(self, tasks: Sequence, function: Callable) -> None:
+        self.tasks = tasks
+        self.function = function
+
+    def __call__(self, batch: dict) -> dict:
+        positions, results = [], []
+        for position in batch["position"]:
+            try:
+                outcome = ("done", self.function(self.tasks[int(position)]))
+            except HsiError as exc:
+                outcome = ("refused", exc)
+            positions.append(int(position))
+            results.append(pickle.dumps(outcome))
+        return {"position": positions, "result": results}
+
+
+def map_on_ray(
+    function: Callable,
+    tasks: Sequence,
+    *,
+    address: str | None = None,
+    workers: int = 1,
+    gpus: bool | None = None,
+    progress: bool = True,
+) -> list:
+    """`function(task)` for every task on Ray actors, results in task order: `runner.map_in_processes`
+    on a cluster. Up to `workers` actors, each holding one GPU when `gpus` (None: when the cluster
+    has any), else one CPU; never more than the cluster has, nor than there are tasks. `progress`
+    shows Ray's progress bars and the workers' output."""
+    if not tasks:
+        return []
+    with ray_session(address, progress) as ray:
+        ray.data.DataContext.get_current().enable_progress_bars = progress
+        resources = ray.cluster_resources()
+        cluster_gpus = int(resources.get("GPU", 0))
+        use_gpus = cluster_gpus > 0 if gpus is None else gpus
+        if use_gpus and cluster_gpus == 0:
+            raise RayUnavailable("the Ray cluster has no GPU; pass --device cpu (or auto) to run on its CPUs")
+        available = cluster_gpus if use_gpus else int(resources.get("CPU", 1))
+        dataset = ray.data.from_items([{"position": p} for p in range(len(tasks))], override_num_blocks=len(tasks))
+        mapped = dataset.map_batches(
+            TaskActor,
+            batch_size=1,  # one row = one task (a chunk of work in itself)
+            compute=ray.data.ActorPoolStrategy(size=max(1, min(workers, available, len(tasks)))),
+            fn_constructor_kwargs={"tasks": list(tasks), "function": function},
+            num_gpus=1 if use_gpus else 0,
+            num_cpus=1,
+            batch_format="default",
+        )
+        outcomes = {int(row["position"]): pickle.loads(row["result"]) for row in mapped.iter_rows()}
+    missing = sorted(set(range(len(tasks))) - set(outcomes))
+    if missing:
+        raise RuntimeError(f"Ray returned no result for tasks {missing}")
+    for kind, value in (outcomes[p] for p in range(len(tasks))):
+        if kind == "refused":
+            raise value
+    return [outcomes[p][1] for p in range(len(tasks))]

@@ -239,6 +239,46 @@ def run_shards(
     return [results[position] for position in range(len(plans))], reused
 
 
+def map_in_processes(
+    function: Callable[[Any], Any], tasks: Sequence, workers: int = 1, worker_devices: Sequence[str] | None = None
+) -> list:
+    """`function(task)` for every task, results in task order, for work that writes no shards (a
+    detector over chunks of images). `function` must be picklable when run in worker processes: up
+    to `workers` forked ones, or with `worker_devices` (GPU indexes as strings) one spawned process
+    per GPU, pinned to it as `run_shards` pins them. One CPU worker, or a single task on the CPU,
+    runs here. Ctrl-C stops the workers at once and is re-raised as KeyboardInterrupt."""
+    if not worker_devices and (workers <= 1 or len(tasks) <= 1):
+        return [function(task) for task in tasks]
+    context = multiprocessing.get_context("spawn" if worker_devices else "fork" if os.name == "posix" else "spawn")
+    counter = context.Value("q", 0)
+    initializer: Callable[..., None] = init_worker
+    initargs: tuple = (counter,)
+    if worker_devices:
+        device_queue = context.Queue()
+        for device in worker_devices:
+            device_queue.put(str(device))
+        initializer, initargs = _init_device_worker, (counter, device_queue)
+    size = min(len(worker_devices) if worker_devices else workers, len(tasks))
+    pool = ProcessPoolExecutor(max_workers=size, mp_context=context, initializer=initializer, initargs=initargs)
+    results: dict[int, Any] = {}
+    try:
+        # as in run_shards: a Ctrl-C while the workers start waits in the parent
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            pending = {pool.submit(function, task): position for position, task in enumerate(tasks)}
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        while pending:
+            done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            for future in done:
+                results[pending.pop(future)] = future.result()
+    except BaseException:
+        stop_pool(pool)
+        raise
+    pool.shutdown(wait=True)
+    return [results[position] for position in range(len(tasks))]
+
+
 def stop_pool(pool: ProcessPoolExecutor) -> None:
     """Cancel the queued shards and stop the workers now: a shard in progress is lost (its
     temporary file is removed on the next run), finished ones are kept."""

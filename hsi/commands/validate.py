@@ -48,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=positive_int,
         default=1,
-        help="shards checked in parallel processes; the report is the same for any count",
+        help="processes: shards checked in parallel, and with --boxes the re-detection's workers (on CUDA "
+        "one per GPU, on the first N GPUs; with --runner ray up to N actors); the report is the same for any count",
     )
     scores = parser.add_argument_group("centre and size scores")
     scores.add_argument(
@@ -103,6 +104,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     detection.add_argument("--batch-size", type=positive_int, default=8, help="images per detector call")
     detection.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     detection.add_argument("--limit", type=positive_int, help="re-detect only the first N images (by id)")
+    detection.add_argument(
+        "--runner",
+        choices=["local", "ray"],
+        default="local",
+        help="re-detect in local processes or on Ray actors (one GPU each where the cluster has GPUs, unless "
+        "--device cpu); the integrity checks run locally",
+    )
+    detection.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local one)")
 
 
 def build_request(args: argparse.Namespace):
@@ -116,6 +125,8 @@ def build_request(args: argparse.Namespace):
         scores = ScoresRequest(
             args.boxes_csv, args.sizes_from, tuple(args.accuracy or ()), tuple(args.control_accuracy or ())
         )
+    if args.runner == "ray" and not args.boxes:
+        raise UsageError("--runner ray runs the box re-detection on Ray: pass --boxes (integrity uses --workers)")
     detection = None
     if args.boxes:
         detection = DetectionRequest(
@@ -129,6 +140,8 @@ def build_request(args: argparse.Namespace):
             args.batch_size,
             args.device,
             args.limit,
+            args.runner,
+            args.ray_address,
         )
     return ValidationRequest(
         args.dataset, args.parts, args.out, not args.no_previews, args.tolerance, scores, detection, args.workers
