@@ -21,7 +21,7 @@ Stages (`--only extract,sd,detect,eval`), each through the toolkit's own code pa
            set for it.
   detect   Grounding DINO (base) as `hsi validate --boxes` runs it (`validation.detection.redetect`
            over ImageNet-sized JPEG files decoded as it decodes them, at its batch size, 8): decode,
-           the model, the processor and post-processing (random weights pass hundreds of boxes
+           the model, the processor, post-processing and IoUs (random weights pass hundreds of boxes
            through the thresholds; post-processing stays a small share). No target is set for it.
   eval     resnet50 and ViT-B/16 (timm, random init) through `hsi eval`'s data path against their
            forward passes alone on the same batches held in memory (benchmarks/eval_speed.py's
@@ -543,7 +543,7 @@ def bench_detect(ctx: Context) -> list[Row]:
     parts = {
         "decode": watch.seconds["decode"],
         "model": watch.seconds["model"],
-        "processor + post-processing": max(0.0, total - watch.seconds["decode"] - watch.seconds["model"]),
+        "processor + post-processing + IoUs": max(0.0, total - watch.seconds["decode"] - watch.seconds["model"]),
     }
     print("  " + ", ".join(f"{k} {v:.2f} s ({v / total:.0%})" for k, v in parts.items()))
     print(f"  {len(items) / total:.2f} images/s; model alone {len(items) / parts['model']:.2f} images/s")
