@@ -20,13 +20,14 @@ import argparse
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 
-def synthetic_dataset(folder: Path, images: int) -> Path:
+def synthetic_dataset(folder: Path, images: int, workers: int = 1) -> Path:
     from parts_factory import fake_images, write_parts
 
     from builder.compose.stage import compose_dataset
@@ -42,9 +43,100 @@ def synthetic_dataset(folder: Path, images: int) -> Path:
         folder / "parts",
         "hard-spurious-imagenet",
         folder / "composed",
-        options=RunOptions(progress=False),
+        options=RunOptions(workers=workers, progress=False),
         overrides={"shard_size": 120},
     ).dataset_dir
+
+
+@dataclass
+class Throughput:
+    """Seconds per round of each measurement over the same `images`."""
+
+    images: int
+    forward: list[float]  # forward passes alone, on batches already in memory
+    eval_path: list[float]  # stream()'s shards -> loader workers -> forward -> prediction rows
+    data: list[float]  # the loader alone: read, decode, resize, batch
+
+    def rate(self, name: str) -> float:
+        """images/s of the best round of `name`."""
+        return self.images / min(getattr(self, name))
+
+    @property
+    def ratio(self) -> float:
+        """eval / forward-only throughput, best of each (the target is >= 0.9)."""
+        return min(self.forward) / min(self.eval_path)
+
+    def round_ratios(self) -> list[float]:
+        return sorted(f / e for f, e in zip(self.forward, self.eval_path))
+
+
+def random_init_model(arch: str, folder: Path, device):
+    """A random-init timm `arch` through the production loader: its state_dict is written to
+    `folder` and passed as --checkpoint, as `hsi eval --model timm:ARCH --checkpoint` would load it."""
+    import timm
+    import torch
+
+    from evaluation.models import ModelOptions, load_model
+
+    torch.manual_seed(0)
+    checkpoint = folder / f"{arch}_random_init.pth"
+    torch.save(timm.create_model(arch, pretrained=False).state_dict(), checkpoint)
+    loaded = load_model(f"timm:{arch}", ModelOptions(checkpoint=checkpoint))
+    loaded.module.to(device)
+    return loaded
+
+
+def measure(loaded, dataset: Path, settings, device, repeat: int) -> Throughput:
+    """Forward-only, the eval path and the data path alone over the same batches, taking turns
+    within each of `repeat` rounds (after one forward-only warm-up)."""
+    import torch
+
+    from evaluation.data import make_loader
+    from evaluation.pipeline import predictions_for
+    from evaluation.predict import plan_run
+
+    def fresh_plan():
+        return plan_run(loaded, dataset, None, settings.split, batch_size=settings.batch_size)
+
+    # the same batches, decoded once and held in memory, normalised as the eval path does
+    pre = loaded.preprocessing
+    mean = torch.tensor(pre.mean, device=device).view(1, 3, 1, 1) * 255
+    std = torch.tensor(pre.std, device=device).view(1, 3, 1, 1) * 255
+    batches = [
+        ((b.images.to(device).float() - mean) / std)
+        for b in make_loader(fresh_plan().dataset, 0, False)
+        if b.images is not None
+    ]
+    images = sum(len(b) for b in batches)
+
+    def forward_only() -> float:
+        started = time.perf_counter()
+        with torch.inference_mode():
+            for batch in batches:
+                loaded.module(batch)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - started
+
+    def eval_path() -> float:
+        started = time.perf_counter()
+        run = predictions_for(loaded, dataset, settings, plan=fresh_plan())
+        assert len(run.rows) == images, (len(run.rows), images)
+        return time.perf_counter() - started
+
+    def data_only() -> float:
+        started = time.perf_counter()
+        count = sum(len(b.rows) for b in make_loader(fresh_plan().dataset, settings.workers, False))
+        assert count == images
+        return time.perf_counter() - started
+
+    forward_only()  # warm-up: allocator, kernels, page cache
+    result = Throughput(images, [], [], [])
+    for _ in range(repeat):
+        result.forward.append(forward_only())
+        result.eval_path.append(eval_path())
+        result.data.append(data_only())
+    return result
 
 
 def main() -> int:
@@ -63,25 +155,17 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
 
-    import timm
     import torch
 
     from evaluation.bootstrap import BootstrapSettings
-    from evaluation.data import make_loader
-    from evaluation.models import ModelOptions, load_model
-    from evaluation.pipeline import RunSettings, evaluate_model, predictions_for
-    from evaluation.predict import plan_run, resolve_device
+    from evaluation.pipeline import RunSettings, evaluate_model
+    from evaluation.predict import resolve_device
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         dataset = args.dataset or synthetic_dataset(tmp, args.images)
-        torch.manual_seed(0)
-        checkpoint = tmp / f"{args.model}_random_init.pth"
-        torch.save(timm.create_model(args.model, pretrained=False).state_dict(), checkpoint)
-        loaded = load_model(f"timm:{args.model}", ModelOptions(checkpoint=checkpoint))
         device = resolve_device(args.device)
-        loaded.module.to(device)
-
+        loaded = random_init_model(args.model, tmp, device)
         settings = RunSettings(
             split=args.split,
             batch_size=args.batch_size,
@@ -91,65 +175,27 @@ def main() -> int:
             bootstrap=BootstrapSettings(1000),
             overwrite=True,
         )
-
-        def fresh_plan():
-            return plan_run(loaded, dataset, None, args.split, batch_size=args.batch_size)
-
-        # the same batches, decoded once and held in memory, normalised as the eval path does
-        plan = fresh_plan()
-        pre = loaded.preprocessing
-        mean = torch.tensor(pre.mean, device=device).view(1, 3, 1, 1) * 255
-        std = torch.tensor(pre.std, device=device).view(1, 3, 1, 1) * 255
-        batches = [
-            ((b.images.to(device).float() - mean) / std)
-            for b in make_loader(plan.dataset, 0, False)
-            if b.images is not None
-        ]
-        images = sum(len(b) for b in batches)
-
-        def forward_only() -> float:
-            started = time.perf_counter()
-            with torch.inference_mode():
-                for batch in batches:
-                    loaded.module(batch)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            return time.perf_counter() - started
-
-        def eval_path() -> float:
-            started = time.perf_counter()
-            run = predictions_for(loaded, dataset, settings, plan=fresh_plan())
-            assert len(run.rows) == images, (len(run.rows), images)
-            return time.perf_counter() - started
-
-        def data_only() -> float:
-            started = time.perf_counter()
-            count = sum(len(b.rows) for b in make_loader(fresh_plan().dataset, args.workers, False))
-            assert count == images
-            return time.perf_counter() - started
-
-        forward_only()  # warm-up: allocator, kernels, page cache
-        forward_times, eval_times, data_times = [], [], []
-        for _ in range(args.repeat):
-            forward_times.append(forward_only())
-            eval_times.append(eval_path())
-            data_times.append(data_only())
+        measured = measure(loaded, dataset, settings, device, args.repeat)
         started = time.perf_counter()
         evaluate_model(loaded, dataset, tmp / "eval", settings, announce=lambda text: None)
         full = time.perf_counter() - started
 
-    forward, evaluated, data = min(forward_times), min(eval_times), min(data_times)
+    images = measured.images
     print(
         f"model {args.model} (random init) on {device}, torch threads {torch.get_num_threads()}, "
         f"{args.workers} loader workers, batch {args.batch_size}, {images} images"
     )
-    print(f"forward passes alone (batches in memory): {images / forward:8.1f} images/s  ({forward:.2f} s)")
-    print(f"eval path (read, decode, forward, rows):  {images / evaluated:8.1f} images/s  ({evaluated:.2f} s)")
-    print(f"data path alone (read, decode, resize, batch; no model): {images / data:8.1f} images/s  ({data:.2f} s)")
+    for name, label in (
+        ("forward", "forward passes alone (batches in memory):"),
+        ("eval_path", "eval path (read, decode, forward, rows): "),
+        ("data", "data path alone (read, decode, resize, batch; no model):"),
+    ):
+        rate = measured.rate(name)
+        print(f"{label} {rate:8.1f} images/s  ({images / rate:.2f} s)")
     print(f"full hsi eval (+ parquet, metrics, reports, plots): {full:.2f} s")
-    rounds = sorted(f / e for f, e in zip(forward_times, eval_times))
+    rounds = measured.round_ratios()
     print(
-        f"ratio eval / forward-only throughput: {forward / evaluated:.3f} best of each (target >= 0.9); "
+        f"ratio eval / forward-only throughput: {measured.ratio:.3f} best of each (target >= 0.9); "
         f"per round {', '.join(f'{r:.3f}' for r in rounds)}, median {rounds[len(rounds) // 2]:.3f}"
     )
     return 0

@@ -70,15 +70,19 @@ def synth_jpegs(count: int, sizes, seed: int = 0):
 def make_sam(model: str, checkpoint: str | None, device: str, batch: int):
     from segment_anything import sam_model_registry
 
-    from builder.backends.sam import SamMasker, infer_architecture, load_sam
+    from builder.backends.sam import load_sam
 
     if checkpoint:
-        sam, arch = load_sam(Path(checkpoint), model)
-        name = Path(checkpoint).name
-    else:
-        sam = sam_model_registry[model]().eval()
-        arch, name = infer_architecture(sam.state_dict()), f"random-init {model}"
-    return SamMasker(sam, arch, model, Path(name), "not-a-checkpoint", device, batch)
+        sam, _ = load_sam(Path(checkpoint), model)
+        return sam_masker(sam, model, Path(checkpoint).name, device, batch)
+    return sam_masker(sam_model_registry[model]().eval(), model, f"random-init {model}", device, batch)
+
+
+def sam_masker(sam, model: str, name: str, device: str, batch: int):
+    """The production masker around an already built SAM module (a checkpoint's, or random weights)."""
+    from builder.backends.sam import SamMasker, infer_architecture
+
+    return SamMasker(sam, infer_architecture(sam.state_dict()), model, Path(name), "not-a-checkpoint", device, batch)
 
 
 def make_lama(checkpoint: str | None, device: str, batch: int):
@@ -140,6 +144,13 @@ def run_sweep(batch: int, data, masker, inpainter, sync, dilation: int) -> dict:
     return timer.totals
 
 
+def extract_rates(totals: dict, images: int) -> tuple[float, float]:
+    """images/s of one sweep: `serial` (every stage one after the other) and `model` (the model
+    stages only, the rate a GPU fed by enough I/O threads sustains)."""
+    model_s = totals["sam_enc"] + totals["sam_dec"] + totals["lama"]
+    return images / sum(totals.values()), images / model_s
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
@@ -186,9 +197,9 @@ def main(argv=None) -> int:
             print(f"{batch:>5} skipped: the {args.budget_s:.0f} s budget is spent")
             continue
         totals = run_sweep(batch, data, masker, inpainter, sync, args.dilation)
-        model_s = totals["sam_enc"] + totals["sam_dec"] + totals["lama"]
+        serial, model = extract_rates(totals, len(data))
         cells = " ".join(f"{totals[s]:>9.2f}" if s != "lama" or inpainter else f"{'-':>9}" for s in STAGES)
-        print(f"{batch:>5} {cells} {len(data) / sum(totals.values()):>13.2f} {len(data) / model_s:>12.2f}", flush=True)
+        print(f"{batch:>5} {cells} {serial:>13.2f} {model:>12.2f}", flush=True)
     print(f"total {time.perf_counter() - started:.0f} s")
     return 0
 
