@@ -296,9 +296,13 @@ def _run_from(args: argparse.Namespace, bootstrap) -> int:
     return EXIT_OK
 
 
-# The flags scoring a predictions file reads; every other one configures a model run (the model, its
-# preprocessing, its batches, --limit, --clean, --parts), which the file's predictions have replaced.
-PREDICTIONS_FLAGS = frozenset({"source", "config", "split", "out", "predictions", "bootstrap", "seed", "no_progress"})
+# The flags scoring a predictions file reads (its leaderboard entry's description among them); every
+# other one configures a model run (the model, its preprocessing, its batches, --limit, --clean,
+# --parts), which the file's predictions have replaced.
+PREDICTIONS_FLAGS = frozenset(
+    {"source", "config", "split", "out", "predictions", "bootstrap", "seed", "no_progress"}
+    | {"entry_name", "architecture", "training_data", "paper"}
+)
 
 
 def model_run_flags_given(args: argparse.Namespace) -> list[str]:

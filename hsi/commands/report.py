@@ -38,9 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "folder or hf://datasets/ORG/NAME@REVISION (repeat for several configs); its fingerprint must be the one each "
         "evaluation names. Without it the pages say how to add the galleries",
     )
-    parser.add_argument("--seed", type=seed_int, default=0, help="seed of the galleries' samples (default 0)")
-    parser.add_argument("--errors", type=count, default=8, help="errors shown per group and size (default 8)")
-    parser.add_argument("--successes", type=count, default=4, help="successes shown per group and size (default 4)")
+    parser.add_argument("--seed", type=seed_int, default=0, help="seed of the galleries' samples")
+    parser.add_argument("--errors", type=count, default=8, help="errors shown per group and size")
+    parser.add_argument("--successes", type=count, default=4, help="successes shown per group and size")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
