@@ -10,12 +10,15 @@ module and layer Grad-CAM++ hooks into, and provenance for the manifest.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from builder.augment.generation import GenerationModels
 from builder.augment.misclassified import PredictedRow, PredictionsMismatch
+from builder.backends.registry import make_backend
 from builder.core.classes import class_of
 from builder.core.untrusted import Fields, check_string, load_torch
 from evaluation.labels import resolve_label_space
@@ -144,6 +147,50 @@ def load_scgs_classifier(
     else:
         raise ModelError(f"pass the ERM model: --checkpoint RUN/best.pt (from hsi train) or {flag} SPEC")
     return TimmScgsClassifier(loaded, wnids, device, cam_layer, check_only)
+
+
+@dataclass(frozen=True)
+class ScgsModelLoader:
+    """The models of an `hsi scgs` run, from the flags that name them: loaded by the command to plan
+    the run, and once more by each worker process or Ray actor that builds shards on a device of its
+    own (it pickles: names and paths only). Local files are held by absolute path, so a worker with
+    another working directory finds them; the recorded provenance keeps their names only."""
+
+    model: str | None
+    checkpoint: str | None
+    wnids: tuple[str, ...]
+    canvas: int
+    cam_layer: str | None
+    check_model: str | None
+    generator: Any  # builder.backends.sd_inpaint.SdInpaintConfig
+
+    @classmethod
+    def of(cls, model, checkpoint, wnids, canvas, cam_layer, check_model, generator) -> ScgsModelLoader:
+        local = Path(generator.model_id).expanduser()
+        if local.is_dir():
+            generator = replace(generator, model_id=str(local.resolve()))
+        if checkpoint is not None and Path(checkpoint).is_file():
+            checkpoint = Path(checkpoint).resolve()
+        return cls(
+            model,
+            None if checkpoint is None else str(checkpoint),
+            tuple(wnids),
+            canvas,
+            cam_layer,
+            check_model,
+            generator,
+        )
+
+    def __call__(self, device: str) -> GenerationModels:
+        checkpoint = Path(self.checkpoint) if self.checkpoint is not None else None
+        classifier = load_scgs_classifier(self.model, checkpoint, self.wnids, self.canvas, device, self.cam_layer)
+        check = (
+            load_scgs_classifier(self.check_model, None, self.wnids, self.canvas, device, None, "--check-model", True)
+            if self.check_model
+            else None
+        )
+        inpainter = make_backend("generator", "sd-inpaint", replace(self.generator, device=device))
+        return GenerationModels(classifier, inpainter, check)
 
 
 PREDICTION_COLUMNS = ("key", "status", "label_class", "pred_class")

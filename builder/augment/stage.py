@@ -6,7 +6,7 @@ never into or over its source), every source shard checked against its manifest'
 sha256, M, the misclassified train samples (from the classifier or a predictions table), their
 pooled features, the per-class k-means and the sample (builder.augment.sampling), and one
 Grad-CAM++ map, so a CAM layer that cannot give one is refused now. Then `run_stage` builds,
-resumably by shard:
+resumably by shard (builder.augment.generation):
 
 - every shard of the source, copied byte for byte under its own name (train, val, test: val and
   test are the source's, unchanged; copies, not links, so the config stands alone and releases
@@ -16,24 +16,40 @@ resumably by shard:
   (builder.augment.masks), Stable Diffusion inpainting of everything outside it with the true
   class's prompt, the label check (builder.augment.label_check).
 
-The models run in this process (one GPU); `--workers` and the Ray runner are refused.
+Where the shards are built (`check_run_options`): in this process by default; with `--workers N`
+on the CPU, N forked processes that inherit the models; on CUDA, one process per GPU (N of them);
+with `--runner ray`, Ray actors (one GPU each on CUDA). A worker that does not inherit the models
+loads them once with the run's `ModelLoader` and must get the same provenance. Every image's seed
+comes from (seed, source key, index), so the shards and the manifest are byte-identical for any
+worker count and runner on one device type.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
+import os
+import uuid
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import numpy as np
 
-from builder.augment.classifier import ScgsClassifier, pooled_features, predict_labels
-from builder.augment.label_check import check_keep_rule, kept_shares, label_check, merge_tallies, tally
-from builder.augment.masks import cam_keep_mask, check_mask_kind, check_threshold, resize_cam, sample_keep_mask
+from builder.augment.classifier import ScgsClassifier, pooled_features
+from builder.augment.generation import (
+    CopiedShard,
+    GenerationItem,
+    GenerationModels,
+    ModelHandle,
+    ModelLoader,
+    ScgsOptions,
+    ScgsShardBuilder,
+    by_shard,
+    cam_maps,
+)
+from builder.augment.label_check import kept_shares, merge_tallies
 from builder.augment.misclassified import (
     PredictedRow,
     TrainPredictions,
@@ -41,110 +57,25 @@ from builder.augment.misclassified import (
     misclassified_from_predictions,
 )
 from builder.augment.preflight import check_generation, check_output_place
-from builder.augment.sampling import ClusterPlan, SampledImage, check_sampling, sample_misclassified
-from builder.augment.source import TRAIN, SourceConfig, SourceError
+from builder.augment.sampling import ClusterPlan, SampledImage, sample_misclassified
+from builder.augment.source import TRAIN, SourceConfig
 from builder.backends.registry import backend_config, make_backend
 from builder.core.config import canonical_json, fingerprint
 from builder.core.errors import UsageError
 from builder.core.folders import check_writable_folder
-from builder.core.hashing import copy_checked
-from builder.core.manifest import COMPOSITES, Manifest, ShardStats, SplitEntry
+from builder.core.manifest import COMPOSITES, Manifest, SplitEntry
 from builder.core.names import check_config_name
-from builder.core.runner import ShardPlan, ShardResult, plan_shards, report_progress
-from builder.core.shard_write import write_shard
+from builder.core.runner import ShardPlan, plan_shards
 from builder.core.stage import RunOptions, Stage, StageOutcome, StageRun, run_stage
 from builder.formats import composites
-from builder.formats.augmented import AUGMENT_SCHEMA_VERSION, augment_members, generated_key
+from builder.formats.augmented import AUGMENT_SCHEMA_VERSION
 
 STAGE_NAME = "scgs"
-DEFAULT_SHARD_SIZE = 64
 
 
 def scgs_config_name(source_config: str, mask: str) -> str:
     """`<source>-scgs` for the CAM masks, `<source>-scgs-<mask>` for a control."""
     return check_config_name(f"{source_config}-scgs" + ("" if mask == "cam" else f"-{mask}"))
-
-
-def generation_seed(seed: int, source_key: str, index: int) -> int:
-    """The diffusion noise seed of one generated image: from (seed, source key, index) only, so a
-    control and the CAM variant draw the same noise for the same image."""
-    digest = hashlib.sha256(f"{seed}:scgs-generate:{source_key}:{index}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
-
-
-@dataclass(frozen=True)
-class ScgsOptions:
-    """What decides which images are regenerated and how (the generation settings apart)."""
-
-    mask: str = "cam"
-    threshold: float = 0.7
-    cam_layer: str | None = None  # None: the classifier's default (the last stage)
-    clusters: int = 5
-    fraction: float = 0.2
-    per_image: int = 1
-    keep: str = "all"
-    seed: int = 0
-    batch_size: int = 16  # classifier and CAM batches
-    shard_size: int = DEFAULT_SHARD_SIZE
-
-    def check(self) -> ScgsOptions:
-        check_mask_kind(self.mask)
-        check_threshold(self.threshold)
-        check_sampling(self.clusters, self.fraction, self.per_image)
-        check_keep_rule(self.keep)
-        if self.batch_size < 1 or self.shard_size < 1:
-            raise UsageError("--batch-size and --shard-size must be at least 1")
-        return self
-
-
-@dataclass(frozen=True)
-class GenerationItem:
-    """One image to generate: the j-th from a sampled source."""
-
-    key: str
-    shard: str
-    label: int
-    predicted: int
-    cluster: int
-    index: int
-
-    @property
-    def out_key(self) -> str:
-        return generated_key(self.key, self.index)
-
-
-@dataclass(frozen=True)
-class CopiedShard:
-    source: str  # path of the source shard
-    stats: ShardStats
-
-
-def copy_shard(item: CopiedShard, target: Path) -> ShardStats:
-    """The source shard, copied whole (and checked against its manifest's sha256) or not at all."""
-
-    def mismatch(digest: str) -> SourceError:
-        return SourceError(
-            f"{item.source} does not match the sha256 its manifest lists ({digest} != {item.stats.sha256}); "
-            "validate and rebuild the source config"
-        )
-
-    digest = copy_checked(Path(item.source), target, item.stats.sha256, mismatch)
-    return ShardStats(target.name, item.stats.num_samples, target.stat().st_size, digest)
-
-
-@dataclass
-class ScgsShardBuilder:
-    """Builds one shard: a copy of a source shard, or generated samples (the models stay loaded)."""
-
-    stage: ScgsStage
-
-    def __call__(self, plan: ShardPlan) -> ShardResult:
-        out_dir = self.stage.out_dir
-        if plan.items and isinstance(plan.items[0], CopiedShard):
-            stats = copy_shard(plan.items[0], out_dir / plan.filename)
-            report_progress(1)  # the bar counts plan items: one per copied shard
-            return ShardResult(stats)
-        return self.stage.generate_shard(plan)
 
 
 @dataclass
@@ -157,6 +88,11 @@ class ScgsModels:
     check_classifier: ScgsClassifier | None = None
     predictions: Sequence[PredictedRow] | None = None  # M from a table instead of the classifier
     predictions_provenance: dict | None = None
+    # loads the same models again in a worker that does not inherit them (a GPU worker, a Ray actor)
+    loader: ModelLoader | None = None
+
+    def generating(self) -> GenerationModels:
+        return GenerationModels(self.classifier, self.inpainter, self.check_classifier)
 
 
 @dataclass
@@ -194,6 +130,13 @@ class ScgsStage(Stage):
         self.probe_cam()
         self._settings = json.loads(canonical_json(self.settings_payload()))
         self._plans = self.make_plans()
+        # this run's models in this process and, through the loader, in any worker
+        self.handle = ModelHandle(
+            uuid.uuid4().hex,
+            device_kind(str(models.classifier.device)),
+            models.generating().provenance(),
+            models.loader,
+        )
 
     # --- before any write -------------------------------------------------------------------
 
@@ -204,7 +147,7 @@ class ScgsStage(Stage):
         else:
             predictions = misclassified_from_classifier(self.source, models.classifier, options.batch_size)
         wrong = predictions.misclassified
-        samples = self.source.select(_by_shard((m.shard, m.key) for m in wrong))
+        samples = self.source.select(by_shard((m.shard, m.key) for m in wrong))
         if wrong:
             features = pooled_features(
                 models.classifier, np.stack([samples[m.key].pixels for m in wrong]), options.batch_size
@@ -223,7 +166,7 @@ class ScgsStage(Stage):
         """One Grad-CAM++ map now, so a --cam-layer that cannot give one is refused before any write."""
         first = self.sampling.items[0]
         image = self.source.select({first.shard: {first.key}})[first.key].pixels
-        self.cams(np.stack([image]), [first.predicted])
+        cam_maps(self.cam, self.models.classifier, np.stack([image]), [first.predicted], self.options.batch_size)
 
     def make_plans(self) -> list[ShardPlan]:
         plans = []
@@ -241,23 +184,11 @@ class ScgsStage(Stage):
             "stage": STAGE_NAME,
             "source": {"config": self.source.config, "fingerprint": self.source.manifest.fingerprint},
             "options": {**asdict(self.options), "cam_layer": self.cam_layer},
-            "classifier": models.classifier.provenance(),
-            "check_model": models.check_classifier.provenance() if models.check_classifier else None,
+            **models.generating().provenance(),  # classifier, check_model, generator
             "predictions": models.predictions_provenance,
-            "generator": self.generator_provenance(),
             "generation": asdict(models.generation),
             "schema_version": composites.SCHEMA_VERSION,
             "augment_schema_version": AUGMENT_SCHEMA_VERSION,
-        }
-
-    def generator_provenance(self) -> dict:
-        inpainter = self.models.inpainter
-        return {
-            "name": "stable-diffusion-inpaint",
-            "model_id": inpainter.model_id,
-            "weights_sha256": inpainter.weights_sha256,
-            "native_size": inpainter.native_size,
-            "dtype": inpainter.dtype,  # float16 and float32 draw other images: a resume must not mix them
         }
 
     # --- the Stage interface ----------------------------------------------------------------
@@ -272,95 +203,22 @@ class ScgsStage(Stage):
         return f"scgs {self.config}"
 
     def shard_builder(self) -> ScgsShardBuilder:
-        return ScgsShardBuilder(self)
-
-    # --- generation -------------------------------------------------------------------------
-
-    def cams(self, images: np.ndarray, predicted: Sequence[int]) -> np.ndarray:
-        """Grad-CAM++ of the predicted classes, at the canvas size, in [0, 1]."""
-        classifier, size = self.models.classifier, self.options.batch_size
-        height, width = images.shape[1:3]
-        maps = []
-        for start in range(0, len(images), size):
-            batch = classifier.preprocess(images[start : start + size])
-            targets = [classifier.output_index(int(p)) for p in predicted[start : start + size]]
-            for cam in self.cam.maps(classifier.module, batch, targets):
-                maps.append(resize_cam(cam, height, width))
-        return np.stack(maps)
-
-    def generate_shard(self, plan: ShardPlan) -> ShardResult:
-        items: list[GenerationItem] = list(plan.items)
-        options, models = self.options, self.models
-        class_names = self.source.class_names
-        sources = self.source.select(_by_shard((item.shard, item.key) for item in items))
-        unique = sorted({item.key for item in items})
-        pixels = {key: sources[key].pixels for key in unique}
-        predicted = {item.key: item.predicted for item in items}
-        cam_of = dict(zip(unique, self.cams(np.stack([pixels[k] for k in unique]), [predicted[k] for k in unique])))
-        cam_keep = {key: cam_keep_mask(cam, options.threshold) for key, cam in cam_of.items()}
-        keeps = [sample_keep_mask(options.mask, cam_keep[i.key], options.seed, i.key, i.index) for i in items]
-        prompts = [models.inpainter.prompt_for(class_names[i.label], models.generation) for i in items]
-        seeds = [generation_seed(options.seed, i.key, i.index) for i in items]
-        generated = models.inpainter.generate(
-            [pixels[i.key] for i in items], keeps, prompts, seeds, models.generation, progress=False
+        return ScgsShardBuilder(
+            self.out_dir,
+            self.source,
+            self.config,
+            self.options,
+            self.models.generation,
+            self.cam,
+            self.cam_layer,
+            self.handle,
         )
-        stacked = np.stack(generated)
-        erm = predict_labels(models.classifier, stacked, options.batch_size)
-        check = (
-            predict_labels(models.check_classifier, stacked, options.batch_size) if models.check_classifier else None
-        )
-        samples, metas, checks = [], [], []
-        for n, item in enumerate(items):
-            result = label_check(item.label, int(erm[n]), int(check[n]) if check is not None else None, options.keep)
-            checks.append((item.label, result))
-            if not result.kept:
-                continue
-            keep = keeps[n] if keeps[n] is not None else np.zeros(stacked.shape[1:3], bool)
-            meta = {**composites.decode_composite_json(sources[item.key].members), "variant": self.config}
-            block = self.augment_block(item, keep, cam_keep[item.key], prompts[n], seeds[n], result.to_json())
-            jpeg = composites.encode_jpeg(generated[n], self.jpeg_quality)
-            members = {
-                **composites.composite_members(jpeg, item.label, meta),
-                **augment_members(block, keep, cam_of[item.key]),
-            }
-            samples.append((item.out_key, members))
-            metas.append(meta)
-        report_progress(len(items))
-        stats = write_shard(self.out_dir / plan.filename, samples)
-        return ShardResult(stats, [], {"composites": composites.count_composites(metas), "label_check": tally(checks)})
 
-    @property
-    def jpeg_quality(self) -> int:
-        return int((self.source.manifest.spec or {}).get("jpeg_quality", 95))
+    def before_run(self, plans: Sequence[ShardPlan], options: RunOptions) -> None:
+        self.handle.register(self.models.generating())  # built here and in forked workers: no reload
 
-    def augment_block(
-        self, item: GenerationItem, keep: np.ndarray, cam_keep: np.ndarray, prompt: str, seed: int, check: dict
-    ) -> dict:
-        options, generation = self.options, self.models.generation
-        names = self.source.class_names
-        return {
-            "source_key": item.key,
-            "source_config": self.source.config,
-            "index": item.index,
-            "true_label": item.label,
-            "true_class_name": names[item.label],
-            "predicted_label": item.predicted,
-            "predicted_class_name": names[item.predicted],
-            "cluster": item.cluster,
-            "mask": options.mask,
-            "threshold": options.threshold,
-            "cam_layer": self.cam_layer,
-            "cam_area_fraction": round(float(cam_keep.mean()), 6),
-            "mask_area_fraction": round(float(keep.mean()), 6),
-            "sd_model": self.models.inpainter.model_id,
-            "sd_weights_sha256": self.models.inpainter.weights_sha256,
-            "prompt": prompt,
-            "negative_prompt": generation.negative_prompt,
-            "generation_seed": seed,
-            "paste_back": bool(generation.paste_back) and options.mask != "none",
-            "label_check": check,
-            "schema_version": AUGMENT_SCHEMA_VERSION,
-        }
+    def after_run(self) -> None:
+        self.handle.release()
 
     # --- the manifest -----------------------------------------------------------------------
 
@@ -393,7 +251,7 @@ class ScgsStage(Stage):
                 "classifier": self.models.classifier.provenance(),
                 "check_model": self.models.check_classifier.provenance() if self.models.check_classifier else None,
                 "cam": {"name": "gradcam++", "package": "grad-cam", "layer": self.cam_layer},
-                "generator": self.generator_provenance(),
+                "generator": self._settings["generator"],
             },
             settings=self._settings,
             augment=self.summary(check_counts),
@@ -431,22 +289,66 @@ class ScgsStage(Stage):
         }
 
 
-def check_run_options(options: RunOptions) -> None:
-    if options.runner != "local" or options.workers != 1:
+def device_kind(device: str) -> str:
+    """ "cuda" or "cpu": where models on `device` (a --device value or a torch device) run."""
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if device.startswith("cuda") else "cpu"
+
+
+def visible_gpus() -> list[int]:
+    """The indexes of the GPUs this process may use, as CUDA_VISIBLE_DEVICES numbers them for its
+    children (a worker is pinned to one by setting it to that index)."""
+    import torch
+
+    count = torch.cuda.device_count()
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return list(range(count))
+    names = [name.strip() for name in listed.split(",") if name.strip()][:count]
+    if not all(name.isdigit() for name in names):
         raise UsageError(
-            "hsi scgs runs its models in one process: --workers and --runner ray are not supported "
-            "(run one hsi scgs per GPU, one per mask kind)"
+            f"CUDA_VISIBLE_DEVICES={listed} names GPUs by UUID; hsi scgs --workers pins one worker to each GPU "
+            "by index: list the GPUs by index (e.g. CUDA_VISIBLE_DEVICES=0,1)"
         )
+    return [int(name) for name in names]
+
+
+def check_run_options(options: RunOptions, device: str) -> RunOptions:
+    """The runner options for models on `device`: on the CPU `--workers` processes (or Ray actors);
+    on CUDA one process (or Ray actor) per GPU, `--workers` of them. Refused, before any write,
+    when they do not fit the machine."""
+    options.check()
+    if options.runner == "local" and options.workers == 1:
+        return options
+    if device_kind(device) == "cpu":
+        return options
+    if device not in ("auto", "cuda"):
+        raise UsageError(
+            f"--device {device} names one GPU, but --workers {options.workers}"
+            + (" --runner ray" if options.runner == "ray" else "")
+            + " gives each worker a GPU of its own: pass --device cuda (or auto)"
+        )
+    if options.runner == "ray":
+        return replace(options, gpus=tuple(range(options.workers)))  # Ray pins each actor to a GPU of its own
+    gpus = visible_gpus()
+    if options.workers > len(gpus):
+        raise UsageError(
+            f"--workers {options.workers} runs one process per GPU, but {len(gpus)} GPU(s) are visible: "
+            f"pass --workers {len(gpus)} or fewer (or --device cpu for CPU processes)"
+        )
+    return replace(options, gpus=tuple(gpus[: options.workers]))
 
 
 def run_scgs(stage: ScgsStage, options: RunOptions) -> StageRun:
-    """Build (or resume) the stage's config; refused before any write when the options do not fit."""
-    check_run_options(options)
+    """Build (or resume) the stage's config, in this process or spread over workers (see
+    `check_run_options`); refused before any write when the options do not fit."""
+    options = check_run_options(options, str(stage.models.classifier.device))
+    if (options.runner == "ray" or options.gpus) and stage.models.loader is None:
+        raise UsageError(
+            "these SCGS models were handed in without a loader, so only this process and its forked CPU workers "
+            "can use them: pass ScgsModels(loader=...) to run on GPUs or on Ray"
+        )
     return run_stage(stage, options)
-
-
-def _by_shard(pairs) -> dict[str, set[str]]:
-    wanted: dict[str, set[str]] = {}
-    for shard, key in pairs:
-        wanted.setdefault(shard, set()).add(key)
-    return wanted

@@ -8,7 +8,8 @@ With GPUs there is one actor per GPU, and Ray pins each actor to its own device
 (CUDA_VISIBLE_DEVICES), so `--device auto` or `cuda` means "this actor's GPU".
 
 Finished shards are skipped and recorded in the same `_state` records as the local runner's, so a
-run can be resumed by either runner. On a multi-node cluster the output folder must be on storage
+run can be resumed by either runner; Ctrl-C ends the run (and a Ray started here) with the local
+runner's `Interrupted`. On a multi-node cluster the output folder must be on storage
 every node can write (a shared file system); actors write the shards where the driver reads them.
 
 `map_on_ray` is the same pool for work that writes no shards (validation's detector over chunks of
@@ -25,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from builder.core.errors import HsiError, UsageError
-from builder.core.runner import ShardPlan, ShardResult, load_finished, record_finished
+from builder.core.runner import Interrupted, ShardPlan, ShardResult, load_finished, record_finished
 
 
 class RayUnavailable(UsageError):
@@ -103,8 +104,13 @@ def run_shards_ray(
             results[position] = finished
     reused = len(results)
     if todo:
-        with ray_session(address, progress) as ray:
-            results.update(_run_on_ray(ray, plans, todo, build, out_dir, num_gpus, workers, progress))
+        try:
+            with ray_session(address, progress) as ray:
+                results.update(_run_on_ray(ray, plans, todo, build, out_dir, num_gpus, workers, progress))
+        except KeyboardInterrupt:
+            # as the local runner says it: finished shards (their state records) are kept for the resume
+            built = sum(load_finished(out_dir, plans[position]) is not None for position in todo)
+            raise Interrupted(built, len(todo), reused) from None
     return [results[position] for position in range(len(plans))], reused
 
 

@@ -244,7 +244,13 @@ def run_plans(
         from builder.core.ray_runner import run_shards_ray
 
         return run_shards_ray(
-            plans, build, out_dir, address=options.ray_address, num_gpus=len(options.gpus), progress=options.progress
+            plans,
+            build,
+            out_dir,
+            address=options.ray_address,
+            num_gpus=len(options.gpus),
+            workers=options.workers if options.workers > 1 else None,  # the default 1: every CPU of the cluster
+            progress=options.progress,
         )
     return run_shards(
         plans,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hsi.commands.common import add_run_flags, options_from, require_extra, run_options, seed_int
 
-DEFAULT_SHARD_SIZE = 64  # builder.augment.stage's; not imported here, so `hsi --help` stays light
+DEFAULT_SHARD_SIZE = 64  # builder.augment.generation's; not imported here, so `hsi --help` stays light
 
 HELP = (
     "add SCGS images (Grad-CAM++ masks of the ERM model's errors, SD inpainting with the true class) to a train split"
@@ -75,11 +75,11 @@ def run(args: argparse.Namespace) -> int:
     from builder.augment.preflight import check_generation
     from builder.augment.source import SourceError, open_source
     from builder.augment.stage import ScgsModels, ScgsOptions, ScgsStage, check_run_options, run_scgs
-    from builder.backends.registry import backend_config, make_backend
+    from builder.backends.registry import backend_config
     from builder.backends.sd_inpaint import GenerationSettings
     from builder.compose.spec import spec_from_json
     from evaluation.labels import config_wnids
-    from training.scgs_classifier import load_scgs_classifier, read_train_predictions
+    from training.scgs_classifier import ScgsModelLoader, read_train_predictions
 
     options = options_from(args, ScgsOptions).check()
     generation = options_from(
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     )
     check_generation(generation)
     run_flags = run_options(args)
-    check_run_options(run_flags)
+    check_run_options(run_flags, args.device)  # --workers that do not fit the GPUs: refused before loading
     source = open_source(args.source)  # cheap refusals first: no train split, not a composed config
     wnids = config_wnids(source.manifest.to_json())
     if len(wnids) != len(source.class_names):
@@ -96,17 +96,17 @@ def run(args: argparse.Namespace) -> int:
             "validate the source config and rebuild it with `hsi compose`"
         )
     canvas = spec_from_json(source.manifest.spec or {"name": args.source}).canvas
-    classifier = load_scgs_classifier(args.model, args.checkpoint, wnids, canvas, args.device, args.cam_layer)
-    check = (
-        load_scgs_classifier(args.check_model, None, wnids, canvas, args.device, None, "--check-model", True)
-        if args.check_model
-        else None
-    )
+    generator = backend_config("generator", "sd-inpaint", args)
+    loader = ScgsModelLoader.of(args.model, args.checkpoint, wnids, canvas, args.cam_layer, args.check_model, generator)
+    loaded = loader(args.device)
     rows = provenance = None
     if args.predictions is not None:
-        rows, provenance = read_train_predictions(args.predictions, wnids, classifier, source.manifest.fingerprint)
-    inpainter = make_backend("generator", "sd-inpaint", backend_config("generator", "sd-inpaint", args))
-    models = ScgsModels(classifier, inpainter, generation, check, rows, provenance)
+        rows, provenance = read_train_predictions(
+            args.predictions, wnids, loaded.classifier, source.manifest.fingerprint
+        )
+    models = ScgsModels(
+        loaded.classifier, loaded.inpainter, generation, loaded.check_classifier, rows, provenance, loader
+    )
     stage = ScgsStage(source, args.out, options, models)
     result = run_scgs(stage, run_flags)
     write_previews(stage.out_dir, result.manifest.fingerprint)

@@ -161,9 +161,11 @@ def test_refusals(planted_source, erm_checkpoint, tiny_pipeline, tmp_path, capsy
     assert main(scgs_command(planted_source, tmp_path / "o2", erm_checkpoint, tmp_path / "no-such-sd")) != 0
     assert "--sd-model" in capsys.readouterr().err
     assert not (tmp_path / "o2").exists()
-    # more than one worker
-    assert main([*scgs_command(planted_source, tmp_path / "o3", erm_checkpoint, tiny_pipeline), "--workers", "2"]) != 0
-    assert "--workers" in capsys.readouterr().err
+    # workers, each on a GPU of its own, with a --device that names one GPU
+    o3 = scgs_command(planted_source, tmp_path / "o3", erm_checkpoint, tiny_pipeline)
+    assert main([*o3, "--device", "cuda:0", "--workers", "2"]) == 2
+    assert "--device cuda:0 names one GPU" in capsys.readouterr().err
+    assert not (tmp_path / "o3").exists()
 
 
 def test_predictions_table_of_another_split_is_refused(planted_source, erm_checkpoint, tiny_pipeline, tmp_path, capsys):

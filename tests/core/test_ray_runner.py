@@ -9,7 +9,7 @@ import ray
 
 from builder.core.hashing import sha256_file
 from builder.core.ray_runner import run_shards_ray
-from builder.core.runner import STATE_DIR, plan_shards, run_shards
+from builder.core.runner import STATE_DIR, Interrupted, load_finished, plan_shards, run_shards
 from builder.extract.shard_builder import ExtractConfig, ExtractShardBuilder, load_backends
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")
@@ -91,3 +91,22 @@ def test_ray_patchmatch_parts_equal_the_local_runner_byte_for_byte(local_ray, tm
     assert len(plans) == 2
     for plan in plans:
         assert sha256_file(ray_out / plan.filename) == sha256_file(local / plan.filename)
+
+
+def test_ctrl_c_on_ray_is_the_local_runners_interrupted_and_keeps_finished_shards(
+    local_ray, job, tmp_path, monkeypatch
+):
+    config, plans = job
+    out = tmp_path / "stopped"
+    build_locally(config, plans[:1], out)  # finished by an earlier run
+
+    def key_press_after_one_shard(ray_module, plans, todo, build, out_dir, *rest):
+        build_locally(config, [plans[todo[0]]], out_dir)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("builder.core.ray_runner._run_on_ray", key_press_after_one_shard)
+    message = r"^interrupted: 1 of the 2 shards to build were finished \(and 1 from earlier runs\); run the same"
+    with pytest.raises(Interrupted, match=message):
+        run_shards_ray(plans, ExtractShardBuilder(config, str(out)), out, progress=False)
+    assert ray.is_initialized()  # a Ray the caller started is left running
+    assert [load_finished(out, plan) is not None for plan in plans] == [True, True, False]
