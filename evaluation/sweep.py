@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from multiprocessing.connection import wait
+from typing import Any
 
 from builder.core.errors import EXIT_FAILED, HsiError, UsageError, printable
 from builder.core.owned import OwnedFolder
@@ -112,7 +113,10 @@ def compute_model(
     try:
         loaded = load_model(task.spec, task.options)
         stage, spec, name = "evaluate", loaded.spec, folder_name(loaded, settings.label_space, settings.limit)
-        return model_work(loaded, task.source, settings, owned if owned is not None else task.out, announce, name)
+        out = owned if owned is not None else task.out
+        if out is None:  # a programming error: a worker is always handed the folder's record
+            raise ValueError("a model task run outside the output folder's holder needs its FolderRecord")
+        return model_work(loaded, task.source, settings, out, announce, name)
     except Exception as exc:  # any failure of one model, a crash or out of memory too, is that model's row
         if not keep_going:
             raise
@@ -162,13 +166,31 @@ def process_slots(device: str, workers: int) -> list[str | None]:
     return list(gpus[:workers])
 
 
-def _model_process(work: Callable[..., Outcome], task: ModelTask, gpu: str | None, connection) -> None:
+def _model_process(
+    work: Callable[..., Outcome], task: ModelTask, gpu: str | None, start_method: str, connection
+) -> None:
     """A worker process: one model, its work sent back to the parent, then exit."""
     init_worker(None)  # Ctrl-C is the parent's; die with the parent
+    os.setpgrp()  # a group of its own: stopping the model stops its DataLoader workers with it
+    # its DataLoader workers start as in a process of its own (fork on Linux), not spawned as it was
+    multiprocessing.set_start_method(start_method, force=True)
     if gpu is not None:  # before CUDA starts in this process: `cuda` then means this GPU
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     connection.send(work(task))
     connection.close()
+
+
+def _stop(process) -> None:
+    """End a worker process and its DataLoader workers (its process group) now."""
+    for sent in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sent)
+        except ProcessLookupError:  # it had not made its group yet, or has ended
+            if process.is_alive():
+                os.kill(process.pid, sent)
+        process.join(timeout=5)
+        if not process.is_alive():
+            return
 
 
 def run_in_processes(
@@ -182,44 +204,48 @@ def run_in_processes(
     with it), at most one per slot at once; `on_outcome` runs here as each model's work arrives, in
     finishing order. `work` is a top-level function (the child imports it by name)."""
     context = multiprocessing.get_context("spawn")  # CUDA cannot be used in forked children
+    start_method = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
     queue, free = deque(tasks), list(slots)
     running: dict = {}  # the result pipe -> (process, task, slot)
+
+    def start_next() -> None:
+        while queue and free:
+            task, slot = queue.popleft(), free.pop(0)
+            receiver, sender = context.Pipe(duplex=False)
+            handed_out = replace(task, out=snapshot())
+            process = context.Process(target=_model_process, args=(work, handed_out, slot, start_method, sender))
+            # a Ctrl-C while the child starts waits in the parent, never hits a child not yet ignoring it
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                process.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            sender.close()
+            running[receiver] = (process, task, slot)
+
     try:
-        while queue or running:
-            while queue and free:
-                task, slot = queue.popleft(), free.pop(0)
-                receiver, sender = context.Pipe(duplex=False)
-                handed_out = replace(task, out=snapshot())
-                process = context.Process(target=_model_process, args=(work, handed_out, slot, sender))
-                # a Ctrl-C while the child starts waits in the parent, never hits a child not yet ignoring it
-                blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-                try:
-                    process.start()
-                finally:
-                    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-                sender.close()
-                running[receiver] = (process, task, slot)
+        start_next()
+        while running:
             arrived = []
-            for receiver in wait(list(running)):
-                process, task, slot = running.pop(receiver)
+            ready_pipes: list[Any] = wait(list(running))
+            for ready in ready_pipes:
+                process, task, slot = running.pop(ready)
+                outcome: Outcome
                 try:
-                    outcome = receiver.recv()
+                    outcome = ready.recv()
                 except (EOFError, OSError):  # the process died: killed for memory, a segfault
                     process.join()
                     outcome = _died(task, f"its worker process ended without a result (exit status {process.exitcode})")
-                receiver.close()
+                ready.close()
                 process.join()
                 free.append(slot)
                 arrived.append((task, outcome))
-            for task, outcome in arrived:  # the freed slots were refilled above before this writing
+            start_next()  # the next models run while these are written
+            for task, outcome in arrived:
                 on_outcome(task, outcome)
     finally:
         for process, _, _ in running.values():
-            process.terminate()
-        for process, _, _ in running.values():
-            process.join(timeout=5)
-            if process.is_alive():
-                process.kill()
+            _stop(process)
 
 
 def _died(task: ModelTask, reason: str) -> ModelFailure:
@@ -273,7 +299,7 @@ def run_on_ray(
     running: dict = {}  # the result reference -> (actor, task)
     try:
         size, gpus = ray_slots(ray, tasks[0].settings.device if tasks else "auto", workers, len(tasks))
-        actor_class = ray.remote(num_cpus=1, num_gpus=gpus)(ModelActor)
+        actor_class: Any = ray.remote(num_cpus=1, num_gpus=gpus)(ModelActor)
         queue: deque = deque(tasks)
         while queue or running:
             while queue and len(running) < size:
