@@ -5,13 +5,15 @@ goes through a link, no user's file is replaced, and a re-run removes only its o
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 
+from builder.core.hashing import sha256_file
 from builder.core.owned import FolderView, OwnedFolder
 
-from .models import MODEL_FILE_PREFIXES, LoadedModel, Preprocessing, model_slug
+from .models import MODEL_FILE_PREFIXES, LoadedModel, ModelOptions, Preprocessing, loaded_spec, model_slug
 
 EVAL_KIND = "eval"  # the OwnedFolder kind of `hsi eval --out`
 
@@ -49,7 +51,18 @@ def folder_name(loaded: LoadedModel, label_space: str = "imagenet", limit: int |
     """`<model>` for a default run; `<model>-crop0.875`, `<model>-subset`, `<model>-limit240`... when
     the preprocessing, the label space or `--limit` differ, so runs that give other numbers never
     share a folder (nor replace each other's report and leaderboard row)."""
-    parts = [model_slug(loaded.spec), *_preprocessing_parts(loaded)]
+    return _joined([model_slug(loaded.spec), *_preprocessing_parts(loaded)], label_space, limit)
+
+
+def spec_folder_name(spec: str, options: ModelOptions, label_space: str = "imagenet", limit: int | None = None) -> str:
+    """The folder of a model that could not be loaded (where its failed.json goes): `folder_name`'s,
+    as far as the spec and options tell without the model (a crop, the label space, `--limit`; not
+    the parts that compare flags with the model's own data config)."""
+    crop = [f"crop{_number(options.crop_pct)}"] if options.crop_pct is not None else []
+    return _joined([model_slug(loaded_spec(spec, options)), *crop], label_space, limit)
+
+
+def _joined(parts: list[str], label_space: str, limit: int | None) -> str:
     if label_space != "imagenet":
         parts.append(label_space)
     if limit is not None:
@@ -107,6 +120,30 @@ class ModelFolder(FolderView):
         for name in removed:
             self.owner().remove(name)
         return removed
+
+
+@dataclass(frozen=True)
+class FolderRecord:
+    """What a worker process knows of the output folder the parent holds: its root, and the files the
+    parent had recorded (name -> sha256) when it handed the work out. Read-only: a worker writes
+    nothing, it only decides what its model needs (skip, add passes, evaluate)."""
+
+    root: Path
+    files: Mapping[str, str]
+
+    @classmethod
+    def of(cls, owned: OwnedFolder) -> FolderRecord:
+        return cls(owned.root, dict(owned.files))
+
+    def owns(self, relative: str) -> bool:
+        """As `OwnedFolder.owns`: recorded, a plain file, its bytes unchanged since."""
+        target = self.root / relative
+        return (
+            relative in self.files
+            and target.is_file()
+            and not target.is_symlink()
+            and sha256_file(target) == self.files[relative]
+        )
 
 
 class PlainFolder:

@@ -6,6 +6,12 @@ Every eval.json is read through the one reading layer and checked for the fields
 any model runs, so a broken report in another model's folder is one line naming the file and the
 field, not a traceback after the whole run. A partial run (`--limit`) has its own folder and its own
 row, marked as partial and listed after the full runs, never in their place.
+
+A model of a sweep that failed (could not be loaded, crashed, ran out of memory) leaves `failed.json`
+in its model folder (its spec, the data revision, the stage and the one-line reason): the
+leaderboard lists it after the evaluated models, with `status` `failed` and its `error` in the CSV
+and under "Failed models" in the Markdown. A later run that evaluates (or skips) the model removes
+its `failed.json`.
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ from builder.core.untrusted import Fields, read_json
 from .report import EVAL_JSON, fmt, md_table
 
 LEADERBOARD_CSV, LEADERBOARD_MD = "leaderboard.csv", "leaderboard.md"
+FAILED_JSON = "failed.json"  # a model folder's record of a failed evaluation
+FAILURE_SCHEMA, FAILURE_SCHEMA_VERSION = "hsi-eval-failure", 1
+FAILURE_STAGES = ("load", "evaluate", "write")  # loading the model, predicting and its passes, its files
 DATA_KEYS = ("source", "config", "split", "fingerprint")  # one leaderboard per data revision
 
 
@@ -108,6 +117,53 @@ def model_reports(root: Path) -> list[tuple[str, dict]]:
     return found
 
 
+def failure_record(spec: str, data: dict, stage: str, error: str, reason: str) -> dict:
+    """The failed.json of a model that failed at `stage` on the data revision `data` (DATA_KEYS and limit)."""
+    return {
+        "schema": FAILURE_SCHEMA,
+        "schema_version": FAILURE_SCHEMA_VERSION,
+        "model": {"spec": spec},
+        "data": {key: data.get(key) for key in (*DATA_KEYS, "limit")},
+        "stage": stage,
+        "error": error,
+        "reason": reason,
+    }
+
+
+def checked_failure(path: Path) -> dict:
+    """A failed.json, checked for every field the leaderboard reads (one line naming the file and
+    the field otherwise)."""
+    record = read_json(path, FAILED_JSON)
+    top = Fields(record, path)
+    top.string("schema", choices=(FAILURE_SCHEMA,))
+    top.integer("schema_version", low=1, high=FAILURE_SCHEMA_VERSION)
+    top.object("model").string("spec")
+    data = top.object("data")
+    data.string("source")
+    data.string("config", None)
+    data.string("split")
+    data.string("fingerprint", None)
+    data.integer("limit", None, low=1)
+    top.string("stage", choices=FAILURE_STAGES)
+    top.string("error")
+    top.string("reason")
+    return record
+
+
+def model_failures(root: Path) -> list[tuple[str, dict]]:
+    """(folder name, checked failed.json) of every model folder under `root` holding one, in name
+    order; a linked model folder is never read (model_reports refuses it)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for folder in sorted(root.iterdir()):
+        record = folder / FAILED_JSON
+        if not folder.is_symlink() and folder.is_dir() and (record.exists() or record.is_symlink()):
+            found.append((folder.name, checked_failure(record)))
+    return found
+
+
 def already_evaluated(folder: Path, identity: dict) -> bool:
     path = folder / EVAL_JSON
     if not path.is_file():
@@ -175,12 +231,21 @@ def write_leaderboard(owned: OwnedFolder, identity: dict) -> tuple[Path, Path, l
     """leaderboard.csv and leaderboard.md of the data revision `identity`, from every model folder's
     eval.json in `owned` (not only the models of this run), written through `owned`."""
     entries = sorted(collect(owned.root, identity), key=lambda item: _sort_key(item[0]))
-    rows = [row for row, _ in entries]
+    failures = [
+        (name, record)
+        for name, record in model_failures(owned.root)
+        if {key: record["data"].get(key) for key in DATA_KEYS} == identity
+    ]
+    rows = [{**row, "status": "ok", "error": ""} for row, _ in entries]
+    rows += [
+        {"model": record["model"]["spec"], "folder": name, "status": "failed", "error": record["reason"]}
+        for name, record in sorted(failures, key=lambda item: (item[1]["model"]["spec"], item[0]))
+    ]
     columns: list[str] = []
     for row in rows:
         columns += [c for c in row if c not in columns]
     csv_path = owned.write_text(LEADERBOARD_CSV, _csv_text(columns, rows))
-    any_partial = any(row["partial"] == "true" for row in rows)
+    any_partial = any(row.get("partial") == "true" for row in rows)
     lines = [
         f"# Leaderboard: {identity['config']} / {identity['split']} ({identity['source']})",
         "",
@@ -214,5 +279,18 @@ def write_leaderboard(owned: OwnedFolder, identity: dict) -> tuple[Path, Path, l
         table_rows.append(cells)
     header = ["rank", "model", "preprocessing", "top-1", "mean over groups", "worst group", "checkpoint sha256"]
     lines.append(md_table(header + (["run"] if any_partial else []), table_rows))
+    if failures:
+        lines += [
+            "",
+            "## Failed models",
+            "",
+            f"{len(failures)} model(s) could not be evaluated; each folder's `{FAILED_JSON}` holds the reason. Run the "
+            "same command again to retry them (the evaluated models are skipped).",
+            "",
+            md_table(
+                ["model", "folder", "stage", "reason"],
+                [[f"`{r['model']['spec']}`", name, r["stage"], r["reason"]] for name, r in failures],
+            ),
+        ]
     md_path = owned.write_text(LEADERBOARD_MD, "\n".join(lines) + "\n")
     return csv_path, md_path, rows

@@ -202,11 +202,17 @@ def timm_preprocessing(model) -> Preprocessing:
     )
 
 
-def _load_timm(name: str, options: ModelOptions) -> LoadedModel:
+def _known_timm_name(name: str) -> None:
     import timm
 
     if not timm.is_model(name.split(".", 1)[0]):
         raise ModelError(f"timm has no model {name!r} (see timm.list_models())")
+
+
+def _load_timm(name: str, options: ModelOptions) -> LoadedModel:
+    import timm
+
+    _known_timm_name(name)
     kwargs: dict = {}
     checkpoint = sha = None
     if options.checkpoint is not None:
@@ -318,13 +324,17 @@ def _refuse_weight_flags(options: ModelOptions, spec: str, what: str) -> None:
         )
 
 
+def _torchscript_file(path: Path, spec: str) -> None:
+    if not Path(path).is_file():
+        raise ModelError(f"{spec}: no such TorchScript file")
+
+
 def _load_torchscript(path: Path, options: ModelOptions, spec: str) -> LoadedModel:
     import torch
 
     path = Path(path)
-    _refuse_weight_flags(options, spec, "a TorchScript file")
-    if not path.is_file():
-        raise ModelError(f"{spec}: no such TorchScript file")
+    _refuse_weight_flags(options, spec, MODEL_FILE_KINDS["ts"])
+    _torchscript_file(path, spec)
     try:
         module = torch.jit.load(str(path), map_location="cpu")
     except Exception as exc:  # torch raises RuntimeError/ValueError variants for non-TorchScript files
@@ -341,12 +351,12 @@ def _load_model_file(kind: str, path: Path, options: ModelOptions) -> LoadedMode
     if kind == "ep":
         from .pt2_files import load_exported_program as load
 
-        _refuse_weight_flags(options, spec, "a torch.export program")
+        _refuse_weight_flags(options, spec, MODEL_FILE_KINDS["ep"])
         what = "torch.export programs"
     else:
         from .onnx_files import load_onnx_model as load
 
-        _refuse_weight_flags(options, spec, "an ONNX model")
+        _refuse_weight_flags(options, spec, MODEL_FILE_KINDS["onnx"])
         what = "ONNX models"
     module, file = load(path, spec)
     pre = Preprocessing(source=f"defaults for {what} (ImageNet mean/std, 224, bicubic)")
@@ -358,13 +368,22 @@ def _load_model_file(kind: str, path: Path, options: ModelOptions) -> LoadedMode
     return loaded
 
 
-def _load_state_dict_file(path: Path, options: ModelOptions) -> LoadedModel:
-    import timm
-
+def _require_arch(path: Path, options: ModelOptions) -> None:
     if not options.arch:
         raise ModelError(
             f"{path.name} is a weights file: pass its architecture with --arch NAME (a timm name or tv:NAME)"
         )
+
+
+def _state_dict_file(path: Path) -> None:
+    if not path.is_file():
+        raise ModelError(f"model file {path.name} does not exist")
+
+
+def _load_state_dict_file(path: Path, options: ModelOptions) -> LoadedModel:
+    import timm
+
+    _require_arch(path, options)
     if options.arch.startswith("tv:"):
         return _load_tv(options.arch[3:], replace(options, checkpoint=path))
     arch = options.arch.removeprefix("timm:")
@@ -420,13 +439,13 @@ def _onnx_classifier(spec: ClassifierSpec) -> LoadedModel:
 @register_backend("classifier", "state-dict", config_class=ClassifierSpec, requires=("torch", "timm"))
 def _state_dict_classifier(spec: ClassifierSpec) -> LoadedModel:
     path = Path(spec.target)
-    if not path.is_file():
-        raise ModelError(f"model file {path.name} does not exist")
+    _state_dict_file(path)
     return _load_state_dict_file(path, spec.options)
 
 
 SPEC_PREFIXES = {"ts:": "ts", "ep:": "ep", "onnx:": "onnx", "tv:": "tv", "timm:": "timm"}
 MODEL_FILE_PREFIXES = ("ts:", "ep:", "onnx:")  # files with no data config: the flags are their preprocessing
+MODEL_FILE_KINDS = {"ts": "a TorchScript file", "ep": "a torch.export program", "onnx": "an ONNX model"}
 
 
 def classifier_entry(spec: str) -> tuple[str, str]:
@@ -448,6 +467,46 @@ def load_model(spec: str, options: ModelOptions = ModelOptions()) -> LoadedModel
     loaded.default_preprocessing = loaded.preprocessing
     loaded.preprocessing = apply_overrides(loaded.preprocessing, options)
     return loaded
+
+
+def check_spec(spec: str, options: ModelOptions = ModelOptions()) -> None:
+    """Refuse now, with the loader's own message, what loading `spec` would refuse before reading any
+    weights: an unknown timm or torchvision name, a model file or checkpoint that does not exist, a
+    weights file without --arch. A sweep checks every model so before the first one runs; what only
+    loading finds (weights that are not offline, a damaged file) is that model's failure."""
+    name, target = classifier_entry(spec)
+    if name == "timm":
+        _known_timm_name(target)
+    elif name == "tv":
+        _tv_weights(target)
+    elif name in MODEL_FILE_KINDS:
+        _refuse_weight_flags(options, spec, MODEL_FILE_KINDS[name])
+        if name == "ts":
+            _torchscript_file(Path(target), spec)
+        elif not Path(target).is_file():
+            raise ModelError(f"{spec}: no such file")
+    else:
+        _state_dict_file(Path(target))
+        _require_arch(Path(target), options)
+        arch = options.arch or ""
+        if arch.startswith("tv:"):
+            _tv_weights(arch[3:])
+        else:
+            _known_timm_name(arch.removeprefix("timm:"))
+    if options.checkpoint is not None and name in ("timm", "tv"):
+        _checkpoint_file(options.checkpoint)
+
+
+def loaded_spec(spec: str, options: ModelOptions = ModelOptions()) -> str:
+    """The spec a LoadedModel of `spec` records, from the spec alone (a model that never loaded is
+    named as it would have been): a file by its name, a bare timm name as timm:NAME."""
+    name, target = classifier_entry(spec)
+    if name in ("timm", "tv"):
+        return f"{name}:{target}"
+    if name == "state-dict":
+        arch = options.arch or ""
+        return arch if arch.startswith("tv:") else f"{Path(target).name} (timm:{arch.removeprefix('timm:')})"
+    return f"{name}:{Path(target).name}"
 
 
 def model_slug(spec: str) -> str:

@@ -8,12 +8,17 @@ skipped, or given just the passes it lacks (`--clean`, `--parts`, classified fro
 predictions' samples without predicting the composites again); one holding an evaluation with
 other settings is refused unless `--overwrite`, which replaces its files and removes the earlier
 run's files the new one does not produce.
+
+An evaluation is two halves: `model_work` (everything that needs the model, writing nothing, so it
+can run in a worker process or a Ray actor) and `write_work` (the files, by the process holding the
+output folder); `evaluate_model` runs both here.
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from builder.core.owned import OwnedFolder, OwnedFolderError
@@ -22,7 +27,7 @@ from builder.core.untrusted import Fields, read_json
 from . import eval_folder
 from .bootstrap import BootstrapSettings
 from .entries import ENTRY_JSON, EntryInfo, carried_info, write_entry
-from .eval_folder import EVAL_KIND, ModelFolder, PlainFolder
+from .eval_folder import EVAL_KIND, FolderRecord, ModelFolder, PlainFolder
 from .extra_sets import (
     BACKGROUND_ACCURACY_CSV,
     CLEAN_ACCURACY_CSV,
@@ -30,7 +35,7 @@ from .extra_sets import (
     clean_predictions,
     write_class_accuracy,
 )
-from .leaderboard import already_evaluated, checked_report, run_identity
+from .leaderboard import FAILED_JSON, already_evaluated, checked_report, run_identity
 from .metrics import clean_drop, compute_metrics
 from .models import LoadedModel
 from .plots import write_plots
@@ -146,20 +151,13 @@ def composites_of_predictions(path: Path):
     return ok[columns].reset_index(drop=True)
 
 
-def model_only_passes(
-    composites,
-    classifier,
-    loaded: LoadedModel,
-    settings: RunSettings,
-    folder: ModelFolder | PlainFolder,
-    announce,
-    passes,
-) -> dict:
-    """The clean-photo and bare-background passes named in `passes` ("clean", "background_only")."""
-    extras: dict = {}
+def classify_passes(composites, classifier, loaded: LoadedModel, settings: RunSettings, passes) -> dict:
+    """The model's side of the clean-photo and bare-background passes named in `passes` ("clean",
+    "background_only"): each pass's predictions, nothing written (`write_passes` writes them)."""
+    classified: dict = {}
     labels = {str(s): int(c) for s, c in zip(composites["source_id"], composites["label_class"])}
     if "clean" in passes:
-        clean, missing, errors = clean_predictions(
+        classified["clean"] = clean_predictions(
             classifier,
             loaded.preprocessing,
             settings.clean_root,
@@ -168,6 +166,21 @@ def model_only_passes(
             settings.batch_size,
             settings.progress,
         )
+    if "background_only" in passes:
+        classified["background_only"] = background_predictions(
+            classifier, loaded.preprocessing, settings.parts_dir, settings.batch_size, settings.progress
+        )
+    return classified
+
+
+def write_passes(
+    classified: dict, composites, settings: RunSettings, folder: ModelFolder | PlainFolder, announce
+) -> dict:
+    """The files and report sections of the passes `classify_passes` ran; `composites` are the
+    composites' rows the clean photos' drop is measured against."""
+    extras: dict = {}
+    if "clean" in classified:
+        clean, missing, errors = classified["clean"]
         with folder.writing(CLEAN_ACCURACY_CSV) as path:
             write_class_accuracy(clean, path)
         extras["clean"] = {
@@ -178,10 +191,8 @@ def model_only_passes(
             "preprocessing": "the whole photo through the same preprocessing as the composites",
         }
         announce(f"clean photos: {len(clean)} classified, {missing} not found under the clean root")
-    if "background_only" in passes:
-        frame, errors = background_predictions(
-            classifier, loaded.preprocessing, settings.parts_dir, settings.batch_size, settings.progress
-        )
+    if "background_only" in classified:
+        frame, errors = classified["background_only"]
         with folder.writing(BACKGROUND_ACCURACY_CSV) as path:
             rows = write_class_accuracy(frame, path)
         extras["background_only"] = {
@@ -192,6 +203,20 @@ def model_only_passes(
             "errors": errors,
         }
     return extras
+
+
+def model_only_passes(
+    composites,
+    classifier,
+    loaded: LoadedModel,
+    settings: RunSettings,
+    folder: ModelFolder | PlainFolder,
+    announce,
+    passes,
+) -> dict:
+    """The clean-photo and bare-background passes named in `passes`, classified and written."""
+    classified = classify_passes(composites, classifier, loaded, settings, passes)
+    return write_passes(classified, composites, settings, folder, announce)
 
 
 def requested_passes(settings: RunSettings) -> list[str]:
@@ -205,6 +230,128 @@ def requested_passes(settings: RunSettings) -> list[str]:
 def _differences(previous: dict, identity: dict) -> str:
     earlier = run_identity(previous)
     return ", ".join(key.replace("_", " ") for key in identity if earlier.get(key) != identity[key])
+
+
+def _other_evaluation(folder: Path, spec: str, previous: dict, identity: dict) -> OwnedFolderError:
+    return OwnedFolderError(
+        f"{folder} holds an evaluation of {spec} with another {_differences(previous, identity)}; "
+        "pass --overwrite to replace it, or choose another --out"
+    )
+
+
+EVALUATED, SKIPPED, PASSES_ADDED = "evaluated", "skipped", "passes added"  # what a ModelWork did
+
+
+@dataclass
+class ModelWork:
+    """The model's part of one evaluation, done where the model runs (this process, a worker
+    process, a Ray actor) with nothing written: all the process holding the output folder needs to
+    write the model's files. Plain data, so it can be pickled back from a worker."""
+
+    spec: str
+    name: str  # the model folder's name
+    model: dict  # LoadedModel.describe()
+    identity: dict  # planned_identity: what makes two evaluations the same
+    action: str  # EVALUATED, SKIPPED or PASSES_ADDED
+    previous: dict | None = None  # the folder's eval.json when the work was planned
+    predictions: bytes | None = None  # the predictions.parquet of an EVALUATED run, as written
+    passes: dict = field(default_factory=dict)  # classify_passes' output
+    composites: object = None  # the composites' rows the clean photos' drop needs (a DataFrame)
+
+
+def model_work(
+    loaded: LoadedModel,
+    source,
+    settings: RunSettings,
+    out: OwnedFolder | FolderRecord,
+    announce: Callable[[str], None] = print,
+    folder_name: str | None = None,
+) -> ModelWork:
+    """Everything of one evaluation that needs the model: plan (its label space), the decision to skip
+    a folder already holding this evaluation or to add only the missing passes, the predictions and
+    the passes. `out` is the output folder held by this process (its model folder is checked for
+    writing now, before any work) or, in a worker, a read-only record of it."""
+    name = folder_name or eval_folder.folder_name(loaded, settings.label_space, settings.limit)
+    plan = plan_run(
+        loaded,
+        source,
+        settings.config,
+        settings.split,
+        batch_size=settings.batch_size,
+        limit=settings.limit,
+        label_space=settings.label_space,
+    )
+    identity = planned_identity(loaded, source, settings, plan.manifest, plan.space.name)
+    path = out.root / name
+    if isinstance(out, OwnedFolder):
+        ModelFolder(out, name).check_writable(PREDICTIONS_NAME, EVAL_JSON, EVAL_MD, ENTRY_JSON)
+        carried_info(path / ENTRY_JSON, loaded.describe())  # a broken entry.json is refused before any work
+    previous = checked_report(path / EVAL_JSON) if (path / EVAL_JSON).exists() else None
+    work = ModelWork(loaded.spec, name, loaded.describe(), identity, EVALUATED, previous)
+    if previous is not None and not settings.overwrite:
+        if run_identity(previous) != identity:
+            raise _other_evaluation(path, loaded.spec, previous, identity)
+        missing = [section for section in requested_passes(settings) if not previous.get(section)]
+        if not missing:
+            announce(f"{loaded.spec}: already evaluated on this data revision in {name}/ (pass --overwrite to redo it)")
+            work.action = SKIPPED
+            return work
+        if out.owns(f"{name}/{PREDICTIONS_NAME}"):  # otherwise the whole evaluation runs again
+            adding = " and ".join(missing)
+            announce(f"{loaded.spec}: already evaluated in {name}/; adding {adding} from its saved predictions")
+            classifier = Classifier(
+                loaded, plan.space, resolve_device(settings.device), settings.amp, settings.channels_last, announce
+            )
+            work.composites = composites_of_predictions(path / PREDICTIONS_NAME)
+            work.passes = classify_passes(work.composites, classifier, loaded, settings, missing)
+            work.action = PASSES_ADDED
+            return work
+    verify_plan(plan, settings.split, settings.limit, announce)
+    run = predictions_for(loaded, source, settings, plan=plan, announce=announce)
+    with tempfile.TemporaryDirectory(prefix="hsi-eval-") as tmp:  # the bytes write_predictions writes
+        written = write_predictions(Path(tmp) / PREDICTIONS_NAME, run.rows, run.errors, run.metadata)
+        work.predictions = written.read_bytes()
+    passes = requested_passes(settings)
+    if passes:
+        work.composites = composites_of_rows(run.rows)
+        work.passes = classify_passes(work.composites, run.classifier, loaded, settings, passes)
+    return work
+
+
+def write_work(
+    work: ModelWork,
+    owned: OwnedFolder,
+    settings: RunSettings,
+    announce: Callable[[str], None] = print,
+    entry: EntryInfo | None = None,
+) -> EvalResult:
+    """Write what `model_work` did into its model folder of `owned` and analyse it: the reports, the
+    plots and the leaderboard entry (described by `entry`, field by field over the folder's
+    entry.json). Checked again here, before the first write: a folder written since the work was
+    planned (two models of one run sharing a folder) is treated as a run in that order would."""
+    folder = ModelFolder(owned, work.name)
+    folder.check_writable(PREDICTIONS_NAME, EVAL_JSON, EVAL_MD, ENTRY_JSON)
+    current = checked_report(folder.path / EVAL_JSON) if (folder.path / EVAL_JSON).exists() else None
+    kept = carried_info(folder.path / ENTRY_JSON, work.model)  # read (and checked) before any write
+    description = (entry or EntryInfo()).over(kept)
+    if current != work.previous and current is not None and not settings.overwrite:
+        if run_identity(current) != work.identity:
+            raise _other_evaluation(folder.path, work.spec, current, work.identity)
+        announce(f"{work.spec}: already evaluated on this data revision in {work.name}/ by this run")
+        work = replace(work, action=SKIPPED, previous=current)
+    if folder.owns(FAILED_JSON):  # an earlier run's failure of this model, now evaluated
+        owned.remove(folder.relative(FAILED_JSON))
+    if work.action == SKIPPED:
+        _describe_again(folder, work.previous, description, kept, announce)
+        return EvalResult(folder.path, work.previous, skipped=True)
+    predictions = folder.path / PREDICTIONS_NAME
+    if work.action == PASSES_ADDED:
+        extras = {key: work.previous[key] for key in MODEL_ONLY if work.previous.get(key)}
+    else:
+        folder.write_bytes(PREDICTIONS_NAME, work.predictions)
+        extras = {}
+    extras.update(write_passes(work.passes, work.composites, settings, folder, announce))
+    return EvalResult(folder.path, analyse(predictions, folder, settings.bootstrap, extras, description))
 
 
 def evaluate_model(
@@ -224,44 +371,8 @@ def evaluate_model(
     if not isinstance(out_dir, OwnedFolder):
         with OwnedFolder(Path(out_dir), EVAL_KIND) as owned:
             return evaluate_model(loaded, source, owned, settings, announce, folder_name, entry)
-    name = folder_name or eval_folder.folder_name(loaded, settings.label_space, settings.limit)
-    folder = ModelFolder(out_dir, name)
-    plan = plan_run(
-        loaded,
-        source,
-        settings.config,
-        settings.split,
-        batch_size=settings.batch_size,
-        limit=settings.limit,
-        label_space=settings.label_space,
-    )
-    identity = planned_identity(loaded, source, settings, plan.manifest, plan.space.name)
-    folder.check_writable(PREDICTIONS_NAME, EVAL_JSON, EVAL_MD, ENTRY_JSON)
-    previous = checked_report(folder.path / EVAL_JSON) if (folder.path / EVAL_JSON).exists() else None
-    kept = carried_info(folder.path / ENTRY_JSON, loaded.describe())  # read (and checked) before any write
-    description = (entry or EntryInfo()).over(kept)
-    if previous is not None and not settings.overwrite:
-        if run_identity(previous) != identity:
-            raise OwnedFolderError(
-                f"{folder.path} holds an evaluation of {loaded.spec} with another {_differences(previous, identity)}; "
-                "pass --overwrite to replace it, or choose another --out"
-            )
-        missing = [section for section in requested_passes(settings) if not previous.get(section)]
-        if not missing:
-            announce(f"{loaded.spec}: already evaluated on this data revision in {name}/ (pass --overwrite to redo it)")
-            _describe_again(folder, previous, description, kept, announce)
-            return EvalResult(folder.path, previous, skipped=True)
-        if folder.owns(PREDICTIONS_NAME):  # otherwise the whole evaluation runs again
-            return _add_passes(loaded, plan, settings, folder, previous, missing, announce, description)
-    verify_plan(plan, settings.split, settings.limit, announce)
-    run = predictions_for(loaded, source, settings, plan=plan, announce=announce)
-    with folder.writing(PREDICTIONS_NAME) as path:
-        write_predictions(path, run.rows, run.errors, run.metadata)
-    extras = model_only_passes(
-        composites_of_rows(run.rows), run.classifier, loaded, settings, folder, announce, requested_passes(settings)
-    )
-    report = analyse(folder.path / PREDICTIONS_NAME, folder, settings.bootstrap, extras, description)
-    return EvalResult(folder.path, report)
+    work = model_work(loaded, source, settings, out_dir, announce, folder_name)
+    return write_work(work, out_dir, settings, announce, entry)
 
 
 def _describe_again(
@@ -280,34 +391,6 @@ def _describe_again(
             f"  {folder.name}/{ENTRY_JSON} is not rewritten (its eval.json or predictions were edited): run hsi eval "
             f"--from {folder.name}/{PREDICTIONS_NAME} with the entry flags to write it"
         )
-
-
-def _add_passes(
-    loaded: LoadedModel,
-    plan: RunPlan,
-    settings: RunSettings,
-    folder: ModelFolder,
-    previous: dict,
-    missing: list[str],
-    announce: Callable[[str], None],
-    description: EntryInfo,
-) -> EvalResult:
-    """The passes an evaluated model lacks, on the samples of its saved predictions; the report is
-    rewritten from those predictions with every model-only section, old and new."""
-    announce(
-        f"{loaded.spec}: already evaluated in {folder.name}/; adding {' and '.join(missing)} from its saved predictions"
-    )
-    predictions = folder.path / PREDICTIONS_NAME
-    classifier = Classifier(
-        loaded, plan.space, resolve_device(settings.device), settings.amp, settings.channels_last, announce
-    )
-    extras = {key: previous[key] for key in MODEL_ONLY if previous.get(key)}
-    extras.update(
-        model_only_passes(
-            composites_of_predictions(predictions), classifier, loaded, settings, folder, announce, missing
-        )
-    )
-    return EvalResult(folder.path, analyse(predictions, folder, settings.bootstrap, extras, description))
 
 
 def predictions_for(
@@ -407,6 +490,9 @@ __all__ = [
     "EvalResult",
     "analyse",
     "evaluate_model",
+    "model_work",
+    "write_work",
+    "ModelWork",
     "planned_identity",
     "already_evaluated",
     "load_existing",

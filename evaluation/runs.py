@@ -1,56 +1,107 @@
 """What `hsi eval` does, as functions the command line calls: claim the output folder (checking every
-report already in it first), evaluate a list of loaded models into it with the leaderboard last, or
-recompute one model's reports from its predictions alone (`--from`)."""
+report already in it first), evaluate a list of models into it (here, in worker processes or on Ray:
+evaluation.sweep) with the leaderboard rebuilt after each, or recompute one model's reports from its
+predictions alone (`--from`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from builder.core.owned import RECORD_NAME, OwnedFolder, OwnedFolderError
 
 from .bootstrap import BootstrapSettings
+from .data import SourceSplit, read_dataset_manifest
 from .entries import EntryInfo
 from .eval_folder import EVAL_KIND, ModelFolder, claimed
-from .leaderboard import LEADERBOARD_CSV, LEADERBOARD_MD, data_identity, model_reports, write_leaderboard
-from .models import LoadedModel
-from .pipeline import EvalResult, RunSettings, analyse, evaluate_model, model_only_sections
+from .leaderboard import DATA_KEYS, LEADERBOARD_CSV, LEADERBOARD_MD, model_failures, model_reports, write_leaderboard
+from .models import ModelOptions
+from .pipeline import EvalResult, RunSettings, analyse, model_only_sections
+from .predict import source_display_name
 from .predictions import PREDICTIONS_NAME
 from .report import EVAL_JSON
+from .sweep import ModelFailure, run_sweep, sweep_tasks
 
 
 @contextmanager
 def eval_folder(out: Path) -> Iterator[OwnedFolder]:
-    """`--out`, held for the run: every eval.json already in it is checked (a broken one of another
-    model is refused before any model runs), and so are the leaderboard files (a link, a user's file)."""
+    """`--out`, held for the run: every eval.json and failed.json already in it is checked (a broken one
+    of another model is refused before any model runs), and so are the leaderboard files (a link, a
+    user's file)."""
     with claimed(out) as owned:
         model_reports(owned.root)
+        model_failures(owned.root)
         for name in (LEADERBOARD_CSV, LEADERBOARD_MD):
             owned.path(name)
         yield owned
 
 
+def data_revision(source, config: str | None, split: str, limit: int | None) -> dict:
+    """The data revision a run measures (leaderboard.DATA_KEYS and limit), from the source's manifest,
+    read once before any model: the leaderboard's, and the one a failed model is recorded against."""
+    manifest = read_dataset_manifest(SourceSplit(source, config, split))
+    return {
+        "source": source_display_name(source),
+        "config": manifest.get("config"),
+        "split": split,
+        "fingerprint": manifest.get("fingerprint"),
+        "limit": limit,
+    }
+
+
+@dataclass
+class SweepSummary:
+    results: list[EvalResult]  # the models evaluated or skipped, in the order given
+    failures: list[ModelFailure]
+    md_path: Path
+    rows: list[dict]  # the leaderboard's rows, failed models included
+
+
 def evaluate_all(
-    models: Sequence[LoadedModel],
+    specs: Sequence[tuple[str, ModelOptions]],
     source,
     owned: OwnedFolder,
     settings: RunSettings,
     announce: Callable[[str], None],
-    on_result: Callable[[LoadedModel, EvalResult], None] = lambda loaded, result: None,
+    on_result: Callable[[str, EvalResult], None] = lambda spec, result: None,
     entries: Sequence[EntryInfo | None] | None = None,
-) -> tuple[list[EvalResult], Path, list[dict]]:
-    """Evaluate each model into its folder of `owned` (its leaderboard entry described by the same
-    item of `entries`), then rebuild the leaderboard from every model folder's eval.json; returns the
-    results, the leaderboard's Markdown path and its rows."""
-    results = []
-    for n, loaded in enumerate(models):
-        entry = entries[n] if entries is not None else None
-        result = evaluate_model(loaded, source, owned, settings, announce=announce, entry=entry)
-        results.append(result)
-        on_result(loaded, result)
-    _, md_path, rows = write_leaderboard(owned, data_identity(results[0].report))
-    return results, md_path, rows
+    *,
+    runner: str = "local",
+    workers: int | None = None,
+    ray_address: str | None = None,
+) -> SweepSummary:
+    """Evaluate each model (spec, options) into its folder of `owned` (its leaderboard entry described
+    by the same item of `entries`) with the runner given; each model's reports are written as it
+    finishes and the leaderboard is rebuilt from every model folder (eval.json, failed.json) after
+    each one. Several models: a failed one is a leaderboard row and the rest still run."""
+    data = data_revision(source, settings.config, settings.split, settings.limit)
+    identity = {key: data[key] for key in DATA_KEYS}
+    parallel = runner == "ray" or ((workers or 1) > 1 and len(specs) > 1)
+    tasks = sweep_tasks(specs, source, settings, parallel)
+    board: list = []
+
+    def rebuild() -> None:
+        board[:] = [write_leaderboard(owned, identity)]
+
+    sweep = run_sweep(
+        tasks,
+        owned,
+        data,
+        runner=runner,
+        workers=workers,
+        ray_address=ray_address,
+        entries=entries,
+        announce=announce,
+        on_result=on_result,
+        after_each=rebuild,
+        worker_logs=settings.progress,
+    )
+    if not board:
+        rebuild()
+    _, md_path, rows = board[0]
+    return SweepSummary([r for r in sweep.results if r is not None], sweep.failures, md_path, rows)
 
 
 def report_folder(path: Path, out: Path | None) -> tuple[OwnedFolder, str]:

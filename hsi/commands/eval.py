@@ -4,9 +4,17 @@ Writes OUT/<model>/predictions.parquet, eval.json, eval.md, entry.json (its lead
 plots/, and OUT/leaderboard.csv/.md, all through OUT's OwnedFolder: one run per OUT, nothing through
 a link, never a user's file. The model folder's name carries what changes the numbers
 (`-crop0.875`, `-subset`, `-limit240`).
+Several models run one after another here, or `--model-workers N` at once in worker processes (on
+CUDA one per GPU), or on Ray (`--runner ray`, one actor per model); the predictions are the same.
+Each model's reports are written as it finishes, and the leaderboard is rebuilt after each one.
+
 Exit status: 0 on success, 2 for usage errors (a model that cannot be loaded, outputs that fit no
 label space, a missing source, a shard that fails its sha256, a broken eval.json in OUT), printed as
-`hsi eval: error: ...`.
+`hsi eval: error: ...`. In a sweep (several models) only a spec wrong on its face (an unknown timm
+or torchvision name, a missing model file or checkpoint) is refused before any model runs; a model
+that fails later (its weights will not load, it crashes, CUDA runs out of memory at a batch of 1)
+is a row of the leaderboard with its reason (OUT/<model>/failed.json), the other models still run,
+and the exit status is 3.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from builder.core.errors import UsageError
 from hsi.commands.common import options_from, positive_int, require_extra, seed_int
 
 HELP = "evaluate models on a composed config: predictions, per-group metrics with intervals, reports, leaderboard"
-EXIT_OK, EXIT_USAGE = 0, 2
+EXIT_OK, EXIT_USAGE = 0, 2  # and 3 when some models of a sweep failed (evaluation.sweep.ModelsFailed)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, eval_only: bool) -> None:
@@ -98,6 +106,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=2,
         help="DataLoader worker processes decoding shards; 0 decodes in the main process",
     )
+    run.add_argument(
+        "--model-workers",
+        type=positive_int,
+        metavar="N",
+        help="models evaluated at once, each whole model in a process of its own (not --workers, which decode for "
+        "one model): N local processes, on CUDA one per GPU (so at most the GPU count), or with --runner ray at "
+        "most N actors (default: 1 locally; on Ray one per GPU of the cluster, else 1); the predictions are the "
+        "same for any N. A failed model of several is a leaderboard row, and the exit status is 3",
+    )
+    run.add_argument(
+        "--runner",
+        choices=("local", "ray"),
+        default="local",
+        help="local: this machine; ray: one Ray actor per model (a GPU actor when the cluster has GPUs)",
+    )
+    run.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local one)")
     run.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     run.add_argument("--amp", action="store_true", help="mixed precision on CUDA")
     run.add_argument("--channels-last", action="store_true", help="channels_last memory format")
@@ -245,21 +269,30 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag} {value} is not a folder")
     if args.workers < 0:
         raise UsageError("--workers must be 0 or more")
+    if args.ray_address is not None and args.runner != "ray":
+        raise UsageError("--ray-address names a Ray cluster: pass it with --runner ray")
+    if args.runner == "ray":
+        from builder.core.ray_runner import check_ray_available
+
+        check_ray_available()
 
     from evaluation.data import default_split
-    from evaluation.models import load_model
+    from evaluation.models import check_spec
     from evaluation.pipeline import RunSettings
     from evaluation.report import EVAL_MD
     from evaluation.runs import eval_folder, evaluate_all
+    from evaluation.sweep import ModelsFailed
 
-    def summarise(loaded, result) -> None:
+    def summarise(spec: str, result) -> None:
         metrics = result.report["metrics"]
         summary = f"top-1 {_value(metrics['overall']['top1'])}" if metrics.get("overall") else "no samples"
         if metrics.get("has_groups"):
             worst = metrics["groups_summary"]["worst_group"]
             summary += f", worst group {worst['group']} {_value(worst)}"
-        print(f"{loaded.spec}: {summary} ({metrics['samples']} samples, {metrics['errors']['total']} error rows)")
-        print(f"  reports: {result.folder / EVAL_MD} and eval.json, entry.json, predictions.parquet, plots/")
+        # flushed: in a sweep these lines come as each model finishes, between the workers' own
+        print(f"{spec}: {summary} ({metrics['samples']} samples, {metrics['errors']['total']} error rows)", flush=True)
+        files = "eval.json, entry.json, predictions.parquet, plots/"
+        print(f"  reports: {result.folder / EVAL_MD} and {files}", flush=True)
 
     with eval_folder(args.out) as owned:
         entries = model_entries(args)
@@ -273,9 +306,32 @@ def run(args: argparse.Namespace) -> int:
             parts_dir=args.parts,
         )
         infos = entry_infos(entries, args)  # checked before any model loads
-        models = [load_model(entry["model"], model_options(entry, args)) for entry in entries]
-        _, md_path, rows = evaluate_all(models, args.source, owned, settings, _announce, summarise, infos)
-    print(f"leaderboard ({len(rows)} models): {md_path} and leaderboard.csv")
+        specs = [(entry["model"], model_options(entry, args)) for entry in entries]
+        if len(specs) > 1:  # a sweep refuses a mistyped spec now, not after the models before it
+            for spec, options in specs:
+                check_spec(spec, options)
+        summary = evaluate_all(
+            specs,
+            args.source,
+            owned,
+            settings,
+            _announce,
+            summarise,
+            infos,
+            runner=args.runner,
+            workers=args.model_workers,
+            ray_address=args.ray_address,
+        )
+    failed = f", {len(summary.failures)} failed" if summary.failures else ""
+    print(f"leaderboard ({len(summary.rows)} models{failed}): {summary.md_path} and leaderboard.csv")
+    if summary.failures:
+        raise ModelsFailed(
+            f"{len(summary.failures)} of {len(specs)} models failed ("
+            + "; ".join(f"{f.spec}: {f.reason}" for f in summary.failures[:3])
+            + (f"; and {len(summary.failures) - 3} more" if len(summary.failures) > 3 else "")
+            + "): each is a row of the leaderboard and its folder's failed.json says why; the others were "
+            "evaluated. Run the same command again to retry them (evaluated models are skipped)"
+        )
     return EXIT_OK
 
 

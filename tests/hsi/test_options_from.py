@@ -111,18 +111,16 @@ class _Reached(Exception):
 
 def test_hsi_eval_flags_reach_the_settings_the_evaluation_gets(tmp_path, monkeypatch):
     pytest.importorskip("torch")
-    import evaluation.models
     import evaluation.runs
     from hsi.cli import main
 
     seen = {}
 
-    def evaluate(loaded, source, out, settings, announce, entry=None):
-        seen["settings"] = settings
+    def evaluate(specs, source, owned, settings, announce, on_result, entries, **running):
+        seen.update(specs=specs, settings=settings, running=running)
         raise _Reached
 
-    monkeypatch.setattr(evaluation.models, "load_model", lambda spec, options: spec)
-    monkeypatch.setattr(evaluation.runs, "evaluate_model", evaluate)  # where `hsi eval`'s run looks it up
+    monkeypatch.setattr(evaluation.runs, "evaluate_all", evaluate)  # where `hsi eval`'s run looks it up
     source = tmp_path / "cfg"
     source.mkdir()
     argv = ["eval", str(source), "--model", "timm:resnet18", "--split", "val", "--out", str(tmp_path / "o")]
@@ -131,3 +129,8 @@ def test_hsi_eval_flags_reach_the_settings_the_evaluation_gets(tmp_path, monkeyp
     settings = seen["settings"]
     assert (settings.batch_size, settings.workers, settings.label_space, settings.overwrite) == (3, 0, "subset", True)
     assert (settings.split, settings.progress, settings.config) == ("val", True, None)
+    assert [spec for spec, _ in seen["specs"]] == ["timm:resnet18"]
+    assert seen["running"] == {"runner": "local", "workers": None, "ray_address": None}
+    with pytest.raises(_Reached):
+        main([*argv, "--model-workers", "2"])
+    assert seen["running"] == {"runner": "local", "workers": 2, "ray_address": None}

@@ -1,0 +1,156 @@
+"""Sweeps of several models (issue 26): `--model-workers 2` and `--runner ray` give the predictions and
+metrics of one process; a model that fails in the middle of three is a leaderboard row (and its
+folder's failed.json) while the others complete, exit status 3; a later run that evaluates it removes
+the row; each model's report is written as the model finishes, not at the end of the sweep."""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+from eval_cli import eval_args
+
+from builder.core.owned import OwnedFolder
+from evaluation.eval_folder import EVAL_KIND
+from evaluation.models import ModelOptions
+from evaluation.pipeline import RunSettings
+from evaluation.runs import data_revision
+from evaluation.sweep import compute_model, run_sweep, sweep_tasks
+from hsi.cli import main
+
+MODELS = ("ts_planted_corner.pt", "ts_planted_finder.pt")
+TIMING = ("seconds", "images_per_second")  # what differs between two runs of one model
+
+
+class FailsMidRun(torch.nn.Module):
+    """Passes the one-image output probe before any work, then raises on the first real batch."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] > 1:
+            raise RuntimeError("planted failure in forward")
+        return torch.zeros(x.shape[0], 1000)
+
+
+@pytest.fixture(scope="module")
+def failing(tmp_path_factory):
+    path = tmp_path_factory.mktemp("failing") / "fails_mid_run.pt"
+    torch.jit.script(FailsMidRun()).save(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def one_process(paper_set, planted_corner, planted_finder, tmp_path_factory):
+    """The two planted models evaluated one after another in this process: the reference."""
+    out = tmp_path_factory.mktemp("one-process") / "out"
+    assert main(eval_args(paper_set, f"ts:{planted_corner},ts:{planted_finder}", out)) == 0
+    return out
+
+
+def predictions(folder):
+    """(the table's rows, its metadata less the run's timing) of a predictions.parquet."""
+    table = pq.read_table(folder / "predictions.parquet")
+    metadata = json.loads(table.schema.metadata[b"hsi"])
+    for key in TIMING:
+        metadata["run"].pop(key)
+    return table.replace_schema_metadata(None), metadata
+
+
+def assert_same_evaluations(out, reference, models=MODELS):
+    for model in models:
+        rows, metadata = predictions(out / model)
+        expected_rows, expected_metadata = predictions(reference / model)
+        assert rows.num_rows == 72 and rows.equals(expected_rows), model
+        assert metadata == expected_metadata, model
+        report, expected = (json.loads((folder / model / "eval.json").read_text()) for folder in (out, reference))
+        assert report["metrics"] == expected["metrics"], model
+
+
+def leaderboard_rows(out) -> list[dict]:
+    with open(out / "leaderboard.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_a_model_failing_mid_run_is_a_row_and_the_others_complete_in_two_worker_processes(
+    paper_set, planted_corner, planted_finder, failing, one_process, tmp_path, capsys
+):
+    out = tmp_path / "out"
+    specs = f"ts:{planted_corner},ts:{failing},ts:{planted_finder}"
+    assert main(eval_args(paper_set, specs, out, "--model-workers", "2")) == 3
+    err = capsys.readouterr().err
+    assert "hsi eval: error: 1 of 3 models failed (ts:" in err and "RuntimeError: planted failure in forward" in err
+    assert_same_evaluations(out, one_process)  # the others: as in one process, byte for byte but the timing
+    failure = json.loads((out / "ts_fails_mid_run.pt" / "failed.json").read_text())
+    assert (failure["stage"], failure["error"]) == ("evaluate", "torch.jit.Error")  # what TorchScript raises
+    assert failure["reason"] == "RuntimeError: planted failure in forward"
+    assert failure["data"]["config"] == "hard-spurious-imagenet" and failure["data"]["split"] == "val"
+    assert not (out / "ts_fails_mid_run.pt" / "eval.json").exists()
+    rows = leaderboard_rows(out)
+    assert [(r["model"], r["status"]) for r in rows] == [
+        ("ts:planted_finder.pt", "ok"),
+        ("ts:planted_corner.pt", "ok"),
+        ("ts:fails_mid_run.pt", "failed"),
+    ]
+    assert rows[2]["error"] == failure["reason"] and rows[2]["worst_group_top1"] == ""
+    md = (out / "leaderboard.md").read_text()
+    assert "## Failed models" in md
+    assert "| `ts:fails_mid_run.pt` | ts_fails_mid_run.pt | evaluate | RuntimeError: planted failure in forward |" in md
+
+    # the model mended under the same name: the next run evaluates it, skips the others, drops the row
+    failing.write_bytes(planted_corner.read_bytes())
+    assert main(eval_args(paper_set, specs, out)) == 0
+    assert capsys.readouterr().err.count("already evaluated on this data revision") == 2
+    assert not (out / "ts_fails_mid_run.pt" / "failed.json").exists()
+    assert [r["status"] for r in leaderboard_rows(out)] == ["ok"] * 3
+    assert "Failed models" not in (out / "leaderboard.md").read_text()
+
+
+def test_a_sweep_refuses_a_missing_model_file_before_any_model_runs(paper_set, planted_corner, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(eval_args(paper_set, f"ts:{planted_corner},ts:{tmp_path / 'typo.pt'}", out)) == 2
+    assert "no such TorchScript file" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def compute_after_the_first_report(task, *args, **kwargs):
+    """compute_model, but the second model starts only once the first one's eval.json is written: a
+    sweep that wrote its reports at the end would never let it start (it gives up after a minute)."""
+    if task.position == 1:
+        first = task.out.root / MODELS[0] / "eval.json"
+        deadline = time.monotonic() + 60
+        while not first.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not first.exists():
+            raise RuntimeError("the first model's report was not written while the second model ran")
+    return compute_model(task, *args, **kwargs)
+
+
+def test_each_report_is_written_as_its_model_finishes(paper_set, planted_corner, planted_finder, tmp_path):
+    settings = RunSettings(split="val", workers=0, progress=False)
+    raw = ModelOptions(mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+    specs = [(f"ts:{planted_corner}", raw), (f"ts:{planted_finder}", raw)]
+    tasks = sweep_tasks(specs, paper_set, settings, parallel=True)
+    written = []
+    with OwnedFolder(tmp_path / "out", EVAL_KIND) as owned:
+        data = data_revision(paper_set, None, "val", None)
+        sweep = run_sweep(
+            tasks,
+            owned,
+            data,
+            workers=2,
+            announce=lambda text: None,
+            after_each=lambda: written.append(sorted(p.parent.name for p in owned.root.glob("*/eval.json"))),
+            work=compute_after_the_first_report,
+        )
+    assert sweep.failures == [] and written == [[MODELS[0]], list(MODELS)]
+
+
+@pytest.mark.slow
+def test_ray_gives_the_predictions_of_one_process(paper_set, planted_corner, planted_finder, one_process, tmp_path):
+    out = tmp_path / "ray"
+    assert main(eval_args(paper_set, f"ts:{planted_corner},ts:{planted_finder}", out, "--runner", "ray")) == 0
+    assert_same_evaluations(out, one_process)
+    assert leaderboard_rows(out) == leaderboard_rows(one_process)
