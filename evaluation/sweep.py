@@ -284,41 +284,30 @@ def run_on_ray(
     """Each task in an actor of its own, as many at once as `ray_slots` allows; `on_outcome` runs here
     as each arrives. A Ray started here (no running one, no `address`) is shut down at the end; an
     actor that dies (killed for memory) is that model's failure."""
-    from builder.core.ray_runner import RayUnavailable, check_ray_available
+    from builder.core.ray_runner import ray_session
 
-    check_ray_available()
-    import ray
-
-    started_here = not ray.is_initialized()
-    if started_here:
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    with ray_session(address, log_to_driver) as ray:
+        running: dict = {}  # the result reference -> (actor, task)
         try:
-            ray.init(address=address, include_dashboard=False, log_to_driver=log_to_driver)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise RayUnavailable(f"cannot start or reach Ray at {address or 'a new local instance'}: {exc}") from None
-    running: dict = {}  # the result reference -> (actor, task)
-    try:
-        size, gpus = ray_slots(ray, tasks[0].settings.device if tasks else "auto", workers, len(tasks))
-        actor_class: Any = ray.remote(num_cpus=1, num_gpus=gpus)(ModelActor)
-        queue: deque = deque(tasks)
-        while queue or running:
-            while queue and len(running) < size:
-                task = queue.popleft()
-                actor = actor_class.remote()
-                running[actor.evaluate.remote(replace(task, out=snapshot()))] = (actor, task)
-            done, _ = ray.wait(list(running), num_returns=1)
-            actor, task = running.pop(done[0])
-            try:
-                outcome = ray.get(done[0])
-            except ray.exceptions.RayError as exc:
-                outcome = _died(task, one_line(exc))
-            ray.kill(actor)
-            on_outcome(task, outcome)
-    finally:
-        for actor, _ in running.values():  # stopped early (Ctrl-C, a refusal): no actor keeps running
-            ray.kill(actor)
-        if started_here:
-            ray.shutdown()
+            size, gpus = ray_slots(ray, tasks[0].settings.device if tasks else "auto", workers, len(tasks))
+            actor_class: Any = ray.remote(num_cpus=1, num_gpus=gpus)(ModelActor)
+            queue: deque = deque(tasks)
+            while queue or running:
+                while queue and len(running) < size:
+                    task = queue.popleft()
+                    actor = actor_class.remote()
+                    running[actor.evaluate.remote(replace(task, out=snapshot()))] = (actor, task)
+                done, _ = ray.wait(list(running), num_returns=1)
+                actor, task = running.pop(done[0])
+                try:
+                    outcome = ray.get(done[0])
+                except ray.exceptions.RayError as exc:
+                    outcome = _died(task, one_line(exc))
+                ray.kill(actor)
+                on_outcome(task, outcome)
+        finally:
+            for actor, _ in running.values():  # stopped early (Ctrl-C, a refusal): no actor keeps running
+                ray.kill(actor)
 
 
 # --- the sweep ----------------------------------------------------------------------------------
