@@ -18,7 +18,7 @@ from builder.core.errors import printable
 from builder.core.names import check_split_name
 from evaluation.eval_folder import claimed
 
-from .collect import ModelEval, ReportInputError, collect_evals, site_name
+from .collect import ModelEval, ReportInputError, collect_evals, collect_failures, site_name
 from .figures import accuracy_vs_size, png_bytes, position_heat_maps
 from .gallery import GalleryCell, sample_gallery
 from .pages import Board, index_page, model_page, sort_key
@@ -96,9 +96,12 @@ def _no_data_note(model: ModelEval) -> str:
     )
 
 
-def _boards(models: list[ModelEval], files: dict[str, bytes]) -> list[Board]:
-    """The leaderboards, one per data revision, with their figures added to `files`."""
-    revisions = sorted({m.revision for m in models}, key=lambda r: tuple(str(v) for v in r))
+def _boards(models: list[ModelEval], failures: list[tuple[tuple, dict]], files: dict[str, bytes]) -> list[Board]:
+    """The leaderboards, one per data revision (of an evaluated or a failed model), with their figures
+    added to `files`."""
+    revisions = sorted(
+        {m.revision for m in models} | {revision for revision, _ in failures}, key=lambda r: tuple(str(v) for v in r)
+    )
     boards = []
     for n, revision in enumerate(revisions, start=1):
         members = sorted((m for m in models if m.revision == revision), key=sort_key)
@@ -110,7 +113,10 @@ def _boards(models: list[ModelEval], files: dict[str, bytes]) -> list[Board]:
             if data is not None:
                 names[kind] = f"leaderboard/board-{n}-{kind}.png"
                 files[names[kind]] = png_bytes(data)
-        boards.append(Board(revision, members, names.get("accuracy_vs_size"), names.get("position_size_heatmaps")))
+        failed = tuple(record for where, record in failures if where == revision)
+        boards.append(
+            Board(revision, members, names.get("accuracy_vs_size"), names.get("position_size_heatmaps"), failed)
+        )
     return boards
 
 
@@ -161,7 +167,7 @@ def build_site(eval_dirs: list[Path], out: Path, settings: SiteSettings = SiteSe
             shown = galleries[model.slug] if data else None
             split = data.get(model.revision)
             files.update(_model_files(model, shown, samples.get(model.revision, {}), split, generator))
-        files[INDEX] = index_page(_boards(models, files), generator).encode("utf-8")
+        files[INDEX] = index_page(_boards(models, collect_failures(eval_dirs), files), generator).encode("utf-8")
         for relative in files:  # refuse a link or a user's file on the way before writing anything
             owned.path(relative)
         for relative, payload in files.items():

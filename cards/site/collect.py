@@ -23,7 +23,7 @@ from builder.core.names import check_path_component, check_relative_path
 from builder.core.owned import check_relative
 from builder.core.untrusted import Fields
 from evaluation.entries import ENTRY_JSON, read_entry
-from evaluation.leaderboard import checked_report, leaderboard_row, model_reports
+from evaluation.leaderboard import checked_report, leaderboard_row, model_failures, model_reports
 from evaluation.predictions import PREDICTIONS_NAME, read_predictions
 from evaluation.report import EVAL_JSON
 
@@ -228,3 +228,15 @@ def collect_evals(eval_dirs: list[Path], progress: bool = False) -> list[ModelEv
             )
         )
     return models
+
+
+def collect_failures(eval_dirs: list[Path]) -> list[tuple[tuple, dict]]:
+    """(data revision, checked failed.json) of every model of a sweep that failed (`hsi eval
+    --models` records one per failed model folder), in command-line then folder-name order."""
+    failures = []
+    for eval_dir in map(Path, eval_dirs):
+        if (eval_dir / EVAL_JSON).exists() or eval_dir.is_symlink():
+            continue  # a single model folder, or a link collect_evals refuses
+        for _, record in model_failures(eval_dir):
+            failures.append((tuple(record["data"].get(key) for key in REVISION_KEYS), record))
+    return failures

@@ -29,6 +29,7 @@ class Board:
     models: list[ModelEval]  # in leaderboard order
     curves: str | None  # site-relative path of the accuracy-vs-size figure
     heat_maps: str | None
+    failed: tuple[dict, ...] = ()  # failed.json records of models that failed on this revision
 
 
 def revision_line(run: dict, source: str | None = None) -> Html:
@@ -103,7 +104,15 @@ def index_page(boards: list[Board], generator: str) -> str:
     ]
     for board in boards:
         config, split, fingerprint = board.revision
-        parts = [_board_table(board)]
+        parts = [_board_table(board)] if board.models else []
+        if board.failed:
+            rows = [[tag("code", r["model"]["spec"]), r["stage"], r["error"], r["reason"]] for r in board.failed]
+            parts.append(
+                Html(
+                    tag("h3", "Failed models (not ranked)")
+                    + table(["model", "failed while", "error", "reason"], rows, class_="failed")
+                )
+            )
         if board.curves:
             parts.append(
                 tag(
@@ -128,7 +137,7 @@ def index_page(boards: list[Board], generator: str) -> str:
             )
         title = f"{config} / {split} (fingerprint {fingerprint or 'not recorded'})"
         body.append(section(title, *parts, id_=f"board-{len(body)}"))
-    revisions = join(revision_line(board.models[0].run) for board in boards)
+    revisions = join(revision_line(board.models[0].run) for board in boards if board.models)
     return page("Hard-Spurious-ImageNet: leaderboard", revisions, join(body), "", generator)
 
 

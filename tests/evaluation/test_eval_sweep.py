@@ -98,6 +98,12 @@ def test_a_model_failing_mid_run_is_a_row_and_the_others_complete_in_two_worker_
     md = (out / "leaderboard.md").read_text()
     assert "## Failed models" in md
     assert "| `ts:fails_mid_run.pt` | ts_fails_mid_run.pt | evaluate | RuntimeError: planted failure in forward |" in md
+    # the HTML report lists it under its data revision, after the ranked models
+    assert main(["report", str(out), "--out", str(tmp_path / "site"), "--no-progress"]) == 0
+    index = (tmp_path / "site" / "index.html").read_text("utf-8")
+    failed = index.split("Failed models (not ranked)", 1)[1]
+    assert "<code>ts:fails_mid_run.pt</code>" in failed and "RuntimeError: planted failure in forward" in failed
+    assert index.index("ts:planted_finder.pt") < index.index("Failed models (not ranked)")
 
     # the model mended under the same name: the next run evaluates it, skips the others, drops the row
     failing.write_bytes(planted_corner.read_bytes())
