@@ -64,6 +64,7 @@ class RunSettings:
     clean_split: str = "val"
     parts_dir: Path | None = None
     overwrite: bool = False
+    part: tuple[int, int] | None = None  # (index, count): this process predicts one of count parts of the data
 
 
 @dataclass
@@ -255,6 +256,7 @@ class ModelWork:
     action: str  # EVALUATED, SKIPPED or PASSES_ADDED
     previous: dict | None = None  # the folder's eval.json when the work was planned
     predictions: bytes | None = None  # the predictions.parquet of an EVALUATED run, as written
+    part_run: object = None  # a part's PredictionRun (rows, errors, metadata), merged by the sweep
     passes: dict = field(default_factory=dict)  # classify_passes' output
     composites: object = None  # the composites' rows the clean photos' drop needs (a DataFrame)
 
@@ -307,6 +309,16 @@ def model_work(
             work.action = PASSES_ADDED
             return work
     verify_plan(plan, settings.split, settings.limit, announce)
+    if settings.part is not None:  # one part of the data: the sweep merges the parts' rows and writes them
+        from .data import EvalBatches, SourceSplit
+
+        index, count = settings.part
+        where = SourceSplit(source, settings.config, settings.split)
+        dataset = EvalBatches(where, loaded.preprocessing, settings.batch_size, settings.limit, index, count)
+        run = predictions_for(loaded, source, settings, plan=replace(plan, dataset=dataset), announce=announce)
+        run.classifier = None  # stays in the worker: a module is not sent back
+        work.part_run = run
+        return work
     run = predictions_for(loaded, source, settings, plan=plan, announce=announce)
     with tempfile.TemporaryDirectory(prefix="hsi-eval-") as tmp:  # the bytes write_predictions writes
         written = write_predictions(Path(tmp) / PREDICTIONS_NAME, run.rows, run.errors, run.metadata)

@@ -366,7 +366,15 @@ def run_sweep(
     def snapshot() -> FolderRecord:
         return FolderRecord.of(owned)
 
-    if runner == "ray":
+    def dispatch(batch: Sequence[ModelTask], on_outcome: Callable[[ModelTask, Outcome], None]) -> None:
+        if runner == "ray":
+            run_on_ray(batch, ray_address, workers, worker_logs, snapshot, on_outcome)
+        else:
+            run_in_processes(batch, process_slots(batch[0].settings.device, len(batch)), snapshot, on_outcome, work)
+
+    if len(tasks) == 1 and (workers or 1) > 1:  # one model, its data split over the workers
+        finish(tasks[0], in_parts(tasks[0], workers or 1, dispatch))
+    elif runner == "ray":
         run_on_ray(tasks, ray_address, workers, worker_logs, snapshot, finish)
     elif (workers or 1) > 1 and len(tasks) > 1:
         slots = process_slots(tasks[0].settings.device, min(workers or 1, len(tasks)))
@@ -375,6 +383,59 @@ def run_sweep(
         for task in tasks:
             finish(task, work(task, announce, owned, keep_going))
     return SweepResult(results, failures)
+
+
+def in_parts(
+    task: ModelTask, count: int, dispatch: Callable[[Sequence[ModelTask], Callable[[ModelTask, Outcome], None]], None]
+) -> Outcome:
+    """One model over `count` workers, each predicting one part of the data (its shards, as
+    `EvalBatches(rank, world_size)` deals them: disjoint, together every sample once); the parts' rows
+    are merged into the predictions one process writes (rows by key, errors by shard), timed by the
+    slowest part. The clean-photo and background passes need the whole model run: refused here."""
+    from .pipeline import requested_passes
+
+    if requested_passes(task.settings):
+        raise UsageError(
+            "--clean and --parts run in one process: evaluate the model with --model-workers first, then run "
+            "hsi eval again with --clean/--parts and no --model-workers (only those passes are added)"
+        )
+    parts = [
+        replace(task, settings=replace(task.settings, part=(index, count), progress=False)) for index in range(count)
+    ]
+    announce_to_stderr(f"{loaded_spec(task.spec, task.options)}: its data in {count} parts, one per worker")
+    outcomes: dict[int, Outcome] = {}
+    dispatch(parts, lambda part, outcome: outcomes.__setitem__(part.settings.part[0], outcome))
+    failed = [outcome for outcome in outcomes.values() if isinstance(outcome, ModelFailure)]
+    if failed:
+        return failed[0]
+    works = [outcomes[index] for index in range(count)]
+    if any(work.part_run is None for work in works):  # skipped, or passes only: the folder's state decides
+        return works[0]
+    return merged_work(works)
+
+
+def merged_work(works: list[ModelWork]) -> ModelWork:
+    """The parts' prediction runs as the one ModelWork of the whole model run."""
+    import tempfile
+    from pathlib import Path
+
+    from .predictions import PREDICTIONS_NAME, write_predictions
+
+    runs = [work.part_run for work in works]
+    rows = sorted((row for run in runs for row in run.rows), key=lambda row: row["key"])
+    errors = sorted((e for run in runs for e in run.errors), key=lambda e: (e["shard"], e["key"] or ""))
+    seconds = max(run.seconds for run in runs)
+    metadata = dict(runs[0].metadata)
+    halved = [run.metadata["run"]["batch_halved_to"] for run in runs]
+    metadata["run"] = {
+        **metadata["run"],
+        "batch_halved_to": min((h for h in halved if h is not None), default=None),
+        "seconds": round(seconds, 3),
+        "images_per_second": round(len(rows) / seconds, 2) if seconds else None,
+    }
+    with tempfile.TemporaryDirectory(prefix="hsi-eval-") as tmp:
+        written = write_predictions(Path(tmp) / PREDICTIONS_NAME, rows, errors, metadata)
+        return replace(works[0], predictions=written.read_bytes(), part_run=None)
 
 
 class ModelFailed(HsiError):

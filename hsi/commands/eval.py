@@ -113,7 +113,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="models evaluated at once, each whole model in a process of its own (not --workers, which decode for "
         "one model): N local processes, on CUDA one per GPU (so at most the GPU count), or with --runner ray at "
         "most N actors (default: 1 locally; on Ray one per GPU of the cluster, else 1); the predictions are the "
-        "same for any N. A failed model of several is a leaderboard row, and the exit status is 3",
+        "same for any N. One model over N: its shards split into N parts, one per process. A failed model of "
+        "several is a leaderboard row, and the exit status is 3",
     )
     run.add_argument(
         "--runner",
@@ -304,6 +305,7 @@ def run(args: argparse.Namespace) -> int:
             bootstrap=bootstrap,
             clean_root=args.clean,
             parts_dir=args.parts,
+            part=None,  # the whole data: a sweep of one model over workers sets each worker's part
         )
         infos = entry_infos(entries, args)  # checked before any model loads
         specs = [(entry["model"], model_options(entry, args)) for entry in entries]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import time
+from dataclasses import replace
 
 import pyarrow.parquet as pq
 import pytest
@@ -15,6 +16,7 @@ import torch
 from eval_cli import eval_args
 
 from builder.core.owned import OwnedFolder
+from evaluation.bootstrap import BootstrapSettings
 from evaluation.eval_folder import EVAL_KIND
 from evaluation.models import ModelOptions
 from evaluation.pipeline import RunSettings
@@ -160,3 +162,49 @@ def test_ray_gives_the_predictions_of_one_process(paper_set, planted_corner, pla
     assert main(eval_args(paper_set, f"ts:{planted_corner},ts:{planted_finder}", out, "--runner", "ray")) == 0
     assert_same_evaluations(out, one_process)
     assert leaderboard_rows(out) == leaderboard_rows(one_process)
+
+
+def test_one_model_over_two_workers_gives_the_predictions_of_one_process(
+    paper_set, planted_corner, one_process, tmp_path, monkeypatch, capsys
+):
+    """One model, --model-workers 2: each worker predicts one part of the shards (the paper set has
+    3), the parent merges them into one process's predictions.parquet and metrics."""
+    import evaluation.pipeline as pipeline
+
+    parts_seen = []
+    original = pipeline.predictions_for
+
+    def counting(loaded, source, settings, *, plan=None, announce=print):
+        run = original(loaded, source, settings, plan=plan, announce=announce)
+        parts_seen.append((settings.part, len(run.rows)))
+        return run
+
+    out = tmp_path / "out"
+    assert main(eval_args(paper_set, f"ts:{planted_corner}", out, "--model-workers", "2")) == 0
+    assert "ts:planted_corner.pt: its data in 2 parts, one per worker" in capsys.readouterr().err
+    assert_same_evaluations(out, one_process, models=("ts_planted_corner.pt",))
+    # the same split in this process: disjoint parts that together hold every sample once
+    monkeypatch.setattr(pipeline, "predictions_for", counting)
+    from evaluation.sweep import merged_work
+
+    settings = RunSettings(split="val", workers=0, progress=False, bootstrap=BootstrapSettings(resamples=20))
+    spec = (f"ts:{planted_corner}", ModelOptions(mean=(0.0,) * 3, std=(1.0,) * 3))
+    task = sweep_tasks([spec], str(paper_set), settings, False)[0]
+    with OwnedFolder(tmp_path / "here", EVAL_KIND) as owned:
+        works = [
+            compute_model(replace(task, settings=replace(task.settings, part=(index, 2))), lambda line: None, owned)
+            for index in range(2)
+        ]
+    keys = [{row["key"] for row in work.part_run.rows} for work in works]
+    assert keys[0] and keys[1] and not keys[0] & keys[1] and len(keys[0] | keys[1]) == 72
+    assert sorted(parts_seen) == [((0, 2), len(keys[0])), ((1, 2), len(keys[1]))]
+    assert merged_work(works).predictions is not None
+
+
+def test_one_model_over_workers_refuses_the_clean_and_background_passes(
+    paper_set, planted_corner, flat_parts, tmp_path, capsys
+):
+    out = tmp_path / "out"
+    args = eval_args(paper_set, f"ts:{planted_corner}", out, "--model-workers", "2", "--parts", str(flat_parts[0]))
+    assert main(args) == 2
+    assert "--clean and --parts run in one process" in capsys.readouterr().err

@@ -89,7 +89,14 @@ def test_hsi_eval_probe_and_scgs_flags_give_every_field_of_their_options():
     evaluated = parse("eval", "data/cfg", "--model", "timm:resnet18", "--amp", "--clean-split", "train", "--limit", "9")
     bootstrap = BootstrapSettings()
     settings = options_from(
-        evaluated, RunSettings, split="val", progress=False, bootstrap=bootstrap, clean_root=None, parts_dir=None
+        evaluated,
+        RunSettings,
+        split="val",
+        progress=False,
+        bootstrap=bootstrap,
+        clean_root=None,
+        parts_dir=None,
+        part=None,
     )
     assert settings == RunSettings(split="val", amp=True, limit=9, progress=False, clean_split="train")
 
