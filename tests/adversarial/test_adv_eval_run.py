@@ -16,6 +16,7 @@ import pytest
 from json_fuzz import mutated, value_paths
 from parts_factory import fake_images, write_parts
 from release_factory import make_composed_dataset
+from tiny_models import MeanColour
 
 from builder.core.errors import HsiError
 from builder.core.locks import exclusive_folder
@@ -25,17 +26,6 @@ from hsi.cli import main
 torch = pytest.importorskip("torch")
 
 MODEL = "ts_colour.pt"  # the default folder of the model below
-
-
-class MeanColour(torch.nn.Module):
-    """1000 logits from the image's mean colour: a deterministic classifier that needs no weights file."""
-
-    def __init__(self, seed: int) -> None:
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.randn(3, 1000, generator=torch.Generator().manual_seed(seed)))
-
-    def forward(self, x):
-        return x.mean((2, 3)) @ self.weight
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from release_factory import make_composed_dataset
+from tiny_models import MeanColour
 
 from builder.core.hashing import sha256_file
 from builder.core.manifest import Manifest
@@ -24,17 +25,6 @@ from hsi.cli import main
 torch = pytest.importorskip("torch")
 
 MODEL = "ts_colour.pt"
-
-
-class MeanColour(torch.nn.Module):
-    """1000 logits from the image's mean colour: a deterministic classifier that needs no weights file."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.randn(3, 1000, generator=torch.Generator().manual_seed(0)))
-
-    def forward(self, x):
-        return x.mean((2, 3)) @ self.weight
 
 
 @pytest.fixture(scope="module")

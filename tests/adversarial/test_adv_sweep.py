@@ -11,23 +11,13 @@ import hashlib
 
 import pytest
 from release_factory import make_composed_dataset, two_releases
+from tiny_models import MeanColour
 
 from builder.core.errors import HsiError
 from builder.core.locks import exclusive_folder, lock_path
 from hsi.cli import main
 
 torch = pytest.importorskip("torch")
-
-
-class MeanColour(torch.nn.Module):
-    """1000 logits from the image's mean colour: a deterministic classifier that needs no weights file."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.randn(3, 1000, generator=torch.Generator().manual_seed(0)))
-
-    def forward(self, x):
-        return x.mean((2, 3)) @ self.weight
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from hsi.cli import SUBCOMMANDS, build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     """The site as `make docs` builds it (one build for the module; autodoc imports torch)."""

@@ -8,21 +8,9 @@ import numpy as np
 import pytest
 from parts_factory import compose_quietly, fake_images, write_parts
 from PIL import Image, ImageDraw, ImageFont
+from test_validation_meaning import TEN
 
 from validation import previews
-
-TEN = [
-    "n01443537",
-    "n02437312",
-    "n02134084",
-    "n02391049",
-    "n02690373",
-    "n04273569",
-    "n01614925",
-    "n04146614",
-    "n04310018",
-    "n04465501",
-]  # the -10 subset's classes
 
 
 @pytest.fixture(scope="module")
