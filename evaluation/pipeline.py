@@ -308,14 +308,16 @@ def model_work(
             work.passes = classify_passes(work.composites, classifier, loaded, settings, missing)
             work.action = PASSES_ADDED
             return work
-    verify_plan(plan, settings.split, settings.limit, announce)
-    if settings.part is not None:  # one part of the data: the sweep merges the parts' rows and writes them
+    if settings.part is not None:  # one part of the data: its reader, proved below like the whole one
         from .data import EvalBatches, SourceSplit
 
         index, count = settings.part
         where = SourceSplit(source, settings.config, settings.split)
         dataset = EvalBatches(where, loaded.preprocessing, settings.batch_size, settings.limit, index, count)
-        run = predictions_for(loaded, source, settings, plan=replace(plan, dataset=dataset), announce=announce)
+        plan = replace(plan, dataset=dataset)
+    verify_plan(plan, settings.split, settings.limit, announce)  # points the reader at the proved files
+    if settings.part is not None:  # the sweep merges the parts' rows and writes them
+        run = predictions_for(loaded, source, settings, plan=plan, announce=announce)
         run.classifier = None  # stays in the worker: a module is not sent back
         work.part_run = run
         return work

@@ -373,7 +373,7 @@ def run_sweep(
             run_in_processes(batch, process_slots(batch[0].settings.device, len(batch)), snapshot, on_outcome, work)
 
     if len(tasks) == 1 and (workers or 1) > 1:  # one model, its data split over the workers
-        finish(tasks[0], in_parts(tasks[0], workers or 1, dispatch))
+        finish(tasks[0], in_parts(tasks[0], workers or 1, dispatch, announce))
     elif runner == "ray":
         run_on_ray(tasks, ray_address, workers, worker_logs, snapshot, finish)
     elif (workers or 1) > 1 and len(tasks) > 1:
@@ -386,7 +386,10 @@ def run_sweep(
 
 
 def in_parts(
-    task: ModelTask, count: int, dispatch: Callable[[Sequence[ModelTask], Callable[[ModelTask, Outcome], None]], None]
+    task: ModelTask,
+    count: int,
+    dispatch: Callable[[Sequence[ModelTask], Callable[[ModelTask, Outcome], None]], None],
+    announce: Callable[[str], None] = announce_to_stderr,
 ) -> Outcome:
     """One model over `count` workers, each predicting one part of the data (its shards, as
     `EvalBatches(rank, world_size)` deals them: disjoint, together every sample once); the parts' rows
@@ -402,7 +405,7 @@ def in_parts(
     parts = [
         replace(task, settings=replace(task.settings, part=(index, count), progress=False)) for index in range(count)
     ]
-    announce_to_stderr(f"{loaded_spec(task.spec, task.options)}: its data in {count} parts, one per worker")
+    announce(f"{loaded_spec(task.spec, task.options)}: its data in {count} parts, one per worker")
     outcomes: dict[int, Outcome] = {}
     dispatch(parts, lambda part, outcome: outcomes.__setitem__(part.settings.part[0], outcome))
     failed = [outcome for outcome in outcomes.values() if isinstance(outcome, ModelFailure)]
