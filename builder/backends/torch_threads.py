@@ -53,3 +53,11 @@ def stage_threads() -> Iterator[None]:
     finally:
         if torch.get_num_threads() != before:
             torch.set_num_threads(before)
+
+
+def runs_torch(*backends: object) -> bool:
+    """Whether any of these backends runs a torch model (they keep it in a `ProcessLocalModel`):
+    only then does a stage record and set the thread count, so a classical run never imports torch."""
+    from builder.backends.torch_base import ProcessLocalModel
+
+    return any(isinstance(getattr(backend, "placement", None), ProcessLocalModel) for backend in backends)
