@@ -29,13 +29,21 @@ def threads_setting() -> dict:
     return {"intra_op_threads": STAGE_INTRA_OP_THREADS}
 
 
+def _torch():
+    """torch, or None where it is not installed (then no model of ours runs, and nothing is set)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
 def use_stage_threads() -> None:
     """The stage's thread count in this process from now on: for a worker process (forked,
     spawned or a Ray actor) before it builds a shard. In the process that plans the run, work
     inside `stage_threads()` instead, which gives the caller's count back afterwards."""
-    import torch
-
-    if torch.get_num_threads() != STAGE_INTRA_OP_THREADS:
+    torch = _torch()
+    if torch is not None and torch.get_num_threads() != STAGE_INTRA_OP_THREADS:
         torch.set_num_threads(STAGE_INTRA_OP_THREADS)
 
 
@@ -44,14 +52,13 @@ def stage_threads() -> Iterator[None]:
     """The stage's thread count while the block runs (the planning process's model work and the
     shards it builds itself); the process's own count is restored afterwards, so a caller of the
     Python API keeps its threads."""
-    import torch
-
-    before = torch.get_num_threads()
+    torch = _torch()
+    before = torch.get_num_threads() if torch is not None else None
     use_stage_threads()
     try:
         yield
     finally:
-        if torch.get_num_threads() != before:
+        if torch is not None and torch.get_num_threads() != before:
             torch.set_num_threads(before)
 
 
