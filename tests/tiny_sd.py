@@ -15,8 +15,6 @@ import importlib.util
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
-
 BPE_FILE = "bpe_simple_vocab_16e6.txt.gz"
 MERGES = 49152 - 256 - 2  # CLIP's vocabulary size (49,408) less 512 byte symbols and 2 special tokens
 SAMPLE_SIZE = 16  # latent side
@@ -113,18 +111,6 @@ def one_intra_op_thread():
         yield
     finally:
         torch.set_num_threads(threads)
-
-
-def one_intra_op_thread_fixture(scope: str):
-    """An autouse fixture that runs the tests of its `scope` ("module", "session") under
-    `one_intra_op_thread`: assign it to a name in a test module or conftest."""
-
-    @pytest.fixture(scope=scope, autouse=True)
-    def one_thread():
-        with one_intra_op_thread():
-            yield
-
-    return one_thread
 
 
 def cached_tiny_inpaint_pipeline(tmp_path_factory, seed: int = 0) -> Path:

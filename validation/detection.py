@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from builder.backends.base import BackendInfo, Detector
+from builder.backends.torch_threads import threads_setting, use_stage_threads
 from builder.core.classes import class_of, is_known_wnid
 from builder.core.errors import HsiError, RunFailed
 from builder.core.records import Box, Issue, count_by_reason
@@ -276,6 +277,7 @@ class DetectionJob:
         return cached_detector(self.detector_name, self.config)
 
     def __call__(self, chunk: Sequence[Sequence[DetectionItem]]) -> ChunkResult:
+        use_stage_threads()  # the run's thread count in any worker: the detector's sums depend on it
         detector = self.detector()
         images: list[ImageIoU] = []
         rows: list[Issue] = []
@@ -287,7 +289,13 @@ class DetectionJob:
 
 
 def report_info(provenance: dict, box_threshold: float, text_threshold: float, batch_size: int) -> dict:
-    return {**provenance, "box_threshold": box_threshold, "text_threshold": text_threshold, "batch_size": batch_size}
+    return {
+        **provenance,
+        "box_threshold": box_threshold,
+        "text_threshold": text_threshold,
+        "batch_size": batch_size,
+        "torch": threads_setting(),  # every worker's intra-op threads: the scores do not depend on --workers
+    }
 
 
 def merge_chunks(

@@ -385,6 +385,7 @@ def map_detection(job, chunks: list, workers: int, detection: DetectionRequest) 
     """`job` over the chunks, results in chunk order: on Ray (up to `workers` actors, one GPU each
     when the device asks for CUDA or, with auto, when the cluster has GPUs), else in up to `workers`
     local processes (one per GPU on CUDA), else here."""
+    from builder.backends.torch_threads import stage_threads
     from builder.core.runner import map_in_processes
     from validation.detection import forget_detectors
 
@@ -397,7 +398,8 @@ def map_detection(job, chunks: list, workers: int, detection: DetectionRequest) 
     devices = detection_gpus(detection.device, workers)
     if devices:
         forget_detectors()  # spawned GPU workers build their own; forked CPU workers inherit this one
-    return map_in_processes(job, chunks, workers=workers, worker_devices=devices or None)
+    with stage_threads():  # the chunks detected here, and the workers forked from here, use the run's count
+        return map_in_processes(job, chunks, workers=workers, worker_devices=devices or None)
 
 
 def detection_gpus(device: str, workers: int) -> list[str]:

@@ -33,6 +33,7 @@ from builder.augment.sampling import check_sampling
 from builder.augment.source import SourceConfig, SourceError
 from builder.backends.sd_inpaint import GenerationSettings
 from builder.backends.torch_base import limit_threads_in_forked_child
+from builder.backends.torch_threads import use_stage_threads
 from builder.core.config import canonical_json, differing_settings
 from builder.core.errors import RunFailed, UsageError
 from builder.core.hashing import copy_checked
@@ -242,6 +243,7 @@ class ScgsShardBuilder:
         return int((self.source.manifest.spec or {}).get("jpeg_quality", 95))
 
     def generate(self, plan: ShardPlan) -> ShardResult:
+        use_stage_threads()  # the run's thread count in any worker: float sums depend on it
         items: list[GenerationItem] = list(plan.items)
         options, generation, models = self.options, self.generation, self.models.get()
         class_names = self.source.class_names

@@ -20,8 +20,10 @@ Where the shards are built (`check_run_options`): in this process by default; wi
 on the CPU, N forked processes that inherit the models; on CUDA, one process per GPU (N of them);
 with `--runner ray`, Ray actors (one GPU each on CUDA). A worker that does not inherit the models
 loads them once with the run's `ModelLoader` and must get the same provenance. Every image's seed
-comes from (seed, source key, index), so the shards and the manifest are byte-identical for any
-worker count and runner on one device type.
+comes from (seed, source key, index), and every process does its torch work with the same intra-op
+thread count (builder.backends.torch_threads, recorded in the settings), so the shards and the
+manifest are byte-identical for any worker count and runner on one device type, and a run resumed
+under another worker count or runner is the run it would have been uninterrupted.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from builder.augment.preflight import check_generation, check_output_place
 from builder.augment.sampling import ClusterPlan, SampledImage, sample_misclassified
 from builder.augment.source import TRAIN, SourceConfig
 from builder.backends.registry import backend_config, make_backend
+from builder.backends.torch_threads import stage_threads, threads_setting
 from builder.core.config import canonical_json, fingerprint
 from builder.core.errors import UsageError
 from builder.core.folders import check_writable_folder
@@ -121,13 +124,14 @@ class ScgsStage(Stage):
             "cam", "gradcam++", backend_config("cam", "gradcam++", SimpleNamespace(cam_layer=self.cam_layer))
         )
         source.verify_shards()  # a tampered or changed source is refused now, not midway through the copies
-        self.sampling = self.sample()
-        if not self.sampling.items:
-            raise UsageError(
-                f"the classifier gets every one of the {self.sampling.predictions.train_samples} train samples of "
-                f"{source.config} right: SCGS has no misclassified image to regenerate"
-            )
-        self.probe_cam()
+        with stage_threads():  # M and the k-means features decide the plans: the shards' thread count
+            self.sampling = self.sample()
+            if not self.sampling.items:
+                raise UsageError(
+                    f"the classifier gets every one of the {self.sampling.predictions.train_samples} train samples "
+                    f"of {source.config} right: SCGS has no misclassified image to regenerate"
+                )
+            self.probe_cam()
         self._settings = json.loads(canonical_json(self.settings_payload()))
         self._plans = self.make_plans()
         # this run's models in this process and, through the loader, in any worker
@@ -189,6 +193,7 @@ class ScgsStage(Stage):
             "generation": asdict(models.generation),
             "schema_version": composites.SCHEMA_VERSION,
             "augment_schema_version": AUGMENT_SCHEMA_VERSION,
+            "torch": threads_setting(),  # every process's intra-op threads: another count rounds otherwise
         }
 
     # --- the Stage interface ----------------------------------------------------------------
@@ -351,4 +356,5 @@ def run_scgs(stage: ScgsStage, options: RunOptions) -> StageRun:
             "these SCGS models were handed in without a loader, so only this process and its forked CPU workers "
             "can use them: pass ScgsModels(loader=...) to run on GPUs or on Ray"
         )
-    return run_stage(stage, options)
+    with stage_threads():  # the shards built here, and the workers forked from here, use the run's count
+        return run_stage(stage, options)

@@ -24,6 +24,7 @@ from builder import __version__
 from builder.backends import BackendUnavailable, Inpainter, Masker, backend_config, make_backend
 from builder.backends.base import InpaintFallback
 from builder.backends.registry import SETTING
+from builder.backends.torch_threads import runs_torch, use_stage_threads
 from builder.core.config import ConfigError, fingerprint
 from builder.core.errors import RunFailed
 from builder.core.imaging import canvas_background
@@ -444,6 +445,8 @@ class ExtractShardBuilder:
 
     def __call__(self, plan: ShardPlan) -> ShardResult:
         masker, inpainter = load_backends(self.config)
+        if runs_torch(masker, inpainter):
+            use_stage_threads()  # the run's thread count in any worker: SAM's and LaMa's sums depend on it
         backends = describe_backends(masker, inpainter)
         issues: list[Issue] = []
         encoded: deque = deque()  # PNG encodes in flight, in key order

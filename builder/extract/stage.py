@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from builder.backends.torch_threads import runs_torch, stage_threads, threads_setting
 from builder.core.config import SettingsMismatch, canonical_json, drop_settings, fingerprint, load_settings
 from builder.core.errors import RunFailed
 from builder.core.folders import check_writable_folder
@@ -76,7 +78,12 @@ class ExtractStage(Stage):
         # Backends load before anything is written: a missing checkpoint leaves no partial output.
         masker, inpainter = load_backends(config)
         self.backends = describe_backends(masker, inpainter)
-        self._settings = json_ready(config.output_settings(self.backends, listing_digest(listing.records)))
+        settings = config.output_settings(self.backends, listing_digest(listing.records))
+        self.uses_torch = runs_torch(masker, inpainter)
+        if self.uses_torch:  # SAM and LaMa round their sums by the thread count (absent: a classical run)
+            settings["torch"] = threads_setting()
+        self._settings = json_ready(settings)
+        self._threads = ExitStack()
         self._plans = plan_shards(config.split, listing.records, config.shard_size)
 
     @classmethod
@@ -109,6 +116,9 @@ class ExtractStage(Stage):
 
     def default_split(self) -> str:
         return self.split
+
+    def after_run(self) -> None:
+        self._threads.close()
 
     def planning_issues(self) -> list[Issue]:
         return list(self.listing.issues)
@@ -164,6 +174,8 @@ class ExtractStage(Stage):
     def before_run(self, plans: Sequence[ShardPlan], options: RunOptions) -> None:
         if options.runner == "ray" or options.gpus:
             unload_backends()  # the models run in other processes; free this one's copy (and its GPU memory)
+        if self.uses_torch:  # the shards built here, and the workers forked from here, use the run's count
+            self._threads.enter_context(stage_threads())
 
     def manifest(self, outcome: StageOutcome) -> Manifest:
         results, previous = outcome.results, outcome.previous

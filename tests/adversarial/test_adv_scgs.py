@@ -20,10 +20,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from planted_spurious import compose_planted
 from scgs_factory import generated, scgs_command, write_erm_checkpoint
-from tiny_sd import cached_tiny_inpaint_pipeline, one_intra_op_thread_fixture
+from tiny_sd import cached_tiny_inpaint_pipeline
 
+from builder.core.config import CONFIG_NAME
 from builder.core.locks import exclusive_folder
 from builder.core.manifest import MANIFEST_NAME, Manifest
 from builder.core.shard_read import iter_shard
@@ -42,9 +44,6 @@ class World:
     source: Path
     checkpoint: Path
     pipeline: Path
-
-
-_one_thread = one_intra_op_thread_fixture("module")
 
 
 @pytest.fixture(scope="module")
@@ -426,6 +425,22 @@ def test_a_killed_run_resumed_with_other_flags_is_refused_naming_the_difference(
     assert not (folder / MANIFEST_NAME).exists() and not (folder / names[-1]).exists()
     assert scgs(world, tmp_path) == 0
     assert tree(folder) == tree(built)
+
+
+def test_a_killed_run_begun_under_another_thread_count_is_refused_before_any_write(world, built, tmp_path, capsys):
+    """Failed before: every process used its own intra-op thread count (a lone process torch's
+    default, a worker one), so a run resumed under another worker count mixed images whose floats
+    were rounded two ways. The count is now the run's and in its settings: a folder begun with
+    another one (here 2) is refused by name, untouched."""
+    folder = tmp_path / CONFIG
+    killed_copy(built, folder)
+    settings = yaml.safe_load((folder / CONFIG_NAME).read_text("utf-8"))
+    assert settings["torch"] == {"intra_op_threads": 1}
+    settings["torch"]["intra_op_threads"] = 2
+    (folder / CONFIG_NAME).write_text(yaml.safe_dump(settings, sort_keys=True), "utf-8")
+    before = tree(folder)
+    refused(scgs(world, tmp_path), capsys, "torch.intra_op_threads: 2 -> 1")
+    assert tree(folder) == before
 
 
 def test_two_runs_never_write_one_folder(world, built, tmp_path, capsys, monkeypatch):

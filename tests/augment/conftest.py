@@ -8,10 +8,7 @@ from pathlib import Path
 import pytest
 from planted_spurious import compose_planted
 from scgs_factory import write_erm_checkpoint
-from tiny_sd import cached_tiny_inpaint_pipeline, one_intra_op_thread_fixture
-
-# The tiny models' ops are too small to split: one torch thread is faster on a busy machine.
-_one_thread = one_intra_op_thread_fixture("session")
+from tiny_sd import cached_tiny_inpaint_pipeline
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from fake_imagenet import extract_args, shard_hashes, write_tree
 from PIL import Image
 from tiny_models import write_tiny_lama, write_tiny_sam
 
+from builder.core.config import load_settings
 from builder.formats.parts import iter_parts
 from hsi.cli import main
 
@@ -61,6 +62,8 @@ def test_manifest_records_both_models_and_their_checkpoint_hashes(reference_run,
     assert manifest["splits"]["val"]["num_samples"] == len(tree.good)
     text = (reference_run / "_info.json").read_text()
     assert str(models["sam"].parent) not in text  # file names only, never machine paths
+    # every process runs SAM and LaMa with the run's one intra-op thread: a resume under another count is refused
+    assert load_settings(reference_run)["val"]["torch"] == {"intra_op_threads": 1}
 
 
 def test_parts_keep_unerased_pixels_and_the_background_is_full_resolution(reference_run, tree):
