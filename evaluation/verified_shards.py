@@ -71,8 +71,36 @@ def _hub_copy(url: str, force: bool) -> Path:
     )
 
 
+# The files proved in this process, by what any write changes ((device, inode, size, mtime, ctime) ->
+# sha256): a sweep proves its data once, hands these to each model's worker (`remember_proofs`), and a
+# file written to since its proof is hashed again.
+_PROVED: dict[tuple[int, ...], str] = {}
+
+
+def _signature(path: Path) -> tuple[int, ...]:
+    st = path.stat()
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def _matches(path: Path, digest: str, size: int) -> bool:
-    return path.stat().st_size == size and sha256_file(path) == digest
+    signature = _signature(path)  # taken before hashing: a write while hashing changes it
+    if signature[2] != size:
+        return False
+    if _PROVED.get(signature) == digest:
+        return True
+    if sha256_file(path) != digest:
+        return False
+    _PROVED[signature] = digest
+    return True
+
+
+def proofs() -> tuple[tuple[tuple[int, ...], str], ...]:
+    """The files proved in this process so far, to hand to a worker process (`remember_proofs`)."""
+    return tuple(sorted(_PROVED.items()))
+
+
+def remember_proofs(proved: tuple[tuple[tuple[int, ...], str], ...]) -> None:
+    _PROVED.update((tuple(signature), digest) for signature, digest in proved)
 
 
 def verify_shards(
