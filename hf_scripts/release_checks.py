@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from builder.compose.stage import compose_settings
 from builder.core.config import fingerprint
 from builder.core.errors import printable
-from builder.core.manifest import MANIFEST_NAME, Manifest
+from builder.core.manifest import COMPOSITES, MANIFEST_NAME, PARTS, Manifest
 from builder.formats.composites import COUNT_KINDS, count_buckets
 from cards.release import RELEASE_META
 from cards.summary import CardError
@@ -70,7 +70,8 @@ def card_problems(text: str, manifests: Mapping[str, Manifest]) -> tuple[list[st
             continue
         if _data_file_problems(config, declared[config], shard_paths(config, manifests[config]), problems):
             exact.add(config)
-        if not _same_features(features.get(config), manifests[config].class_names):
+        composites = manifests[config].holds == COMPOSITES  # a parts config declares other features
+        if composites and not _same_features(features.get(config), manifests[config].class_names):
             problems.append(
                 f"{CARD}: config {config!r} declares other features (class names) than {manifest_path(config)} lists"
             )
@@ -186,7 +187,16 @@ def recorded_file_problems(
 def recomputed_fingerprint(manifest: Manifest) -> str | None:
     """The fingerprint of the settings `manifest` records, as the stage that wrote it computed it:
     compose records its settings' parts (spec, parts fingerprint, schema), SCGS the settings
-    themselves; None when it records neither."""
+    themselves, extract each split's settings (the manifest's fingerprint is that of the splits'
+    fingerprints); None when it records neither."""
+    if manifest.holds == PARTS and manifest.settings is not None:  # extract: one fingerprint per split
+        per_split = {}
+        for split, entry in sorted(manifest.splits.items()):
+            settings = manifest.settings.get(split)
+            per_split[split] = fingerprint(settings) if isinstance(settings, Mapping) else None
+            if entry.fingerprint != per_split[split]:
+                return f"{per_split[split]} (split {split}'s settings give it; the split records {entry.fingerprint})"
+        return fingerprint(per_split)
     if manifest.stage == "compose" and manifest.spec is not None:
         return fingerprint(
             compose_settings(manifest.spec, (manifest.parts or {}).get("fingerprint"), manifest.schema_version)
@@ -233,8 +243,11 @@ class SampleTally:
         self.class_names = list(manifest.class_names or [])
         self.counts: dict[str, Counter] = {kind: Counter() for kind in COUNT_KINDS}
         self.misnamed = 0
+        self.composites = manifest.holds == COMPOSITES  # only composites carry these counts and names
 
     def add(self, meta: Mapping) -> None:
+        if not self.composites:
+            return
         try:
             buckets = count_buckets(meta)
             label = meta["label"]
@@ -246,6 +259,8 @@ class SampleTally:
             self.counts[kind][bucket] += 1
 
     def problems(self) -> list[str]:
+        if not self.composites:
+            return []
         problems = []
         streamed = {kind: dict(sorted(c.items())) for kind, c in self.counts.items()}
         kinds = sorted(set(COUNT_KINDS) | set(self.entry.counts or {}))

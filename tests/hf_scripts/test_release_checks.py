@@ -36,6 +36,22 @@ def test_a_real_compose_manifest_recomputes_to_its_own_fingerprint(tmp_path):
     )
 
 
+def test_a_real_extract_manifest_of_two_splits_recomputes_to_its_own_fingerprint(tmp_path):
+    from fake_imagenet import write_tree
+
+    from hsi.cli import main
+
+    for split, count in (("val", 1), ("train", 1)):
+        write_tree(tmp_path / "imagenet", split=split, count=count)
+        argv = ["extract", "--no-progress", "--source", tmp_path / "imagenet", "--split", split, "--out", tmp_path]
+        assert main(list(map(str, argv))) == 0
+    manifest = Manifest.read(tmp_path / "parts")
+    assert sorted(manifest.splits) == ["train", "val"]
+    assert recomputed_fingerprint(manifest) == manifest.fingerprint
+    manifest.settings["val"]["max_pixels"] = 1
+    assert recomputed_fingerprint(manifest) != manifest.fingerprint
+
+
 def release_card(tmp_path):
     release = build_release(tmp_path / NAME, [make_composed_dataset(tmp_path / "a", splits={"test": 5}, shard_size=2)])
     text = (release / "README.md").read_text()
