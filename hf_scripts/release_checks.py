@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 
 from builder.compose.stage import compose_settings
 from builder.core.config import fingerprint
@@ -45,14 +46,33 @@ def shard_paths(config: str, manifest: Manifest) -> dict[str, list[str]]:
     return {split: [f"data/{config}/{f}" for f in entry.filenames] for split, entry in sorted(manifest.splits.items())}
 
 
+def fetched(fetch: Callable[[str], str], path: str) -> Path:
+    """The local file `fetch` (hf_hub_download at the revision) gives for `path`: the cache's blob
+    itself, not huggingface_hub's link to it."""
+    return Path(fetch(path)).resolve()
+
+
 # -- the card ---------------------------------------------------------------------------------------
 
 
-def card_problems(text: str, manifests: Mapping[str, Manifest]) -> tuple[list[str], set[str]]:
+def card_text(fetch: Callable[[str], str], present: set[str]) -> str | None:
+    """The card's text, or None when the revision has none or it is not UTF-8 (the files record's
+    check says which; no config is then streamed)."""
+    if CARD not in present:
+        return None
+    try:
+        return fetched(fetch, CARD).read_text("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def card_problems(text: str | None, manifests: Mapping[str, Manifest]) -> tuple[list[str], set[str]]:
     """(problems, the configs whose card entry reads exactly the manifest's shards) of the card
     `text` against the release's manifests ({config: Manifest})."""
     from cards.metadata import check_card
 
+    if text is None:
+        return [f"{CARD}: the revision holds no card that reads as UTF-8 text"], set()
     try:
         metadata = check_card(text)
     except CardError as exc:

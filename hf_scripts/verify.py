@@ -20,7 +20,14 @@ from builder.core.untrusted import UntrustedInput, read_json
 from builder.formats.composites import check_composite_json
 from cards.release import check_release_record
 from hf_scripts.publish import REPO_TYPE, PublishError, check_repo_id, hub_errors, release_shards, version_tags
-from hf_scripts.release_checks import CARD, SampleTally, card_problems, fingerprint_problems, recorded_file_problems
+from hf_scripts.release_checks import (
+    SampleTally,
+    card_problems,
+    card_text,
+    fetched,
+    fingerprint_problems,
+    recorded_file_problems,
+)
 
 
 def verify_release(api, repo_id: str, version: str, cache_dir: str | None = None) -> tuple[list[str], list[str]]:
@@ -74,12 +81,10 @@ def _verify_release(api, repo_id: str, version: str, cache_dir: str | None) -> t
         problems += fingerprint_problems(config, manifests[config], listed["fingerprint"])
     # what the revision holds and the card reads, against what the release records (hf_scripts.release_checks)
     present = set(api.list_repo_files(repo_id, repo_type=REPO_TYPE, revision=commit))
-    hashed = lambda path: sha256_file(Path(fetch(path)).resolve())  # noqa: E731
-    problems += recorded_file_problems(release, present, hashed, release_shards(release))
-    card, exact = read_card(fetch, present)
-    if card is not None:
-        card_lines, exact = card_problems(card, manifests)
-        problems += card_lines
+    listed_shards = release_shards(release)
+    problems += recorded_file_problems(release, present, lambda path: sha256_file(fetched(fetch, path)), listed_shards)
+    card_lines, exact = card_problems(card_text(fetch, present), manifests)
+    problems += card_lines
     for config, listed in sorted(release["configs"].items()):
         manifest = manifests[config]
         for split in sorted(set(listed["splits"]) - set(manifest.splits)):
@@ -109,14 +114,3 @@ def _verify_release(api, repo_id: str, version: str, cache_dir: str | None) -> t
             problems += tally.problems()
             lines.append(f"{config}/{split}: {len(entry.shards)} shards hashed, {count} samples streamed")
     return lines, problems
-
-
-def read_card(fetch, present: set[str]) -> tuple[str | None, set[str]]:
-    """The card's text, or None (and a problem the caller's checks report) when the revision has none
-    or it is not UTF-8; no config is then streamed."""
-    if CARD not in present:
-        return None, set()
-    try:
-        return Path(fetch(CARD)).resolve().read_text("utf-8"), set()
-    except UnicodeDecodeError:
-        return None, set()
