@@ -168,3 +168,37 @@ def test_a_changed_spec_is_named_by_its_fingerprint(verified):
         f"{INFO}: fingerprint {composed_fingerprint()} is not that of the settings it records (spec, parts, "
         f"schema), which is {recomputed}"
     ]
+
+
+# -- the same checks on a release folder on disk (`hsi verify FOLDER`) ---------------------------------------
+
+
+def test_a_release_folder_is_verified_and_a_substitution_in_it_refused(tmp_path, capsys):
+    import shutil
+
+    from hsi.cli import main
+
+    v1, v2 = two_releases(tmp_path)
+    assert main(["verify", str(v1), "--version", "v1.0.0"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2:] == [f"{NAME}/test: 3 shards hashed, 5 samples streamed", f"OK: {v1} is intact"]
+
+    folder = tmp_path / "copy"
+    shutil.copytree(v1, folder)
+    good = {"README.md": (v1 / "README.md").read_bytes()}
+    for path, data in substituted(good, (v2 / DATA / "test-00000.tar").read_bytes()).items():
+        (folder / path).write_bytes(data)
+    (folder / "notes").symlink_to(tmp_path)  # a link is named, never followed
+    assert main(["verify", str(folder)]) == 1
+    captured = capsys.readouterr()
+    problems = [line.removeprefix("FAILED: ") for line in captured.out.splitlines() if line.startswith("FAILED: ")]
+    assert problems == [
+        "notes: a link or not a regular file; a release holds only its own files",
+        "README.md: sha256 differs from _release.json's record (changed since `hsi release` wrote it)",
+        f"{EXTRA}: in the revision but not part of the release (_release.json does not list it)",
+        f"README.md: config '{NAME}' split 'test' reads {EXTRA}, which {INFO} does not list",
+        f"README.md: config '{NAME}' split 'test' does not read {DATA}/test-00000.tar, which {INFO} lists",
+    ]
+    assert f"5 problems in {folder}" in captured.err
+    assert main(["verify", str(v1), "--version", "v2.0.0"]) == 1
+    assert "FAILED: _release.json says version 'v1.0.0', not v2.0.0" in capsys.readouterr().out
