@@ -22,7 +22,7 @@ from builder.core.errors import InputError
 from .data import EvalBatches, SourceSplit, make_loader, read_dataset_manifest
 from .labels import LabelSpace, config_wnids, resolve_label_space
 from .models import LoadedModel, Preprocessing, count_outputs
-from .verified_shards import VERIFIED, shards_read, verify_shards
+from .verified_shards import VERIFIED, verify_stream
 
 TOP_K = 5
 
@@ -302,13 +302,7 @@ def verify_plan(plan: RunPlan, split: str, limit: int | None, announce: Callable
     at the proved files (for a hub source, the checked copies in the cache); with `--limit`, only the
     shards holding the first `limit` samples are checked and read. `hsi eval` calls it once per model;
     a training loop's per-epoch passes leave it to the caller, which checks its data once."""
-    stream = plan.dataset.stream
-    urls = shards_read(stream.shards, stream.shard_lengths, limit)
-    where = f"{urls[0].rsplit('/', 1)[0]}/_info.json" if urls else "_info.json"
-    local = verify_shards(urls, plan.manifest, split, where, announce)
-    if stream.shard_lengths is not None:
-        stream.shard_lengths = stream.shard_lengths[: len(urls)]
-    stream.shards = [local[url] for url in urls]
+    verify_stream(plan.dataset.stream, plan.manifest, split, limit, announce)
     plan.verified = VERIFIED
 
 

@@ -23,6 +23,7 @@ from .predict import source_display_name
 from .predictions import PREDICTIONS_NAME
 from .report import EVAL_JSON
 from .sweep import ModelFailure, run_sweep, sweep_tasks
+from .sweep_data import prove_sweep_data
 
 
 @contextmanager
@@ -79,7 +80,9 @@ def evaluate_all(
     data = data_revision(source, settings.config, settings.split, settings.limit)
     identity = {key: data[key] for key in DATA_KEYS}
     parallel = runner == "ray" or ((workers or 1) > 1 and len(specs) > 1)
-    tasks = sweep_tasks(specs, source, settings, parallel)
+    # every model reads the same shards: proved once here, a changed one refuses the whole run in one line
+    proved = prove_sweep_data(source, settings, announce) if len(specs) > 1 else ()
+    tasks = sweep_tasks(specs, source, settings, parallel, proved)
     board: list = []
 
     def rebuild() -> None:

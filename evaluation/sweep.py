@@ -34,6 +34,7 @@ from .eval_folder import FolderRecord, folder_name, spec_folder_name
 from .leaderboard import FAILED_JSON, failure_record
 from .models import ModelOptions, load_model, loaded_spec
 from .pipeline import EvalResult, ModelWork, RunSettings, model_work, write_work
+from .verified_shards import remember_proofs
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class ModelTask:
     source: str
     settings: RunSettings
     out: FolderRecord | None = None  # the parent's record of the output folder when the task was handed out
+    proved: tuple = ()  # the data's shards the parent proved (verified_shards.proofs): not hashed again
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ def compute_model(
     when this process holds it (its model folder is then checked before any work); `keep_going`
     turns any failure into a ModelFailure instead of raising it."""
     settings = task.settings
+    remember_proofs(task.proved)
     stage, spec = "load", loaded_spec(task.spec, task.options)  # as reports name it: a file by its name only
     name = spec_folder_name(task.spec, task.options, settings.label_space, settings.limit)
     try:
@@ -459,13 +462,16 @@ def _record_failure(owned: OwnedFolder, failure: ModelFailure, data: dict, annou
 
 
 def sweep_tasks(
-    specs: Sequence[tuple[str, ModelOptions]], source, settings: RunSettings, parallel: bool
+    specs: Sequence[tuple[str, ModelOptions]], source, settings: RunSettings, parallel: bool, proved: tuple = ()
 ) -> list[ModelTask]:
     """The tasks of `specs` (spec, options); a parallel sweep shows no per-model progress bars (they
-    would overwrite each other), only each model's summary as it finishes."""
+    would overwrite each other), only each model's summary as it finishes. `proved`: the shards the
+    parent proved before any model (verified_shards.proofs)."""
     if parallel:
         settings = replace(settings, progress=False)
-    return [ModelTask(n, spec, options, str(source), settings) for n, (spec, options) in enumerate(specs)]
+    return [
+        ModelTask(n, spec, options, str(source), settings, proved=proved) for n, (spec, options) in enumerate(specs)
+    ]
 
 
 __all__ = [

@@ -71,8 +71,36 @@ def _hub_copy(url: str, force: bool) -> Path:
     )
 
 
+# The files proved in this process, by what any write changes ((device, inode, size, mtime, ctime) ->
+# sha256): a sweep proves its data once, hands these to each model's worker (`remember_proofs`), and a
+# file written to since its proof is hashed again.
+_PROVED: dict[tuple[int, ...], str] = {}
+
+
+def _signature(path: Path) -> tuple[int, ...]:
+    st = path.stat()
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def _matches(path: Path, digest: str, size: int) -> bool:
-    return path.stat().st_size == size and sha256_file(path) == digest
+    signature = _signature(path)  # taken before hashing: a write while hashing changes it
+    if signature[2] != size:
+        return False
+    if _PROVED.get(signature) == digest:
+        return True
+    if sha256_file(path) != digest:
+        return False
+    _PROVED[signature] = digest
+    return True
+
+
+def proofs() -> tuple[tuple[tuple[int, ...], str], ...]:
+    """The files proved in this process so far, to hand to a worker process (`remember_proofs`)."""
+    return tuple(sorted(_PROVED.items()))
+
+
+def remember_proofs(proved: tuple[tuple[tuple[int, ...], str], ...]) -> None:
+    _PROVED.update((tuple(signature), digest) for signature, digest in proved)
 
 
 def verify_shards(
@@ -81,9 +109,12 @@ def verify_shards(
     split: str,
     where: str,
     announce: Callable[[str], None] = print,
+    command: str = "hsi eval",
+    refused: str = "nothing was evaluated",
 ) -> dict[str, str]:
     """{url: local path to read} for each of `urls`, each proved to hold the manifest's bytes;
-    refuses (ShardMismatch, one line naming the shard) at the first that does not."""
+    refuses (ShardMismatch, one line naming the shard and saying `refused`) at the first that does
+    not. `command` names the run in its notes."""
     listed = expected_digests(manifest, split, where)
     local: dict[str, str] = {}
     for url in urls:
@@ -98,12 +129,32 @@ def verify_shards(
         if not path.is_file():
             raise ShardMismatch(f"shard {printable(str(path))} is missing; the manifest lists it")
         if not _matches(path, digest, size) and remote:
-            announce(f"hsi eval: the cached copy of {name} differs from the manifest; downloading it again")
+            announce(f"{command}: the cached copy of {name} differs from the manifest; downloading it again")
             path = _hub_copy(url, force=True)
         if not _matches(path, digest, size):
             raise ShardMismatch(
                 f"shard {printable(url)} does not match the sha256 its manifest lists (changed or damaged since it "
-                "was written): nothing was evaluated; rebuild or download the dataset again"
+                f"was written): {refused}; rebuild or download the dataset again"
             )
         local[url] = str(path)
     return local
+
+
+def verify_stream(
+    stream,
+    manifest: dict,
+    split: str,
+    limit: int | None = None,
+    announce: Callable[[str], None] = print,
+    command: str = "hsi eval",
+    refused: str = "nothing was evaluated",
+) -> None:
+    """Check the sha256 of every shard `stream` (builder.formats.stream) reads, with `limit` only those
+    holding the first `limit` samples, and point it at the proved files (for a hub source, the checked
+    copies in the cache): what an evaluation and a training run read is what was proved."""
+    urls = shards_read(stream.shards, stream.shard_lengths, limit)
+    where = f"{urls[0].rsplit('/', 1)[0]}/_info.json" if urls else "_info.json"
+    local = verify_shards(urls, manifest, split, where, announce, command, refused)
+    if stream.shard_lengths is not None:
+        stream.shard_lengths = stream.shard_lengths[: len(urls)]
+    stream.shards = [local[url] for url in urls]

@@ -3,7 +3,11 @@
 The tag is resolved to its commit; every shard listed in each config's `_info.json` at that commit
 is downloaded and its sha256 and size compared with the manifest and with `_release.json`; then each
 config and split is streamed with `load_dataset(..., revision=...)` and the samples counted and their
-`json` checked against the schema. Problems are collected as lines; none means the version is intact.
+`json` checked against the schema and the manifest's counts and class names. Before that, everything
+else the release records is compared (hf_scripts.release_checks): the card reads exactly the
+manifest's shards, every recorded file has its recorded sha256 and the revision holds no other,
+each manifest's fingerprint is that of its settings. A config whose card entry reads other files is
+not streamed. Problems are collected as lines; none means the version is intact.
 """
 
 from __future__ import annotations
@@ -15,7 +19,15 @@ from builder.core.manifest import Manifest, ManifestError
 from builder.core.untrusted import UntrustedInput, read_json
 from builder.formats.composites import check_composite_json
 from cards.release import check_release_record
-from hf_scripts.publish import REPO_TYPE, PublishError, check_repo_id, hub_errors, version_tags
+from hf_scripts.publish import REPO_TYPE, PublishError, check_repo_id, hub_errors, release_shards, version_tags
+from hf_scripts.release_checks import (
+    SampleTally,
+    card_problems,
+    card_text,
+    fetched,
+    fingerprint_problems,
+    recorded_file_problems,
+)
 
 
 def verify_release(api, repo_id: str, version: str, cache_dir: str | None = None) -> tuple[list[str], list[str]]:
@@ -59,12 +71,22 @@ def _verify_release(api, repo_id: str, version: str, cache_dir: str | None) -> t
     lines, problems = [f"{repo_id} {version} -> commit {commit}"], []
     if release["version"] != version:
         problems.append(f"_release.json says version {release['version']!r}, the tag is {version}")
+    manifests = {}
     for config, listed in sorted(release["configs"].items()):
         path = f"data/{config}/_info.json"
         try:
-            manifest = Manifest.from_json(fetch_json(path))
+            manifests[config] = Manifest.from_json(fetch_json(path))
         except ManifestError as exc:
             raise ManifestError(f"{repo_id}@{version}/{path}: {exc}") from None
+        problems += fingerprint_problems(config, manifests[config], listed["fingerprint"])
+    # what the revision holds and the card reads, against what the release records (hf_scripts.release_checks)
+    present = set(api.list_repo_files(repo_id, repo_type=REPO_TYPE, revision=commit))
+    listed_shards = release_shards(release)
+    problems += recorded_file_problems(release, present, lambda path: sha256_file(fetched(fetch, path)), listed_shards)
+    card_lines, exact = card_problems(card_text(fetch, present), manifests)
+    problems += card_lines
+    for config, listed in sorted(release["configs"].items()):
+        manifest = manifests[config]
         for split in sorted(set(listed["splits"]) - set(manifest.splits)):
             problems.append(f"{config}/{split}: _release.json lists the split, _info.json does not")
         for split, entry in sorted(manifest.splits.items()):
@@ -76,14 +98,19 @@ def _verify_release(api, repo_id: str, version: str, cache_dir: str | None) -> t
                 local = Path(fetch(f"data/{config}/{shard.filename}"))
                 if local.stat().st_size != shard.bytes or sha256_file(local) != shard.sha256:
                     problems.append(f"{config}/{shard.filename}: sha256 or size differs from the manifest")
-            count, bad = 0, 0
+            if config not in exact:  # load_dataset would read other files than those just hashed
+                lines.append(f"{config}/{split}: {len(entry.shards)} shards hashed, not streamed (see the card)")
+                continue
+            count, bad, tally = 0, 0, SampleTally(config, split, manifest)
             streamed = load_dataset(repo_id, config, split=split, streaming=True, revision=commit, token=api.token)
             for sample in streamed:
                 count += 1
                 bad += bool(check_composite_json(sample["json"]))
+                tally.add(sample["json"])
             if count != entry.num_samples:
                 problems.append(f"{config}/{split}: streamed {count} samples, the manifest says {entry.num_samples}")
             if bad:
                 problems.append(f"{config}/{split}: {bad} samples' json departs from the schema")
+            problems += tally.problems()
             lines.append(f"{config}/{split}: {len(entry.shards)} shards hashed, {count} samples streamed")
     return lines, problems

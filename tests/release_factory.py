@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from builder.compose.stage import compose_settings
 from builder.core.classes import imagenet_classes
+from builder.core.config import fingerprint
 from builder.core.manifest import ERRORS_NAME, ErrorCounts, Manifest, SplitEntry, write_json_atomic, write_jsonl_atomic
 from builder.core.shard_write import write_shard
 from builder.core.shards import shard_filename
@@ -63,6 +65,19 @@ def jpeg(seed_value: int, side: int = 32) -> bytes:
     return buffer.getvalue()
 
 
+PARTS_FINGERPRINT = "parts0000000000"
+
+
+def factory_spec(config: str, seed: int) -> dict:
+    return {"name": config, "seed": seed, "sizes": list(SIZES)}
+
+
+def composed_fingerprint(config: str = "hard-spurious-imagenet", seed: int = 0) -> str:
+    """The fingerprint make_composed_dataset's manifest records: that of its settings, as compose
+    computes it (so `hsi verify` recomputes the same)."""
+    return fingerprint(compose_settings(factory_spec(config, seed), PARTS_FINGERPRINT, SCHEMA_VERSION))
+
+
 def make_composed_dataset(
     out: Path,
     config: str = "hard-spurious-imagenet",
@@ -95,15 +110,15 @@ def make_composed_dataset(
         preview_dir.mkdir(parents=True, exist_ok=True)
         Image.new("RGB", (16, 16), (p * 60, 100, 0)).save(preview_dir / f"sheet-{p}.png")
     write_jsonl_atomic(dataset / ERRORS_NAME, [])
-    fingerprint = f"{config[:6]}{seed:010d}"
+    fingerprint = composed_fingerprint(config, seed)
     manifest = Manifest(
         stage="compose",
         config=config,
         tool={"name": "hard-spurious-imagenet", "version": "0.1.0"},
         fingerprint=fingerprint,
-        spec={"name": config, "seed": seed, "sizes": list(SIZES)},
+        spec=factory_spec(config, seed),
         parts={
-            "fingerprint": "parts0000000000",
+            "fingerprint": PARTS_FINGERPRINT,
             "backends": {"masker": {"name": "box"}, "inpainter": {"name": "telea"}},
         },
         schema_version=SCHEMA_VERSION,

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from builder.formats.stream import shuffled
+from builder.formats.stream import shuffled, stream
 from evaluation.data import SourceSplit, SplitReader, prepare_image
 from evaluation.models import Preprocessing
+from evaluation.verified_shards import verify_stream
 
 
 def derived_seed(*parts) -> int:
@@ -88,6 +89,18 @@ class TrainSamples(SplitReader):
             rng = np.random.default_rng(derived_seed(self.seed, "train-buffer", self.epoch, info.id if info else 0))
             items = shuffled(items, self.buffer, rng)
         yield from items
+
+
+def verify_training_data(samples: TrainSamples, manifest: dict, split: str, val: SourceSplit, announce) -> None:
+    """Prove every shard of the train split (which `samples` then reads from the proved files) and of
+    the validation split against the manifest's sha256, as `hsi eval` proves what it reads: before the
+    first step of a run and of a resumed one, so changed bytes under an unchanged manifest are
+    never trained or selected on."""
+    refused = "no training step was taken"
+    verify_stream(samples.stream, manifest, split, announce=announce, command="hsi train", refused=refused)
+    if val.split != split:
+        checked = stream(val.source, val.config, val.split)
+        verify_stream(checked, manifest, val.split, announce=announce, command="hsi train", refused=refused)
 
 
 @dataclass

@@ -41,10 +41,20 @@ from evaluation.groups import GroupMetadataError, check_groups_cover, groups_of,
 from evaluation.labels import config_wnids
 from evaluation.models import MAX_INPUT_SIDE, LoadedModel, ModelOptions, Preprocessing, load_model, timm_preprocessing
 from evaluation.predict import resolve_device, run_predictions
-from training.data import Augmentation, TrainSamples, augment, collate_train, derived_seed
+from training.data import Augmentation, TrainSamples, augment, collate_train, derived_seed, verify_training_data
 from training.folder import RunFolder, run_folder
 from training.gradmix import GradMixOptions, Mixer, step_generator
-from training.state import BEST, LAST, SETTINGS_NAME, plain, read_best, read_last, restore, rng_states
+from training.state import (
+    BEST,
+    LAST,
+    SETTINGS_NAME,
+    plain,
+    read_best,
+    read_last,
+    recorded_epoch_seconds,
+    restore,
+    rng_states,
+)
 
 __all__ = ["BEST", "LAST", "SETTINGS_NAME", "FitResult", "TrainError", "TrainSettings", "fit", "rng_states"]
 
@@ -149,7 +159,8 @@ class FitResult:
     history: list[dict]
     train_errors: dict[str, str | None] | None = None  # key -> group, misclassified in the last training pass
     stopped_early: bool = False
-    epoch_seconds: list[float] = field(default_factory=list)  # wall time of each training pass run by this process
+    # wall time of each training pass, every epoch of the run (a resumed run's earlier ones from last.pt)
+    epoch_seconds: list[float | None] = field(default_factory=list)
 
 
 def seed_everything(seed: int) -> None:
@@ -468,6 +479,8 @@ def _fit(
         sizes=settings.train_sizes,
         repeats=repeats,
     )
+    val = SourceSplit(settings.source, settings.config, settings.val_split)
+    verify_training_data(data, manifest, settings.train_split, val, announce)  # before any write or step
     module.to(device)
     if cuda and settings.channels_last:
         module.to(memory_format=torch.channels_last)
@@ -479,10 +492,12 @@ def _fit(
     std = torch.tensor(pre.std, device=device).view(1, 3, 1, 1) * 255
     mixer = Mixer(settings.mixing, module, mean, std) if settings.mixing.active else None
     start, history, best, errors = 0, [], None, None
+    epoch_seconds: list[float | None] = []
     if state is not None:
         last = out / LAST
         restore(state, last, ("model", module), ("optimizer", optimizer), ("scheduler", scheduler), ("scaler", scaler))
         start, history, best, errors = state["epoch"], state["history"], state["best"], state.get("train_errors")
+        epoch_seconds = recorded_epoch_seconds(state)
         announce(f"hsi train: resuming {out.name} after epoch {start}")
     elif is_main_process():
         folder.write_json(SETTINGS_NAME, {**settings.to_json(), "data": compared["data"]})
@@ -491,7 +506,6 @@ def _fit(
     if dist is not None:
         net = torch.nn.parallel.DistributedDataParallel(module, device_ids=[device.index] if cuda else None)
     train_groups_seen: set[str] = set()
-    epoch_seconds: list[float] = []
     for epoch in range(start, settings.epochs):
         module.train()
         data.set_epoch(epoch)
@@ -583,6 +597,7 @@ def _fit(
                     "best": plain(best),
                     "train_errors": errors,
                     "settings": compared,
+                    "epoch_seconds": list(epoch_seconds),
                 },
             )
             announce(
@@ -648,7 +663,16 @@ def load_finished_run(settings: TrainSettings, run: Path, flag: str = "--erm-run
     module, pre = build_model(settings, len(wnids), config_canvas(manifest))
     restore(best, best_path, ("model", module), rng=False)
     module.eval()
-    return FitResult(folder, module, pre, wnids, state["best"], state["history"], state.get("train_errors"))
+    return FitResult(
+        folder,
+        module,
+        pre,
+        wnids,
+        state["best"],
+        state["history"],
+        state.get("train_errors"),
+        epoch_seconds=recorded_epoch_seconds(state),
+    )
 
 
 def _group_or_none(meta: dict) -> str | None:

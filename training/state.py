@@ -12,6 +12,7 @@ type, weights of another model) is refused in one line naming the file and what 
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping
 from pathlib import Path
@@ -150,7 +151,20 @@ def read_last(path: Path, hint: str = "") -> dict:
     ):
         raise fields.error("expected sample keys -> group names", "train_errors")
     fields.object("settings")
+    if state.get("epoch_seconds") is not None:
+        seconds = fields.list("epoch_seconds")
+        timed = [v for v in seconds if v is not None]
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf for v in timed)
+        if len(seconds) != state["epoch"] or not numbers:
+            raise fields.error("expected one wall time (seconds, or null) per epoch run", "epoch_seconds")
     return state
+
+
+def recorded_epoch_seconds(state: dict) -> list[float | None]:
+    """The wall time of each epoch a checked `last.pt` ran (None for each epoch of a state written
+    before they were kept): what a resumed run's timings start from."""
+    seconds = state.get("epoch_seconds")
+    return list(seconds) if seconds is not None else [None] * state["epoch"]
 
 
 def read_best(path: Path, hint: str = "") -> dict:

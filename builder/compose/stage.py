@@ -93,12 +93,13 @@ def class_names(spec: VariantSpec) -> list[str]:
 
 def output_settings(spec: VariantSpec, parts_manifest: dict) -> dict:
     """What decides the output bytes; a folder made with other settings is never resumed."""
-    return {
-        "stage": "compose",
-        "spec": spec.to_json(),
-        "parts_fingerprint": parts_manifest.get("fingerprint"),
-        "schema_version": SCHEMA_VERSION,
-    }
+    return compose_settings(spec.to_json(), parts_manifest.get("fingerprint"), SCHEMA_VERSION)
+
+
+def compose_settings(spec: dict, parts_fingerprint: str | None, schema_version: int) -> dict:
+    """The settings a composed manifest's `fingerprint` is the fingerprint of, from the fields it also
+    records (`spec`, `parts.fingerprint`, `schema_version`): so `hsi verify` can recompute it."""
+    return {"stage": "compose", "spec": spec, "parts_fingerprint": parts_fingerprint, "schema_version": schema_version}
 
 
 def build_notes(spec: VariantSpec, parts_manifest: dict) -> list[str]:

@@ -13,7 +13,7 @@ import shutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from release_factory import make_composed_dataset
+from release_factory import composed_fingerprint, make_composed_dataset
 from tiny_models import MeanColour
 
 from builder.core.hashing import sha256_file
@@ -191,7 +191,8 @@ def test_predictions_of_another_run_are_refused(evaluated, submission, capsys):
 def test_an_entry_naming_another_data_revision_is_refused_before_scoring(evaluated, submission, capsys):
     _, data, other = evaluated
     status, lines, err = verify(submission, other, capsys)
-    assert status == 1 and lines == ["data.fingerprint: entry 'hard-s0000000000', --data 'hard-s0000000001'"]
+    entry, data_given = composed_fingerprint(seed=0), composed_fingerprint(seed=1)
+    assert status == 1 and lines == [f"data.fingerprint: entry {entry!r}, --data {data_given!r}"]
     assert err.strip().endswith(
         "1 mismatches (stopped before re-scoring): the entry does not follow from its "
         "predictions and data, and is refused"

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from json_fuzz import fuzz_reader, value_paths
 from PIL import Image
-from release_factory import make_composed_dataset
+from release_factory import composed_fingerprint, make_composed_dataset
 
 from hsi.cli import main as hsi
 
 CONFIG = "hard-spurious-imagenet"
-FINGERPRINT = "hard-s0000000000"  # make_composed_dataset's for this config and seed 0
+FINGERPRINT = composed_fingerprint(CONFIG, 0)  # make_composed_dataset's for this config and seed 0
 
 
 def estimate(value: float) -> dict:

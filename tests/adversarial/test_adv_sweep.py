@@ -189,3 +189,44 @@ def test_eval_from_a_folder_says_it_is_a_folder(tmp_path, capsys):
 
     assert main(["eval", "--from", str(tmp_path)]) == 2
     assert "is a folder, not a predictions file" in capsys.readouterr().err
+
+
+# -- issue 30: a sweep proves its data once, and a changed shard refuses the whole run ---------------
+
+
+@pytest.fixture
+def two_models(tmp_path):
+    """A composed test split of four shards, and models.yaml listing two models."""
+    dataset = make_composed_dataset(tmp_path / "composed", splits={"test": 8}, shard_size=2)
+    entries = []
+    for name in ("colour-a.pt", "colour-b.pt"):
+        torch.jit.trace(MeanColour(), torch.rand(1, 3, 224, 224)).save(str(tmp_path / name))
+        entries.append(f'- {{model: "ts:{tmp_path / name}"}}\n')
+    listing = tmp_path / "models.yaml"
+    listing.write_text("".join(entries))
+    return dataset, listing
+
+
+def test_a_sweep_hashes_its_data_once_for_all_models(two_models, tmp_path, monkeypatch):
+    import evaluation.verified_shards as verified
+
+    dataset, listing = two_models
+    hashed = []
+    monkeypatch.setattr(verified, "sha256_file", lambda path: hashed.append(path.name) or digest(path))
+    argv = ["eval", dataset, "--models", listing, "--out", tmp_path / "out", "--workers", "0", "--no-progress"]
+    assert main([*map(str, argv), "--bootstrap", "10"]) == 0
+    assert sorted(hashed) == [f"test-0000{n}.tar" for n in range(4)]  # once each, not once per model
+    assert len(list((tmp_path / "out").glob("*/eval.json"))) == 2
+
+
+def test_a_changed_shard_refuses_the_whole_sweep_in_one_line(two_models, tmp_path, capsys):
+    dataset, listing = two_models
+    shard = dataset / "test-00002.tar"
+    raw = bytearray(shard.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    shard.write_bytes(bytes(raw))
+    out = tmp_path / "out"
+    line = refused(capsys, ["eval", dataset, "--models", listing, "--out", out, "--workers", "0"], "eval")
+    assert f"shard {shard} does not match the sha256 its manifest lists" in line
+    assert "nothing was evaluated" in line and "others were evaluated" not in line
+    assert not out.exists()  # no model folder, no failed.json, no leaderboard

@@ -404,3 +404,44 @@ def test_fuzzed_scores_and_predictions_read_or_are_one_line(finished, tmp_path):
             else:
                 outcomes["read"] += 1
     assert outcomes["refused"] and outcomes["read"] and time.perf_counter() - started < 20, outcomes
+
+
+# -- issue 30: a shard changed under an unchanged manifest is never trained on, nor resumed on ---------------
+
+
+def tamper_train_shard(data: Path) -> str:
+    """Flip one byte in the middle of the first train shard (its size and the manifest unchanged)."""
+    name = json.loads((data / "_info.json").read_text())["splits"]["train"]["filenames"][0]
+    raw = bytearray((data / name).read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    (data / name).write_bytes(bytes(raw))
+    return name
+
+
+def test_a_changed_train_shard_is_refused_before_any_step(planted, tmp_path, capsys):
+    data, out = tmp_path / "data", tmp_path / "runs"
+    shutil.copytree(planted, data)
+    name = tamper_train_shard(data)
+    line = refused(capsys, ["train", data, "--out", out, *TINY])
+    assert f"{data / name} does not match the sha256 its manifest lists" in line
+    assert "no training step was taken" in line
+    assert not [p for p in out.rglob("*") if p.is_file() and not p.name.startswith(".")]  # no settings, no .pt
+
+
+def test_a_changed_train_shard_is_refused_on_resume(planted, tmp_path):
+    from evaluation.verified_shards import ShardMismatch
+    from training.loop import TrainSettings, fit
+
+    data, out = tmp_path / "data", tmp_path / "run"
+    shutil.copytree(planted, data)
+    settings = TrainSettings(
+        model="test_efficientnet", source=str(data), out=str(out), epochs=2, batch_size=32, lr=0.05, device="cpu",
+        shuffle_buffer=32, select="mean",
+    )  # fmt: skip
+    killed = fit(settings, stop_after_epoch=1, announce=lambda _: None)
+    assert killed.stopped_early
+    before = files_of(out)
+    name = tamper_train_shard(data)
+    with pytest.raises(ShardMismatch, match=rf"{name} does not match the sha256 .*: no training step was taken"):
+        fit(settings, resume=True, announce=lambda _: None)
+    assert files_of(out) == before  # last.pt still says epoch 1: nothing was trained on the changed bytes

@@ -23,6 +23,10 @@ def test_resume_after_a_kill_equals_an_uninterrupted_run_and_seeds_are_determini
     after_one = {k: v.clone() for k, v in killed.model.state_dict().items()}
     resumed = fit(small_run(small_planted, tmp_path / "b"), resume=True, **quiet)  # a new model, state from disk only
     assert states_equal(straight.model, resumed.model) and straight.history == resumed.history
+    # the timings of every epoch, the killed process's first one carried in last.pt (issue 30)
+    epochs = straight.history[-1]["epoch"]
+    assert len(straight.epoch_seconds) == len(resumed.epoch_seconds) == epochs > 1
+    assert resumed.epoch_seconds[0] == killed.epoch_seconds[0] and all(s > 0 for s in resumed.epoch_seconds)
     again = fit(small_run(small_planted, tmp_path / "c"), stop_after_epoch=1, **quiet)
     assert all(again.model.state_dict()[k].equal(v) for k, v in after_one.items())  # same seed, same weights
     other = fit(small_run(small_planted, tmp_path / "d", seed=1), stop_after_epoch=1, **quiet)

@@ -1,0 +1,298 @@
+"""What `hsi verify` compares besides the shards' bytes: everything else a release records.
+
+A revision is intact only when what `load_dataset` reads from it is what the release recorded:
+
+- the card's `configs` (README.md's YAML) read exactly the manifest's shards, path for path, both
+  ways: no config, split or shard the manifest lacks, none of its shards left out, no glob, no
+  `data_dir` or other key that changes which files `datasets` resolves; the declared features carry
+  the manifest's class names;
+- every file `_release.json` records (README.md, each `_info.json`, validation reports, previews)
+  has the recorded sha256, and the revision holds no file the release does not list;
+- each manifest's `fingerprint` is the fingerprint of the settings it records (recomputed with the
+  function that wrote it, `builder.core.config.fingerprint`), and the one `_release.json` records;
+- the streamed samples agree with the manifest: their counts by group, size and tier, and each
+  sample's class name with the manifest's class names.
+
+Each difference is one line naming the file and what differs; `hf_scripts.verify` collects them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+from builder.compose.stage import compose_settings
+from builder.core.config import fingerprint
+from builder.core.errors import printable
+from builder.core.manifest import COMPOSITES, MANIFEST_NAME, PARTS, Manifest
+from builder.formats.composites import COUNT_KINDS, count_buckets
+from cards.release import RELEASE_META
+from cards.summary import CardError
+
+CARD = "README.md"
+# What a config entry of our cards holds; anything else (`data_dir`, builder arguments) would change
+# which files `datasets` resolves or how it reads them.
+CARD_CONFIG_KEYS = {"config_name", "data_files", "default"}
+KEEP_REMOTE = {".gitattributes"}  # the Hub's own file of every repo (as hf_scripts.publish keeps it)
+
+
+def manifest_path(config: str) -> str:
+    return f"data/{config}/{MANIFEST_NAME}"
+
+
+def shard_paths(config: str, manifest: Manifest) -> dict[str, list[str]]:
+    """{split: [path in the repo]} of the manifest's shards, in its order."""
+    return {split: [f"data/{config}/{f}" for f in entry.filenames] for split, entry in sorted(manifest.splits.items())}
+
+
+def fetched(fetch: Callable[[str], str], path: str) -> Path:
+    """The local file `fetch` (hf_hub_download at the revision) gives for `path`: the cache's blob
+    itself, not huggingface_hub's link to it."""
+    return Path(fetch(path)).resolve()
+
+
+# -- the card ---------------------------------------------------------------------------------------
+
+
+def card_text(fetch: Callable[[str], str], present: set[str]) -> str | None:
+    """The card's text, or None when the revision has none or it is not UTF-8 (the files record's
+    check says which; no config is then streamed)."""
+    if CARD not in present:
+        return None
+    try:
+        return fetched(fetch, CARD).read_text("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def card_problems(text: str | None, manifests: Mapping[str, Manifest]) -> tuple[list[str], set[str]]:
+    """(problems, the configs whose card entry reads exactly the manifest's shards) of the card
+    `text` against the release's manifests ({config: Manifest})."""
+    from cards.metadata import check_card
+
+    if text is None:
+        return [f"{CARD}: the revision holds no card that reads as UTF-8 text"], set()
+    try:
+        metadata = check_card(text)
+    except CardError as exc:
+        return [f"{CARD}: {printable(str(exc))}"], set()
+    problems: list[str] = []
+    declared = _declared_data_files(metadata, problems)
+    features = _declared_features(metadata, problems)
+    exact = set()
+    for config in sorted(set(declared) | set(manifests)):
+        if config not in manifests:
+            problems.append(f"{CARD}: declares config {printable(config)!r}, which {RELEASE_META} does not list")
+            continue
+        if config not in declared:
+            problems.append(f"{CARD}: declares no config {config!r}; {RELEASE_META} lists it")
+            continue
+        if _data_file_problems(config, declared[config], shard_paths(config, manifests[config]), problems):
+            exact.add(config)
+        composites = manifests[config].holds == COMPOSITES  # a parts config declares other features
+        if composites and not _same_features(features.get(config), manifests[config].class_names):
+            problems.append(
+                f"{CARD}: config {config!r} declares other features (class names) than {manifest_path(config)} lists"
+            )
+    return problems, exact
+
+
+def _declared_data_files(metadata: dict, problems: list[str]) -> dict[str, dict[str, list]]:
+    """{config: {split: [patterns]}} as `datasets` reads the card's `configs` (its sanitize_patterns)."""
+    from datasets.data_files import sanitize_patterns
+
+    declared = {}
+    for entry in metadata.get("configs") or []:
+        if not isinstance(entry, dict):
+            problems.append(f"{CARD}: a `configs` entry is not a mapping")
+            continue
+        name = str(entry.get("config_name", "default"))
+        extra = sorted(str(key) for key in set(entry) - CARD_CONFIG_KEYS)
+        if extra:
+            problems.append(
+                f"{CARD}: config {printable(name)!r} sets {', '.join(map(printable, extra))}, which `hsi release` "
+                "never writes (it changes which files load_dataset reads)"
+            )
+        try:
+            declared[name] = {str(k): list(v) for k, v in sanitize_patterns(entry.get("data_files") or []).items()}
+        except (ValueError, TypeError) as exc:
+            problems.append(f"{CARD}: config {printable(name)!r}: data_files do not read ({printable(str(exc))[:200]})")
+    return declared
+
+
+def _data_file_problems(config: str, declared: dict[str, list], wanted: dict[str, list[str]], problems: list) -> bool:
+    """Append a line for each path the card reads that the manifest does not list and each manifest
+    shard it does not read (split by split, exact strings: a glob is never taken for the files it
+    matches); True when the two agree."""
+    before = len(problems)
+    where = manifest_path(config)
+    for split in sorted(set(declared) | set(wanted)):
+        have, want = [printable(str(p)) for p in declared.get(split, [])], wanted.get(split, [])
+        label = f"{CARD}: config {config!r} split {printable(split)!r}"
+        if split not in wanted:
+            problems.append(f"{label} is not a split of {where}; it reads {', '.join(have) or 'nothing'}")
+            continue
+        for path in sorted(set(have) - set(want)):
+            problems.append(f"{label} reads {path}, which {where} does not list")
+        for path in sorted(set(want) - set(have)):
+            problems.append(f"{label} does not read {path}, which {where} lists")
+        for path in sorted(p for p, n in Counter(have).items() if n > 1):
+            problems.append(f"{label} reads {path} more than once")
+    return len(problems) == before
+
+
+def _declared_features(metadata: dict, problems: list[str]) -> dict:
+    from datasets.info import DatasetInfosDict
+    from huggingface_hub import DatasetCardData
+
+    try:
+        return dict(DatasetInfosDict.from_dataset_card_data(DatasetCardData(**metadata)))
+    except (ValueError, TypeError, KeyError) as exc:
+        problems.append(f"{CARD}: dataset_info does not read ({printable(str(exc))[:200]})")
+        return {}
+
+
+def _same_features(info, class_names: list[str] | None) -> bool:
+    from cards.metadata import composite_features
+
+    if info is None or info.features is None or class_names is None:
+        return False
+    try:
+        return info.features == composite_features(list(class_names))
+    except (ValueError, TypeError):  # duplicate or odd class names in the manifest
+        return False
+
+
+# -- the recorded files -----------------------------------------------------------------------------
+
+
+def recorded_file_problems(
+    release: dict, present: Iterable[str], sha256_of: Callable[[str], str], shards: Mapping[str, str]
+) -> list[str]:
+    """Lines for every file `_release.json` records that the revision lacks or holds with another
+    sha256, and every file of the revision (`present`: its paths) it does not record. `sha256_of`
+    hashes one path (downloading it if need be); `shards` ({path: sha256} of the configs' shards,
+    hashed by the caller) are compared with the record only."""
+    present = set(present) - KEEP_REMOTE
+    files = release.get("files")
+    if files is None:
+        return [
+            f"{RELEASE_META} records no file's sha256 (made before `hsi release` recorded them), so {CARD} and the "
+            "_info.json files cannot be checked: rebuild the release and publish it as a new version"
+        ]
+    problems = []
+    for path in sorted(set(shards) - set(files)):
+        problems.append(f"{path}: a shard of {RELEASE_META}'s configs that its `files` record does not list")
+    for path, digest in sorted(files.items()):
+        if path not in present:
+            problems.append(f"{printable(path)}: {RELEASE_META} records it, the revision lacks it")
+        elif path in shards:
+            if shards[path] != digest:
+                problems.append(f"{path}: {RELEASE_META} records two sha256 for it (`files` and `configs`)")
+        elif sha256_of(path) != digest:
+            problems.append(
+                f"{printable(path)}: sha256 differs from {RELEASE_META}'s record (changed since `hsi release` wrote it)"
+            )
+    for path in sorted(present - set(files) - {RELEASE_META}):
+        problems.append(
+            f"{printable(path)}: in the revision but not part of the release ({RELEASE_META} does not list it)"
+        )
+    return problems
+
+
+# -- the manifest's fingerprint ---------------------------------------------------------------------
+
+
+def recomputed_fingerprint(manifest: Manifest) -> str | None:
+    """The fingerprint of the settings `manifest` records, as the stage that wrote it computed it:
+    compose records its settings' parts (spec, parts fingerprint, schema), SCGS the settings
+    themselves, extract each split's settings (the manifest's fingerprint is that of the splits'
+    fingerprints); None when it records neither."""
+    if manifest.holds == PARTS and manifest.settings is not None:  # extract: one fingerprint per split
+        per_split = {}
+        for split, entry in sorted(manifest.splits.items()):
+            settings = manifest.settings.get(split)
+            per_split[split] = fingerprint(settings) if isinstance(settings, Mapping) else None
+            if entry.fingerprint != per_split[split]:
+                return f"{per_split[split]} (split {split}'s settings give it; the split records {entry.fingerprint})"
+        return fingerprint(per_split)
+    if manifest.stage == "compose" and manifest.spec is not None:
+        return fingerprint(
+            compose_settings(manifest.spec, (manifest.parts or {}).get("fingerprint"), manifest.schema_version)
+        )
+    if manifest.settings is not None:
+        return fingerprint(manifest.settings)
+    return None
+
+
+def fingerprint_problems(config: str, manifest: Manifest, recorded: str | None) -> list[str]:
+    """Lines for a manifest whose fingerprint is not that of its recorded settings, whose spec is
+    not its spec_fingerprint's, or whose fingerprint is not the one `_release.json` records."""
+    where, problems = manifest_path(config), []
+    expected = recomputed_fingerprint(manifest)
+    if expected is None:
+        problems.append(
+            f"{where}: stage {printable(manifest.stage)!r} records no settings to recompute its fingerprint"
+        )
+    elif manifest.fingerprint != expected:
+        problems.append(
+            f"{where}: fingerprint {printable(manifest.fingerprint)} is not that of the settings it records "
+            f"(spec, parts, schema), which is {expected}"
+        )
+    if manifest.spec is not None and manifest.spec_fingerprint is not None:
+        if fingerprint(manifest.spec) != manifest.spec_fingerprint:
+            problems.append(f"{where}: spec_fingerprint {printable(manifest.spec_fingerprint)} is not that of its spec")
+    if recorded != manifest.fingerprint:
+        problems.append(
+            f"{where}: fingerprint {printable(manifest.fingerprint)}, {RELEASE_META} records {printable(str(recorded))}"
+        )
+    return problems
+
+
+# -- the streamed samples ---------------------------------------------------------------------------
+
+
+class SampleTally:
+    """The streamed samples of one split, counted as compose counts them, and checked against the
+    manifest's class names (a sample's `class_name` is `class_names[label]`)."""
+
+    def __init__(self, config: str, split: str, manifest: Manifest):
+        self.label = f"{config}/{split}"
+        self.entry = manifest.splits[split]
+        self.class_names = list(manifest.class_names or [])
+        self.counts: dict[str, Counter] = {kind: Counter() for kind in COUNT_KINDS}
+        self.misnamed = 0
+        self.composites = manifest.holds == COMPOSITES  # only composites carry these counts and names
+
+    def add(self, meta: Mapping) -> None:
+        if not self.composites:
+            return
+        try:
+            buckets = count_buckets(meta)
+            label = meta["label"]
+            named = isinstance(label, int) and 0 <= label < len(self.class_names)
+            self.misnamed += not named or self.class_names[label] != meta["class_name"]
+        except (KeyError, TypeError):
+            return  # the schema check counts a sample like this one
+        for kind, bucket in buckets.items():
+            self.counts[kind][bucket] += 1
+
+    def problems(self) -> list[str]:
+        if not self.composites:
+            return []
+        problems = []
+        streamed = {kind: dict(sorted(c.items())) for kind, c in self.counts.items()}
+        kinds = sorted(set(COUNT_KINDS) | set(self.entry.counts or {}))
+        recorded = {kind: dict(sorted((self.entry.counts or {}).get(kind, {}).items())) for kind in kinds}
+        for kind in kinds:
+            if streamed.get(kind, {}) != recorded[kind]:
+                problems.append(
+                    f"{self.label}: the manifest counts {printable(str(recorded[kind]))[:300]} by {kind}, the streamed "
+                    f"samples are {printable(str(streamed.get(kind, {})))[:300]}"
+                )
+        if self.misnamed:
+            problems.append(
+                f"{self.label}: {self.misnamed} samples' class_name is not the manifest's class_names[label]"
+            )
+        return problems
