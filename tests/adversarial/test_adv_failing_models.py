@@ -175,3 +175,18 @@ def test_an_onnx_model_onnxruntime_cannot_run_on_the_input(setup, tmp_path, caps
         "[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running MatMul node."
     ), err
     assert err.endswith(HINT) and not (tmp_path / "new").exists()
+
+
+def test_predictions_a_report_would_refuse_are_never_written(setup, tmp_path, capsys, monkeypatch):
+    """Were NaN to pass the forward check, the predictions are read as the report reads them before
+    any is written: one line naming the table, and no model folder holding only predictions.parquet."""
+    import evaluation.predict as predict
+
+    monkeypatch.setattr(predict, "check_finite", lambda probs, spec, shape: None)
+    path = scripted(NotANumber(), tmp_path / "nan.pt")
+    err = refused(capsys, setup, f"ts:{path}", tmp_path / "new")
+    assert err == (
+        "hsi eval: error: ts:nan.pt: its predictions cannot be reported, so nothing was written: predictions.parquet: "
+        "column top5_prob: row 0 (test_000000) holds nan, which is not a probability in [0, 1]"
+    )
+    assert not (tmp_path / "new").exists()
