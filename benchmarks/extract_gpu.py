@@ -1,7 +1,7 @@
 """Extract speed on one device: images/s of SAM + LaMa over a batch-size sweep, and where the time goes.
 
     python benchmarks/extract_gpu.py                       # GPU: SAM vit_h, ImageNet-sized images
-    python benchmarks/extract_gpu.py --lama-checkpoint big-lama.pt   # also time the real big-lama
+    python benchmarks/extract_gpu.py --lama-checkpoint big-lama.pt --trust-file SHA256   # also time big-lama
     python benchmarks/extract_gpu.py --device cpu --images 2 --sizes small --sam-model vit_b --batch-sizes 1,2
 
 What is measured, per batch size, over the same synthetic images (seeded gradients and noise,
@@ -85,12 +85,22 @@ def sam_masker(sam, model: str, name: str, device: str, batch: int):
     return SamMasker(sam, infer_architecture(sam.state_dict()), model, Path(name), "not-a-checkpoint", device, batch)
 
 
-def make_lama(checkpoint: str | None, device: str, batch: int):
+def add_trust_flags(parser: argparse.ArgumentParser) -> None:
+    """--trust-file SHA256 and --trust-code, as `hsi extract` takes them: big-lama is TorchScript, i.e. code."""
+    from builder.backends.code_trust import TRUST_CODE_FLAG, TRUST_CODE_HELP, TRUST_FILE_FLAG, TRUST_FILE_HELP
+
+    parser.add_argument(TRUST_FILE_FLAG, action="append", default=[], metavar="SHA256", help=TRUST_FILE_HELP)
+    parser.add_argument(TRUST_CODE_FLAG, action="store_true", help=TRUST_CODE_HELP)
+
+
+def make_lama(checkpoint: str | None, device: str, batch: int, trust):
+    """The production LaMa inpainter of `checkpoint`, loaded only when `trust` (a CodeTrust) allows it."""
     if not checkpoint:
         return None
     from builder.backends.lama import LamaInpainter, load_lama
 
-    return LamaInpainter(load_lama(Path(checkpoint)), Path(checkpoint), "", device, batch)
+    model, sha256 = load_lama(Path(checkpoint), trust)
+    return LamaInpainter(model, Path(checkpoint), sha256, device, batch)
 
 
 class Timer:
@@ -166,6 +176,7 @@ def main(argv=None) -> int:
         default=os.environ.get("LAMA_MODEL"),
         help="the big-lama TorchScript file; without it LaMa is not measured",
     )
+    add_trust_flags(parser)
     parser.add_argument("--dilation", type=int, default=15)
     parser.add_argument("--budget-s", type=float, default=270.0, help="start no new batch size after this many seconds")
     args = parser.parse_args(argv)
@@ -180,7 +191,9 @@ def main(argv=None) -> int:
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
     sweep = [int(b) for b in args.batch_sizes.split(",")]
     masker = make_sam(args.sam_model, args.sam_checkpoint, str(device), max(sweep))
-    inpainter = make_lama(args.lama_checkpoint, str(device), max(sweep))
+    from builder.backends.code_trust import CodeTrust
+
+    inpainter = make_lama(args.lama_checkpoint, str(device), max(sweep), CodeTrust.of(args.trust_file, args.trust_code))
     data = synth_jpegs(args.images, REAL_SIZES if args.sizes == "real" else SMALL_SIZES)
     print(
         f"device {gpu}; SAM {args.sam_model} ({'checkpoint' if args.sam_checkpoint else 'random init'}); "

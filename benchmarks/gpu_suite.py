@@ -2,7 +2,7 @@
 random weights (speed does not depend on weight values), where the time goes, and the targets.
 
     python benchmarks/gpu_suite.py --device cuda                          # one GPU, under 8 minutes
-    python benchmarks/gpu_suite.py --device cuda --lama-checkpoint big-lama.pt --json figures.json
+    python benchmarks/gpu_suite.py --device cuda --lama-checkpoint big-lama.pt --trust-file SHA256 --json figures.json
     python benchmarks/gpu_suite.py --device cpu                           # tiny models: a check in seconds
     python benchmarks/gpu_suite.py --only sd,detect --batch-size sd=8,detect=16
 
@@ -294,6 +294,7 @@ class Context:
     tiny: bool
     sizes: Sizes
     lama_checkpoint: str | None
+    lama_trust: object  # builder.backends.code_trust.CodeTrust: big-lama is TorchScript, i.e. code
     folder: Path  # scratch space, removed at the end
     eval_workers: int
 
@@ -337,7 +338,7 @@ def bench_extract(ctx: Context) -> list[Row]:
     inpainter = None
     if ctx.lama_checkpoint:
         if Path(ctx.lama_checkpoint).is_file():
-            inpainter = extract_gpu.make_lama(ctx.lama_checkpoint, device, batch)
+            inpainter = extract_gpu.make_lama(ctx.lama_checkpoint, device, batch, ctx.lama_trust)
             lama_note = f"LaMa {Path(ctx.lama_checkpoint).name}"
         else:
             lama_note = f"LaMa not measured ({Path(ctx.lama_checkpoint).name} does not exist)"
@@ -681,6 +682,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("LAMA_MODEL"),
         help="the big-lama TorchScript file (default $LAMA_MODEL); without it LaMa is not measured",
     )
+    from builder.backends.code_trust import TRUST_CODE_FLAG, TRUST_CODE_HELP, TRUST_FILE_FLAG, TRUST_FILE_HELP
+
+    parser.add_argument(TRUST_FILE_FLAG, action="append", default=[], metavar="SHA256", help=TRUST_FILE_HELP)
+    parser.add_argument(TRUST_CODE_FLAG, action="store_true", help=TRUST_CODE_HELP)
     parser.add_argument(
         "--eval-workers",
         type=int,
@@ -723,7 +728,10 @@ def main(argv=None) -> int:
     )
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="hsi-gpu-suite-") as folder:
-        ctx = Context(device, tiny, sizes, args.lama_checkpoint, Path(folder), workers)
+        from builder.backends.code_trust import CodeTrust
+
+        trust = CodeTrust.of(args.trust_file, args.trust_code)
+        ctx = Context(device, tiny, sizes, args.lama_checkpoint, trust, Path(folder), workers)
         for stage in args.only:
             print(f"== {stage}", flush=True)
             stage_rows = run_stage(stage, ctx)

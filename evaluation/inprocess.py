@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from builder.backends.code_trust import CodeTrust
 from builder.core.errors import UsageError
 
 from .bootstrap import BootstrapSettings
@@ -131,6 +132,8 @@ def evaluate(
     interpolation: str | None = None,
     crop_pct: float | None = None,
     classes: Sequence[str] | None = None,
+    trust_files: Sequence[str] = (),
+    trust_code: bool = False,
     outputs: str = "logits",
     name: str | None = None,
     batch_size: int = 64,
@@ -156,6 +159,9 @@ def evaluate(
 
     `clean` (an ImageNet root, its `clean_split`) adds the clean-photo pass and `parts` (an
     extract's parts folder) the bare-background pass, as `hsi eval --clean` and `--parts` do.
+
+    A `ts:FILE` spec is code: it loads only when its sha256 is in `trust_files` or with `trust_code`
+    (its code then runs with your permissions), as `hsi eval --trust-file` / `--trust-code`.
     """
     from .data import default_split
 
@@ -166,6 +172,7 @@ def evaluate(
         input_size=_size(input_size),
         interpolation=interpolation,
         crop_pct=crop_pct,
+        trust=CodeTrust.of([trust_files] if isinstance(trust_files, str) else trust_files, trust_code, "trust_files"),
     )
     loaded = as_loaded(model, options, outputs, name)
     if device is None:

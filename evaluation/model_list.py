@@ -7,6 +7,10 @@ and each entry is checked against the keys a model takes, so a typo (`chekpoint:
 wrong kind (`input_size: abc`) is one line naming the file, the entry and the field, before any model
 is loaded. Paths in an entry (checkpoint, classes, a `ts:`, `ep:` or `onnx:` file) are relative to
 the YAML's folder.
+
+An entry's `trusted_sha256` (one sha256 or a list) trusts the TorchScript files with those digests to
+run their code, as `--trust-file` does: it is the trust of whoever wrote the listing, so read a
+stranger's models.yaml before running it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from builder.backends.code_trust import SHA256
 from builder.core.errors import UsageError
 from builder.core.untrusted import Fields, UntrustedInput, check_number, describe, read_yaml
 from evaluation.entries import check_paper, check_text
@@ -31,6 +36,7 @@ ENTRY_KEYS = (
     "input_size",
     "interpolation",
     "crop_pct",
+    "trusted_sha256",  # the TorchScript files trusted to run their code (--trust-file)
     # the model's leaderboard entry (evaluation.entries): what `--entry-name`, `--architecture`,
     # `--training-data` and `--paper` give one model
     "entry_name",
@@ -106,6 +112,8 @@ def _entry(item: object, path: Path, index: int) -> dict:
         entry["crop_pct"] = fields.number("crop_pct", low=0, high=1)
         if entry["crop_pct"] == 0:
             raise fields.error("must be in (0, 1], got 0", "crop_pct")
+    if fields.has("trusted_sha256"):
+        entry["trusted_sha256"] = _sha256s(fields)
     for key in ("entry_name", "architecture", "training_data", "paper"):
         if fields.has(key):
             check = check_paper if key == "paper" else check_text
@@ -113,6 +121,17 @@ def _entry(item: object, path: Path, index: int) -> dict:
     # a key given as null stays null: it overrides the command line's flag, as it always did
     entry.update({key: None for key, value in item.items() if value is None and key != "model"})
     return entry
+
+
+def _sha256s(fields: Fields) -> tuple[str, ...]:
+    """trusted_sha256: one sha256 or a list of them, each 64 hex digits."""
+    value = fields.raw("trusted_sha256")
+    values = value if isinstance(value, list) else [value]
+    if not values or not all(isinstance(v, str) and SHA256.match(v.strip().lower()) for v in values):
+        raise fields.error(
+            f"takes the sha256 of a file (64 hex digits) or a list of them, got {describe(value)}", "trusted_sha256"
+        )
+    return tuple(v.strip().lower() for v in values)
 
 
 def _three_numbers(fields: Fields, key: str) -> str:

@@ -5,7 +5,9 @@ Specs:
     timm:NAME or NAME   timm.create_model(NAME, pretrained=True); with --checkpoint FILE the weights
                         come from the file through timm's own pretrained_cfg_overlay=dict(file=...)
     tv:NAME             a torchvision model with its published DEFAULT weights enum (or --checkpoint)
-    ts:FILE             a TorchScript classifier (preprocessing from --mean/--std/--input-size/...)
+    ts:FILE             a TorchScript classifier (preprocessing from --mean/--std/--input-size/...). A
+                        TorchScript file is code: it is loaded only when its sha256 is trusted
+                        (--trust-file SHA256) or with --trust-code (builder.backends.code_trust)
     ep:FILE             a torch.export program saved with torch.export.save (.pt2), checked to hold no
                         pickle and no code before it is loaded (evaluation.pt2_files); same preprocessing
     onnx:FILE           an ONNX model run by onnxruntime, CPU or CUDA provider, external data refused
@@ -25,8 +27,11 @@ import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from builder.backends.code_trust import CodeTrust, check_trusted, load_torchscript
 from builder.backends.registry import make_backend, register_backend
-from builder.core.errors import UsageError, first_few
+from builder.core.errors import HsiError, UsageError, first_few
+
+from .forward_checks import forward_failed
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -80,6 +85,7 @@ class ModelOptions:
     input_size: tuple[int, int] | None = None
     interpolation: str | None = None
     crop_pct: float | None = None
+    trust: CodeTrust = CodeTrust()  # the TorchScript files the user trusts to run their code
 
 
 @dataclass
@@ -324,24 +330,30 @@ def _refuse_weight_flags(options: ModelOptions, spec: str, what: str) -> None:
         )
 
 
+TORCHSCRIPT_HINT = (
+    "or export the model as an ep: file (torch.export.save) or an onnx: file, which are checked to hold no code "
+    "and need no trust"
+)
+
+
 def _torchscript_file(path: Path, spec: str) -> None:
     if not Path(path).is_file():
         raise ModelError(f"{spec}: no such TorchScript file")
 
 
-def _load_torchscript(path: Path, options: ModelOptions, spec: str) -> LoadedModel:
-    import torch
+def _torchscript_refusal(spec: str):
+    return lambda reason: ModelError(f"{spec}: {reason}")
 
+
+def _load_torchscript(path: Path, options: ModelOptions, spec: str) -> LoadedModel:
     path = Path(path)
     _refuse_weight_flags(options, spec, MODEL_FILE_KINDS["ts"])
     _torchscript_file(path, spec)
-    try:
-        module = torch.jit.load(str(path), map_location="cpu")
-    except Exception as exc:  # torch raises RuntimeError/ValueError variants for non-TorchScript files
-        raise ModelError(f"{path.name} is not a TorchScript file: {exc}") from None
+    # refused before torch.jit.load unless trusted: loading runs the file's code
+    module, sha256 = load_torchscript(path, options.trust, TORCHSCRIPT_HINT, _torchscript_refusal(spec))
     module.eval()
     pre = Preprocessing(source="defaults for TorchScript (ImageNet mean/std, 224, bicubic)")
-    return LoadedModel(f"ts:{path.name}", module, pre, options.classes, path.name, sha256_of(path))
+    return LoadedModel(f"ts:{path.name}", module, pre, options.classes, path.name, sha256)
 
 
 def _load_model_file(kind: str, path: Path, options: ModelOptions) -> LoadedModel:
@@ -472,8 +484,9 @@ def load_model(spec: str, options: ModelOptions = ModelOptions()) -> LoadedModel
 def check_spec(spec: str, options: ModelOptions = ModelOptions()) -> None:
     """Refuse now, with the loader's own message, what loading `spec` would refuse before reading any
     weights: an unknown timm or torchvision name, a model file or checkpoint that does not exist, a
-    weights file without --arch. A sweep checks every model so before the first one runs; what only
-    loading finds (weights that are not offline, a damaged file) is that model's failure."""
+    weights file without --arch, a TorchScript file whose sha256 is not trusted. A sweep checks every
+    model so before the first one runs; what only loading finds (weights that are not offline, a
+    damaged file) is that model's failure."""
     name, target = classifier_entry(spec)
     if name == "timm":
         _known_timm_name(target)
@@ -483,6 +496,7 @@ def check_spec(spec: str, options: ModelOptions = ModelOptions()) -> None:
         _refuse_weight_flags(options, spec, MODEL_FILE_KINDS[name])
         if name == "ts":
             _torchscript_file(Path(target), spec)
+            check_trust(spec, options)
         elif not Path(target).is_file():
             raise ModelError(f"{spec}: no such file")
     else:
@@ -495,6 +509,14 @@ def check_spec(spec: str, options: ModelOptions = ModelOptions()) -> None:
             _known_timm_name(arch.removeprefix("timm:"))
     if options.checkpoint is not None and name in ("timm", "tv"):
         _checkpoint_file(options.checkpoint)
+
+
+def check_trust(spec: str, options: ModelOptions = ModelOptions()) -> None:
+    """Refuse a `ts:FILE` whose sha256 the options do not trust (nothing is loaded), so a run that
+    loads its models in worker processes refuses it before any starts; the loader checks again."""
+    name, target = classifier_entry(spec)
+    if name == "ts" and Path(target).is_file():
+        check_trusted(Path(target), options.trust, TORCHSCRIPT_HINT, _torchscript_refusal(spec), "TorchScript file")
 
 
 def loaded_spec(spec: str, options: ModelOptions = ModelOptions()) -> str:
@@ -515,13 +537,20 @@ def model_slug(spec: str) -> str:
     return keep.strip("._") or "model"
 
 
-def count_outputs(module, preprocessing: Preprocessing) -> int:
-    """The model's output size, from one forward pass on a blank input (before any real work)."""
+def count_outputs(module, preprocessing: Preprocessing, spec: str = "the model") -> int:
+    """The model's output size, from one forward pass on a blank input (before any real work); a
+    model that fails on it is one line naming `spec`, the input shape and the cause."""
     import torch
 
     h, w = preprocessing.input_size
+    blank = torch.zeros(1, 3, h, w)
     with torch.no_grad():
-        out = module(torch.zeros(1, 3, h, w))
+        try:
+            out = module(blank)
+        except HsiError:  # a model file's own refusal (an input size it does not take) says it already
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever the model raises is its failure, in one line
+            raise forward_failed(spec, blank.shape, exc) from None
     if isinstance(out, (tuple, list)):
         out = out[0]
     if out.ndim != 2:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from builder.core.errors import HsiError
 from builder.core.owned import OwnedFolder, OwnedFolderError
 from builder.core.untrusted import Fields, read_json
 
@@ -37,7 +38,7 @@ from .extra_sets import (
 )
 from .leaderboard import FAILED_JSON, already_evaluated, checked_report, run_identity
 from .metrics import clean_drop, compute_metrics
-from .models import LoadedModel
+from .models import LoadedModel, ModelError
 from .plots import write_plots
 from .predict import Classifier, PredictionRun, RunPlan, plan_run, resolve_device, run_predictions, verify_plan
 from .predictions import PREDICTIONS_NAME, read_predictions, write_predictions
@@ -362,10 +363,24 @@ def write_work(
     if work.action == PASSES_ADDED:
         extras = {key: work.previous[key] for key in MODEL_ONLY if work.previous.get(key)}
     else:
+        checked_predictions(work.predictions, work.spec)  # refused here, the folder is left as it was
         folder.write_bytes(PREDICTIONS_NAME, work.predictions)
         extras = {}
     extras.update(write_passes(work.passes, work.composites, settings, folder, announce))
     return EvalResult(folder.path, analyse(predictions, folder, settings.bootstrap, extras, description))
+
+
+def checked_predictions(data: bytes, spec: str) -> None:
+    """Read a run's predictions.parquet bytes as `analyse` will, before they are written: a table it
+    would refuse (a NaN probability) never leaves a model folder holding only its predictions."""
+    with tempfile.TemporaryDirectory(prefix="hsi-eval-") as tmp:
+        path = Path(tmp) / PREDICTIONS_NAME
+        path.write_bytes(data)
+        try:
+            read_predictions(path)
+        except HsiError as exc:  # named by the model, not by the temporary copy
+            reason = str(exc).replace(str(path), PREDICTIONS_NAME)
+            raise ModelError(f"{spec}: its predictions cannot be reported, so nothing was written: {reason}") from None
 
 
 def evaluate_model(

@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from builder import __version__
-from builder.core.errors import InputError
+from builder.core.errors import HsiError, InputError
 
 from .data import EvalBatches, SourceSplit, make_loader, read_dataset_manifest
+from .forward_checks import check_finite, forward_failed
 from .labels import LabelSpace, config_wnids, resolve_label_space
 from .models import LoadedModel, Preprocessing, count_outputs
 from .verified_shards import VERIFIED, verify_stream
@@ -71,6 +72,7 @@ class Classifier:
         import torch
 
         self.torch = torch
+        self.spec = loaded.spec
         self.device = device
         self.amp = amp and device.type == "cuda"
         self.channels_last = channels_last
@@ -100,7 +102,8 @@ class Classifier:
         return out.float().index_select(1, self.outputs).softmax(1)
 
     def probabilities(self, images):
-        """Softmax over the scored outputs, B x K on the CPU; halves the batch on CUDA OOM."""
+        """Softmax over the scored outputs, B x K on the CPU; halves the batch on CUDA OOM. A model
+        that raises, or returns NaN, is one line naming it and the input shape (a ForwardFailed)."""
         torch = self.torch
         step = self.max_batch or len(images)
         parts, start = [], 0
@@ -108,16 +111,23 @@ class Classifier:
             while start < len(images):
                 chunk = images[start : start + step]
                 try:
-                    parts.append(self._forward(chunk).cpu())
-                    start += len(chunk)
-                except torch.cuda.OutOfMemoryError:
+                    probs = self._forward(chunk).cpu()
+                except torch.cuda.OutOfMemoryError as exc:
                     if step == 1:
-                        raise
+                        raise forward_failed(self.spec, chunk.shape, exc) from None
                     step = max(1, step // 2)
                     self.max_batch = step
                     if self.device.type == "cuda":
                         torch.cuda.empty_cache()
                     self.announce(f"hsi eval: out of memory on {self.device}; batch halved to {step}")
+                    continue
+                except HsiError:  # a model file's own refusal (an input size it does not take)
+                    raise
+                except Exception as exc:  # noqa: BLE001 - whatever the model raises is its failure
+                    raise forward_failed(self.spec, chunk.shape, exc) from None
+                check_finite(probs, self.spec, chunk.shape)
+                parts.append(probs)
+                start += len(chunk)
         return torch.cat(parts).numpy()
 
 
@@ -220,7 +230,9 @@ def plan_run(
     dataset = EvalBatches(SourceSplit(source, config, split), loaded.preprocessing, batch_size, limit)
     manifest = read_dataset_manifest(SourceSplit(source, config, split))
     wnids = config_wnids(manifest)
-    space = resolve_label_space(count_outputs(loaded.module, loaded.preprocessing), loaded.classes, wnids, label_space)
+    space = resolve_label_space(
+        count_outputs(loaded.module, loaded.preprocessing, loaded.spec), loaded.classes, wnids, label_space
+    )
     return RunPlan(dataset, manifest, wnids, space)
 
 

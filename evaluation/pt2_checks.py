@@ -9,7 +9,8 @@ torch/_export/serde/serialize.py, torch/export/_unlift.py, torch/fx/graph.py) it
   pt2 archive goes to the pre-2.7 reader, which unpickles too;
 - load shared libraries (AOTInductor packages, `data/aotinductor/`);
 - evaluate text as Python: every symbolic-shape expression (`expr_str`) goes through
-  `sympy.sympify`, which is `eval`; guard strings (`guards_code`) are `exec`'d by `.module()`
+  `sympy.sympify`, which is `eval` and computes what it can (`9**9**9**9` runs for ever and fills
+  the memory); guard strings (`guards_code`) are `exec`'d by `.module()`
   (the loader calls `.module(check_guards=False)`, which never reads them);
 - resolve any `torch.*` or `operator.*` name as a graph node's function (`torch.save`, ...) and
   write attribute names and argument names unescaped into the Python source FX compiles.
@@ -17,7 +18,9 @@ torch/_export/serde/serialize.py, torch/export/_unlift.py, torch/fx/graph.py) it
 So every record is accounted for: only the plain layout torch.export.save writes for tensors,
 raw-byte weights and constants only, and the program's JSON walked whole: operators from aten and
 prims (bar file access) and the symbolic-shape ones, names that are identifiers, expressions in a
-grammar of sympy constructors with no attribute, subscript or free name, tree specs of built-in
+grammar of sympy constructors with no attribute, subscript or free name and a bounded size (small
+whole-number exponents, integers within 64 bits, a value of at most MAX_VALUE_BITS bits whatever the
+symbols are; `bound_expression`), JSON integers within 64 bits, tree specs of built-in
 containers, no control characters. Anything else is refused with the file and the reason; what is
 not recognised is refused, never guessed. The file layout is torch's own
 (`torch.export.pt2_archive.constants`).
@@ -74,6 +77,15 @@ EXPRESSION_TOKEN = re.compile(
     r"|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<op>\*\*|//|==|!=|<=|>=|[-+*/%<>(),=&|~^]))"
 )
 MAX_EXPRESSION = 10_000
+# What a shape expression may compute: sizes are below 2**63, so an integer literal beyond it is no
+# size; an exponent is a whole number up to MAX_EXPONENT (s0**2 is how sympy writes s0*s0); and the
+# value, bounded with every symbol taken as 64 bits, stays under MAX_VALUE_BITS bits (a power tower
+# of small numbers is refused before sympy computes it).
+MAX_INTEGER = 2**63
+MAX_EXPONENT = 64
+MAX_VALUE_BITS = 4096
+SYMBOL_BITS = 64
+POWER_FUNCTIONS = {"Pow", "PowByNatural", "FloatPow"}  # (base, exponent)
 
 # pytree node types a classifier's inputs and outputs are made of (a defaultdict or an enum would
 # make torch import a module the file names).
@@ -252,6 +264,8 @@ def _check_program(reader) -> None:
 
 
 def _walk(value: object, key: str) -> None:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INTEGER:
+        raise Refused(f"{key or 'a value'} holds an integer of {len(str(abs(value)))} digits, beyond 64 bits")
     if isinstance(value, dict):
         for child_key, child in value.items():
             _check_text(child_key, "")
@@ -311,6 +325,83 @@ def check_expression(text: str) -> None:
             if is_keyword and name.startswith("_") or not is_keyword and not _expression_name(name):
                 raise Refused(f"symbolic-shape expression {text[:60]!r} names {name[:40]!r}")
         position = token.end()
+    bound_expression(text)
+
+
+def bound_expression(text: str) -> None:
+    """Refuse an expression (already in the grammar) whose value sympy could not compute quickly: an
+    integer beyond 64 bits, an exponent that is not a whole number up to MAX_EXPONENT, or a value
+    that could exceed MAX_VALUE_BITS bits. Parsing with `ast` evaluates nothing."""
+    import ast
+
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # too deep, or not Python at all
+        raise Refused(
+            f"symbolic-shape expression {text[:60]!r} is not a plain expression (or nests too deeply)"
+        ) from None
+    try:
+        bits = _value_bits(tree.body, text)
+    except RecursionError:
+        raise Refused(f"symbolic-shape expression {text[:60]!r} nests too deeply") from None
+    if bits > MAX_VALUE_BITS:
+        raise Refused(
+            f"symbolic-shape expression {text[:60]!r} could reach a {bits}-bit value (at most {MAX_VALUE_BITS}): "
+            "no shape is that large"
+        )
+
+
+def _value_bits(node, text: str) -> int:
+    """An upper bound on the bits of `node`'s value, every symbol taken as SYMBOL_BITS bits."""
+    import ast
+
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+            return 1
+        if abs(node.value) > MAX_INTEGER:
+            raise Refused(f"symbolic-shape expression {text[:60]!r} holds a number beyond 64 bits")
+        return max(1, int(abs(node.value)).bit_length())
+    if isinstance(node, ast.UnaryOp):
+        return _value_bits(node.operand, text)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+        return _power_bits(node.left, node.right, text)
+    if isinstance(node, ast.BinOp):
+        left, right = _value_bits(node.left, text), _value_bits(node.right, text)
+        return left + right if isinstance(node.op, (ast.Mult, ast.LShift)) else max(left, right) + 1
+    if isinstance(node, (ast.Compare, ast.BoolOp)):
+        for child in ast.iter_child_nodes(node):
+            _value_bits(child, text)
+        return 1
+    if isinstance(node, ast.Call):
+        name = node.func.id if isinstance(node.func, ast.Name) else ""
+        arguments = [*node.args, *(keyword.value for keyword in node.keywords)]
+        if name in POWER_FUNCTIONS and len(node.args) == 2:
+            return _power_bits(node.args[0], node.args[1], text)
+        if name in ("Symbol", "Dummy"):
+            return SYMBOL_BITS
+        bits = [_value_bits(argument, text) for argument in arguments] or [1]
+        return sum(bits) if name in ("Mul", "LShift") else max(bits) + len(bits)
+    if isinstance(node, ast.Name):  # a symbol (s0), or a constant such as oo or true
+        return SYMBOL_BITS
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return max((_value_bits(element, text) for element in node.elts), default=1)
+    raise Refused(f"symbolic-shape expression {text[:60]!r} holds a {type(node).__name__}")
+
+
+def _power_bits(base, exponent, text: str) -> int:
+    """Bits of base ** exponent, for an exponent that is a whole number up to MAX_EXPONENT."""
+    import ast
+
+    value = exponent
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "Integer":
+        value = value.args[0] if len(value.args) == 1 else None
+    if isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.USub):
+        value = value.operand
+    if not (isinstance(value, ast.Constant) and type(value.value) is int and value.value <= MAX_EXPONENT):
+        raise Refused(
+            f"symbolic-shape expression {text[:60]!r} raises to a power that is not a whole number up to {MAX_EXPONENT}"
+        )
+    return _value_bits(base, text) * max(1, value.value)
 
 
 def _expression_name(name: str) -> bool:

@@ -93,7 +93,8 @@ def error_type(exc: BaseException) -> str:
 
 def failure_of(spec: str, name: str, stage: str, exc: BaseException) -> ModelFailure:
     status = exc.exit_status if isinstance(exc, HsiError) else EXIT_FAILED
-    return ModelFailure(spec, name, stage, error_type(exc), one_line(exc), status)
+    # a forward pass that raised records what the model raised (ForwardFailed keeps its type)
+    return ModelFailure(spec, name, stage, getattr(exc, "cause_type", None) or error_type(exc), one_line(exc), status)
 
 
 def announce_to_stderr(text: str) -> None:

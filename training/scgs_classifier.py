@@ -18,6 +18,7 @@ import numpy as np
 
 from builder.augment.generation import GenerationModels
 from builder.augment.misclassified import PredictedRow, PredictionsMismatch
+from builder.backends.code_trust import NO_TRUST, CodeTrust
 from builder.backends.registry import make_backend
 from builder.core.classes import class_of
 from builder.core.untrusted import Fields, check_string, load_torch
@@ -57,7 +58,7 @@ class TimmScgsClassifier:
         self.input_size = pre.input_size
         self.mean = torch.tensor(pre.mean, device=self.device).view(1, 3, 1, 1) * 255
         self.std = torch.tensor(pre.std, device=self.device).view(1, 3, 1, 1) * 255
-        space = resolve_label_space(count_outputs(module.cpu(), pre), loaded.classes, wnids, "subset")
+        space = resolve_label_space(count_outputs(module.cpu(), pre, loaded.spec), loaded.classes, wnids, "subset")
         self.module.to(self.device)
         column = {int(index): int(out) for out, index in zip(space.outputs, space.class_index)}
         missing = [w for w in wnids if class_of(w).index not in column]
@@ -123,6 +124,7 @@ def load_scgs_classifier(
     cam_layer: str | None = None,
     flag: str = "--model",
     check_only: bool = False,
+    trust: CodeTrust = NO_TRUST,
 ) -> TimmScgsClassifier:
     """An `hsi train` checkpoint (the architecture from its settings unless `model` names one; the
     input size the run trained at) or a model spec through `load_model`."""
@@ -143,7 +145,7 @@ def load_scgs_classifier(
             loaded.preprocessing, input_size=(side, side), source=f"{loaded.preprocessing.source}, input {side} px"
         )
     elif model:
-        loaded = load_model(model, ModelOptions())
+        loaded = load_model(model, ModelOptions(trust=trust))
     else:
         raise ModelError(f"pass the ERM model: --checkpoint RUN/best.pt (from hsi train) or {flag} SPEC")
     return TimmScgsClassifier(loaded, wnids, device, cam_layer, check_only)
@@ -163,9 +165,12 @@ class ScgsModelLoader:
     cam_layer: str | None
     check_model: str | None
     generator: Any  # builder.backends.sd_inpaint.SdInpaintConfig
+    trust: CodeTrust = NO_TRUST  # the TorchScript files (--trust-file, --trust-code) trusted to run code
 
     @classmethod
-    def of(cls, model, checkpoint, wnids, canvas, cam_layer, check_model, generator) -> ScgsModelLoader:
+    def of(
+        cls, model, checkpoint, wnids, canvas, cam_layer, check_model, generator, trust: CodeTrust = NO_TRUST
+    ) -> ScgsModelLoader:
         local = Path(generator.model_id).expanduser()
         if local.is_dir():
             generator = replace(generator, model_id=str(local.resolve()))
@@ -179,13 +184,18 @@ class ScgsModelLoader:
             cam_layer,
             check_model,
             generator,
+            trust,
         )
 
     def __call__(self, device: str) -> GenerationModels:
         checkpoint = Path(self.checkpoint) if self.checkpoint is not None else None
-        classifier = load_scgs_classifier(self.model, checkpoint, self.wnids, self.canvas, device, self.cam_layer)
+        classifier = load_scgs_classifier(
+            self.model, checkpoint, self.wnids, self.canvas, device, self.cam_layer, trust=self.trust
+        )
         check = (
-            load_scgs_classifier(self.check_model, None, self.wnids, self.canvas, device, None, "--check-model", True)
+            load_scgs_classifier(
+                self.check_model, None, self.wnids, self.canvas, device, None, "--check-model", True, self.trust
+            )
             if self.check_model
             else None
         )

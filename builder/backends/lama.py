@@ -9,6 +9,10 @@ image's full resolution: it pads the bottom and right edges to a multiple of 8 b
 way), runs the model, crops back to H x W, rounds to uint8, and copies every unmasked pixel from the
 input so only the hole changes. Images with the same padded size share one forward pass.
 
+The file is TorchScript, which is code: it is loaded only when its sha256 is trusted (`--trust-file
+SHA256`, or `trusted_sha256:` in the extract config) or with `--trust-code`
+(`builder.backends.code_trust`); otherwise refused before `torch.jit.load` runs any of it.
+
 Determinism: the same as the SAM masker's: on one device type a result does not depend on the
 batch it ran in (tested on CPU); CPU and CUDA may differ in the last bit of some filled pixels.
 """
@@ -16,7 +20,6 @@ batch it ran in (tested on CPU); CPU and CUDA may differ in the last bit of some
 from __future__ import annotations
 
 import sys
-import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,12 +29,12 @@ from typing import ClassVar
 import numpy as np
 
 from builder.backends.base import BackendInfo, Inpainter
+from builder.backends.code_trust import CodeTrust, load_torchscript
 from builder.backends.registry import register_backend
 from builder.backends.torch_base import (
     CheckpointConfig,
     CheckpointSource,
     TorchBackend,
-    checkpoint_sha256,
     count_parameters,
 )
 
@@ -51,6 +54,19 @@ CHECKPOINT = CheckpointSource(
 class LamaConfig(CheckpointConfig):
     source: ClassVar[CheckpointSource] = CHECKPOINT
     checkpoint: str | None = CHECKPOINT.config_field()
+    trusted_sha256: tuple[str, ...] = ()  # the big-lama files the user trusts (--trust-file, the config's list)
+    trust_code: bool = False  # --trust-code: any TorchScript file
+
+    @property
+    def trust(self) -> CodeTrust:
+        return CodeTrust.of(self.trusted_sha256, self.trust_code)
+
+
+# No sha256 of big-lama is published by its authors or its host (see builder.backends.code_trust).
+LAMA_HINT = (
+    "no sha256 of big-lama is published, so trust only a file you downloaded yourself; or use --inpainter "
+    "patchmatch or telea, which load no model file"
+)
 
 
 def padded_size(height: int, width: int, multiple: int = PAD_MULTIPLE) -> tuple[int, int]:
@@ -65,16 +81,12 @@ def pad_to_multiple(array: np.ndarray, multiple: int = PAD_MULTIPLE) -> np.ndarr
     return np.pad(array, widths, mode=PAD_MODE)
 
 
-def load_lama(path: Path):
+def load_lama(path: Path, trust: CodeTrust) -> tuple[object, str]:
+    """(model, sha256) of the big-lama TorchScript file at `path`, when `trust` allows its sha256
+    (refused before torch.jit.load otherwise), proved to take (image, mask) on a small input."""
     import torch
 
-    try:
-        with warnings.catch_warnings():
-            # torch marks TorchScript as deprecated; big-lama is only published in that form
-            warnings.simplefilter("ignore", FutureWarning)
-            model = torch.jit.load(str(path), map_location="cpu")
-    except Exception as exc:  # noqa: BLE001 - any failure to load means an unusable file
-        raise CHECKPOINT.unusable(path, f"not a TorchScript file: {type(exc).__name__}: {str(exc)[:200]}") from None
+    model, sha256 = load_torchscript(path, trust, LAMA_HINT, lambda reason: CHECKPOINT.unusable(path, reason))
     model.eval()
     image = torch.full((1, 3, SMOKE_SIDE, SMOKE_SIDE), 0.5)
     mask = torch.zeros((1, 1, SMOKE_SIDE, SMOKE_SIDE))
@@ -89,7 +101,7 @@ def load_lama(path: Path):
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != (1, 3, SMOKE_SIDE, SMOKE_SIDE):
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise CHECKPOINT.unusable(path, f"model(image, mask) returned {shape}, expected a 1 x 3 x H x W tensor")
-    return model
+    return model, sha256
 
 
 def accepts_batches(model) -> bool:
@@ -163,7 +175,7 @@ class LamaInpainter(TorchBackend, Inpainter):
 def make_lama_inpainter(config: LamaConfig) -> LamaInpainter:
     """Factory for `--inpainter lama`: every check that can fail happens here, before any work."""
     path = config.locate()
-    model = load_lama(path)
+    model, sha256 = load_lama(path, config.trust)
     batch_size = config.batch_size
     if batch_size > 1 and not accepts_batches(model):
         # Results do not depend on how many images share a call, so this changes speed only.
@@ -173,4 +185,4 @@ def make_lama_inpainter(config: LamaConfig) -> LamaInpainter:
             flush=True,
         )
         batch_size = 1
-    return LamaInpainter(model, path, checkpoint_sha256(path), config.device, batch_size)
+    return LamaInpainter(model, path, sha256, config.device, batch_size)

@@ -23,6 +23,7 @@ import numpy as np
 from builder import __version__
 from builder.backends import BackendUnavailable, Inpainter, Masker, backend_config, make_backend
 from builder.backends.base import InpaintFallback
+from builder.backends.code_trust import CodeTrust
 from builder.backends.registry import SETTING
 from builder.backends.torch_threads import runs_torch, use_stage_threads
 from builder.core.config import ConfigError, fingerprint
@@ -81,9 +82,17 @@ class ExtractConfig:
     sam_model: str = "vit_h"
     sam_checkpoint: str | None = None
     lama_checkpoint: str | None = None
+    # TorchScript files (big-lama) trusted to run their code: by sha256 (--trust-file, the config's
+    # list), or any with --trust-code, which a config file cannot set (not in the output)
+    trusted_sha256: tuple[str, ...] = ()
+    trust_code: bool = False
     device: str = "auto"
 
     def __post_init__(self) -> None:
+        if isinstance(self.trusted_sha256, str) or not isinstance(self.trusted_sha256, (list, tuple)):
+            raise ConfigError(f"trusted_sha256 takes a list of sha256s, got {self.trusted_sha256!r}")
+        trusted = CodeTrust.of(self.trusted_sha256, where="trusted_sha256 (--trust-file)").sha256s
+        object.__setattr__(self, "trusted_sha256", tuple(sorted(trusted)))
         if self.object_box not in OBJECT_BOX_RULES:
             raise ConfigError(f"--object-box must be one of {', '.join(OBJECT_BOX_RULES)}, got {self.object_box!r}")
         if self.dilation < 0:
@@ -493,6 +502,11 @@ def config_from_mapping(values: dict) -> ExtractConfig:
     unknown = sorted(set(values) - known)
     if unknown:
         raise ConfigError(f"unknown extract settings {unknown}; known: {sorted(known)}")
+    if "trust_code" in values:  # trusting every code file is the user's own word, never a file's
+        raise ConfigError(
+            "trust_code cannot be set in a config file: pass --trust-code on the command line, or list the sha256 "
+            "of each TorchScript file you trust under trusted_sha256"
+        )
     return ExtractConfig(**values)
 
 

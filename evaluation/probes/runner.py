@@ -112,7 +112,7 @@ class ProbeModel:
         progress: bool = False,
     ):
         wnids = tuple(c.wnid for c in imagenet_classes())
-        outputs = count_outputs(loaded.module, loaded.preprocessing)
+        outputs = count_outputs(loaded.module, loaded.preprocessing, loaded.spec)
         space = resolve_label_space(outputs, loaded.classes, wnids, "imagenet")
         self.classifier = Classifier(loaded, space, resolve_device(device), announce=announce)
         self.batch_size = batch_size

@@ -132,3 +132,11 @@ def require_extra(command: str, extra: str, *modules: str) -> None:
                 f"hsi {command} needs {name}, which is not installed; install the extra with: "
                 f"pip install 'hard-spurious-imagenet[{extra}]'"
             ) from None
+
+
+def add_trust_flags(parser) -> None:
+    """--trust-file SHA256 (repeatable) and --trust-code: which TorchScript files may run their code."""
+    from builder.backends.code_trust import TRUST_CODE_FLAG, TRUST_CODE_HELP, TRUST_FILE_FLAG, TRUST_FILE_HELP
+
+    parser.add_argument(TRUST_FILE_FLAG, action="append", metavar="SHA256", help=TRUST_FILE_HELP)
+    parser.add_argument(TRUST_CODE_FLAG, action="store_true", help=TRUST_CODE_HELP)

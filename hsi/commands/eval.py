@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from builder.core.errors import UsageError
-from hsi.commands.common import options_from, positive_int, require_extra, seed_int
+from hsi.commands.common import add_trust_flags, options_from, positive_int, require_extra, seed_int
 
 HELP = "evaluate models on a composed config: predictions, per-group metrics with intervals, reports, leaderboard"
 EXIT_OK, EXIT_USAGE = 0, 2  # and 3 when some models of a sweep failed (evaluation.sweep.ModelsFailed)
@@ -36,13 +36,13 @@ def add_model_arguments(parser: argparse.ArgumentParser, eval_only: bool) -> Non
     models = parser.add_argument_group("models")
     models.add_argument(
         "--model",
-        help="timm:NAME (or a bare timm name), tv:NAME, ts:FILE (TorchScript), ep:FILE (torch.export .pt2), "
-        "onnx:FILE, or a state_dict FILE with --arch",
+        help="timm:NAME (or a bare timm name), tv:NAME, ts:FILE (TorchScript: code, loaded only with --trust-file "
+        "or --trust-code), ep:FILE (torch.export .pt2), onnx:FILE, or a state_dict FILE with --arch",
     )
     models.add_argument(
         "--models",
         help="several models: comma-separated specs, or a YAML file listing specs or mappings {model, checkpoint, "
-        "arch, ...}",
+        "arch, ..., trusted_sha256}",
     )
     models.add_argument(
         "--checkpoint",
@@ -54,6 +54,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, eval_only: bool) -> Non
     models.add_argument(
         "--classes", type=Path, help="wnids of the model's outputs in order, one a line (a model trained on a subset)"
     )
+    add_trust_flags(models)  # ts: files are code: loaded only when trusted
     if eval_only:
         models.add_argument(
             "--label-space",
@@ -195,6 +196,7 @@ def model_entries(args: argparse.Namespace) -> list[dict]:
 
 
 def model_options(entry: dict, args: argparse.Namespace):
+    from builder.backends.code_trust import CodeTrust
     from evaluation.models import ModelOptions, parse_floats, read_classes_file
 
     def pick(name):
@@ -213,6 +215,9 @@ def model_options(entry: dict, args: argparse.Namespace):
         input_size=_size(str(size)) if size is not None else None,
         interpolation=pick("interpolation"),
         crop_pct=pick("crop_pct"),
+        trust=CodeTrust.of(args.trust_file or (), args.trust_code).with_files(
+            entry.get("trusted_sha256") or (), "trusted_sha256"
+        ),
     )
 
 
@@ -278,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
         check_ray_available()
 
     from evaluation.data import default_split
-    from evaluation.models import check_spec
+    from evaluation.models import check_spec, check_trust
     from evaluation.pipeline import RunSettings
     from evaluation.report import EVAL_MD
     from evaluation.runs import eval_folder, evaluate_all
@@ -309,6 +314,8 @@ def run(args: argparse.Namespace) -> int:
         )
         infos = entry_infos(entries, args)  # checked before any model loads
         specs = [(entry["model"], model_options(entry, args)) for entry in entries]
+        for spec, options in specs:  # an untrusted ts: file, before any worker or actor starts
+            check_trust(spec, options)
         if len(specs) > 1:  # a sweep refuses a mistyped spec now, not after the models before it
             for spec, options in specs:
                 check_spec(spec, options)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hsi.commands.common import add_imagenet_flags, add_run_flags, positive_int, run_options
+from hsi.commands.common import add_imagenet_flags, add_run_flags, add_trust_flags, positive_int, run_options
 
 HELP = "cut out each image's object by its box, erase every box and inpaint the background (writes parts shards)"
 
@@ -80,7 +80,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="SAM architecture (default vit_h; auto: read it from the checkpoint's tensor shapes)",
     )
     parser.add_argument("--sam-checkpoint", help="SAM checkpoint file (or set HSI_SAM_CHECKPOINT)")
-    parser.add_argument("--lama-checkpoint", help="big-lama TorchScript file (or set LAMA_MODEL)")
+    parser.add_argument(
+        "--lama-checkpoint",
+        help="big-lama TorchScript file (or set LAMA_MODEL); TorchScript is code, so it loads only with --trust-file "
+        "of its sha256 (or trusted_sha256 in --config) or --trust-code",
+    )
+    add_trust_flags(parser)
     parser.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
     parser.add_argument("--gpus", help="all or a list like 0,1: one process per GPU")
     add_run_flags(parser, shard_size="--config's, else 256")
@@ -124,7 +129,10 @@ def build_config(args: argparse.Namespace):
             "shard_size",
         )
     }
-    return with_overrides(base, overrides)
+    config = with_overrides(base, overrides)
+    # the trusted files of the config and the flags together; --trust-code only from the command line
+    trusted = (*config.trusted_sha256, *(args.trust_file or ()))
+    return with_overrides(config, {"trusted_sha256": trusted, "trust_code": args.trust_code or None})
 
 
 def parse_gpus(text: str | None) -> tuple[int, ...]:

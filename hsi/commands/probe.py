@@ -154,7 +154,7 @@ def _eval_link(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     require_extra("probe", "models", "torch", "timm", "scipy", "pyrtools")
-    from evaluation.models import load_model
+    from evaluation.models import check_trust, load_model
     from evaluation.probes.pipeline import ProbeSettings
     from evaluation.probes.zoo import probe_zoo
 
@@ -162,7 +162,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--criterion-level must be in (0, 1), got {args.criterion_level}")
     settings = options_from(args, ProbeSettings, probes=_probes(args), progress=not args.no_progress)
     link = _eval_link(args)
-    models = [load_model(entry["model"], model_options(entry, args)) for entry in model_entries(args)]
+    specs = [(entry["model"], model_options(entry, args)) for entry in model_entries(args)]
+    for spec, options in specs:  # every untrusted ts: file refused before any model loads
+        check_trust(spec, options)
+    models = [load_model(spec, options) for spec, options in specs]
     summary = probe_zoo(
         models,
         settings,

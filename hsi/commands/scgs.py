@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hsi.commands.common import add_run_flags, options_from, require_extra, run_options, seed_int
+from hsi.commands.common import add_run_flags, add_trust_flags, options_from, require_extra, run_options, seed_int
 
 DEFAULT_SHARD_SIZE = 64  # builder.augment.generation's; not imported here, so `hsi --help` stays light
 
@@ -57,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="cam (SCGS), or a control: random blobs of the CAM mask's area, the CAM mask shifted, no mask",
     )
     parser.add_argument("--check-model", help="a second model spec for the label check")
+    add_trust_flags(parser)  # a ts: --model or --check-model is code: loaded only when trusted
     parser.add_argument("--keep", choices=["all", "agree", "flag"], default="all", help="label-check rule")
     parser.add_argument(
         "--seed", type=seed_int, default=0, help="seed of the error sampling, control masks and diffusion noise"
@@ -75,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from builder.augment.preflight import check_generation
     from builder.augment.source import SourceError, open_source
     from builder.augment.stage import ScgsModels, ScgsOptions, ScgsStage, check_run_options, run_scgs
+    from builder.backends.code_trust import CodeTrust
     from builder.backends.registry import backend_config
     from builder.backends.sd_inpaint import GenerationSettings
     from builder.compose.spec import spec_from_json
@@ -97,7 +99,10 @@ def run(args: argparse.Namespace) -> int:
         )
     canvas = spec_from_json(source.manifest.spec or {"name": args.source}).canvas
     generator = backend_config("generator", "sd-inpaint", args)
-    loader = ScgsModelLoader.of(args.model, args.checkpoint, wnids, canvas, args.cam_layer, args.check_model, generator)
+    trust = CodeTrust.of(args.trust_file or (), args.trust_code)
+    loader = ScgsModelLoader.of(
+        args.model, args.checkpoint, wnids, canvas, args.cam_layer, args.check_model, generator, trust
+    )
     loaded = loader(args.device)
     rows = provenance = None
     if args.predictions is not None:

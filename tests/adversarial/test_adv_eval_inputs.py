@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from release_factory import make_composed_dataset
+from trusted_code import trust_flags
 
 from builder.core.manifest import Manifest
 from builder.core.shard_read import iter_shard
@@ -50,7 +51,17 @@ class Evaluated:
 def eval_command(dataset: Path, out: Path, *extra: str, model: str | None = None) -> list[str]:
     models = ["--model", model] if model else []
     flags = ["--input-size", "32", "--mean", "0", "--std", "1", "--workers", "0", "--bootstrap", "20"]
-    return ["eval", str(dataset), *models, *flags, "--out", str(out), "--no-progress", *extra]
+    return [
+        "eval",
+        str(dataset),
+        *models,
+        *trust_flags(model or ""),
+        *flags,
+        "--out",
+        str(out),
+        "--no-progress",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -317,6 +328,7 @@ def test_a_models_yaml_of_valid_entries_still_evaluates(evaluated, tmp_path):
                 str(evaluated.dataset),
                 "--models",
                 str(path),
+                *trust_flags(path),
                 "--out",
                 str(out),
                 "--workers",

@@ -17,6 +17,7 @@ from json_fuzz import mutated, value_paths
 from parts_factory import fake_images, write_parts
 from release_factory import make_composed_dataset
 from tiny_models import MeanColour
+from trusted_code import trust_flags
 
 from builder.core.errors import HsiError
 from builder.core.locks import exclusive_folder
@@ -43,7 +44,15 @@ def setup(tmp_path_factory):
 
 def evaluate(setup, out, *extra, model="colour.pt"):
     dataset, models, _ = setup
-    argv = ["eval", str(dataset), "--model", f"ts:{models[model]}", "--out", str(out)]
+    argv = [
+        "eval",
+        str(dataset),
+        "--model",
+        f"ts:{models[model]}",
+        *trust_flags(f"ts:{models[model]}"),
+        "--out",
+        str(out),
+    ]
     return main([*argv, "--workers", "0", "--no-progress", "--bootstrap", "20", "--batch-size", "8", *extra])
 
 
@@ -197,7 +206,15 @@ def test_one_flipped_byte_in_a_shard_is_refused_naming_it_and_nothing_is_written
     data[len(data) // 3] ^= 0x01  # inside a member: the tar still reads, a JPEG decodes to other pixels
     shard.write_bytes(bytes(data))
     out = tmp_path / "out"
-    dataset_arg = ["eval", str(copy), "--model", f"ts:{setup[1]['colour.pt']}", "--out", str(out)]
+    dataset_arg = [
+        "eval",
+        str(copy),
+        "--model",
+        f"ts:{setup[1]['colour.pt']}",
+        *trust_flags(f"ts:{setup[1]['colour.pt']}"),
+        "--out",
+        str(out),
+    ]
     assert main([*dataset_arg, "--workers", "0", "--no-progress", "--bootstrap", "20"]) == 2
     line = one_line_error(capsys)
     assert "test-00001.tar does not match the sha256 its manifest lists" in line

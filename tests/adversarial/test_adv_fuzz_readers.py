@@ -211,7 +211,7 @@ def _random_entry(rng: random.Random):
 
 def _arguments() -> argparse.Namespace:
     names = ("checkpoint", "arch", "num_classes", "classes", "mean", "std", "input_size", "interpolation", "crop_pct")
-    return argparse.Namespace(**dict.fromkeys(names))
+    return argparse.Namespace(**dict.fromkeys(names), trust_file=None, trust_code=False)
 
 
 def test_fuzzed_models_yaml_is_refused_or_gives_usable_entries(tmp_path):

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from release_factory import composed_fingerprint, make_composed_dataset
 from tiny_models import MeanColour
+from trusted_code import trust_flags
 
 from builder.core.hashing import sha256_file
 from builder.core.manifest import Manifest
@@ -35,7 +36,17 @@ def evaluated(tmp_path_factory):
     other = make_composed_dataset(root / "other", splits={"test": 12}, shard_size=4, seed=1)
     model = root / "colour.pt"
     torch.jit.trace(MeanColour(), torch.rand(1, 3, 224, 224)).save(str(model))
-    argv = ["eval", str(data), "--model", f"ts:{model}", "--out", str(root / "out"), "--workers", "0"]
+    argv = [
+        "eval",
+        str(data),
+        "--model",
+        f"ts:{model}",
+        *trust_flags(f"ts:{model}"),
+        "--out",
+        str(root / "out"),
+        "--workers",
+        "0",
+    ]
     assert main([*argv, "--no-progress", "--bootstrap", "20", "--entry-name", "Mean colour"]) == 0
     return root / "out" / MODEL, data, other
 
@@ -264,7 +275,18 @@ def test_error_rows_of_samples_that_do_not_decode_verify(evaluated, tmp_path, ca
     model = tmp_path / "colour.pt"
     torch.jit.trace(MeanColour(), torch.rand(1, 3, 224, 224)).save(str(model))
     out = tmp_path / "out"
-    argv = ["eval", str(data), "--model", f"ts:{model}", "--out", str(out), "--workers", "0", "--no-progress"]
+    argv = [
+        "eval",
+        str(data),
+        "--model",
+        f"ts:{model}",
+        *trust_flags(f"ts:{model}"),
+        "--out",
+        str(out),
+        "--workers",
+        "0",
+        "--no-progress",
+    ]
     assert main([*argv, "--bootstrap", "20"]) == 0
     capsys.readouterr()
     assert main(["leaderboard", "verify", str(out / MODEL), "--data", str(data)]) == 0

@@ -401,3 +401,64 @@ def test_onnx_models_that_are_not_one_image_classifier_are_refused(dataset, tmp_
     }
     for path, needle in cases.items():
         refused(capsys, dataset, f"onnx:{path}", tmp_path / "out", f"{path.name}: ", needle)
+
+
+# --- symbolic-shape expressions sympy would compute for ever -------------------------------------
+
+
+def expression(text: str):
+    def make(marker: Path):
+        return lambda records: edit_json(records, MODEL_JSON, lambda p: input_size_expression(p).update(expr_str=text))
+
+    return make
+
+
+def huge_size(program: dict, marker: Path) -> None:
+    input_size_expression(program)["hint"] = 10**400  # a JSON integer no tensor size can be
+
+
+UNBOUNDED_ARCHIVES = {
+    "a power tower": (expression("9**9**9**9"), "raises to a power that is not a whole number up to 64"),
+    "a power tower in sympy's own form": (
+        expression("Pow(Integer(9), Pow(Integer(9), Pow(Integer(9), Integer(9))))"),
+        "raises to a power that is not a whole number up to 64",
+    ),
+    "a huge integer literal": (expression(f"Mul(Integer({'9' * 400}), Integer(2))"), "holds a number beyond 64 bits"),
+    "small powers of powers": (
+        expression("Pow(Pow(Pow(Integer(9), Integer(64)), Integer(64)), Integer(64))"),
+        "could reach a 1310720-bit value (at most 4096): no shape is that large",
+    ),
+    "deep nesting": (expression("(" * 3000 + "s0" + ")" * 3000), "is not a plain expression (or nests too deeply)"),
+    "a huge JSON integer": (program_edit(huge_size), "hint holds an integer of 401 digits, beyond 64 bits"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNBOUNDED_ARCHIVES))
+def test_an_expression_too_large_to_compute_is_refused_quickly(case, program, dataset, tmp_path, capsys):
+    import time
+
+    make, needle = UNBOUNDED_ARCHIVES[case]
+    path = rewritten(program, tmp_path / "unbounded.pt2", make(tmp_path / "unused"))
+    started = time.perf_counter()
+    err = refused(capsys, dataset, f"ep:{path}", tmp_path / "out", "unbounded.pt2: refused: ", needle)
+    assert time.perf_counter() - started < 10, err  # an eval run's own start-up; sympy would not return
+    assert not (tmp_path / "out").exists()
+
+
+def test_sympy_itself_would_not_return_on_the_power_tower():
+    """Why the exponent is bounded: sympify computes 9**9**9**9 (its time limit here stands for for ever)."""
+    import subprocess
+    import sys
+
+    code = "import sympy; sympy.sympify('9**9**9**9')"
+    with pytest.raises(subprocess.TimeoutExpired):
+        subprocess.run([sys.executable, "-c", code], timeout=3, capture_output=True)
+
+
+def test_plain_dynamic_shape_expressions_still_load(dataset, tmp_path):
+    """A program with a dynamic batch, height and width (Mul(Integer(3), s0, s53)...) passes the bounds."""
+    path = tmp_path / "dynamic.pt2"
+    dims = {"x": {0: torch.export.Dim("b"), 2: torch.export.Dim("h", min=8), 3: torch.export.Dim("w", min=8)}}
+    exported = torch.export.export(MeanColour().eval(), (torch.rand(2, 3, 32, 32),), dynamic_shapes=dims)
+    torch.export.save(exported, str(path))
+    assert main(["eval", str(dataset), "--model", f"ep:{path}", "--out", str(tmp_path / "out"), "--no-progress"]) == 0

@@ -4,6 +4,7 @@ fix. Every bad input must end as a row in errors.jsonl, counted in the manifest,
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -453,6 +454,8 @@ def test_box_chunks_and_pixel_batches_change_no_byte_with_sam_and_lama(tmp_path,
         sam,
         "--lama-checkpoint",
         lama,
+        "--trust-file",  # the tests' own TorchScript file (code), trusted by its sha256
+        hashlib.sha256(lama.read_bytes()).hexdigest(),
         "--device",
         "cpu",
         "--batch-size",

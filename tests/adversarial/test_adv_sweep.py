@@ -12,6 +12,7 @@ import hashlib
 import pytest
 from release_factory import make_composed_dataset, two_releases
 from tiny_models import MeanColour
+from trusted_code import trust_flags
 
 from builder.core.errors import HsiError
 from builder.core.locks import exclusive_folder, lock_path
@@ -77,7 +78,11 @@ def test_eval_through_a_linked_lock_leaves_the_linked_file_as_it_was(setup, tmp_
     before = digest(victim)
     out = tmp_path / "out"
     lock_path(out).symlink_to(victim)
-    line = refused(capsys, ["eval", dataset, "--model", f"ts:{model}", "--out", out, "--workers", "0"], "eval")
+    line = refused(
+        capsys,
+        ["eval", dataset, "--model", f"ts:{model}", *trust_flags(f"ts:{model}"), "--out", out, "--workers", "0"],
+        "eval",
+    )
     assert "is a link" in line
     assert digest(victim) == before and not out.exists()
 
@@ -109,7 +114,19 @@ def test_a_lock_left_by_an_earlier_run_is_reused(tmp_path):
 def test_eval_flags_a_user_can_type_are_one_line_before_any_output(setup, tmp_path, capsys, flags, says):
     dataset, model = setup
     out = tmp_path / "out"
-    argv = ["eval", dataset, "--model", f"ts:{model}", "--out", out, "--workers", "0", "--no-progress", *flags]
+    argv = [
+        "eval",
+        dataset,
+        "--model",
+        f"ts:{model}",
+        *trust_flags(f"ts:{model}"),
+        "--out",
+        out,
+        "--workers",
+        "0",
+        "--no-progress",
+        *flags,
+    ]
     assert says in refused(capsys, argv, "eval")
     assert not out.exists() or not any(out.rglob("*"))
 
@@ -156,7 +173,11 @@ def test_train_flags_a_user_can_type_are_one_line_before_any_training(setup, tmp
 
 def test_a_negative_probe_seed_is_one_line(setup, tmp_path, capsys):
     _, model = setup
-    line = refused(capsys, ["probe", "--model", f"ts:{model}", "--out", tmp_path / "p", "--seed", "-1"], "probe")
+    line = refused(
+        capsys,
+        ["probe", "--model", f"ts:{model}", *trust_flags(f"ts:{model}"), "--out", tmp_path / "p", "--seed", "-1"],
+        "probe",
+    )
     assert "--seed: must be a whole number" in line
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from scgs_factory import generated, scgs_command
+from trusted_code import trust_flags
 
 from builder.core.manifest import Manifest
 from builder.formats.augmented import decode_augment_json
@@ -20,7 +21,15 @@ def test_check_model_and_keep_flag(planted_source, erm_checkpoint, tiny_pipeline
     path = tmp_path / "check.pt"
     torch.jit.trace(net, torch.zeros(1, 3, 64, 64)).save(str(path))
     command = scgs_command(
-        planted_source, tmp_path / "out", erm_checkpoint, tiny_pipeline, "--check-model", f"ts:{path}", "--keep", "flag"
+        planted_source,
+        tmp_path / "out",
+        erm_checkpoint,
+        tiny_pipeline,
+        "--check-model",
+        f"ts:{path}",
+        "--keep",
+        "flag",
+        *trust_flags(f"ts:{path}"),
     )
     assert main(command) == 0
     folder = tmp_path / "out" / "planted-spurious-scgs"

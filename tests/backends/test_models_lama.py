@@ -16,7 +16,9 @@ from builder.backends.lama import LamaConfig, pad_to_multiple, padded_size
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")
 
 
-make_inpainter = partial(cpu_backend, "inpainter", "lama", LamaConfig)
+# the files are the tests' own TorchScript (code): trusted, as --trust-code does (the refusal of an
+# untrusted file is tests/adversarial/test_adv_code_files.py's)
+make_inpainter = partial(cpu_backend, "inpainter", "lama", LamaConfig, trust_code=True)
 tiny_lama_path = tiny_checkpoint_fixture(write_tiny_lama)
 
 

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 from site_factory import CORNER, FINDER, evaluate_paired_set, report, shared_evaluation, thumbnails
+from trusted_code import trust_flags
 
 from builder.core.classes import imagenet_classes
 from builder.formats.stream import iter_tar_samples
@@ -240,7 +241,17 @@ def test_the_leaderboard_entries_name_and_describe_the_models(evaluation, tmp_pa
         "none: planted",
     ]
     corner = evaluation.root / "planted_corner.pt"
-    args = ["eval", str(evaluation.dataset), "--model", f"ts:{corner}", "--out", str(evals), "--split", "val"]
+    args = [
+        "eval",
+        str(evaluation.dataset),
+        "--model",
+        f"ts:{corner}",
+        *trust_flags(f"ts:{corner}"),
+        "--out",
+        str(evals),
+        "--split",
+        "val",
+    ]
     assert main([*args, "--mean", "0", "--std", "1", "--bootstrap", "50", "--no-progress", *described]) == 0
     assert json.loads((evals / CORNER / "entry.json").read_text())["name"] == "Corner rule (planted)"
     out = tmp_path / "site"

@@ -17,6 +17,7 @@ import pytest
 import torch
 from parts_factory import compose_quietly, distinct_color, fake_images, write_parts
 from torch import nn
+from trusted_code import trust_flags
 
 from builder.compose.spec import load_variant
 from builder.core.classes import class_of
@@ -87,7 +88,19 @@ def doc_examples(tmp_path_factory) -> Examples:
     mean, std = (",".join(map(str, v)) for v in (IMAGENET_MEAN, IMAGENET_STD))
     out = build / "eval"
     model = f"ts:{root / 'model.pt'}"
-    run = ["eval", str(root / RELEASE), "--model", model, "--mean", mean, "--std", std, "--out", str(out)]
+    run = [
+        "eval",
+        str(root / RELEASE),
+        "--model",
+        model,
+        *trust_flags(model),
+        "--mean",
+        mean,
+        "--std",
+        std,
+        "--out",
+        str(out),
+    ]
     assert main([*run, "--workers", "0", "--no-progress"]) == 0
     (folder,) = [p.parent for p in out.glob("*/eval.json")]
     frame, _ = read_predictions(folder / "predictions.parquet")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from trusted_code import trust_flags
+
 RAW = ["--mean", "0", "--std", "1"]  # planted predictors read raw [0, 1] pixels
 
 
@@ -10,7 +12,7 @@ def eval_args(
 ):
     """`hsi eval DATASET --model(s) MODELS [--mean 0 --std 1] --out OUT [--workers N] --no-progress
     [--bootstrap B] EXTRA...` (None leaves a flag at its default); several comma-separated specs or a
-    listing file go to --models."""
+    listing file go to --models. Each `ts:` file of MODELS is trusted by its sha256 (--trust-file)."""
     several = "," in models or str(models).endswith((".yaml", ".yml", ".txt"))
     return [
         "eval",
@@ -23,5 +25,6 @@ def eval_args(
         *(["--workers", str(workers)] if workers is not None else []),
         "--no-progress",
         *(["--bootstrap", str(bootstrap)] if bootstrap is not None else []),
+        *trust_flags(models),
         *extra,
     ]

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import torch
 from eval_cli import eval_args
 from parts_factory import rehash_parts
 from PIL import Image
+from trusted_code import trusting
 
 from builder.core.shard_read import iter_shard
 from builder.core.shard_write import write_shard
@@ -83,7 +85,7 @@ def test_a_config_without_group_metadata_is_plain_accuracy_and_says_so(paper_set
 
 
 def test_limit_reads_the_same_samples_whatever_the_worker_count(paper_set, planted_corner):
-    model = load_model(f"ts:{planted_corner}", RAW)
+    model = load_model(f"ts:{planted_corner}", replace(RAW, trust=trusting(planted_corner)))
     keys = [
         [
             r["key"]
@@ -124,7 +126,7 @@ class OutOfMemoryAbove(torch.nn.Module):
 
 
 def test_out_of_memory_halves_the_batch_and_says_so(paper_set, planted_corner):
-    plain = load_model(f"ts:{planted_corner}", RAW)
+    plain = load_model(f"ts:{planted_corner}", replace(RAW, trust=trusting(planted_corner)))
     reference = run_predictions(plain, paper_set, split="val", workers=0, batch_size=16, progress=False)
     wrapped = OutOfMemoryAbove(plain.module, 5)
     messages = []

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from eval_cli import eval_args
 from parts_factory import compose_quietly
+from trusted_code import trusting
 
 from evaluation.bootstrap import BootstrapSettings
 from evaluation.metrics import compute_metrics
@@ -172,9 +173,14 @@ def test_crop_pct_loses_the_planted_corner_object_the_default_keeps(flat_parts, 
         tmp_path / "tiny",
         overrides={"sizes": [12], "positions": ["top-right"], "backgrounds": ["random"]},
     ).dataset_dir
-    model = load_model(f"ts:{planted_finder}", ModelOptions(mean=(0, 0, 0), std=(1, 1, 1)))
+    model = load_model(
+        f"ts:{planted_finder}", ModelOptions(mean=(0, 0, 0), std=(1, 1, 1), trust=trusting(planted_finder))
+    )
     default = run_predictions(model, dataset, split="val", workers=0, progress=False)
-    cropped_model = load_model(f"ts:{planted_finder}", ModelOptions(mean=(0, 0, 0), std=(1, 1, 1), crop_pct=0.875))
+    cropped_model = load_model(
+        f"ts:{planted_finder}",
+        ModelOptions(mean=(0, 0, 0), std=(1, 1, 1), crop_pct=0.875, trust=trusting(planted_finder)),
+    )
     cropped = run_predictions(cropped_model, dataset, split="val", workers=0, progress=False)
     assert len(default.rows) == len(cropped.rows) == 6
     assert all(r["correct"] for r in default.rows)  # the object is seen

@@ -13,6 +13,7 @@ import pytest
 import timm
 import torch
 import torchvision
+from trusted_code import trust_flags
 
 from evaluation.models import ModelError, ModelOptions, load_model
 from hsi.cli import main
@@ -142,6 +143,7 @@ def test_outputs_that_fit_no_label_space_are_refused_before_any_work(paper_set, 
             "val",
             "--model",
             f"ts:{path}",
+            *trust_flags(f"ts:{path}"),
             "--out",
             str(tmp_path / "out"),
             "--no-progress",
@@ -160,10 +162,14 @@ def test_bad_model_specs_are_usage_errors(paper_set, tmp_path, capsys):
     (tmp_path / "junk.pt").write_bytes(b"not a model")
     for spec, expected in (
         (f"ts:{tmp_path / 'nope.pt'}", "no such TorchScript file"),
-        (f"ts:{tmp_path / 'junk.pt'}", "junk.pt is not a TorchScript file"),
+        (f"ts:{tmp_path / 'junk.pt'}", "junk.pt: not a TorchScript file: RuntimeError: "),
         ("timm:no_such_model_xyz", "timm has no model 'no_such_model_xyz'"),
     ):
-        assert main(["eval", str(paper_set), "--split", "val", "--model", spec, "--out", str(tmp_path / "o")]) == 2
+        trusted = ["--trust-code"]  # a file torch cannot read is still refused as such when trusted
+        assert (
+            main(["eval", str(paper_set), "--split", "val", "--model", spec, "--out", str(tmp_path / "o"), *trusted])
+            == 2
+        )
         assert expected in capsys.readouterr().err
     assert main(["eval", str(paper_set), "--split", "val", "--out", str(tmp_path / "o")]) == 2
     assert "exactly one of --model" in capsys.readouterr().err

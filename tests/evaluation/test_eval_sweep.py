@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from eval_cli import eval_args
+from trusted_code import trusting
 
 from builder.core.owned import OwnedFolder
 from evaluation.bootstrap import BootstrapSettings
@@ -87,7 +88,10 @@ def test_a_model_failing_mid_run_is_a_row_and_the_others_complete_in_two_worker_
     assert_same_evaluations(out, one_process)  # the others: as in one process, byte for byte but the timing
     failure = json.loads((out / "ts_fails_mid_run.pt" / "failed.json").read_text())
     assert (failure["stage"], failure["error"]) == ("evaluate", "torch.jit.Error")  # what TorchScript raises
-    assert failure["reason"] == "RuntimeError: planted failure in forward"
+    assert failure["reason"] == (
+        "ts:fails_mid_run.pt: its forward pass failed on a 64 x 3 x 224 x 224 input: RuntimeError: planted failure "
+        "in forward (check that it is the model you meant and the input size it takes, --input-size)"
+    )
     assert failure["data"]["config"] == "hard-spurious-imagenet" and failure["data"]["split"] == "val"
     assert not (out / "ts_fails_mid_run.pt" / "eval.json").exists()
     rows = leaderboard_rows(out)
@@ -99,7 +103,7 @@ def test_a_model_failing_mid_run_is_a_row_and_the_others_complete_in_two_worker_
     assert rows[2]["error"] == failure["reason"] and rows[2]["worst_group_top1"] == ""
     md = (out / "leaderboard.md").read_text()
     assert "## Failed models" in md
-    assert "| `ts:fails_mid_run.pt` | ts_fails_mid_run.pt | evaluate | RuntimeError: planted failure in forward |" in md
+    assert f"| `ts:fails_mid_run.pt` | ts_fails_mid_run.pt | evaluate | {failure['reason']} |" in md
     # the HTML report lists it under its data revision, after the ranked models
     assert main(["report", str(out), "--out", str(tmp_path / "site"), "--no-progress"]) == 0
     index = (tmp_path / "site" / "index.html").read_text("utf-8")
@@ -138,7 +142,7 @@ def compute_after_the_first_report(task, *args, **kwargs):
 
 def test_each_report_is_written_as_its_model_finishes(paper_set, planted_corner, planted_finder, tmp_path):
     settings = RunSettings(split="val", workers=0, progress=False)
-    raw = ModelOptions(mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+    raw = ModelOptions(mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), trust=trusting(planted_corner, planted_finder))
     specs = [(f"ts:{planted_corner}", raw), (f"ts:{planted_finder}", raw)]
     tasks = sweep_tasks(specs, paper_set, settings, parallel=True)
     written = []
@@ -188,7 +192,7 @@ def test_one_model_over_two_workers_gives_the_predictions_of_one_process(
     from evaluation.sweep import merged_work
 
     settings = RunSettings(split="val", workers=0, progress=False, bootstrap=BootstrapSettings(resamples=20))
-    spec = (f"ts:{planted_corner}", ModelOptions(mean=(0.0,) * 3, std=(1.0,) * 3))
+    spec = (f"ts:{planted_corner}", ModelOptions(mean=(0.0,) * 3, std=(1.0,) * 3, trust=trusting(planted_corner)))
     task = sweep_tasks([spec], str(paper_set), settings, False)[0]
     with OwnedFolder(tmp_path / "here", EVAL_KIND) as owned:
         works = [

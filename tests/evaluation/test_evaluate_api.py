@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from eval_cli import eval_args
+from trusted_code import sha256
 
 from builder.core.errors import HsiError
 from evaluation.bootstrap import BootstrapSettings
@@ -64,7 +65,7 @@ def test_a_numpy_callable_gives_the_same_metrics(cli, paper_set, planted_corner)
 def test_a_spec_string_gives_the_same_metrics(cli, paper_set, planted_corner):
     import hsi
 
-    assert hsi.evaluate(f"ts:{planted_corner}", paper_set, **QUICK).metrics == cli
+    assert hsi.evaluate(f"ts:{planted_corner}", paper_set, trust_files=[sha256(planted_corner)], **QUICK).metrics == cli
 
 
 def test_a_plain_module_without_normalisation_is_refused_in_one_line(paper_set, planted_corner):

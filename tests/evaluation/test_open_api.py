@@ -13,6 +13,7 @@ import torch
 from eval_cli import eval_args
 from test_eval_spuriosity import write_clean_tree
 from test_score_api import evaluated  # noqa: F401 (a fixture)
+from trusted_code import sha256
 
 from builder.core.errors import HsiError
 from evaluation.bootstrap import BootstrapSettings
@@ -202,7 +203,15 @@ def test_a_spec_saved_from_python_is_the_report_of_hsi_eval(paper_set, planted_c
     assert main(eval_args(paper_set, f"ts:{planted_corner}", str(out))) == 0
     folder = f"ts_{planted_corner.name}"
     evaluation = hsi.evaluate(
-        f"ts:{planted_corner}", paper_set, mean=0, std=1, workers=0, progress=False, bootstrap=QUICK, announce=print
+        f"ts:{planted_corner}",
+        paper_set,
+        mean=0,
+        std=1,
+        workers=0,
+        progress=False,
+        bootstrap=QUICK,
+        announce=print,
+        trust_files=[sha256(planted_corner)],
     )
     saved = evaluation.save(tmp_path / "python", folder)
     untimed = [json.loads((where / "eval.json").read_text()) for where in (saved, out / folder)]
