@@ -5,10 +5,17 @@ a refused `eval --from` leaving something publishable, a stranger's huge string 
 
 from __future__ import annotations
 
+import csv
+import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from parts_factory import compose_args, fake_images, write_parts
+from subprocesses import REPOSITORY, hsi_command
 
 from hsi.cli import main
 
@@ -65,3 +72,81 @@ def test_a_killed_runs_shard_vouched_for_by_its_state_record_is_ours(composed):
     (dataset / "_info.json").unlink()  # as a run killed before its manifest leaves it
     assert main([*args, "--overwrite"]) == 0
     assert {p.name: p.read_bytes() for p in dataset.glob("val-*.tar")} == shards
+
+
+# --- 2. Ctrl-C in hsi eval and hsi train: one line, exit 130, a folder the same command resumes -----
+
+
+def interrupt_when(command: list, ready, timeout: float = 120) -> tuple[int, str]:
+    """Run `command` in a session of its own, send the whole group SIGINT (what Ctrl-C in a terminal
+    sends) once `ready()` holds, and return (exit status, stderr)."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore")  # torch's deprecation warnings are not ours to count
+    process = subprocess.Popen(
+        command, start_new_session=True, stderr=subprocess.PIPE, text=True, cwd=REPOSITORY, env=env
+    )
+    deadline = time.time() + timeout
+    while not ready():
+        assert process.poll() is None, process.stderr.read()
+        assert time.time() < deadline, "the run made no progress"
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGINT)
+    code = process.wait(timeout=60)
+    return code, process.stderr.read()
+
+
+def assert_one_interrupted_line(err: str, command: str) -> str:
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"hsi {command}: error: interrupted"), err
+    return lines[0]
+
+
+def test_ctrl_c_in_an_eval_sweep_is_one_line_and_the_same_command_resumes(tmp_path):
+    """Failed before: a KeyboardInterrupt traceback and exit status 1."""
+    torch = pytest.importorskip("torch")
+    from release_factory import make_composed_dataset
+    from tiny_models import MeanColour
+
+    dataset = make_composed_dataset(tmp_path / "composed", splits={"test": 12}, shard_size=4)
+    models = []
+    for seed in range(3):
+        models.append(tmp_path / f"m{seed}.pt")
+        torch.jit.trace(MeanColour(seed), torch.rand(1, 3, 224, 224)).save(str(models[-1]))
+    out = tmp_path / "out"
+    argv = ["eval", dataset, "--models", ",".join(f"ts:{m}" for m in models), "--out", out]
+    argv += ["--workers", "0", "--no-progress", "--bootstrap", "20", "--batch-size", "8"]
+
+    code, err = interrupt_when(hsi_command(*argv), lambda: any(out.glob("*/eval.json")))
+    line = assert_one_interrupted_line(err, "eval")
+    assert code == 130 and "run the same command again to resume (evaluated models are skipped)" in line
+    done = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("*/eval.json")}
+    assert 1 <= len(done) < len(models)
+    assert f"interrupted: {len(done)} of the {len(models)} models are evaluated" in line
+
+    assert main([str(a) for a in argv]) == 0  # the folder is ours and whole: the same command goes on
+    after = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("*/eval.json")}
+    assert len(after) == len(models) and all(after[name] == stamp for name, stamp in done.items())
+    with (out / "leaderboard.csv").open() as handle:
+        assert len(list(csv.DictReader(handle))) == len(models)
+
+
+def test_ctrl_c_in_train_is_one_line_and_resume_continues_from_last_pt(tmp_path):
+    """Failed before: a KeyboardInterrupt traceback and exit status 1."""
+    from planted_spurious import compose_planted
+
+    planted = compose_planted(tmp_path / "planted", per_class=8, canvas=32, sizes=(16,), majority=0.9, holdout=0.5)
+    out = tmp_path / "runs"
+    argv = ["train", planted, "--out", out, "--model", "test_efficientnet", "--batch-size", "16", "--lr", "0.05"]
+    argv += ["--device", "cpu", "--workers", "0", "--shuffle-buffer", "16", "--epochs", "2"]
+    last = out / "erm" / "seed-0" / "last.pt"
+
+    code, err = interrupt_when(hsi_command(*argv), last.is_file)
+    line = assert_one_interrupted_line(err, "train")
+    assert code == 130 and "run the same command with --resume to continue" in line
+    from training.state import read_last
+
+    assert read_last(last)["epoch"] == 1  # whole, and a checkpoint of ours the resume reads
+    assert "erm/seed-0/last.pt" in json.loads((out / "_written.json").read_text())["files"]
+    assert not (out / "erm" / "seed-0" / "scores.json").exists()
+    assert main([*map(str, argv), "--resume"]) == 0  # the second epoch, from the checkpoint
+    assert read_last(last)["epoch"] == 2 and (out / "erm" / "seed-0" / "scores.json").is_file()
