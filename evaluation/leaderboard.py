@@ -16,10 +16,9 @@ its `failed.json`.
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 
+from builder.core.csv_cells import dict_table_text
 from builder.core.owned import OwnedFolder, OwnedFolderError
 from builder.core.untrusted import Fields, read_json
 
@@ -220,11 +219,7 @@ def _sort_key(row: dict):
 
 
 def _csv_text(columns: list[str], rows: list[dict]) -> str:
-    handle = io.StringIO(newline="")
-    writer = csv.DictWriter(handle, fieldnames=columns)
-    writer.writeheader()
-    writer.writerows(rows)
-    return handle.getvalue()
+    return dict_table_text(columns, rows)  # a model or group name never reaches a spreadsheet as a formula
 
 
 def write_leaderboard(owned: OwnedFolder, identity: dict) -> tuple[Path, Path, list[dict]]:

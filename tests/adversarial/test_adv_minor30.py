@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -150,3 +151,138 @@ def test_ctrl_c_in_train_is_one_line_and_resume_continues_from_last_pt(tmp_path)
     assert not (out / "erm" / "seed-0" / "scores.json").exists()
     assert main([*map(str, argv), "--resume"]) == 0  # the second epoch, from the checkpoint
     assert read_last(last)["epoch"] == 2 and (out / "erm" / "seed-0" / "scores.json").is_file()
+
+
+# --- a model evaluated once, for the report attacks below --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory) -> dict[str, Path]:
+    torch = pytest.importorskip("torch")
+    from release_factory import make_composed_dataset
+    from tiny_models import MeanColour
+
+    root = tmp_path_factory.mktemp("minor30-eval")
+    dataset = make_composed_dataset(root / "data", splits={"test": 12}, shard_size=6)
+    model = root / "colour.pt"
+    torch.jit.trace(MeanColour(0), torch.rand(1, 3, 32, 32)).save(str(model))
+    assert main(eval_command(dataset, root / "eval", f"ts:{model}")) == 0
+    return {
+        "root": root,
+        "dataset": dataset,
+        "model": model,
+        "predictions": root / "eval" / "ts_colour.pt" / "predictions.parquet",
+    }
+
+
+def eval_command(dataset: Path, out: Path, model: str, *extra: str) -> list[str]:
+    flags = ["--input-size", "32", "--mean", "0", "--std", "1", "--workers", "0", "--bootstrap", "20"]
+    return ["eval", str(dataset), "--model", model, *flags, "--out", str(out), "--no-progress", *extra]
+
+
+def rewritten_predictions(predictions: Path, folder: Path, change) -> Path:
+    """A copy of a run's predictions table with each row changed by `change(index, row)`, written as
+    a user would with pyarrow (its `hsi` metadata kept)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    original = pq.read_table(predictions)
+    rows = [change(i, dict(row)) for i, row in enumerate(original.to_pylist())]
+    table = pa.Table.from_pylist(rows, schema=original.schema)
+    folder.mkdir(parents=True)
+    pq.write_table(table, folder / "predictions.parquet")
+    return folder / "predictions.parquet"
+
+
+# --- 5. a refused `eval --from` leaves nothing publishable --------------------------------------------
+
+
+def test_a_refused_from_run_leaves_no_eval_json_and_release_results_finds_nothing(evaluated, tmp_path, capsys):
+    """Failed before: the entry was checked after eval.json was written, so the refused run left a
+    report that `release --results` published. Two groups that differ only after 300 characters are
+    one group in the entry (its labels are one line of at most 300), which its reader refuses."""
+    long = "G" * 300
+    path = rewritten_predictions(
+        evaluated["predictions"], tmp_path / "table", lambda i, row: {**row, "group": long + "ab"[i % 2]}
+    )
+    out = tmp_path / "out"
+    capsys.readouterr()
+    assert main(["eval", "--from", str(path), "--out", str(out), "--bootstrap", "20"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("hsi eval: error: ") and "is listed twice" in err
+    assert not (out / "eval.json").exists() and not list(out.rglob("*.png")) and not list(out.rglob("eval.json"))
+    assert main(["release", str(evaluated["dataset"]), "--out", str(tmp_path / "release"), "--results", str(out)]) == 2
+    assert "no eval.json" in capsys.readouterr().err
+
+
+# --- 3. CSV cells a spreadsheet would run --------------------------------------------------------------
+
+FORMULA = "=cmd|' /C calc'!A0"
+
+
+@pytest.mark.parametrize(
+    ("value", "written"),
+    [
+        (FORMULA, "\"'=cmd|' /C calc'!A0\""),
+        ("+1+2", '"\'+1+2"'),
+        ("-1+2", '"\'-1+2"'),
+        ('@SUM(A1:A9) "x"', '"\'@SUM(A1:A9) ""x"""'),
+        ("\tcalc", '"\'\tcalc"'),
+        ("\rcalc", '"\'\rcalc"'),
+        (-0.5, "-0.5"),  # a number is a number
+        (-3, "-3"),
+        ("-0.5000", "-0.5000"),  # a score already formatted is a number too
+        ("1e-05", "1e-05"),
+        ("CeO", "CeO"),
+        ("a,b", '"a,b"'),  # the csv module's own quoting, unchanged
+        (None, ""),
+        (True, "True"),
+    ],
+)
+def test_a_formula_like_text_cell_is_quoted_as_owasp_recommends(value, written):
+    from builder.core.csv_cells import cell
+
+    assert cell(value) == written
+
+
+def test_plain_tables_keep_the_bytes_of_the_csv_module():
+    import io
+
+    from builder.core.csv_cells import dict_table_text
+
+    rows = [{"model": "timm:a,b", "top1": 0.25, "error": "", "n": 3}, {"model": 'say "hi"', "top1": None, "n": -1}]
+    handle = io.StringIO(newline="")
+    writer = csv.DictWriter(handle, fieldnames=["model", "top1", "error", "n"])
+    writer.writeheader()
+    writer.writerows(rows)
+    assert dict_table_text(["model", "top1", "error", "n"], rows) == handle.getvalue()
+
+
+def test_a_group_named_like_a_formula_reaches_leaderboard_csv_defused(evaluated, tmp_path):
+    """Failed before: the group name was a live formula cell (its column header and worst_group)."""
+    from builder.core.manifest import Manifest
+    from builder.core.shard_read import iter_shard
+    from builder.core.shard_write import write_shard
+
+    dataset = tmp_path / "data" / evaluated["dataset"].name
+    shutil.copytree(evaluated["dataset"], dataset)
+    manifest = Manifest.read(dataset)
+    shards = manifest.splits["test"].shards
+    for n, stats in enumerate(shards):
+        samples = []
+        for key, members in iter_shard(dataset / stats.filename):
+            meta = json.loads(members["json"])
+            meta["group"] = FORMULA if meta["group"] == "CeO" else meta["group"]
+            samples.append((key, {**members, "json": json.dumps(meta, sort_keys=True).encode()}))
+        shards[n] = write_shard(dataset / stats.filename, samples)
+    manifest.write(dataset)
+    out = tmp_path / "out"
+    assert main(eval_command(dataset, out, f"ts:{evaluated['model']}")) == 0
+    text = (out / "leaderboard.csv").read_text("utf-8")
+    assert "\"'=cmd|' /C calc'!A0_top1\"" in text.splitlines()[0]
+    cells = [c for row in csv.reader(text.splitlines()) for c in row]
+    assert not [c for c in cells if c.startswith(("=", "+", "@"))]
+    (row,) = csv.DictReader(text.splitlines())
+    assert row["top1"] == repr(
+        json.loads((out / "ts_colour.pt" / "eval.json").read_text())["metrics"]["overall"]["top1"]["value"]
+    )
