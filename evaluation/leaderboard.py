@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from builder.core.csv_cells import dict_table_text
+from builder.core.markdown import code, inline
 from builder.core.owned import OwnedFolder, OwnedFolderError
 from builder.core.untrusted import Fields, read_json
 
@@ -242,7 +243,8 @@ def write_leaderboard(owned: OwnedFolder, identity: dict) -> tuple[Path, Path, l
     csv_path = owned.write_text(LEADERBOARD_CSV, _csv_text(columns, rows))
     any_partial = any(row.get("partial") == "true" for row in rows)
     lines = [
-        f"# Leaderboard: {identity['config']} / {identity['split']} ({identity['source']})",
+        # names from the data or the command line: one heading line whatever they hold
+        f"# Leaderboard: {inline(identity['config'])} / {inline(identity['split'])} ({inline(identity['source'])})",
         "",
         "Sorted by worst-group top-1 (best first); intervals are 95% bootstrap intervals over source images.",
         "",
@@ -262,7 +264,7 @@ def write_leaderboard(owned: OwnedFolder, identity: dict) -> tuple[Path, Path, l
         rank += not partial
         cells = [
             "-" if partial else rank,
-            f"`{row['model']}`",
+            code(row["model"]),
             row["preprocessing"],
             fmt(metrics.get("overall", {}).get("top1")),
             mean_text,
@@ -284,7 +286,7 @@ def write_leaderboard(owned: OwnedFolder, identity: dict) -> tuple[Path, Path, l
             "",
             md_table(
                 ["model", "folder", "stage", "reason"],
-                [[f"`{r['model']['spec']}`", name, r["stage"], r["reason"]] for name, r in failures],
+                [[code(r["model"]["spec"]), name, r["stage"], r["reason"]] for name, r in failures],
             ),
         ]
     md_path = owned.write_text(LEADERBOARD_MD, "\n".join(lines) + "\n")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.core.errors import InputError
+from builder.core.names import UnsafeNameError, check_config_name, check_split_name
 
 MANIFEST_NAME = "_info.json"
 ERRORS_NAME = "errors.jsonl"
@@ -255,6 +256,11 @@ class Manifest:
         for name in ("allowed_missing", "notes"):
             lines = _optional(data, name, list, "manifest")
             _expect(all(isinstance(line, str) for line in lines or []), f"manifest.{name}", "must list strings")
+        # the config and split names become paths and headings: the one name check, where they enter
+        if data.get("config") is not None:
+            _checked_name(check_config_name, data["config"], "manifest.config")
+        for name in data["splits"]:
+            _checked_name(check_split_name, name, "manifest.splits")
         return cls(
             stage=data["stage"],
             splits={str(name): SplitEntry.from_json(str(name), entry) for name, entry in data["splits"].items()},
@@ -320,6 +326,13 @@ def _tool_version() -> str:
     from builder import __version__
 
     return __version__
+
+
+def _checked_name(check, name: object, where: str) -> None:
+    try:
+        check(name)
+    except UnsafeNameError as exc:
+        raise ManifestError(f"{where}: {exc}") from None
 
 
 def _expect(condition: bool, where: str, problem: str) -> None:

@@ -286,3 +286,43 @@ def test_a_group_named_like_a_formula_reaches_leaderboard_csv_defused(evaluated,
     assert row["top1"] == repr(
         json.loads((out / "ts_colour.pt" / "eval.json").read_text())["metrics"]["overall"]["top1"]["value"]
     )
+
+
+# --- 4. config names that would restructure a Markdown report, or become a path ------------------------
+
+
+@pytest.mark.parametrize("config", ["hsi\n# injected heading", "../../outside", "a|b"])
+@pytest.mark.parametrize("command", ["validate", "eval"])
+def test_a_config_name_with_a_newline_or_a_path_is_refused_where_it_enters(
+    evaluated, tmp_path, capsys, config, command
+):
+    """Failed before: both commands took the manifest's config as given and leaderboard.md printed it raw."""
+    dataset = tmp_path / "data" / evaluated["dataset"].name
+    shutil.copytree(evaluated["dataset"], dataset)
+    info = json.loads((dataset / "_info.json").read_text())
+    (dataset / "_info.json").write_text(json.dumps({**info, "config": config}))
+    before = tree(dataset)
+    argv = ["validate", str(dataset)] if command == "validate" else eval_command(dataset, tmp_path / "out", "timm:x")
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"hsi {command}: error: "), err
+    assert "manifest.config" in err and "is not one safe path component for a config name" in err
+    assert tree(dataset) == before and not (tmp_path / "out").exists()
+
+
+def test_markdown_writers_keep_a_hostile_path_and_spec_on_their_own_line_and_cell(evaluated, tmp_path):
+    """Failed before: a backtick in a model spec ended its code span in leaderboard.md (the row
+    then had other cells); the heading prints the data's names through the same escaping."""
+    dataset = tmp_path / "in\n# injected" / evaluated["dataset"].name
+    shutil.copytree(evaluated["dataset"], dataset)
+    model = tmp_path / "col`our|x.pt"
+    shutil.copyfile(evaluated["model"], model)
+    out = tmp_path / "out"
+    assert main(eval_command(dataset, out, f"ts:{model}")) == 0
+    board = (out / "leaderboard.md").read_text("utf-8").splitlines()
+    assert not [line for line in board if line.startswith("# injected")]
+    assert board[0] == f"# Leaderboard: {dataset.name} / test ({dataset.name})"
+    (row,) = [line for line in board if "our" in line and line.startswith("| 1 |")]
+    assert "| ``ts:col`our\\|x.pt`` |" in row  # one code span, one cell
+    assert row.replace("\\|", "").count("|") == board[board.index(row) - 2].count("|")  # as many cells as the header
