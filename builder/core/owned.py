@@ -24,7 +24,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from builder.core.errors import SettingsError, UsageError, printable
+from builder.core.errors import SettingsError, UsageError, printable, shown
 from builder.core.interrupts import ctrl_c_deferred
 from builder.core.locks import exclusive_folder
 from builder.core.manifest import write_json_atomic
@@ -53,7 +53,7 @@ def check_relative(relative: str) -> list[str]:
     parts = relative.split("/")
     for part in parts:
         if not _COMPONENT.fullmatch(part) or part in (".", ".."):
-            raise UsageError(f"{_show(relative)!r} is not a safe path to write inside an output folder")
+            raise UsageError(f"{shown(relative)} is not a safe path to write inside an output folder")
     return parts
 
 

@@ -326,3 +326,119 @@ def test_markdown_writers_keep_a_hostile_path_and_spec_on_their_own_line_and_cel
     (row,) = [line for line in board if "our" in line and line.startswith("| 1 |")]
     assert "| ``ts:col`our\\|x.pt`` |" in row  # one code span, one cell
     assert row.replace("\\|", "").count("|") == board[board.index(row) - 2].count("|")  # as many cells as the header
+
+
+# --- 7. --predictions parsed strictly ------------------------------------------------------------------
+
+
+def given_table(**columns):
+    import pandas as pd
+
+    from evaluation.given import checked_table
+
+    return checked_table(pd.DataFrame({"key": ["val_000000", "val_000001"], **columns}), "predictions:p.csv")
+
+
+@pytest.mark.parametrize(
+    ("column", "values", "named"),
+    [
+        ("pred_class", ["7", "5_0"], "row 1 (val_000001): pred_class: '5_0' is not an ImageNet class index 0-999"),
+        ("pred_class", ["7", "١٢"], "row 1 (val_000001): pred_class: '١٢' is not an ImageNet class index 0-999"),
+        ("pred_class", [True, False], "row 0 (val_000000): pred_class: True is not an ImageNet class index 0-999"),
+        ("pred_class", ["7", " 8"], "row 1 (val_000001): pred_class: ' 8' is not an ImageNet class index 0-999"),
+        ("pred_class", ["7", "8.0"], "row 1 (val_000001): pred_class: '8.0' is not an ImageNet class index 0-999"),
+        ("prob_label", ["0.5", "0_5"], "row 1 (val_000001): prob_label: '0_5' is not a probability in [0, 1]"),
+        ("prob_label", ["0.5", True], "row 1 (val_000001): prob_label: True is not a probability in [0, 1]"),
+    ],
+)
+def test_predictions_read_only_decimal_ascii_numbers(column, values, named):
+    """Failed before: Python's int()/float() read `5_0` as 50, `١٢` as 12 and True as class 1."""
+    from builder.core.errors import InputError
+
+    columns = {"pred_class": ["7", "8"], column: values}
+    with pytest.raises(InputError) as refused:
+        given_table(**columns)
+    assert str(refused.value) == f"predictions:p.csv: {named} (a decimal " + (
+        "integer)" if column == "pred_class" else "number)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("probabilities", "named"),
+    [
+        ("0.6;0.5", "row 1 (val_000001): top5_prob sums to 1.1, more than 1"),
+        ("0.2;0.3", "row 1 (val_000001): top5_prob is not best first: 0.3 (place 2) is above 0.2 (place 1)"),
+    ],
+)
+def test_top5_probabilities_are_best_first_and_sum_to_at_most_one(probabilities, named):
+    from builder.core.errors import InputError
+
+    with pytest.raises(InputError) as refused:
+        given_table(pred_class=["7", "8"], top5_class=["7;1", "8;2"], top5_prob=["0.5;0.25", probabilities])
+    assert str(refused.value).startswith(f"predictions:p.csv: {named}")
+
+
+def test_strict_predictions_still_take_what_a_user_writes():
+    import numpy as np
+
+    given = given_table(
+        pred_class=[np.int64(7), 8], top5_class=["7;1", "8;2"], top5_prob=["0.5;0.25", f"{0.5 + 1e-7};0.5"]
+    )
+    assert given.pred == [7, 8] and given.top5 == [[7, 1], [8, 2]]
+    assert given_table(pred_class=["007", "999"], prob_label=["1e-3", ".5"]).fields["prob_label"] == [0.001, 0.5]
+
+
+def test_a_refused_predictions_file_is_one_line_naming_the_row_and_key(evaluated, tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    keys = pq.read_table(evaluated["predictions"]).column("key").to_pylist()
+    table = tmp_path / "mine.csv"
+    table.write_text("key,pred_class\n" + "".join(f"{k},{'5_0' if n == 3 else 5}\n" for n, k in enumerate(keys)))
+    argv = ["eval", str(evaluated["dataset"]), "--predictions", str(table), "--out", str(tmp_path / "out")]
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"hsi eval: error: predictions:mine.csv: row 3 ({keys[3]}): pred_class: '5_0' is not an ImageNet class "
+        "index 0-999 (a decimal integer)"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+# --- 6. a stranger's huge string is shortened in an error line ---------------------------------------
+
+
+def test_a_50_mb_key_is_shortened_in_the_error_line(evaluated, tmp_path, capsys):
+    """Failed before: the manifest's unknown field was echoed whole, a 50 MB error line."""
+    dataset = tmp_path / "data" / evaluated["dataset"].name
+    shutil.copytree(evaluated["dataset"], dataset)
+    info = json.loads((dataset / "_info.json").read_text())
+    key = "k" * 50_000_000
+    (dataset / "_info.json").write_text(json.dumps({**info, key: 1}))
+    capsys.readouterr()
+    assert main(["validate", str(dataset)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err) < 400 and len(err.splitlines()) == 1, len(err)
+    assert f"has unknown fields ['{'k' * 60}'… (50000000 characters)]" in err
+
+
+@pytest.mark.parametrize(
+    ("check", "value"),
+    [("check_config_name", "c" * 10_000_000), ("check_shard_filename", "s\n" * 1_000_000), ("check_size", [0] * 10**6)],
+)
+def test_the_name_checks_shorten_what_they_echo(check, value):
+    from builder.core import names
+
+    with pytest.raises(names.UnsafeNameError) as refused:
+        getattr(names, check)(value)
+    message = str(refused.value)
+    assert len(message) < 400 and "\n" not in message and "characters)" in message
+
+
+def test_shown_keeps_short_values_as_before_and_cuts_long_ones():
+    from builder.core.errors import first_few, shown
+
+    assert shown("../x") == "'../x'" and shown("a\nb", quote=False) == "a\\nb" and shown(7) == "7"
+    assert shown("x" * 61) == f"'{'x' * 60}'… (61 characters)"
+    assert shown("é" * 100, quote=False) == "é" * 60 + "… (100 characters)"
+    assert first_few(["a", "b" * 1000]) == f"a, {'b' * 60}… (1000 characters)"
