@@ -442,3 +442,15 @@ def test_shown_keeps_short_values_as_before_and_cuts_long_ones():
     assert shown("x" * 61) == f"'{'x' * 60}'… (61 characters)"
     assert shown("é" * 100, quote=False) == "é" * 60 + "… (100 characters)"
     assert first_few(["a", "b" * 1000]) == f"a, {'b' * 60}… (1000 characters)"
+
+
+@pytest.mark.parametrize("config", ["a\n# injected", "../x", "x" * 200])
+def test_a_config_flag_with_a_newline_or_a_path_is_refused_in_one_line(evaluated, tmp_path, capsys, config):
+    """`--config` enters through the stream reader's one check, also for a dataset folder (which has no
+    configs to choose from, so the name was ignored and carried along before)."""
+    capsys.readouterr()
+    argv = eval_command(evaluated["dataset"], tmp_path / "out", "timm:x", "--config", config)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "is not one safe path component for a config name" in err, err
+    assert len(err) < 500 and not (tmp_path / "out").exists()
