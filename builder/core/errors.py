@@ -51,10 +51,11 @@ def shown(value: object, limit: int = SHOWN_CHARACTERS, quote: bool = True) -> s
 def first_few(names, limit: int = 5) -> str:
     """`names` for an error message: the first `limit`, then how many more there are. A character
     that does not print (a newline in a file name) is shown escaped, so the message stays one line,
-    and a long name is shortened (`shown`)."""
+    and a name longer than any file name (255 characters) is shortened (`shown`): whole file names
+    stay whole, for the user to find and move."""
     names = list(names)
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
-    return ", ".join(shown(str(name), quote=False) for name in names[:limit]) + more
+    return ", ".join(shown(str(name), limit=255, quote=False) for name in names[:limit]) + more
 
 
 def printable(name: str) -> str:

@@ -441,7 +441,7 @@ def test_shown_keeps_short_values_as_before_and_cuts_long_ones():
     assert shown("../x") == "'../x'" and shown("a\nb", quote=False) == "a\\nb" and shown(7) == "7"
     assert shown("x" * 61) == f"'{'x' * 60}'… (61 characters)"
     assert shown("é" * 100, quote=False) == "é" * 60 + "… (100 characters)"
-    assert first_few(["a", "b" * 1000]) == f"a, {'b' * 60}… (1000 characters)"
+    assert first_few(["a", "b" * 1000]) == f"a, {'b' * 255}… (1000 characters)"  # a file name stays whole
 
 
 @pytest.mark.parametrize("config", ["a\n# injected", "../x", "x" * 200])
