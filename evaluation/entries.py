@@ -255,10 +255,16 @@ def entry_text(entry: dict) -> str:
     return json.dumps(entry, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
+def checked_entry(report: dict, predictions: Path, info: EntryInfo) -> dict:
+    """The entry of `report`, refused (one line) when its reader would refuse it."""
+    entry = build_entry(report, predictions, info)
+    check_entry(json.loads(entry_text(entry)), ENTRY_JSON)
+    return entry
+
+
 def write_entry(folder, report: dict, predictions: Path, info: EntryInfo) -> dict:
     """entry.json of `report` into `folder` (a ModelFolder or a PlainFolder: through its writes)."""
-    entry = build_entry(report, predictions, info)
-    check_entry(json.loads(entry_text(entry)), ENTRY_JSON)  # never write an entry the reader would refuse
+    entry = checked_entry(report, predictions, info)  # never write an entry the reader would refuse
     folder.write_text(ENTRY_JSON, entry_text(entry))
     return entry
 

@@ -5,7 +5,6 @@ spuriosity proxy, per-class background accuracy)."""
 
 from __future__ import annotations
 
-import csv
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from builder.core.classes import imagenet_classes
+from builder.core.csv_cells import write_dict_table
 from builder.core.manifest import Manifest
 from builder.core.records import Issue
 from builder.extract.images import decode_image
@@ -139,8 +139,5 @@ def write_class_accuracy(frame: pd.DataFrame, path: Path) -> list[dict]:
                 "accuracy": round(float(np.mean(cell["correct"])), 6),
             }
         )
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=["wnid", "class_index", "class_name", "images", "accuracy"])
-        writer.writeheader()
-        writer.writerows(rows)
+    write_dict_table(path, ["wnid", "class_index", "class_name", "images", "accuracy"], rows)
     return rows

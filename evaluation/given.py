@@ -18,12 +18,13 @@ Every refusal is one line naming the column, the row and its key.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from builder.core.errors import InputError, printable
+from builder.core.errors import InputError, printable, shown
 from builder.core.untrusted import read_parquet
 
 from .predictions import IMAGENET_CLASSES
@@ -32,6 +33,10 @@ WHAT = "predictions file"
 PROBABILITY_FIELDS = ("prob_label", "prob_background_class", "prob_paired_class")
 ARRAY_OUTPUTS = ("logits", "probabilities")
 SUMS_TO_ONE = 1e-3  # float32 softmax rows sum to 1 well within this
+TOP5_SUM_SLACK = 1e-6  # five probabilities of one distribution sum to at most 1, give or take rounding
+# What a number written as text may look like: ASCII digits only (no `_`, no other scripts' digits).
+INTEGER_TEXT = re.compile(r"[0-9]+")
+DECIMAL_TEXT = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 
 
 @dataclass
@@ -88,7 +93,7 @@ def checked_table(frame, spec: str) -> GivenPredictions:
         raise InputError(f"{spec}: no column key (the sample key each prediction is for)")
     keys = [_key(value, n, spec) for n, value in enumerate(frame["key"])]
     index = keyed(keys, spec)
-    where = [f"{spec}: row {n} ({printable(key)})" for n, key in enumerate(keys)]
+    where = [f"{spec}: row {n} ({shown(key, quote=False)})" for n, key in enumerate(keys)]
     if "probs" in columns:
         return _from_vectors(frame, columns, index, where, spec)
     kinds = [name for name in ("pred_class", "pred_wnid") if name in columns]
@@ -112,7 +117,7 @@ def checked_table(frame, spec: str) -> GivenPredictions:
             given.top5.append(classes)
     if "top5_prob" in columns:
         given.top5_prob = [
-            [_probability(p, f"{where[n]}: top5_prob") for p in _items(value)]
+            _top5_probabilities([_probability(p, f"{where[n]}: top5_prob") for p in _items(value)], f"{where[n]}")
             for n, value in enumerate(frame["top5_prob"])
         ]
     given.fields = {
@@ -204,7 +209,7 @@ def keyed(keys: list[str], spec: str) -> dict[str, int]:
     index: dict[str, int] = {}
     for n, key in enumerate(keys):
         if key in index:
-            raise InputError(f"{spec}: key {printable(key)} appears twice (rows {index[key]} and {n})")
+            raise InputError(f"{spec}: key {shown(key, quote=False)} appears twice (rows {index[key]} and {n})")
         index[key] = n
     return index
 
@@ -247,8 +252,23 @@ def prediction_rows(given: GivenPredictions, samples: list[dict], errors: list[d
 
 def _key(value, n: int, spec: str) -> str:
     if not isinstance(value, str) or not value:
-        raise InputError(f"{spec}: row {n} has no key (got {printable(repr(value))[:60]})")
+        raise InputError(f"{spec}: row {n} has no key (got {shown(value)})")
     return value
+
+
+def _top5_probabilities(probabilities: list, where: str) -> list:
+    """The top-5's probabilities: best first (non-increasing), and at most 1 together (they are five of
+    one distribution; TOP5_SUM_SLACK allows for float32 rounding)."""
+    for n in range(1, len(probabilities)):
+        if probabilities[n] > probabilities[n - 1]:
+            raise InputError(
+                f"{where}: top5_prob is not best first: {probabilities[n]:.6g} (place {n + 1}) is above "
+                f"{probabilities[n - 1]:.6g} (place {n}); list the top-5 in falling order"
+            )
+    total = math.fsum(probabilities)
+    if total > 1 + TOP5_SUM_SLACK:
+        raise InputError(f"{where}: top5_prob sums to {total:.6g}, more than 1; give probabilities of one distribution")
+    return probabilities
 
 
 def _items(value) -> list:
@@ -266,26 +286,44 @@ def _class(value, by_wnid: bool, what: str) -> int:
 
     if by_wnid:
         if not isinstance(value, str) or not is_known_wnid(value.strip()):
-            raise InputError(f"{what}: {printable(repr(value))[:60]} is not an ImageNet-1k wnid")
+            raise InputError(f"{what}: {shown(value)} is not an ImageNet-1k wnid")
         return class_of(value.strip()).index
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = math.nan
-    if not (math.isfinite(number) and number == int(number) and 0 <= number < IMAGENET_CLASSES):
-        raise InputError(f"{what}: {printable(repr(value))[:60]} is not an ImageNet class index 0-999")
-    return int(number)
+    number = _integer(value)
+    if number is None or not 0 <= number < IMAGENET_CLASSES:
+        raise InputError(f"{what}: {shown(value)} is not an ImageNet class index 0-999 (a decimal integer)")
+    return number
+
+
+def _integer(value) -> int | None:
+    """An integer as given: an int (never a bool), or text of ASCII digits only. Python's own int()
+    and float() take `5_0` as 50, Arabic-Indic digits `١٢` as 12 and True as 1; none of them is a
+    class index someone wrote down on purpose."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, str) and INTEGER_TEXT.fullmatch(value):
+        return int(value)
+    return None
+
+
+def _number(value) -> float:
+    """A real number as given: an int or float (never a bool), or decimal ASCII text; NaN otherwise."""
+    if isinstance(value, (bool, np.bool_)):
+        return math.nan
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return float(value)
+    if isinstance(value, str) and DECIMAL_TEXT.fullmatch(value):
+        return float(value)
+    return math.nan
 
 
 def _probability(value, what: str, empty: bool = False) -> float | None:
     if empty and (value is None or value == "" or (isinstance(value, float) and math.isnan(value))):
         return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = math.nan
+    number = _number(value)
     if not (math.isfinite(number) and 0 <= number <= 1):
-        raise InputError(f"{what}: {printable(repr(value))[:60]} is not a probability in [0, 1]")
+        raise InputError(f"{what}: {shown(value)} is not a probability in [0, 1] (a decimal number)")
     return number
 
 

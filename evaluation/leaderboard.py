@@ -16,10 +16,10 @@ its `failed.json`.
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 
+from builder.core.csv_cells import dict_table_text
+from builder.core.markdown import code, inline
 from builder.core.owned import OwnedFolder, OwnedFolderError
 from builder.core.untrusted import Fields, read_json
 
@@ -220,11 +220,7 @@ def _sort_key(row: dict):
 
 
 def _csv_text(columns: list[str], rows: list[dict]) -> str:
-    handle = io.StringIO(newline="")
-    writer = csv.DictWriter(handle, fieldnames=columns)
-    writer.writeheader()
-    writer.writerows(rows)
-    return handle.getvalue()
+    return dict_table_text(columns, rows)  # a model or group name never reaches a spreadsheet as a formula
 
 
 def write_leaderboard(owned: OwnedFolder, identity: dict) -> tuple[Path, Path, list[dict]]:
@@ -247,7 +243,8 @@ def write_leaderboard(owned: OwnedFolder, identity: dict) -> tuple[Path, Path, l
     csv_path = owned.write_text(LEADERBOARD_CSV, _csv_text(columns, rows))
     any_partial = any(row.get("partial") == "true" for row in rows)
     lines = [
-        f"# Leaderboard: {identity['config']} / {identity['split']} ({identity['source']})",
+        # names from the data or the command line: one heading line whatever they hold
+        f"# Leaderboard: {inline(identity['config'])} / {inline(identity['split'])} ({inline(identity['source'])})",
         "",
         "Sorted by worst-group top-1 (best first); intervals are 95% bootstrap intervals over source images.",
         "",
@@ -267,7 +264,7 @@ def write_leaderboard(owned: OwnedFolder, identity: dict) -> tuple[Path, Path, l
         rank += not partial
         cells = [
             "-" if partial else rank,
-            f"`{row['model']}`",
+            code(row["model"]),
             row["preprocessing"],
             fmt(metrics.get("overall", {}).get("top1")),
             mean_text,
@@ -289,7 +286,7 @@ def write_leaderboard(owned: OwnedFolder, identity: dict) -> tuple[Path, Path, l
             "",
             md_table(
                 ["model", "folder", "stage", "reason"],
-                [[f"`{r['model']['spec']}`", name, r["stage"], r["reason"]] for name, r in failures],
+                [[code(r["model"]["spec"]), name, r["stage"], r["reason"]] for name, r in failures],
             ),
         ]
     md_path = owned.write_text(LEADERBOARD_MD, "\n".join(lines) + "\n")

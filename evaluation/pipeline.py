@@ -27,7 +27,7 @@ from builder.core.untrusted import Fields, read_json
 
 from . import eval_folder
 from .bootstrap import BootstrapSettings
-from .entries import ENTRY_JSON, EntryInfo, carried_info, write_entry
+from .entries import ENTRY_JSON, EntryInfo, carried_info, checked_entry, write_entry
 from .eval_folder import EVAL_KIND, FolderRecord, ModelFolder, PlainFolder
 from .extra_sets import (
     BACKGROUND_ACCURACY_CSV,
@@ -111,9 +111,13 @@ def analyse(
         folder = PlainFolder(Path(folder))
     metrics = compute_metrics(frame, label_space_size=metadata["label_space"]["classes"], settings=bootstrap)
     extras = dict(extras or {})
+    files = {"predictions": Path(predictions_path).name}
+    # The entry is checked before anything is written: a refused run leaves no eval.json (nothing that
+    # `release --results` would publish) and no plots of a report that was never written.
+    checked_entry(build_report(metadata, metrics, {**extras, "plots": [], "files": files}), predictions_path, entry)
     title = f"{metadata['model']['spec']} on {metadata['data']['config']}/{metadata['data']['split']}"
     extras["plots"] = [f"{PLOTS_DIR}/{name}" for name in write_plots(metrics, folder, title, PLOTS_DIR)]
-    extras["files"] = {"predictions": Path(predictions_path).name}
+    extras["files"] = files
     report = build_report(metadata, metrics, extras)
     save_report(folder, report)
     write_entry(folder, report, Path(predictions_path), entry)

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.core.interrupts import ctrl_c_stops
 from builder.core.owned import RECORD_NAME, OwnedFolder, OwnedFolderError
 
 from .bootstrap import BootstrapSettings
@@ -88,19 +89,32 @@ def evaluate_all(
     def rebuild() -> None:
         board[:] = [write_leaderboard(owned, identity)]
 
-    sweep = run_sweep(
-        tasks,
-        owned,
-        data,
-        runner=runner,
-        workers=workers,
-        ray_address=ray_address,
-        entries=entries,
-        announce=announce,
-        on_result=on_result,
-        after_each=rebuild,
-        worker_logs=settings.progress,
-    )
+    done: list[str] = []
+
+    def finished(spec: str, result: EvalResult) -> None:
+        done.append(spec)
+        on_result(spec, result)
+
+    def stopped() -> str:
+        return (
+            f"interrupted: {len(done)} of the {len(specs)} models are evaluated, their reports and the leaderboard "
+            "written; run the same command again to resume (evaluated models are skipped)"
+        )
+
+    with ctrl_c_stops(stopped):
+        sweep = run_sweep(
+            tasks,
+            owned,
+            data,
+            runner=runner,
+            workers=workers,
+            ray_address=ray_address,
+            entries=entries,
+            announce=announce,
+            on_result=finished,
+            after_each=rebuild,
+            worker_logs=settings.progress,
+        )
     if not board:
         rebuild()
     _, md_path, rows = board[0]

@@ -27,6 +27,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from builder.core.errors import EXIT_FAILED, HsiError, UsageError, printable
+from builder.core.interrupts import ctrl_c_deferred
 from builder.core.owned import OwnedFolder
 from builder.core.runner import init_worker
 
@@ -349,6 +350,11 @@ def run_sweep(
     failures: list[ModelFailure] = []
 
     def finish(task: ModelTask, outcome: Outcome) -> None:
+        # a model's files, its line and the leaderboard rebuilt are done together: a Ctrl-C waits for them
+        with ctrl_c_deferred():
+            _finish(task, outcome)
+
+    def _finish(task: ModelTask, outcome: Outcome) -> None:
         if isinstance(outcome, ModelWork):
             entry = entries[task.position] if entries is not None else None
             try:

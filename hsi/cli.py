@@ -10,6 +10,7 @@ import sys
 
 from builder import __version__
 from builder.core.errors import HsiError
+from builder.core.interrupts import EXIT_INTERRUPTED
 from hsi.commands.common import DefaultsShown
 
 # subcommand -> module providing `add_arguments(parser)`, `run(args) -> int` and a `HELP` line.
@@ -48,13 +49,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand. An `HsiError` is the one kind of failure caught: it is printed as
-    `hsi COMMAND: error: ...` with its exit status; anything else is a bug and shows its traceback."""
+    `hsi COMMAND: error: ...` with its exit status (a Ctrl-C too, with 130); anything else is a bug and
+    shows its traceback."""
     args = build_parser().parse_args(argv)
     try:
         return args._run(args)
     except HsiError as exc:
         print(f"hsi {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_status
+    except KeyboardInterrupt:  # a Ctrl-C before a command's own handling (imports, claiming its folder)
+        print(f"hsi {args.command}: error: interrupted; run the same command again", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

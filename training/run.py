@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from builder.core.interrupts import ctrl_c_stops
 from evaluation.predictions import write_predictions
 from training.folder import RunFolder, run_folder
 from training.loop import (
@@ -119,7 +120,14 @@ def run_seeds(
 ) -> list[dict]:
     results = []
     check_inputs(settings, options)
-    with run_folder(out) as root:  # one claim of --out for every seed: its lock, no links, no user's file
+
+    def stopped() -> str:
+        return (
+            f"interrupted: {len(results)} of the {len(seeds)} seeds finished; each seed's last.pt keeps its last "
+            "finished epoch: run the same command with --resume to continue"
+        )
+
+    with run_folder(out) as root, ctrl_c_stops(stopped):  # one claim of --out for every seed: its lock, no links
         for seed in seeds:
             folder = root.child(f"{run_label(settings, options)}/seed-{seed}")
             scores = run_seed(replace(settings, seed=seed, out=str(folder.path)), options, folder, control)

@@ -105,11 +105,12 @@ def _heading(title: str) -> list[str]:
 def _header_section(payload: dict) -> list[str]:
     target = payload["target"]
     if target.get("stage") is None and payload.get("scored"):
-        what = f"- Scored: {payload['scored']}"
-    else:
+        what = f"- Scored: {markdown.inline(payload['scored'])}"
+    else:  # a folder's path (from the command line) and the manifest's names: each stays on its line
+        stage, config = (markdown.inline(target.get(key), "None") for key in ("stage", "config"))
         what = (
-            f"- Folder: `{target.get('folder')}` (stage: {target.get('stage')}, config: {target.get('config')}, "
-            f"fingerprint: `{target.get('fingerprint')}`)"
+            f"- Folder: {markdown.code(target.get('folder'))} (stage: {stage}, config: {config}, "
+            f"fingerprint: {markdown.code(target.get('fingerprint'))})"
         )
     return [
         "# Validation report",

@@ -9,6 +9,8 @@ import functools
 from dataclasses import dataclass
 from importlib import resources
 
+from builder.core.errors import shown
+
 
 @dataclass(frozen=True)
 class ImageNetClass:
@@ -36,7 +38,7 @@ def class_of(wnid: str) -> ImageNetClass:
     try:
         return classes_by_wnid()[wnid]
     except KeyError:
-        raise KeyError(f"{wnid!r} is not one of the 1000 ImageNet-1k wnids") from None
+        raise KeyError(f"{shown(wnid)} is not one of the 1000 ImageNet-1k wnids") from None
 
 
 def is_known_wnid(wnid: str) -> bool:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from builder.core.config import CONFIG_NAME
 from builder.core.errors import SettingsError, first_few
+from builder.core.hashing import sha256_file
 from builder.core.manifest import ERRORS_NAME, MANIFEST_NAME
 from builder.core.names import SHARD_FILENAME
 from builder.core.runner import STATE_DIR, read_state_record
@@ -96,12 +97,28 @@ def own_preview_names(manifest: dict, report: dict) -> set[str]:
 
 
 def _own_top_file(name: str) -> bool:
+    """A top-level name we write that is not a shard (a shard is ours only by its record: own_shard)."""
     return (
         name in OWN_FILES
-        or bool(SHARD_FILENAME.fullmatch(name))
         or bool(OWN_TEMPORARY.match(name))
         or bool(re.fullmatch(r"\.validation\.md(\.\d+)?\.tmp", name))
     )
+
+
+def own_shard(folder: Path, name: str, digests: dict[str, str]) -> bool:
+    """Whether the file `name` in `folder` is a shard this toolkit wrote there, unchanged: the
+    folder's manifest lists it with this sha256, or (a killed run's shard, before any manifest)
+    its `_state/` record does. A user's `val-00007.tar` is theirs, however it is named."""
+    if not SHARD_FILENAME.fullmatch(name):
+        return False
+    path = folder / name
+    expected = digests.get(name)
+    if expected is None:
+        record = read_state_record(folder / STATE_DIR / f"{name}.json", name)
+        if record is None or record.stats.bytes != path.stat().st_size:
+            return False
+        expected = record.stats.sha256
+    return sha256_file(path) == expected
 
 
 def stray_entries(folder: Path, own_file: Callable[[str], bool], own_folder: Callable[[str], bool]) -> list[str]:
@@ -132,12 +149,13 @@ def foreign_entries(folder: Path) -> list[str]:
     another kind (a folder where we write a file) is foreign."""
     manifest = read_json_dict(folder / MANIFEST_NAME)
     previews = own_preview_names(manifest, read_json_dict(folder / VALIDATION_REPORT))
-    shards = listed_shards(manifest)
+    digests = listed_shard_digests(manifest)
+    shards = set(digests)
 
     def own_file(relative: str) -> bool:
         top, _, below = relative.partition("/")
         if not below:
-            return _own_top_file(top)
+            return _own_top_file(top) or own_shard(folder, top, digests)
         return (top == STATE_DIR and own_state_record(folder, below, shards)) or (
             top == PREVIEWS_DIR and below in previews
         )
@@ -145,12 +163,17 @@ def foreign_entries(folder: Path) -> list[str]:
     return stray_entries(folder, own_file, lambda relative: relative in (STATE_DIR, PREVIEWS_DIR))
 
 
-def listed_shards(manifest: dict) -> set[str]:
-    """The shard filenames a folder's manifest lists (none when it lists them in another form)."""
+def listed_shard_digests(manifest: dict) -> dict[str, str]:
+    """{shard filename: sha256} of the shards a folder's manifest lists (none when it lists them in
+    another form; a shard listed without a digest string is not vouched for)."""
     splits = manifest.get("splits")
     entries = splits.values() if isinstance(splits, dict) else []
     rows = [row for entry in entries if isinstance(entry, dict) for row in _list(entry.get("shards"))]
-    return {row["filename"] for row in rows if isinstance(row, dict) and isinstance(row.get("filename"), str)}
+    return {
+        row["filename"]: row["sha256"]
+        for row in rows
+        if isinstance(row, dict) and isinstance(row.get("filename"), str) and isinstance(row.get("sha256"), str)
+    }
 
 
 def _list(value: object) -> list:

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from builder.core.errors import InputError
+from builder.core.errors import InputError, first_few, shown
+from builder.core.names import UnsafeNameError, check_config_name, check_split_name
 
 MANIFEST_NAME = "_info.json"
 ERRORS_NAME = "errors.jsonl"
@@ -141,12 +142,12 @@ class SplitEntry:
             _expect(
                 _is_int(data["num_samples"]),
                 f"{where}.num_samples",
-                f"must be an integer, got {type(data['num_samples']).__name__} {data['num_samples']!r}",
+                f"must be an integer, got {type(data['num_samples']).__name__} {shown(data['num_samples'])}",
             )
             _expect(
                 data["num_samples"] == entry.num_samples,
                 f"{where}.num_samples",
-                f"says {data['num_samples']!r} but its shards hold {entry.num_samples}",
+                f"says {shown(data['num_samples'])} but its shards hold {entry.num_samples}",
             )
         for key, kind in (("filenames", str), ("shard_lengths", int)):
             values = data.get(key, [])
@@ -211,7 +212,8 @@ class Manifest:
     def split(self, name: str) -> SplitEntry:
         if name not in self.splits:
             raise ManifestError(
-                f"split {name!r} is not in this folder; it holds {', '.join(sorted(self.splits)) or 'no split'}"
+                f"split {shown(name)} is not in this folder; it holds "
+                f"{first_few(sorted(self.splits), 10) or 'no split'}"
             )
         return self.splits[name]
 
@@ -250,11 +252,17 @@ class Manifest:
             )
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
-        _expect(not unknown, "manifest", f"has unknown fields {unknown}")
+        listed = ", ".join(shown(k) for k in unknown[:5])
+        _expect(not unknown, "manifest", f"has unknown fields [{listed}]{_more(unknown, 5)}")
         optional = {name: data[name] for name in cls.OPTIONAL if name in data}
         for name in ("allowed_missing", "notes"):
             lines = _optional(data, name, list, "manifest")
             _expect(all(isinstance(line, str) for line in lines or []), f"manifest.{name}", "must list strings")
+        # the config and split names become paths and headings: the one name check, where they enter
+        if data.get("config") is not None:
+            _checked_name(check_config_name, data["config"], "manifest.config")
+        for name in data["splits"]:
+            _checked_name(check_split_name, name, "manifest.splits")
         return cls(
             stage=data["stage"],
             splits={str(name): SplitEntry.from_json(str(name), entry) for name, entry in data["splits"].items()},
@@ -322,6 +330,17 @@ def _tool_version() -> str:
     return __version__
 
 
+def _more(items: list, shown_count: int) -> str:
+    return f" and {len(items) - shown_count} more" if len(items) > shown_count else ""
+
+
+def _checked_name(check, name: object, where: str) -> None:
+    try:
+        check(name)
+    except UnsafeNameError as exc:
+        raise ManifestError(f"{where}: {exc}") from None
+
+
 def _expect(condition: bool, where: str, problem: str) -> None:
     if not condition:
         raise ManifestError(f"{where} {problem}")
@@ -351,7 +370,7 @@ def _counts(data: Any, where: str) -> dict[str, dict[str, int]]:
             _expect(
                 _is_int(value) and value >= 0,
                 f"{where}.{kind}.{name}",
-                f"must be a non-negative integer, got {type(value).__name__} {value!r}",
+                f"must be a non-negative integer, got {type(value).__name__} {shown(value)}",
             )
     return {str(kind): dict(bucket) for kind, bucket in data.items()}
 
@@ -376,13 +395,13 @@ def _shard_stats(data: Any, where: str) -> ShardStats:
     _expect(
         _is_int(count) and count >= 0,
         f"{where}.num_samples",
-        f"must be a non-negative integer, got {type(count).__name__} {count!r}",
+        f"must be a non-negative integer, got {type(count).__name__} {shown(count)}",
     )
     size, digest = data.get("bytes"), data.get("sha256")
     _expect(
         _is_int(size) and size >= 0,
         f"{where}.bytes",
-        f"must be a non-negative integer, got {type(size).__name__} {size!r}",
+        f"must be a non-negative integer, got {type(size).__name__} {shown(size)}",
     )
     _expect(isinstance(digest, str) and len(digest) == 64, f"{where}.sha256", "must be a sha256 hex digest")
     return ShardStats(filename, count, size, digest)

@@ -4,6 +4,7 @@ on one line instead of breaking the table or starting a heading."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 
@@ -11,6 +12,16 @@ def inline(value: object, none: str = "") -> str:
     """`value` as text that stays inside one table cell or one heading line."""
     text = none if value is None else str(value)
     return " ".join(text.replace("|", "\\|").splitlines()) if text else text
+
+
+def code(value: object) -> str:
+    """`value` as an inline code span that stays one span on one line: fenced with one backtick more
+    than the longest run of backticks inside it (CommonMark's rule for code spans). In a table cell
+    `table_lines` escapes its `|` as any cell's (GitHub's tables need that inside code spans too)."""
+    text = " ".join(str(value).splitlines())
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def table_lines(header: Sequence[object], rows: Iterable[Sequence[object]], none: str = "") -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from builder.core.errors import InputError
+from builder.core.errors import InputError, shown
 
 # One path component: starts with a letter or digit (so never `.`, `..` or a hidden name).
 CONFIG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -35,7 +35,7 @@ class UnsafeNameError(InputError, ValueError):
 
 def _matching(pattern: re.Pattern, name: object, problem: str) -> str:
     if not isinstance(name, str) or not pattern.fullmatch(name):
-        raise UnsafeNameError(f"{name!r} {problem}")
+        raise UnsafeNameError(f"{shown(name)} {problem}")
     return name
 
 
@@ -62,11 +62,11 @@ def check_shard_filename(name: object, split: str | None = None) -> str:
     match = SHARD_FILENAME.fullmatch(name) if isinstance(name, str) else None
     if match is None:
         raise UnsafeNameError(
-            f"shard filename {name!r} is not of the form <split>-NNNNN.tar; the manifest cannot be trusted"
+            f"shard filename {shown(name)} is not of the form <split>-NNNNN.tar; the manifest cannot be trusted"
         )
     if split is not None and match["split"] != split:
         raise UnsafeNameError(
-            f"shard filename {name!r} is listed under split {split!r}; a shard is named after its split"
+            f"shard filename {shown(name)} is listed under split {shown(split)}; a shard is named after its split"
         )
     return match.string  # the name itself, now known to be a str
 
@@ -87,14 +87,14 @@ def check_wnid(name: object) -> str:
 def check_size(value: object) -> str:
     """A pixel size as the folder name it becomes (`56`): a positive int, never a string."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_SIZE:
-        raise UnsafeNameError(f"{value!r} is not a size in pixels (an integer from 1 to {MAX_SIZE})")
+        raise UnsafeNameError(f"{shown(value)} is not a size in pixels (an integer from 1 to {MAX_SIZE})")
     return str(value)
 
 
 def check_relative_path(path: object, what: str = "path") -> list[str]:
     """The components of a relative path `a/b/c` a record lists, each one a safe component."""
     if not isinstance(path, str) or not path:
-        raise UnsafeNameError(f"{path!r} is not a relative path")
+        raise UnsafeNameError(f"{shown(path)} is not a relative path")
     return [check_path_component(part, what) for part in path.split("/")]
 
 

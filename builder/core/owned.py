@@ -24,7 +24,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from builder.core.errors import SettingsError, UsageError, printable
+from builder.core.errors import SettingsError, UsageError, printable, shown
+from builder.core.interrupts import ctrl_c_deferred
 from builder.core.locks import exclusive_folder
 from builder.core.manifest import write_json_atomic
 
@@ -52,7 +53,7 @@ def check_relative(relative: str) -> list[str]:
     parts = relative.split("/")
     for part in parts:
         if not _COMPONENT.fullmatch(part) or part in (".", ".."):
-            raise UsageError(f"{_show(relative)!r} is not a safe path to write inside an output folder")
+            raise UsageError(f"{shown(relative)} is not a safe path to write inside an output folder")
     return parts
 
 
@@ -178,12 +179,13 @@ class OwnedFolder:
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp{suffix}")
         try:
             yield tmp
-            os.replace(tmp, target)
+            with ctrl_c_deferred():  # renamed and recorded together: a Ctrl-C between would orphan the file
+                os.replace(tmp, target)
+                self.files[relative] = _sha256(target)
+                self._save_record()
         finally:
             if tmp.exists() or tmp.is_symlink():
                 tmp.unlink()
-        self.files[relative] = _sha256(target)
-        self._save_record()
 
     def write_bytes(self, relative: str, data: bytes) -> Path:
         with self.writing(relative) as tmp:
@@ -202,9 +204,10 @@ class OwnedFolder:
         target = self.root / relative
         if target.is_symlink() or target.exists():
             self._check_ours(relative, target)
-            target.unlink()
-        self.files.pop(relative, None)
-        self._save_record()
+        with ctrl_c_deferred():  # deleted and struck off together
+            target.unlink(missing_ok=True)
+            self.files.pop(relative, None)
+            self._save_record()
 
     def remove_listed(self, prefix: str, keep: frozenset[str] | set[str] = frozenset()) -> list[str]:
         """Delete the recorded files below `prefix` not in `keep` (a re-run's leftovers of an earlier run)."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Literal
 
+from builder.core.errors import shown
 from builder.core.shards import (
     KEY_RULE,
     TAR_BLOCK,
@@ -89,7 +90,7 @@ def tar_members(path: Path, mode: Literal["r", "r:"] = "r:") -> list[TarMember]:
 def safe_member_name(name: str) -> str:
     """Reject tar member names that could escape the dataset folder."""
     if name.startswith("/") or name.startswith("\\") or ".." in Path(name).parts or "\\" in name:
-        raise ShardFormatError(f"unsafe tar member name {name!r} (absolute path or '..')")
+        raise ShardFormatError(f"unsafe tar member name {shown(name)} (absolute path or '..')")
     return name
 
 
@@ -97,13 +98,13 @@ def split_member_name(name: str) -> tuple[str, str]:
     """`key.ext.more` -> (`key`, `ext.more`): the key is everything before the first dot."""
     base = safe_member_name(name)
     if "/" in base:
-        raise ShardFormatError(f"tar member {name!r} is inside a folder; shards are flat")
+        raise ShardFormatError(f"tar member {shown(name)} is inside a folder; shards are flat")
     key, dot, ext = base.partition(".")
     if not dot or not key or not ext:
-        raise ShardFormatError(f"tar member {name!r} is not of the form key.ext")
+        raise ShardFormatError(f"tar member {shown(name)} is not of the form key.ext")
     problem = key_problem(key)
     if problem:
-        raise ShardFormatError(f"tar member {name!r}: its key {key!r} {problem} (keys must be {KEY_RULE})")
+        raise ShardFormatError(f"tar member {shown(name)}: its key {shown(key)} {problem} (keys must be {KEY_RULE})")
     return key, ext
 
 
@@ -119,11 +120,11 @@ def member_problem(
     more bytes than the tar stores: a tar bomb), or one larger than the shard holding it or than
     `max_bytes`. Every reader of shards (`iter_shard`, the parts index) applies this one rule."""
     if info.issparse():
-        return f"member {info.name!r} is a sparse file (claims {info.size} bytes); shards hold no sparse members"
+        return f"member {shown(info.name)} is a sparse file (claims {info.size} bytes); shards hold no sparse members"
     if shard_bytes is not None and info.size > shard_bytes:
-        return f"member {info.name!r} claims {info.size} bytes, more than the whole shard ({shard_bytes} bytes)"
+        return f"member {shown(info.name)} claims {info.size} bytes, more than the whole shard ({shard_bytes} bytes)"
     if info.size > max_bytes:
-        return f"member {info.name!r} claims {info.size} bytes, over the {max_bytes}-byte limit per member"
+        return f"member {shown(info.name)} claims {info.size} bytes, over the {max_bytes}-byte limit per member"
     return None
 
 
@@ -195,7 +196,7 @@ def iter_shard(source: Path | BinaryIO, handler: ReadErrorHandler = raise_read_e
                 handler(ShardReadError("unsafe-member", str(exc), label, info.name))
                 continue
             if not info.isfile():
-                handler(ShardReadError("unsafe-member", f"member {info.name!r} is not a regular file", label, key))
+                handler(ShardReadError("unsafe-member", f"member {shown(info.name)} is not a regular file", label, key))
                 continue
             too_big = member_problem(info, shard_bytes)
             if too_big:
@@ -206,7 +207,7 @@ def iter_shard(source: Path | BinaryIO, handler: ReadErrorHandler = raise_read_e
                     yield current_key, members
                 current_key, members = key, {}
             if ext in members:
-                handler(ShardReadError("duplicate-member", f"member {info.name!r} appears twice", label, key))
+                handler(ShardReadError("duplicate-member", f"member {shown(info.name)} appears twice", label, key))
                 continue
             data = tar.extractfile(info)
             members[ext] = data.read() if data else b""

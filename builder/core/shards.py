@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import tarfile
 
-from builder.core.errors import InputError
+from builder.core.errors import InputError, shown
 
 Sample = tuple[str, dict[str, bytes]]
 
@@ -44,7 +44,7 @@ def key_problem(key: str) -> str | None:
 def check_key(key: str) -> None:
     problem = key_problem(key)
     if problem:
-        raise ShardFormatError(f"sample key {key!r} {problem}: keys must be {KEY_RULE}")
+        raise ShardFormatError(f"sample key {shown(key)} {problem}: keys must be {KEY_RULE}")
 
 
 def tar_info(name: str, size: int) -> tarfile.TarInfo:

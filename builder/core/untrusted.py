@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from builder.core.errors import InputError, printable
+from builder.core.errors import InputError, printable, shown
 
 
 class UntrustedInput(InputError, ValueError):
@@ -30,8 +30,7 @@ def describe(value: object) -> str:
     kinds = {dict: "an object", list: "a list", type(None): "null", bool: "a boolean"}
     if type(value) in kinds and not isinstance(value, bool):
         return kinds[type(value)]
-    text = repr(value)
-    return printable(text if len(text) <= 40 else text[:37] + "...")
+    return shown(value, limit=40)
 
 
 def _where(path: Path | str) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from builder.core.errors import InputError
+from builder.core.errors import InputError, first_few
 from builder.core.manifest import MANIFEST_NAME
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
 from builder.core.shard_read import ReadErrorHandler, iter_shard, raise_read_error
@@ -84,12 +84,13 @@ def source_manifest(source: str | os.PathLike, config: str | None = None) -> tup
     base = str(source)
     release = _read_json(_join(base, RELEASE_META))
     try:
+        if config is not None:  # a name given by a user enters here, whatever the source holds
+            check_config_name(config)
         if release is not None:
             config = check_config_name(config or release.get("default_config"))
             if config not in release.get("configs", {}):
-                raise StreamError(
-                    f"config {config!r} is not in this release; it has {sorted(release.get('configs', {}))}"
-                )
+                listed = first_few(sorted(release.get("configs", {})), 10)
+                raise StreamError(f"config {config!r} is not in this release; it has {listed}")
             base = _join(base, "data", config)
         manifest = _read_json(_join(base, MANIFEST_NAME))
     except UnsafeNameError as exc:

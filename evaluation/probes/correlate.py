@@ -9,12 +9,12 @@ and no scatter is drawn (a point or two is a table, which probe_table.md already
 
 from __future__ import annotations
 
-import csv
 import zlib
 from pathlib import Path
 
 import numpy as np
 
+from builder.core.csv_cells import write_dict_table
 from builder.core.owned import OwnedFolder
 from validation.scores.correlations import rank_correlation
 
@@ -98,10 +98,8 @@ def write_table(out: OwnedFolder, rows: list[dict]) -> tuple[Path, Path]:
     def cell(value):
         return "" if value is None else (f"{value:.4f}" if isinstance(value, float) else value)
 
-    with out.writing(TABLE_CSV) as tmp, open(tmp, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows([{k: cell(v) for k, v in row.items()} for row in rows])
+    with out.writing(TABLE_CSV) as tmp:
+        write_dict_table(tmp, columns, [{k: cell(v) for k, v in row.items()} for row in rows])
     lines = [
         "# Biases and Hard-Spurious-ImageNet accuracy per model",
         "",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from builder.core.markdown import code, inline
 from builder.core.owned import OwnedFolder
 
 from ..report import md_table, write_json
@@ -102,9 +103,9 @@ def _shape_lines(result: dict) -> list[str]:
 def render_model_markdown(report: dict) -> str:
     model = report["model"]
     out = [
-        f"# Bias probes of `{model['spec']}`",
+        f"# Bias probes of {code(model['spec'])}",
         "",
-        f"- weights: {model.get('checkpoint') or 'as loaded'}"
+        f"- weights: {inline(model.get('checkpoint')) or 'as loaded'}"
         + (f" (sha256 `{model['checkpoint_sha256']}`)" if model.get("checkpoint_sha256") else ""),
         f"- preprocessing: {report['preprocessing']['description']}",
         "",

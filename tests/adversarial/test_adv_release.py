@@ -39,7 +39,8 @@ def test_config_name_with_dot_dot_writes_nothing_outside_the_release(tmp_path):
     dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 3})
     tamper_manifest(dataset, lambda m: m.update(config="../../../newcfg"))
     before = snapshot(tmp_path, tmp_path / "rel")
-    with pytest.raises(ReleaseError, match="not one safe path component"):
+    # refused where the manifest is read (#30: the one name check where the name enters), before any release code
+    with pytest.raises(HsiError, match="manifest.config: '../../../newcfg' is not one safe path component"):
         build_release(tmp_path / "rel" / NAME, [dataset])
     assert not (tmp_path / "newcfg").exists()
     assert snapshot(tmp_path, tmp_path / "rel") == before

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from builder.core.csv_cells import write_table
 from validation.scores.boxes import PAPER_CENTRE_MEAN, PAPER_SIZE_MEAN, ClassScore
 
 
 def write_class_csv(classes: Sequence[ClassScore], path: Path) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(["wnid", "name", "images", "centre", "size"])
-        for c in classes:
-            writer.writerow([c.wnid, c.name, c.images, f"{c.centre:.6f}", f"{c.size:.6f}"])
+    rows = [[c.wnid, c.name, c.images, f"{c.centre:.6f}", f"{c.size:.6f}"] for c in classes]
+    write_table(path, ["wnid", "name", "images", "centre", "size"], rows, terminator="\n")
 
 
 PAPER_REFERENCE = {"centre": PAPER_CENTRE_MEAN, "size": PAPER_SIZE_MEAN}
