@@ -179,7 +179,7 @@ def test_a_models_yaml_trusts_only_what_it_lists(attack, dataset, tmp_path, caps
     assert run_eval(dataset, tmp_path / "out", "--models", str(listing)) == 2
     assert refused_line(capsys) == (
         f"hsi eval: error: {listing}: [0].trusted_sha256: takes the sha256 of a file (64 hex digits) or a list of "
-        f"them, got '{'f' * 36}..."
+        f"them, got '{'f' * 40}'… (63 characters)"
     )
     listing.write_text(yaml.safe_dump([{"model": "ts:hostile.pt", "trusted_sha256": [sha256(path)]}]))
     assert run_eval(dataset, tmp_path / "out", "--models", str(listing)) == 0

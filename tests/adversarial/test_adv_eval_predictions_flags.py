@@ -43,6 +43,8 @@ MODEL_RUN_FLAGS = {
     "--clean": ["imagenet"],
     "--clean-split": ["train"],
     "--parts": ["parts"],
+    "--trust-file": ["0" * 64],
+    "--trust-code": [],
 }
 # what scoring a file reads (and --from, the other input, refused beside it on its own)
 SCORING_FLAGS = {"-h", "--help", "--config", "--split", "--out", "--predictions", "--bootstrap", "--seed"}

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from parts_factory import compose_args, fake_images, write_parts
 from subprocesses import REPOSITORY, hsi_command
+from trusted_code import trust_flags
 
 from hsi.cli import main
 
@@ -114,7 +115,8 @@ def test_ctrl_c_in_an_eval_sweep_is_one_line_and_the_same_command_resumes(tmp_pa
         models.append(tmp_path / f"m{seed}.pt")
         torch.jit.trace(MeanColour(seed), torch.rand(1, 3, 224, 224)).save(str(models[-1]))
     out = tmp_path / "out"
-    argv = ["eval", dataset, "--models", ",".join(f"ts:{m}" for m in models), "--out", out]
+    specs = ",".join(f"ts:{m}" for m in models)
+    argv = ["eval", dataset, "--models", specs, *trust_flags(specs), "--out", out]
     argv += ["--workers", "0", "--no-progress", "--bootstrap", "20", "--batch-size", "8"]
 
     code, err = interrupt_when(hsi_command(*argv), lambda: any(out.glob("*/eval.json")))
@@ -177,6 +179,7 @@ def evaluated(tmp_path_factory) -> dict[str, Path]:
 
 def eval_command(dataset: Path, out: Path, model: str, *extra: str) -> list[str]:
     flags = ["--input-size", "32", "--mean", "0", "--std", "1", "--workers", "0", "--bootstrap", "20"]
+    flags += trust_flags(model)  # the test's own TorchScript files
     return ["eval", str(dataset), "--model", model, *flags, "--out", str(out), "--no-progress", *extra]
 
 

@@ -12,7 +12,7 @@ import hashlib
 import pytest
 from release_factory import make_composed_dataset, two_releases
 from tiny_models import MeanColour
-from trusted_code import trust_flags
+from trusted_code import sha256, trust_flags
 
 from builder.core.errors import HsiError
 from builder.core.locks import exclusive_folder, lock_path
@@ -222,7 +222,8 @@ def two_models(tmp_path):
     entries = []
     for name in ("colour-a.pt", "colour-b.pt"):
         torch.jit.trace(MeanColour(), torch.rand(1, 3, 224, 224)).save(str(tmp_path / name))
-        entries.append(f'- {{model: "ts:{tmp_path / name}"}}\n')
+        digest = sha256(tmp_path / name)  # the test's own file, trusted by the listing
+        entries.append(f'- {{model: "ts:{tmp_path / name}", trusted_sha256: "{digest}"}}\n')
     listing = tmp_path / "models.yaml"
     listing.write_text("".join(entries))
     return dataset, listing
