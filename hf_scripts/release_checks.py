@@ -26,7 +26,7 @@ from builder.compose.stage import compose_settings
 from builder.core.config import fingerprint
 from builder.core.errors import printable
 from builder.core.manifest import COMPOSITES, MANIFEST_NAME, PARTS, Manifest
-from builder.formats.composites import COUNT_KINDS, count_buckets
+from builder.formats.composites import COUNT_KINDS, check_composite_json, count_buckets
 from cards.release import RELEASE_META
 from cards.summary import CardError
 
@@ -296,3 +296,21 @@ class SampleTally:
                 f"{self.label}: {self.misnamed} samples' class_name is not the manifest's class_names[label]"
             )
         return problems
+
+
+def streamed_split_problems(config: str, split: str, manifest: Manifest, samples) -> tuple[str, list[str]]:
+    """What `load_dataset` streamed of one split (`samples`, each with its `json`) against the
+    manifest: the count, the schema of each json and the tally; with the line verify prints."""
+    entry = manifest.splits[split]
+    count, bad, tally = 0, 0, SampleTally(config, split, manifest)
+    for sample in samples:
+        count += 1
+        bad += bool(check_composite_json(sample["json"]))
+        tally.add(sample["json"])
+    problems = []
+    if count != entry.num_samples:
+        problems.append(f"{config}/{split}: streamed {count} samples, the manifest says {entry.num_samples}")
+    if bad:
+        problems.append(f"{config}/{split}: {bad} samples' json departs from the schema")
+    problems += tally.problems()
+    return f"{config}/{split}: {len(entry.shards)} shards hashed, {count} samples streamed", problems

@@ -17,16 +17,15 @@ from pathlib import Path
 from builder.core.hashing import sha256_file
 from builder.core.manifest import Manifest, ManifestError
 from builder.core.untrusted import UntrustedInput, read_json
-from builder.formats.composites import check_composite_json
 from cards.release import check_release_record
 from hf_scripts.publish import REPO_TYPE, PublishError, check_repo_id, hub_errors, release_shards, version_tags
 from hf_scripts.release_checks import (
-    SampleTally,
     card_problems,
     card_text,
     fetched,
     fingerprint_problems,
     recorded_file_problems,
+    streamed_split_problems,
 )
 
 
@@ -101,16 +100,8 @@ def _verify_release(api, repo_id: str, version: str, cache_dir: str | None) -> t
             if config not in exact:  # load_dataset would read other files than those just hashed
                 lines.append(f"{config}/{split}: {len(entry.shards)} shards hashed, not streamed (see the card)")
                 continue
-            count, bad, tally = 0, 0, SampleTally(config, split, manifest)
             streamed = load_dataset(repo_id, config, split=split, streaming=True, revision=commit, token=api.token)
-            for sample in streamed:
-                count += 1
-                bad += bool(check_composite_json(sample["json"]))
-                tally.add(sample["json"])
-            if count != entry.num_samples:
-                problems.append(f"{config}/{split}: streamed {count} samples, the manifest says {entry.num_samples}")
-            if bad:
-                problems.append(f"{config}/{split}: {bad} samples' json departs from the schema")
-            problems += tally.problems()
-            lines.append(f"{config}/{split}: {len(entry.shards)} shards hashed, {count} samples streamed")
+            line, found = streamed_split_problems(config, split, manifest, streamed)
+            lines.append(line)
+            problems += found
     return lines, problems

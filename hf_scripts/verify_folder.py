@@ -17,16 +17,15 @@ from builder.core.errors import printable
 from builder.core.hashing import sha256_file
 from builder.core.manifest import Manifest
 from builder.core.untrusted import read_json
-from builder.formats.composites import check_composite_json
 from cards.release import RELEASE_META, read_release_meta
 from hf_scripts.publish import PublishError, release_shards
 from hf_scripts.release_checks import (
     CARD,
-    SampleTally,
     card_problems,
     fingerprint_problems,
     manifest_path,
     recorded_file_problems,
+    streamed_split_problems,
 )
 
 GIT_DIR = ".git"  # a mirror checkout's repository, not a file of the revision
@@ -94,15 +93,8 @@ def verify_folder(folder: Path, version: str | None = None) -> tuple[list[str], 
             if config not in exact:
                 lines.append(f"{config}/{split}: {len(entry.shards)} shards hashed, not streamed (see the card)")
                 continue
-            count, bad, tally = 0, 0, SampleTally(config, split, manifest)
-            for sample in load_dataset(str(folder), config, split=split, streaming=True):
-                count += 1
-                bad += bool(check_composite_json(sample["json"]))
-                tally.add(sample["json"])
-            if count != entry.num_samples:
-                problems.append(f"{config}/{split}: streamed {count} samples, the manifest says {entry.num_samples}")
-            if bad:
-                problems.append(f"{config}/{split}: {bad} samples' json departs from the schema")
-            problems += tally.problems()
-            lines.append(f"{config}/{split}: {len(entry.shards)} shards hashed, {count} samples streamed")
+            streamed = load_dataset(str(folder), config, split=split, streaming=True)
+            line, found = streamed_split_problems(config, split, manifest, streamed)
+            lines.append(line)
+            problems += found
     return lines, problems
