@@ -26,11 +26,13 @@ from builder.core.imaging import canvas_background
 from builder.core.manifest import ERRORS_NAME, ErrorCounts, Manifest, SplitEntry, write_jsonl_atomic
 from builder.core.records import Box
 from builder.core.shard_write import write_shard
+from builder.formats.fill_scores import canvas_mask, score_fill, summarise_fill_scores
 from builder.formats.parts import (
     PARTS_CANVAS_FILTER,
     PARTS_CANVAS_SIZE,
     PARTS_SCHEMA_VERSION,
     encode_parts_members,
+    iter_parts_json,
     parts_metadata,
 )
 
@@ -111,7 +113,12 @@ def parts_sample(image: FakeImage) -> tuple[str, dict[str, bytes]]:
         provenance={"backends": FAKE_BACKENDS, "dilation": 0, "tool_version": __version__},
     )
     canvas = canvas_background(arrays["background"], PARTS_CANVAS_SIZE, PARTS_CANVAS_FILTER)
-    members = encode_parts_members(arrays["crop"], arrays["mask"], arrays["background"], arrays["erase"], canvas, meta)
+    # scored as extract scores them, the erase mask being what a fake fill replaced
+    scores = score_fill(canvas, canvas_mask(arrays["erase"], PARTS_CANVAS_SIZE))
+    meta["fill_scores"] = None if scores is None else scores.to_json()
+    members = encode_parts_members(
+        arrays["crop"], arrays["mask"], arrays["background"], arrays["erase"], canvas, meta, arrays["erase"]
+    )
     return image.source_id, members
 
 
@@ -167,7 +174,10 @@ def write_parts(
         for index, start in enumerate(range(0, len(ordered), shard_size)):
             samples = [parts_sample(im) for im in ordered[start : start + shard_size]]
             stats.append(write_shard(parts_dir / f"{split}-{index:05d}.tar", samples))
-        split_entries[split] = SplitEntry(split, stats)
+        fill_rows = [iter_json for path in stats for iter_json in iter_parts_json(parts_dir / path.filename)]
+        split_entries[split] = SplitEntry(
+            split, stats, fill_scores=summarise_fill_scores(row.get("fill_scores") for row in fill_rows)
+        )
     settings = {
         "stage": "extract",
         "fake": True,

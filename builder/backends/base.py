@@ -58,6 +58,18 @@ class InpaintFallback:
         return {"reason": self.reason, "detail": self.detail, "inpainter": self.backend.to_json()}
 
 
+@dataclass(frozen=True)
+class FilledImage:
+    """One inpainted image as extract stores it: the background, the pixels replaced (the fill
+    mask: at least the mask asked for), the 224-px canvas when the inpainter made its fill at that
+    scale (None: extract resizes the background), and the fallback used, if any."""
+
+    background: np.ndarray
+    replaced: np.ndarray
+    canvas: np.ndarray | None = None
+    fallback: InpaintFallback | None = None
+
+
 class Inpainter(ABC):
     """Fills the masked pixels of each image from their surroundings."""
 
@@ -78,6 +90,17 @@ class Inpainter(ABC):
         """`inpaint_batch`, plus per image the fallback used for it (None: filled by this backend).
         What extract calls; an inpainter that can fall back overrides it."""
         return self.inpaint_batch(images, masks, ids), [None] * len(images)
+
+    def fill_images(
+        self, images: Sequence[np.ndarray], masks: Sequence[np.ndarray], ids: Sequence[str] | None = None
+    ) -> list[FilledImage]:
+        """What extract calls: per image its background, fill mask, canvas and fallback. Here the
+        fill mask is the mask (an inpainter that replaces only those pixels), no canvas."""
+        backgrounds, fallbacks = self.inpaint_with_fallbacks(images, masks, ids)
+        return [
+            FilledImage(background, mask.copy(), None, fallback)
+            for background, mask, fallback in zip(backgrounds, masks, fallbacks, strict=True)
+        ]
 
 
 class Detector(ABC):

@@ -3,9 +3,10 @@ package, a model-free fill that copies the surrounding texture into the hole whe
 its rim inward.
 
 Scale (`--inpaint-scale`): `canvas` (the default) fills the photo as compose will see it, stretched
-to the 224 x 224 canvas (a side already shorter stays as it is), then upscales the fill back and
-pastes it only inside the mask, so every pixel outside the mask stays the photo's own and the fill
-costs about the same for any photo size;
+to the 224 x 224 canvas (a side already shorter stays as it is), for the mask grown by 2 px (a
+downscaled pixel holds colour from about two around it); it keeps that whole fill: the canvas is the
+fill as made, and the full-resolution background takes the upscaled fill on every pixel it replaced
+(fill.png), the photo's own everywhere else, so the fill costs about the same for any photo size;
 `full` fills at the native resolution; a number N fills at an N-px short side (never enlarged).
 
 Determinism: each image is seeded from its source id (sha256), so its fill depends on nothing else:
@@ -24,7 +25,7 @@ from importlib.metadata import version
 import cv2
 import numpy as np
 
-from builder.backends.base import BackendInfo, Inpainter, InpaintFallback
+from builder.backends.base import BackendInfo, FilledImage, Inpainter, InpaintFallback
 from builder.backends.classical import TeleaInpainter
 from builder.backends.registry import from_setting, register_backend
 from builder.core.config import ConfigError
@@ -36,6 +37,7 @@ FALLBACK_REASON = "inpaint-fallback"
 # A downscaled pixel holds colour from about two output pixels around it (bicubic support), so the
 # working mask is grown by that much: no object colour survives at the hole's rim to be copied.
 RIM_PIXELS = 2
+_CANVAS_HW = (PARTS_CANVAS_SIZE, PARTS_CANVAS_SIZE)
 
 
 def parse_scale(value: str | int) -> str | int:
@@ -55,12 +57,27 @@ class PatchMatchConfig:
     # fall back to Telea when less of the working image than this is left to copy from
     min_source_fraction: float = from_setting("patchmatch_min_source", 0.05)
     telea_radius: int = from_setting("telea_radius", 3)  # the fallback's radius
+    # patchmatch-cython's quality knobs (see `inpaint_pyramid`), chosen from the fill-quality table
+    # of benchmarks/fill_quality.py (docs/backends.md)
+    em_loops: int = 1
+    hole_refine: int = 0
+    edge_weighted: bool = False
+    poisson_blend: bool = True
+    mask_feather: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scale", parse_scale(self.scale))
         if not (isinstance(self.patch_size, int) and self.patch_size >= 3 and self.patch_size % 2 == 1):
             raise ConfigError(
                 f"--patchmatch-patch-size must be an odd number of pixels, 3 or more, got {self.patch_size!r}"
+            )
+        for name, least in (("em_loops", 1), ("hole_refine", 0)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ConfigError(f"patchmatch {name} must be a whole number, {least} or more, got {value!r}")
+        if not (isinstance(self.mask_feather, (int, float)) and 0 <= self.mask_feather < 64):
+            raise ConfigError(
+                f"patchmatch mask_feather must be a width in pixels from 0 to below 64, got {self.mask_feather!r}"
             )
         if not 0 <= self.min_source_fraction < 1:
             raise ConfigError(
@@ -93,6 +110,12 @@ class PatchMatchInpainter(Inpainter):
                 "scale": self.config.scale,
                 "patch_size": self.config.patch_size,
                 "min_source_fraction": self.config.min_source_fraction,
+                "em_loops": self.config.em_loops,
+                "hole_refine": self.config.hole_refine,
+                "edge_weighted": self.config.edge_weighted,
+                "poisson_blend": self.config.poisson_blend,
+                "mask_feather": self.config.mask_feather,
+                "kept": "the whole fill (fill.png)",
                 "fallback": self.fallback.info().to_json(),
                 "seed": "sha256 of the source image id",
             },
@@ -108,8 +131,13 @@ class PatchMatchInpainter(Inpainter):
         ratio = int(scale) / min(height, width)
         return max(int(scale), round(height * ratio)), max(int(scale), round(width * ratio))
 
-    def fill_one(self, image: np.ndarray, mask: np.ndarray, seed: int) -> np.ndarray | str:
-        """The filled image, or why PatchMatch cannot fill it (the detail of a fallback row)."""
+    def fill_one(self, image: np.ndarray, mask: np.ndarray, seed: int) -> FilledImage | str:
+        """The filled image, or why PatchMatch cannot fill it (the detail of a fallback row).
+
+        The whole fill is kept: every pixel the library synthesised (the working mask, grown by
+        `RIM_PIXELS` when the fill runs downscaled) is pasted, so no band of original pixels the
+        fill was never made to match is put back at the border. At canvas scale the canvas is the
+        fill as made, never round-tripped through full resolution."""
         from patchmatch_cython import CythonSolver, inpaint_pyramid
 
         height, width = image.shape[:2]
@@ -128,37 +156,64 @@ class PatchMatchInpainter(Inpainter):
                 f"{source:.1%} of the {work_w}x{work_h} working image is left outside the mask, "
                 f"under the {self.config.min_source_fraction:.0%} PatchMatch needs"
             )
+        c = self.config
         try:
             filled = inpaint_pyramid(
-                work_image, work_mask, patch_size=self.config.patch_size, solver_class=CythonSolver, seed=seed
+                work_image,
+                work_mask,
+                patch_size=c.patch_size,
+                solver_class=CythonSolver,
+                seed=seed,
+                em_loops=c.em_loops,
+                edge_weighted=c.edge_weighted,
+                poisson_blend=c.poisson_blend,
+                hole_refine=c.hole_refine,
+                mask_feather=c.mask_feather,
             )
         except ValueError as exc:
             if "mask covers the entire image" not in str(exc):
                 raise
             return f"patchmatch: {exc} ({source:.1%} of the {work_w}x{work_h} working image is outside the mask)"
-        if resized:
-            filled = resize_rgb(filled, width, height, PARTS_CANVAS_FILTER)
-        return np.where(mask[..., None], filled, image)
+        # what the library wrote: its mask (it leaves the rest as given; compared, not assumed)
+        work_replaced = work_mask | (filled != work_image).any(axis=-1)
+        if not resized:
+            return FilledImage(filled, work_replaced)  # extract resizes it to the canvas, as compose would
+        replaced = cv2.resize(work_replaced.astype(np.uint8), (width, height), interpolation=cv2.INTER_NEAREST) > 0
+        replaced |= mask
+        upscaled = resize_rgb(filled, width, height, PARTS_CANVAS_FILTER)
+        canvas = None
+        if self.config.scale == "canvas":
+            canvas = (
+                filled
+                if (work_h, work_w) == _CANVAS_HW
+                else resize_rgb(filled, PARTS_CANVAS_SIZE, PARTS_CANVAS_SIZE, PARTS_CANVAS_FILTER)
+            )
+        return FilledImage(np.where(replaced[..., None], upscaled, image), replaced, canvas)
 
-    def inpaint_with_fallbacks(
+    def fill_images(
         self, images: Sequence[np.ndarray], masks: Sequence[np.ndarray], ids: Sequence[str] | None = None
-    ) -> tuple[list[np.ndarray], list[InpaintFallback | None]]:
-        results: list[np.ndarray] = []
-        fallbacks: list[InpaintFallback | None] = []
+    ) -> list[FilledImage]:
+        results: list[FilledImage] = []
         for i, (image, mask) in enumerate(zip(images, masks, strict=True)):
             if not mask.any():
-                results.append(image.copy())
-                fallbacks.append(None)
+                results.append(FilledImage(image.copy(), mask.copy()))
                 continue
             seed = image_seed(ids[i]) if ids is not None else pixels_seed(image)
             filled = self.fill_one(image, mask, seed)
             if isinstance(filled, str):
-                results.append(self.fallback.inpaint_batch([image], [mask])[0])
-                fallbacks.append(InpaintFallback(FALLBACK_REASON, f"filled by telea: {filled}", self.fallback.info()))
+                fallback = InpaintFallback(FALLBACK_REASON, f"filled by telea: {filled}", self.fallback.info())
+                results.append(
+                    FilledImage(self.fallback.inpaint_batch([image], [mask])[0], mask.copy(), None, fallback)
+                )
             else:
                 results.append(filled)
-                fallbacks.append(None)
-        return results, fallbacks
+        return results
+
+    def inpaint_with_fallbacks(
+        self, images: Sequence[np.ndarray], masks: Sequence[np.ndarray], ids: Sequence[str] | None = None
+    ) -> tuple[list[np.ndarray], list[InpaintFallback | None]]:
+        filled = self.fill_images(images, masks, ids)
+        return [f.background for f in filled], [f.fallback for f in filled]
 
     def inpaint_batch(
         self, images: Sequence[np.ndarray], masks: Sequence[np.ndarray], ids: Sequence[str] | None = None

@@ -14,6 +14,7 @@ of this toolkit.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -90,6 +91,7 @@ class SplitEntry:
     errors: ErrorCounts | None = None  # extract: issues of this split
     counts: dict[str, dict[str, int]] | None = None  # compose: by group, size, tier, group/size
     source_images: int | None = None  # compose: source images planned for this split
+    fill_scores: dict | None = None  # extract: summary of the parts' fill scores (builder.formats.fill_scores)
     # The derived lists as the file recorded them (None when built in memory): validation compares
     # them with the shards; they are never written back (to_json derives them).
     recorded_filenames: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
@@ -115,7 +117,7 @@ class SplitEntry:
             "shard_lengths": self.shard_lengths,
             "shards": [s.to_json() for s in self.shards],
         }
-        for name in ("fingerprint", "images_listed", "counts", "source_images"):
+        for name in ("fingerprint", "images_listed", "counts", "source_images", "fill_scores"):
             if getattr(self, name) is not None:
                 data[name] = getattr(self, name)
         if self.errors is not None:
@@ -137,6 +139,7 @@ class SplitEntry:
             errors=_error_counts(data["errors"], f"{where}.errors") if "errors" in data else None,
             counts=_counts(data["counts"], f"{where}.counts") if data.get("counts") is not None else None,
             source_images=_optional(data, "source_images", int, where),
+            fill_scores=_fill_summary(data["fill_scores"], f"{where}.fill_scores") if "fill_scores" in data else None,
         )
         if "num_samples" in data:
             _expect(
@@ -359,6 +362,45 @@ def _optional(data: Mapping, key: str, kind: type, where: str) -> Any:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+_QUANTILES = ("median", "p10", "p90")
+_FILL_SUMMARY_KEYS = ("poor_score", "scored", "score", "seam", "share_below_poor_score", "step", "texture", "unscored")
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _fill_summary(data: Any, where: str) -> dict:
+    """An extract split's summary of fill scores: counts, the poor-score threshold, the share under
+    it and, per score, its median and 10th/90th percentiles (null when no part was scored)."""
+    _expect(isinstance(data, Mapping), where, f"must be an object, got {type(data).__name__}")
+    _expect(sorted(data) == sorted(_FILL_SUMMARY_KEYS), where, f"must hold exactly {', '.join(_FILL_SUMMARY_KEYS)}")
+    for key in ("scored", "unscored"):
+        _expect(_is_int(data[key]) and data[key] >= 0, f"{where}.{key}", f"must be a count, got {shown(data[key])}")
+    _expect(
+        _finite_number(data["poor_score"]), f"{where}.poor_score", f"must be a number, got {shown(data['poor_score'])}"
+    )
+    share = data["share_below_poor_score"]
+    _expect(
+        share is None or (_finite_number(share) and 0 <= share <= 1),
+        f"{where}.share_below_poor_score",
+        f"must be null or a fraction, got {shown(share)}",
+    )
+    for name in ("texture", "seam", "step", "score"):
+        value = data[name]
+        _expect(
+            value is None
+            or (
+                isinstance(value, Mapping)
+                and sorted(value) == sorted(_QUANTILES)
+                and all(_finite_number(value[q]) for q in _QUANTILES)
+            ),
+            f"{where}.{name}",
+            "must be null or an object of finite median, p10, p90",
+        )
+    return dict(data)
 
 
 def _counts(data: Any, where: str) -> dict[str, dict[str, int]]:

@@ -33,6 +33,7 @@ from builder.core.records import Box, Issue, SourceImage
 from builder.core.runner import ShardPlan, ShardResult, report_progress
 from builder.core.shard_write import ShardWriter
 from builder.extract.images import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image
+from builder.formats.fill_scores import canvas_mask, score_fill
 from builder.formats.parts import (
     PARTS_CANVAS_FILTER,
     PARTS_CANVAS_SIZE,
@@ -276,6 +277,8 @@ class RawParts:
     erase: np.ndarray
     meta: dict
     notes: list[Issue] = field(default_factory=list)  # rows of a kept image (an inpainter's fallback)
+    fill: np.ndarray | None = None  # the pixels replaced (None: the erase mask)
+    canvas: np.ndarray | None = None  # the fill as made at canvas scale (None: the background resized)
 
 
 def extract_batch(
@@ -287,13 +290,12 @@ def extract_batch(
     unions, object_masks = union_masks(decoded, indexes, masker, regions)
     erase_masks = [dilate(union, config.dilation) for union in unions]
     del unions
-    backgrounds, fallbacks = inpainter.inpaint_with_fallbacks(
-        [d.image for d in decoded], erase_masks, [d.record.image_id for d in decoded]
-    )
+    fills = inpainter.fill_images([d.image for d in decoded], erase_masks, [d.record.image_id for d in decoded])
     raw = []
-    for item, index, region, object_mask, erase, background, fallback in zip(
-        decoded, indexes, regions, object_masks, erase_masks, backgrounds, fallbacks, strict=True
+    for item, index, region, object_mask, erase, filled in zip(
+        decoded, indexes, regions, object_masks, erase_masks, fills, strict=True
     ):
+        fallback = filled.fallback
         x0, y0, x1, y1 = region  # the object box, or the box and its margin
         window = (slice(y0, y1 + 1), slice(x0, x1 + 1))
         meta = parts_metadata_of(
@@ -305,10 +307,12 @@ def extract_batch(
                 item.record.image_id,
                 np.ascontiguousarray(item.image[window]),
                 object_mask,
-                background,
+                filled.background,
                 erase,
                 meta,
                 notes,
+                filled.replaced,
+                filled.canvas,
             )
         )
     return raw
@@ -393,8 +397,14 @@ def _extract_alone(
 
 
 def encode_parts(raw: RawParts) -> tuple[str, dict[str, bytes]]:
-    canvas = canvas_background(raw.background, PARTS_CANVAS_SIZE, PARTS_CANVAS_FILTER)
-    return raw.key, encode_parts_members(raw.crop, raw.mask, raw.background, raw.erase, canvas, raw.meta)
+    """The members of one part; its fill is scored here, on the canvas, in an I/O thread."""
+    canvas = raw.canvas
+    if canvas is None:
+        canvas = canvas_background(raw.background, PARTS_CANVAS_SIZE, PARTS_CANVAS_FILTER)
+    fill = raw.erase if raw.fill is None else raw.fill
+    scores = score_fill(canvas, canvas_mask(fill, PARTS_CANVAS_SIZE))
+    meta = {**raw.meta, "fill_scores": None if scores is None else scores.to_json()}
+    return raw.key, encode_parts_members(raw.crop, raw.mask, raw.background, raw.erase, canvas, meta, fill)
 
 
 @dataclass(frozen=True)

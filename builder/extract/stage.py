@@ -33,7 +33,8 @@ from builder.extract.shard_builder import (
     unload_backends,
 )
 from builder.extract.sources import SourceListing, load_sources
-from builder.formats.parts import PARTS_SCHEMA_VERSION
+from builder.formats.fill_scores import summarise_fill_scores
+from builder.formats.parts import PARTS_SCHEMA_VERSION, iter_parts_json
 
 PARTS_DIR_NAME = "parts"
 
@@ -186,6 +187,9 @@ class ExtractStage(Stage):
             fingerprint=fingerprint(self._settings),
             images_listed=self.listing.images_found,
             errors=outcome.errors,
+            fill_scores=summarise_fill_scores(
+                meta.get("fill_scores") for r in results for meta in iter_parts_json(self.out_dir / r.stats.filename)
+            ),
         )
         splits = dict(previous.splits) if previous else {}
         settings = dict(previous.settings or {}) if previous else {}

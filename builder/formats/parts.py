@@ -9,10 +9,15 @@ Members of one parts sample (key = source image id):
   mask.png        L, 0/255, crop-sized: the masker's object mask (before dilation)
   background.png  RGB, the image at full resolution with every box erased and inpainted
   erase.png       L, 0/255, full resolution: the dilated mask that was inpainted
+  fill.png        L, 0/255, full resolution: the pixels the inpainter replaced (schema 2): the erase
+                  mask and whatever else the fill wrote (patchmatch keeps its whole fill, the band it
+                  grew the mask by included, so no original pixel is left unmatched at the border)
   canvas.npy      uint8 224 x 224 x 3 (NumPy .npy): the background resized (bicubic) to the default
                   compose canvas, stored raw because compose reads it for every image and a PNG
                   decode costs as much as five JPEG encodes of the composites
-  json            metadata (see `parts_metadata`), sorted keys
+  json            metadata (see `parts_metadata`), sorted keys; schema 2 adds `fill_scores`, the
+                  no-reference scores of the fill on the canvas (`builder.formats.fill_scores`;
+                  null when nothing was filled)
   cls             ImageNet class index 0-999 as ASCII digits
 """
 
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +36,13 @@ from PIL import Image
 from builder.core.classes import class_of
 from builder.core.manifest import Manifest
 from builder.core.records import Box
-from builder.core.shard_read import iter_shard
+from builder.core.shard_read import iter_shard, tar_members
 from builder.formats.png import open_png
 
-PARTS_SCHEMA_VERSION = 1
-PARTS_MEMBERS = ("background.png", "canvas.npy", "cls", "crop.png", "erase.png", "json", "mask.png")
+PARTS_SCHEMA_VERSION = 2
+# Schema 1 (no fill mask, no fill scores) is still read: its fill is its erase mask.
+PARTS_MEMBERS_V1 = ("background.png", "canvas.npy", "cls", "crop.png", "erase.png", "json", "mask.png")
+PARTS_MEMBERS = tuple(sorted((*PARTS_MEMBERS_V1, "fill.png")))
 # The canvas.npy member: the background exactly as compose would resize it for this canvas.
 PARTS_CANVAS_SIZE = 224
 PARTS_CANVAS_FILTER = "bicubic"
@@ -115,6 +123,7 @@ def parts_metadata(
     conversions: Sequence[str],
     provenance: dict,
     crop_box: Sequence[int] | None = None,
+    fill_scores: dict | None = None,
 ) -> dict:
     """The `json` member of one parts sample (`boxes` are the image's boxes after clipping;
     `crop_box`, inclusive corners, only when crop.png holds more than the object box; the class
@@ -134,6 +143,7 @@ def parts_metadata(
         "object_box_rule": object_box_rule,
         "conversions": list(conversions),
         "provenance": provenance,
+        "fill_scores": fill_scores,
     }
     if crop_box is not None:  # absent otherwise: parts without a margin keep their bytes
         meta["crop_box"] = [int(v) for v in crop_box]
@@ -176,11 +186,19 @@ def check_crop_size(meta: dict, width: int, height: int) -> None:
 
 
 def encode_parts_members(
-    crop: np.ndarray, mask: np.ndarray, background: np.ndarray, erase: np.ndarray, canvas: np.ndarray, meta: dict
+    crop: np.ndarray,
+    mask: np.ndarray,
+    background: np.ndarray,
+    erase: np.ndarray,
+    canvas: np.ndarray,
+    meta: dict,
+    fill: np.ndarray,
 ) -> dict[str, bytes]:
-    """The members of one parts sample. `canvas` is `background` resized to the default compose
-    canvas exactly as compose resizes it (the caller resizes: the resize belongs to compose)."""
+    """The members of one parts sample. `canvas` is the background at the default compose canvas
+    (the fill as the inpainter made it at that scale, or the background resized as compose resizes
+    it); `fill` the pixels replaced."""
     return {
+        "fill.png": encode_mask(fill),
         "crop.png": encode_png(crop),
         "mask.png": encode_mask(mask),
         "background.png": encode_png(background),
@@ -201,6 +219,7 @@ class Parts:
     mask: np.ndarray  # H x W bool
     background: np.ndarray  # full resolution, H x W x 3 uint8
     erase: np.ndarray  # full resolution, H x W bool
+    fill: np.ndarray  # full resolution, H x W bool: the pixels replaced (the erase mask for schema 1)
 
     @property
     def class_index(self) -> int:
@@ -216,7 +235,7 @@ def decode_parts_json(members: dict[str, bytes]) -> dict:
 
 
 def decode_parts(key: str, members: dict[str, bytes]) -> Parts:
-    missing = [name for name in PARTS_MEMBERS if name not in members]
+    missing = [name for name in PARTS_MEMBERS_V1 if name not in members]
     if missing:
         raise ValueError(f"parts sample {key!r} lacks members {missing}")
     meta = decode_parts_json(members)
@@ -232,7 +251,8 @@ def decode_parts(key: str, members: dict[str, bytes]) -> Parts:
         crop=crop,
         mask=mask,
         background=decode_png(members["background.png"]),
-        erase=decode_mask(members["erase.png"]),
+        erase=(erase := decode_mask(members["erase.png"])),
+        fill=decode_mask(members["fill.png"]) if "fill.png" in members else erase,
     )
 
 
@@ -245,3 +265,12 @@ def iter_parts_samples(parts_dir: Path, split: str | None = None) -> Iterator[tu
 def iter_parts(parts_dir: Path, split: str | None = None) -> Iterator[Parts]:
     for key, members in iter_parts_samples(parts_dir, split):
         yield decode_parts(key, members)
+
+
+def iter_parts_json(shard: Path) -> Iterator[dict]:
+    """The json member of every sample of a parts shard extract wrote, read without the images
+    (extract's manifest summary of fill scores reads every part it just wrote)."""
+    with open(shard, "rb", buffering=0) as handle:
+        for member in tar_members(shard):
+            if member.name.endswith(".json"):
+                yield json.loads(os.pread(handle.fileno(), member.size, member.offset_data))

@@ -22,7 +22,8 @@ from builder.formats.composites import (
     decode_composite_pixels,
     decode_label,
 )
-from builder.formats.parts import PARTS_MEMBERS, decode_canvas, decode_parts
+from builder.formats.fill_scores import check_fill_scores
+from builder.formats.parts import PARTS_MEMBERS, PARTS_MEMBERS_V1, decode_canvas, decode_parts
 from validation.integrity.meaning import check_geometry, check_meaning, generated_source_key
 from validation.integrity.pixels import PartsLookup, background_error, from_parts, object_rules, placement_error
 from validation.integrity.results import DECODE_ERRORS, IntegrityResult, failure
@@ -169,7 +170,7 @@ class SampleChecker:
     def parts_sample(self, shard: str, key: str, members: dict[str, bytes], counts: dict) -> None:
         fail = self.failure_recorder(shard, key)
 
-        if sorted(members) != sorted(PARTS_MEMBERS):
+        if sorted(members) not in (sorted(PARTS_MEMBERS), sorted(PARTS_MEMBERS_V1)):
             fail("members", f"has {sorted(members)}, expected {sorted(PARTS_MEMBERS)}")
             return
         try:
@@ -185,6 +186,12 @@ class SampleChecker:
             fail("crop-size", f"crop is {parts.crop.shape[1]}x{parts.crop.shape[0]}, object box {meta['object_box']}")
         if parts.background.shape[:2] != (height, width):
             fail("background-size", f"background does not have the declared {width}x{height}")
+        if parts.fill.shape != parts.erase.shape or not parts.fill[parts.erase].all():
+            fail("fill-mask", "fill.png must be the image's size and hold every pixel of erase.png")
+        try:
+            check_fill_scores(meta.get("fill_scores"), "json")
+        except ValueError as exc:
+            fail("fill-scores", str(exc))
         counts.setdefault("class", {})
         counts["class"][str(wnid)] = counts["class"].get(str(wnid), 0) + 1
         self.result.source_ids.append(key)
