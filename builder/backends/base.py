@@ -61,13 +61,15 @@ class InpaintFallback:
 @dataclass(frozen=True)
 class FilledImage:
     """One inpainted image as extract stores it: the background, the pixels replaced (the fill
-    mask: at least the mask asked for), the 224-px canvas when the inpainter made its fill at that
-    scale (None: extract resizes the background), and the fallback used, if any."""
+    mask: at least the mask asked for), the 224-px canvas and the pixels replaced on it when the
+    inpainter made its fill at that scale (None: extract resizes the background and the fill mask),
+    and the fallback used, if any."""
 
     background: np.ndarray
     replaced: np.ndarray
     canvas: np.ndarray | None = None
     fallback: InpaintFallback | None = None
+    canvas_replaced: np.ndarray | None = None
 
 
 class Inpainter(ABC):

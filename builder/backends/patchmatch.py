@@ -30,6 +30,7 @@ from builder.backends.classical import TeleaInpainter
 from builder.backends.registry import from_setting, register_backend
 from builder.core.config import ConfigError
 from builder.core.imaging import resize_rgb
+from builder.formats.fill_scores import canvas_mask
 from builder.formats.parts import PARTS_CANVAS_FILTER, PARTS_CANVAS_SIZE
 
 SCALES = ("canvas", "full")
@@ -181,14 +182,13 @@ class PatchMatchInpainter(Inpainter):
         replaced = cv2.resize(work_replaced.astype(np.uint8), (width, height), interpolation=cv2.INTER_NEAREST) > 0
         replaced |= mask
         upscaled = resize_rgb(filled, width, height, PARTS_CANVAS_FILTER)
-        canvas = None
-        if self.config.scale == "canvas":
-            canvas = (
-                filled
-                if (work_h, work_w) == _CANVAS_HW
-                else resize_rgb(filled, PARTS_CANVAS_SIZE, PARTS_CANVAS_SIZE, PARTS_CANVAS_FILTER)
-            )
-        return FilledImage(np.where(replaced[..., None], upscaled, image), replaced, canvas)
+        if self.config.scale != "canvas":
+            return FilledImage(np.where(replaced[..., None], upscaled, image), replaced)
+        canvas, canvas_replaced = filled, work_replaced
+        if (work_h, work_w) != _CANVAS_HW:  # a side under 224: stretched as compose stretches it
+            canvas = resize_rgb(filled, PARTS_CANVAS_SIZE, PARTS_CANVAS_SIZE, PARTS_CANVAS_FILTER)
+            canvas_replaced = canvas_mask(work_replaced, PARTS_CANVAS_SIZE)
+        return FilledImage(np.where(replaced[..., None], upscaled, image), replaced, canvas, None, canvas_replaced)
 
     def fill_images(
         self, images: Sequence[np.ndarray], masks: Sequence[np.ndarray], ids: Sequence[str] | None = None

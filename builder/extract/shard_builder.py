@@ -279,6 +279,7 @@ class RawParts:
     notes: list[Issue] = field(default_factory=list)  # rows of a kept image (an inpainter's fallback)
     fill: np.ndarray | None = None  # the pixels replaced (None: the erase mask)
     canvas: np.ndarray | None = None  # the fill as made at canvas scale (None: the background resized)
+    canvas_fill: np.ndarray | None = None  # the pixels it replaced on the canvas (with `canvas`)
 
 
 def extract_batch(
@@ -313,6 +314,7 @@ def extract_batch(
                 notes,
                 filled.replaced,
                 filled.canvas,
+                filled.canvas_replaced,
             )
         )
     return raw
@@ -398,11 +400,12 @@ def _extract_alone(
 
 def encode_parts(raw: RawParts) -> tuple[str, dict[str, bytes]]:
     """The members of one part; its fill is scored here, on the canvas, in an I/O thread."""
-    canvas = raw.canvas
-    if canvas is None:
-        canvas = canvas_background(raw.background, PARTS_CANVAS_SIZE, PARTS_CANVAS_FILTER)
     fill = raw.erase if raw.fill is None else raw.fill
-    scores = score_fill(canvas, canvas_mask(fill, PARTS_CANVAS_SIZE))
+    canvas, canvas_fill = raw.canvas, raw.canvas_fill
+    if canvas is None or canvas_fill is None:
+        canvas = canvas_background(raw.background, PARTS_CANVAS_SIZE, PARTS_CANVAS_FILTER)
+        canvas_fill = canvas_mask(fill, PARTS_CANVAS_SIZE)
+    scores = score_fill(canvas, canvas_fill)
     meta = {**raw.meta, "fill_scores": None if scores is None else scores.to_json()}
     return raw.key, encode_parts_members(raw.crop, raw.mask, raw.background, raw.erase, canvas, meta, fill)
 
