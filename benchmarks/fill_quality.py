@@ -175,10 +175,9 @@ def extract_fill(inpainter) -> Callable[[Region], tuple[np.ndarray, np.ndarray]]
     def fill(region: Region) -> tuple[np.ndarray, np.ndarray]:
         (made,) = inpainter.fill_images([region.image], [region.erase], [region.name])
         assert isinstance(made, FilledImage)
-        canvas = (
-            made.canvas if made.canvas is not None else canvas_background(made.background, CANVAS, PARTS_CANVAS_FILTER)
-        )
-        return canvas, made.replaced
+        if made.canvas is not None and made.canvas_replaced is not None:
+            return made.canvas, made.canvas_replaced
+        return canvas_background(made.background, CANVAS, PARTS_CANVAS_FILTER), made.replaced
 
     return fill
 
@@ -290,8 +289,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     methods["telea"] = extract_fill(TeleaInpainter(radius=default.telea_radius))
     measured = {name: measure(fill, regions, args.rounds) for name, fill in methods.items()}
 
+    left_out = ", ".join(refused) or "none"
     print(f"{len(regions)} regions (hand-boxed on scikit-image photos, and the demo's), boxes dilated {DILATION} px, "
-          f"scored on the {CANVAS} canvas; left out, the library refuses them: {', '.join(refused) or 'none'}")  # fmt: skip
+          f"scored on the {CANVAS} canvas; left out, the library refuses them: {left_out}")  # fmt: skip
     head = f"{'method':<18}{'texture':>8}{'tex<' + str(TEXTURE_LOW):>9}{'seam':>7}{'seam>' + str(SEAM_HIGH):>10}"
     print(head + f"{'step':>7}{'score':>7}{'score<' + str(POOR_SCORE):>11}{'img/s/core':>12}")
     figures = {}
