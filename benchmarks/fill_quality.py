@@ -115,14 +115,14 @@ def erase_mask(image: np.ndarray, boxes: list[Box]) -> np.ndarray:
     return dilate(union, DILATION)
 
 
-def load_regions(limit: int | None) -> list[Region]:
+def load_regions(limit: int | None, demo_photos: bool = True) -> list[Region]:
     regions = []
     for name, boxes in list(BOXES.items())[:limit]:
         image = skimage_photo(name)
         for i, (x0, y0, x1, y1) in enumerate(boxes):
             regions.append(Region(f"{name}:{i}", image, erase_mask(image, [Box(x0, y0, x1, y1, "n00000000")])))
     demo = ROOT / "builder" / "demo_data" / "imagenet"
-    for record in load_sources(demo, "val", announce=lambda _: None).records:
+    for record in [] if not demo_photos else load_sources(demo, "val", announce=lambda _: None).records:
         image = decode_image(Path(record.path)).rgb
         boxes, _ = clip_boxes(record, image.shape[1], image.shape[0])
         regions.append(Region(f"demo:{record.image_id}", image, erase_mask(image, boxes)))
@@ -271,13 +271,14 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--limit", type=int, help="the first N scikit-image photos (default: all 12)")
     parser.add_argument("--rounds", type=int, default=2, help="fills per region; the fastest is timed (default 2)")
     parser.add_argument("--sheet-rows", type=int, default=8)
+    parser.add_argument("--no-demo", action="store_true", help="leave the demo photos out")
     parser.add_argument("--no-knobs", action="store_true", help="skip the knob variants (a quick run)")
     parser.add_argument("--out", type=Path, required=True, help="folder for fill_before_after.png")
     args = parser.parse_args(argv)
     cv2.setNumThreads(1)  # per core
 
     default = PatchMatchConfig()
-    regions, refused = fillable(load_regions(args.limit), library(default))
+    regions, refused = fillable(load_regions(args.limit, not args.no_demo), library(default))
     methods: dict[str, Callable[[Region], tuple[np.ndarray, np.ndarray]]] = {
         "before #31": before_31(default),
         "library": library(default),
