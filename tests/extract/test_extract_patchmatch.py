@@ -11,7 +11,8 @@ from fake_imagenet import error_rows, shard_hashes, synthetic_photo, voc_xml, wr
 from PIL import Image
 
 from builder.extract.images import decode_image
-from builder.formats.parts import iter_parts
+from builder.formats.fill_scores import canvas_mask, score_fill
+from builder.formats.parts import decode_canvas, decode_mask, iter_parts, iter_parts_samples
 from hsi.cli import main
 
 COVERED = "ILSVRC2012_val_00000099"  # its box covers the whole photo: nothing left to copy from
@@ -48,16 +49,37 @@ def test_parts_are_byte_identical_across_runs_and_worker_counts(runs):
         assert (runs / "one/parts" / name).read_bytes() == (runs / "two/parts" / name).read_bytes()
 
 
-def test_outside_the_erase_mask_the_background_is_the_photo(tree, runs):
+def test_outside_the_fill_mask_the_background_is_the_photo(tree, runs):
     parts = list(iter_parts(runs / "one" / "parts"))
     assert len(parts) == 6
     for part in parts:
         photo = decode_image(Path(next(tree.root.glob(f"val/{part.key}.JPEG")))).rgb
-        assert np.array_equal(part.background[~part.erase], photo[~part.erase])
+        assert part.fill[part.erase].all()  # fill.png holds the erase mask and the band pasted with it
+        assert np.array_equal(part.background[~part.fill], photo[~part.fill])
         if part.key != COVERED:
             assert part.meta["provenance"]["backends"]["inpainter"]["name"] == "patchmatch"
             assert "inpaint_fallback" not in part.meta["provenance"]
             assert not np.array_equal(part.background[part.erase], photo[part.erase])
+
+
+def test_every_part_has_fill_scores_and_the_manifest_summarises_them(runs):
+    parts_dir = runs / "one" / "parts"
+    scores = {}
+    for key, members in iter_parts_samples(parts_dir):
+        meta = json.loads(members["json"])
+        assert meta["schema_version"] == 2
+        fill = decode_mask(members["fill.png"])
+        expected = score_fill(decode_canvas(members["canvas.npy"]), canvas_mask(fill, 224))
+        if key == COVERED:  # its box covers the photo: no pixel of its own is left to compare a fill with
+            assert expected is None and meta["fill_scores"] is None
+            continue
+        assert meta["fill_scores"] == expected.to_json()  # the scores of the canvas stored beside them
+        scores[key] = meta["fill_scores"]
+    summary = json.loads((parts_dir / "_info.json").read_text())["splits"]["val"]["fill_scores"]
+    assert summary["scored"] == 5 and summary["unscored"] == 1
+    assert summary["score"]["median"] == round(float(np.median([s["score"] for s in scores.values()])), 4)
+    below = sum(s["score"] < summary["poor_score"] for s in scores.values()) / 5
+    assert summary["share_below_poor_score"] == round(below, 4)
 
 
 def test_a_photo_its_boxes_cover_is_filled_by_telea_with_a_row_and_in_its_provenance(runs):

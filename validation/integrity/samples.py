@@ -11,6 +11,7 @@ from builder.compose.backgrounds import gray_background
 from builder.compose.geometry import (
     object_size,
 )
+from builder.core.errors import shown
 from builder.formats.augmented import (
     AUGMENT_MEMBERS,
     is_generated,
@@ -181,6 +182,12 @@ class SampleChecker:
             width, height, wnid = meta["width"], meta["height"], meta["wnid"]
         except (*DECODE_ERRORS, KeyError, TypeError) as exc:
             fail("decode", f"a member does not decode: {type(exc).__name__}: {exc}")
+            return
+        if meta.get("schema_version", 1) != 1 and "fill.png" not in members:
+            fail(
+                "members",
+                f"a schema {shown(meta.get('schema_version'))} part lacks fill.png, expected {sorted(PARTS_MEMBERS)}",
+            )
             return
         if parts.crop.shape[:2] != (y1 - y0 + 1, x1 - x0 + 1):
             fail("crop-size", f"crop is {parts.crop.shape[1]}x{parts.crop.shape[0]}, object box {meta['object_box']}")
