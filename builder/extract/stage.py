@@ -51,6 +51,7 @@ class ExtractSummary:
     shards_reused: int
     already_complete: bool = False
     notes: list[str] = field(default_factory=list)
+    fill_scores: dict | None = None  # the split's summary (builder.formats.fill_scores)
 
     def format(self) -> str:
         lines = [f"parts: {self.parts_dir} (split {self.split})"]
@@ -60,6 +61,14 @@ class ExtractSummary:
             f"  images listed {self.images_listed}, parts written {self.samples}, "
             f"shards built {self.shards_built}, reused {self.shards_reused}, {self.seconds:.1f} s"
         )
+        scores = self.fill_scores or {}
+        if scores.get("score"):
+            lines.append(
+                f"  fill scores of {scores['scored']} parts: median score {scores['score']['median']:.2f}, "
+                f"texture {scores['texture']['median']:.2f}, seam {scores['seam']['median']:.2f}, "
+                f"step {scores['step']['median']:.2f}; {scores['share_below_poor_score']:.0%} under "
+                f"{scores['poor_score']} (hsi validate --parts draws the worst)"
+            )
         if self.issues_by_reason:
             lines.append("  issues by reason (see errors.jsonl):")
             lines += [f"    {reason:<24} {count}" for reason, count in self.issues_by_reason.items()]
@@ -264,4 +273,5 @@ def summarise(stage: ExtractStage, run: StageRun) -> ExtractSummary:
         run.shards_built,
         run.shards_reused,
         already_complete=run.already_complete,
+        fill_scores=entry.fill_scores,
     )
