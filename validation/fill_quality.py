@@ -173,7 +173,9 @@ def _shard_parts(path: Path, split: str, rows: list[Issue]):
             rows.append(failure("json-decode", f"json member does not parse: {exc}", split, path.name, key))
             continue
         if not isinstance(meta, dict):
-            rows.append(failure("fill-scores", f"json is a {type(meta).__name__}, not an object", split, path.name, key))
+            rows.append(
+                failure("fill-scores", f"json is a {type(meta).__name__}, not an object", split, path.name, key)
+            )
             continue
         yield key, meta, tuple(sorted(places.get(key, ())))
 
@@ -221,7 +223,7 @@ def measure_fill_quality(parts_dir: Path, only: set[str] | None = None, count: i
             quality.mismatches.append(
                 failure(
                     "fill-summary",
-                    f"the parts {MANIFEST_NAME} summary of fill scores disagrees with the scores in the shards: {shown}",
+                    f"the parts {MANIFEST_NAME} summary of fill scores disagrees with the shards' scores: {shown}",
                     split,
                 )
             )
@@ -237,7 +239,9 @@ def _read(handle_of, parts_dir: Path, part: ScoredPart, member: str) -> bytes | 
     return None
 
 
-def worst_pixels(parts_dir: Path, quality: FillQuality) -> list[tuple[ScoredPart, np.ndarray | None, np.ndarray | None]]:
+def worst_pixels(
+    parts_dir: Path, quality: FillQuality
+) -> list[tuple[ScoredPart, np.ndarray | None, np.ndarray | None]]:
     """(part, its 224 canvas or None, its fill mask at canvas scale or None) of each worst part:
     the fill mask is fill.png (erase.png for parts of schema 1); what does not read is None."""
     handles: dict[Path, int] = {}
@@ -371,7 +375,11 @@ def markdown_section(fill: dict) -> list[str]:
         among = fill["worst_from"]
         own = " of the dataset's own source images" if among["own_sources_only"] else ""
         drawn = f" (`{fill['sheet']}`)" if fill["sheet"] else ""
-        lines += ["", f"The {len(fill['worst'])} lowest-scoring of {among['scored']} scored parts{own}, worst first{drawn}:", ""]
+        lines += [
+            "",
+            f"The {len(fill['worst'])} lowest-scoring of {among['scored']} scored parts{own}, worst first{drawn}:",
+            "",
+        ]
         lines += markdown.table_lines(
             ["rank", "split", "source id", "class", *SCORE_NAMES],
             (
