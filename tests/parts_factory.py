@@ -223,8 +223,11 @@ def rehash_parts(parts_dir: Path) -> None:
 def rewrite_fill_scores(parts_dir: Path, scores: Mapping[str, object], *, resummarise: bool = True) -> None:
     """Set the `fill_scores` of the parts named in `scores` (any value, a hostile one included) by
     rewriting their shards, then make the manifest vouch for the shards (`rehash_parts`) and, with
-    `resummarise`, record the summary extract would have written for the new scores."""
+    `resummarise`, record the summary extract would have written for the new scores (of the valid
+    ones: a hostile value is a part tampered with after extract)."""
     import json
+
+    from builder.formats.fill_scores import check_fill_scores
 
     from builder.core.shard_read import iter_shard
 
@@ -239,7 +242,10 @@ def rewrite_fill_scores(parts_dir: Path, scores: Mapping[str, object], *, resumm
                 if key in scores:
                     meta["fill_scores"] = scores[key]
                     members = {**members, "json": json.dumps(meta, sort_keys=True).encode("utf-8")}
-                rows.append(meta["fill_scores"])
+                try:
+                    rows.append(check_fill_scores(meta["fill_scores"], key))
+                except ValueError:
+                    pass
                 samples.append((key, members))
             write_shard(Path(parts_dir) / shard["filename"], samples)
         if resummarise:

@@ -469,7 +469,7 @@ def _scores_from_parts(parts_dir: Path | None, only: set[str] | None) -> tuple[S
     try:
         items = boxes_from_parts(parts_dir)
         return compute_scores([i for i in items if only is None or i.image_id in only]), None
-    except (OSError, ValueError, KeyError, tarfile.TarError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, tarfile.TarError) as exc:  # a json that is not an object
         return None, f"{type(exc).__name__}: {exc}"
 
 
@@ -533,7 +533,7 @@ def make_previews(
     for name, draw in jobs:
         try:
             made.append(draw())
-        except (*DECODE_ERRORS, KeyError, tarfile.TarError) as exc:
+        except (*DECODE_ERRORS, KeyError, TypeError, AttributeError, tarfile.TarError) as exc:  # a json not an object
             errors.append(f"{name}: {type(exc).__name__}: {exc}")
     if fill is not None and any(path.name == WORST_FILLS for path in made):
         fill.sheet = f"{PREVIEWS_DIR}/{WORST_FILLS}"
