@@ -227,13 +227,12 @@ def rewrite_fill_scores(parts_dir: Path, scores: Mapping[str, object], *, resumm
     ones: a hostile value is a part tampered with after extract)."""
     import json
 
-    from builder.formats.fill_scores import check_fill_scores
-
     from builder.core.shard_read import iter_shard
+    from builder.formats.fill_scores import check_fill_scores
 
     path = Path(parts_dir) / "_info.json"
     data = json.loads(path.read_text("utf-8"))
-    for split, entry in data["splits"].items():
+    for entry in data["splits"].values():
         rows = []
         for shard in entry["shards"]:
             samples = []

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from parts_factory import compose_args, fake_images, rewrite_fill_scores, write_parts
+from parts_factory import compose_args, fake_images, rehash_parts, rewrite_fill_scores, write_parts
 
+from builder.core.shard_read import iter_shard
+from builder.core.shard_write import write_shard
 from hsi.cli import main
 
 WNIDS = ["n01443537", "n02437312"]
@@ -71,10 +73,6 @@ def test_a_part_whose_json_is_not_an_object_is_a_row_not_a_crash(tmp_path, capsy
     images = fake_images(WNIDS, per_class=1)
     parts = tmp_path / "parts"
     write_parts(parts, {"val": images}, shard_size=2)
-    from builder.core.shard_read import iter_shard
-    from builder.core.shard_write import write_shard
-    from parts_factory import rehash_parts
-
     shard = parts / "val-00000.tar"
     samples = [
         (key, {**members, "json": b"[1, 2]"} if key == images[0].source_id else members)
