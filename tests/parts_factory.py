@@ -54,6 +54,7 @@ class FakeImage:
     box: tuple[int, int, int, int] = (40, 30, 99, 89)  # inclusive VOC corners: a 60 x 60 crop
     mask: str = "full"  # "full": the whole box is object; "ellipse": an inscribed ellipse
     textured: bool = False
+    fill: str = "as-is"  # "as-is": the erased box keeps the background; "flat": a slab of its mean colour
 
     @property
     def crop_size(self) -> tuple[int, int]:
@@ -95,6 +96,8 @@ def render_image(image: FakeImage) -> dict[str, np.ndarray]:
     x0, y0, x1, y1 = image.box
     erase = np.zeros((height, width), bool)
     erase[y0 : y1 + 1, x0 : x1 + 1] = True
+    if image.fill == "flat":  # a poor fill: one colour where the ground is textured (fill scores see it)
+        background[erase] = background[erase].mean(axis=0).astype(np.uint8)
     return {"crop": crop, "mask": mask, "background": background, "erase": erase}
 
 
@@ -215,6 +218,39 @@ def rehash_parts(parts_dir: Path) -> None:
             shard_path = Path(parts_dir) / shard["filename"]
             shard["bytes"], shard["sha256"] = shard_path.stat().st_size, sha256_file(shard_path)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", "utf-8")
+
+
+def rewrite_fill_scores(parts_dir: Path, scores: Mapping[str, object], *, resummarise: bool = True) -> None:
+    """Set the `fill_scores` of the parts named in `scores` (any value, a hostile one included) by
+    rewriting their shards, then make the manifest vouch for the shards (`rehash_parts`) and, with
+    `resummarise`, record the summary extract would have written for the new scores (of the valid
+    ones: a hostile value is a part tampered with after extract)."""
+    import json
+
+    from builder.core.shard_read import iter_shard
+    from builder.formats.fill_scores import check_fill_scores
+
+    path = Path(parts_dir) / "_info.json"
+    data = json.loads(path.read_text("utf-8"))
+    for entry in data["splits"].values():
+        rows = []
+        for shard in entry["shards"]:
+            samples = []
+            for key, members in iter_shard(Path(parts_dir) / shard["filename"]):
+                meta = json.loads(members["json"])
+                if key in scores:
+                    meta["fill_scores"] = scores[key]
+                    members = {**members, "json": json.dumps(meta, sort_keys=True).encode("utf-8")}
+                try:
+                    rows.append(check_fill_scores(meta["fill_scores"], key))
+                except ValueError:
+                    pass
+                samples.append((key, members))
+            write_shard(Path(parts_dir) / shard["filename"], samples)
+        if resummarise:
+            entry["fill_scores"] = summarise_fill_scores(rows)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", "utf-8")
+    rehash_parts(parts_dir)
 
 
 def compose_quietly(parts_dir: Path, variant: str, out_root: Path, *, overrides: Mapping | None = None):

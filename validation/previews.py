@@ -269,3 +269,108 @@ def parts_grid(parts_dir: Path, out_path: Path, count: int = 6, tile: int = 160,
         for column, image in enumerate(tiles):
             sheet.paste(image, (label_width + column * (tile + MARGIN) + MARGIN, top))
     return _save_png(sheet, out_path)
+
+
+OUTLINE_COLOUR = (255, 0, 255)  # magenta: rare in photos, so the fill's edge shows on any ground
+POOR_COLOUR = (200, 0, 0)
+
+
+def _sized_font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+    """Pillow's bundled font at `size` px (the same glyphs on every machine with FreeType)."""
+    try:
+        return ImageFont.load_default(size=size)
+    except (TypeError, OSError):  # a Pillow without FreeType: its fixed bitmap font
+        return ImageFont.load_default()
+
+
+def _wrap(draw: ImageDraw.ImageDraw, text: str, width: float, font) -> list[str]:
+    """`text` in lines no wider than `width` pixels, broken at spaces."""
+    lines: list[str] = []
+    line = ""
+    for word in text.split(" "):
+        trial = f"{line} {word}" if line else word
+        if line and draw.textlength(trial, font=font) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = trial
+    return [*lines, line] if line else lines
+
+
+def outline_fill(canvas: np.ndarray, mask: np.ndarray | None) -> Image.Image:
+    """The canvas with the border of its filled pixels drawn on it (2 px inside the fill, so the
+    photo's pixels just outside stay visible)."""
+    import cv2
+
+    image = np.array(canvas, dtype=np.uint8)
+    if mask is not None and mask.any():
+        inner = cv2.erode(mask.astype(np.uint8), np.ones((5, 5), np.uint8), borderValue=1) > 0
+        image[mask & ~inner] = OUTLINE_COLOUR
+    return Image.fromarray(image)
+
+
+def _draw_scores(draw, xy, scores: dict, names, font) -> None:
+    """`name value` pairs of `names` on one line, each value past its threshold in red."""
+    from validation.fill_quality import is_poor
+
+    x, y = xy
+    for name in names:
+        label, value = f"{name} ", f"{scores[name]:.3f}"
+        draw.text((x, y), label, fill=TEXT_COLOUR, font=font)
+        x += draw.textlength(label, font=font)
+        poor = is_poor(name, scores[name])
+        draw.text((x, y), value, fill=POOR_COLOUR if poor else TEXT_COLOUR, font=font)
+        x += draw.textlength(value + "  ", font=font)
+
+
+def worst_fills_sheet(shown, title: str, out_path: Path, columns: int = 4, tile: int = 224) -> Path:
+    """The worst fills, worst first, `columns` to a row: each part's 224 px canvas with the border of
+    its fill in magenta and, under it, its rank, source id, class name and four scores (those past
+    their thresholds in red). `shown`: (part, canvas or None, canvas-scale mask or None) as
+    `validation.fill_quality.worst_pixels` reads them; `title` names what the sheet is."""
+    from validation.fill_quality import POOR_SCORE, SCORE_FORMULA, SEAM_HIGH, TEXTURE_LOW
+
+    font, title_font = _sized_font(14), _sized_font(20)
+    gap, line = 12, 18
+    caption = 4 * line + 6
+    width = gap + columns * (tile + gap)
+    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    key_lines = [
+        f"{SCORE_FORMULA}, in (0, 1], higher is better (1: these measures cannot tell the fill from the photo).",
+        "texture: the fill's detail over the surrounding photo's (low: a smooth slab); seam: the edge strength on "
+        "the fill's border over the photo's (high: a visible edge); step: the colour jump across the border.",
+        f"Magenta: the border of the filled pixels. Red: texture < {TEXTURE_LOW}, seam > {SEAM_HIGH}, "
+        f"score < {POOR_SCORE}.",
+    ]
+    title_lines = _wrap(probe, title, width - 2 * gap, title_font)
+    text_lines = [wrapped for text in key_lines for wrapped in _wrap(probe, text, width - 2 * gap, font)]
+    header = gap + 26 * len(title_lines) + line * len(text_lines) + gap + 4
+    rows = -(-len(shown) // columns)
+    height = header + rows * (tile + caption + gap)
+    sheet = Image.new("RGB", (width, height), BACKGROUND_COLOUR)
+    draw = ImageDraw.Draw(sheet)
+    y = gap
+    for text in title_lines:
+        draw.text((gap, y), text, fill=TEXT_COLOUR, font=title_font)
+        y += 26
+    for text in text_lines:
+        draw.text((gap, y), text, fill=TEXT_COLOUR, font=font)
+        y += line
+    for n, (part, canvas, mask) in enumerate(shown):
+        x = gap + (n % columns) * (tile + gap)
+        top = header + (n // columns) * (tile + caption + gap)
+        if canvas is None:
+            sheet.paste(Image.new("RGB", (tile, tile), TILE_COLOUR), (x, top))
+            draw.text((x + 8, top + tile // 2 - 8), "canvas.npy does not read", fill=TEXT_COLOUR, font=font)
+        else:
+            image = outline_fill(canvas, mask)
+            if image.size != (tile, tile):
+                image = image.resize((tile, tile), Image.BICUBIC)
+            sheet.paste(image, (x, top))
+        y = top + tile + 4
+        name = f"{n + 1}. {part.key}"
+        draw.text((x, y), fit_text(draw, name, tile, font), fill=TEXT_COLOUR, font=font)
+        draw.text((x, y + line), fit_text(draw, part.class_name, tile, font), fill=TEXT_COLOUR, font=font)
+        _draw_scores(draw, (x, y + 2 * line), part.scores, ("score", "texture"), font)
+        _draw_scores(draw, (x, y + 3 * line), part.scores, ("seam", "step"), font)
+    return _save_png(sheet, out_path)

@@ -26,7 +26,8 @@ from builder.core.manifest import (
 )
 from builder.core.records import REASONS, VALIDATION_REASONS
 from builder.core.taxonomy import sorted_groups
-from validation.integrity import DECODE_ERRORS, IntegrityResult, check_dataset
+from validation.fill_quality import WORST_FILLS, FillQuality, markdown_section, measure_fill_quality
+from validation.integrity import DECODE_ERRORS, IntegrityResult, check_dataset, failure
 from validation.scores.report import ScoreReport
 
 JSON_NAME = VALIDATION_REPORT  # named in builder.core.folders, which must know it and cannot import this
@@ -301,6 +302,8 @@ def render_markdown(payload: dict) -> str:
         lines += _scores_section(payload["scores"])
     if payload.get("detection"):
         lines += _detection_section(payload["detection"])
+    if payload.get("fill_quality"):
+        lines += markdown_section(payload["fill_quality"])
     if payload.get("previews"):
         lines += _previews_section(payload["previews"])
     return "\n".join(lines) + "\n"
@@ -337,7 +340,7 @@ def write_report(out_dir: Path, payload: dict) -> tuple[Path, Path]:
 
 # The pictures validation draws: only these, and only when the earlier report lists them, are
 # removed with that report, so previews/ never keeps a sheet the new report does not vouch for.
-PREVIEW_NAMES = frozenset({"contact_sheet.png", "parts_grid.png", SCORES_PLOT})
+PREVIEW_NAMES = frozenset({"contact_sheet.png", "parts_grid.png", SCORES_PLOT, WORST_FILLS})
 
 
 def listed_previews(out_dir: Path) -> list[Path]:
@@ -401,6 +404,10 @@ def validate_dataset(
     own_sources = (
         set(integrity.source_ids) if integrity is not None and format_of(target.get("stage")) == COMPOSITES else None
     )
+    fill = None
+    fill_parts = dataset_dir if format_of(target.get("stage")) == PARTS else parts_dir
+    if integrity is not None and fill_parts is not None:
+        fill = _fill_quality(fill_parts, own_sources, integrity, checked_by_integrity=fill_parts == dataset_dir)
     scores_error = None
     if callable(scores):
         scores = scores(own_sources)
@@ -422,6 +429,8 @@ def validate_dataset(
         "scores_error": scores_error,
         "parts_checked": parts_dir is not None,
     }
+    if fill is not None:
+        payload["fill_quality"] = None  # filled in once the sheet is drawn (or not)
     if scored:
         payload["scored"] = scored
     if integrity is not None:
@@ -431,8 +440,10 @@ def validate_dataset(
     preview_errors: list[str] = []
     if previews and integrity is not None and format_of(target.get("stage")) is not None:
         preview_paths, preview_errors = make_previews(
-            dataset_dir, target["stage"], out_dir / PREVIEWS_DIR, parts_dir, own_sources
+            dataset_dir, target["stage"], out_dir / PREVIEWS_DIR, parts_dir, own_sources, fill
         )
+    if fill is not None:
+        payload["fill_quality"] = fill.to_json()
     if scores is not None:
         preview_paths.append(out_dir / PREVIEWS_DIR / SCORES_PLOT)
     payload["previews"] = [p.relative_to(out_dir).as_posix() for p in preview_paths]
@@ -458,16 +469,50 @@ def _scores_from_parts(parts_dir: Path | None, only: set[str] | None) -> tuple[S
     try:
         items = boxes_from_parts(parts_dir)
         return compute_scores([i for i in items if only is None or i.image_id in only]), None
-    except (OSError, ValueError, KeyError, tarfile.TarError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, tarfile.TarError) as exc:  # a json that is not an object
         return None, f"{type(exc).__name__}: {exc}"
 
 
+def _fill_quality(
+    parts: Path, own_sources: set[str] | None, integrity: IntegrityResult, checked_by_integrity: bool
+) -> FillQuality | None:
+    """The parts' fill-score figures; a manifest summary that disagrees with the shards is an
+    integrity failure, and so (when integrity did not read these parts itself: a composed dataset's
+    --parts) is a part whose fill_scores is bad. None when the parts do not read at all (integrity,
+    or the --parts check before it, names why)."""
+    try:
+        fill = measure_fill_quality(parts, own_sources)
+    except (ManifestError, OSError, ValueError) as exc:
+        integrity.failures.append(failure("fill-summary", f"the parts' fill scores do not read: {exc}"))
+        return None
+    integrity.failures.extend(fill.mismatches)
+    if not checked_by_integrity:
+        integrity.failures.extend(fill.rows)
+    return fill
+
+
+def _worst_fills_title(fill: FillQuality) -> str:
+    own = " of the dataset's own source images" if fill.restricted else ""
+    splits = ", ".join(sorted(fill.splits))
+    return (
+        f"Worst fills: the {len(fill.worst)} lowest-scoring of {fill.candidates} parts with fill scores{own} "
+        f"(split{'s' if len(fill.splits) > 1 else ''} {splits}), worst first"
+    )
+
+
 def make_previews(
-    dataset_dir: Path, stage: str, previews_dir: Path, parts_dir: Path | None, own_sources: set[str] | None = None
+    dataset_dir: Path,
+    stage: str,
+    previews_dir: Path,
+    parts_dir: Path | None,
+    own_sources: set[str] | None = None,
+    fill: FillQuality | None = None,
 ) -> tuple[list[Path], list[str]]:
-    """The contact sheet (composed datasets) and the parts grid (when parts are at hand), and why
-    a sheet could not be drawn (a dataset too broken to read; integrity names the cause)."""
-    from validation.previews import contact_sheet, parts_grid
+    """The contact sheet (composed datasets), the parts grid (when parts are at hand) and the
+    worst fills (when some part has fill scores), and why a sheet could not be drawn (a dataset
+    too broken to read; integrity names the cause)."""
+    from validation.fill_quality import worst_pixels
+    from validation.previews import contact_sheet, parts_grid, worst_fills_sheet
 
     made, errors = [], []
     jobs = []
@@ -476,9 +521,20 @@ def make_previews(
     parts = dataset_dir if format_of(stage) == PARTS else parts_dir
     if parts is not None:
         jobs.append(("parts grid", lambda: parts_grid(parts, previews_dir / "parts_grid.png", only=own_sources)))
+    if fill is not None and fill.worst and parts is not None:
+        jobs.append(
+            (
+                "worst fills",
+                lambda: worst_fills_sheet(
+                    worst_pixels(parts, fill), _worst_fills_title(fill), previews_dir / WORST_FILLS
+                ),
+            )
+        )
     for name, draw in jobs:
         try:
             made.append(draw())
-        except (*DECODE_ERRORS, KeyError, tarfile.TarError) as exc:
+        except (*DECODE_ERRORS, KeyError, TypeError, AttributeError, tarfile.TarError) as exc:  # a json not an object
             errors.append(f"{name}: {type(exc).__name__}: {exc}")
+    if fill is not None and any(path.name == WORST_FILLS for path in made):
+        fill.sheet = f"{PREVIEWS_DIR}/{WORST_FILLS}"
     return made, errors

@@ -66,6 +66,10 @@ class ValidationRequest:
     def __post_init__(self) -> None:
         if self.parts is not None:  # the extract --out folder or its parts/, as compose takes it
             object.__setattr__(self, "parts", resolve_parts_dir(Path(self.parts)))
+        if self.dataset is None and self.parts is not None and self.scores is None and self.detection is None:
+            # `hsi validate --parts PARTS` alone: the parts folder is what is validated
+            object.__setattr__(self, "dataset", self.parts)
+            object.__setattr__(self, "parts", None)
 
     @property
     def dataset_stage(self) -> str | None:

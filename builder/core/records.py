@@ -79,6 +79,7 @@ VALIDATION_REASONS: dict[str, tuple[str, str]] = {
     "background-size": ("failed", "a parts background does not have the declared image size"),
     "fill-mask": ("failed", "a parts fill mask is not the image's size or misses pixels of its erase mask"),
     "fill-scores": ("failed", "a parts json's fill_scores is not null or four finite scores"),
+    "fill-summary": ("failed", "a parts manifest's summary of fill scores disagrees with the scores in its shards"),
     # what a composite says it is against what it is
     "own-class-background": ("failed", "a random background comes from the object's own class"),
     "taxonomy": ("failed", "a composite's group or tier does not follow from its position, background and size"),

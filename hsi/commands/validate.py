@@ -28,8 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--parts",
         type=Path,
         help="the parts folder the dataset was composed from (or the extract "
-        "--out folder holding it): enables the pixel checks of objects and backgrounds and the "
-        "parts preview",
+        "--out folder holding it): enables the pixel checks of objects and backgrounds, the fill-quality "
+        "figures and the parts previews; alone (no DATASET, --scores or --boxes) validates the parts folder itself",
     )
     parser.add_argument(
         "--tolerance",
@@ -175,6 +175,11 @@ def _print_summary(report) -> None:
                 f"scores: {summary['classes']} classes, centre {summary['centre_class_mean']:.3f}, size "
                 f"{summary['size_class_mean']:.3f} (class-averaged)"
             )
+    if payload.get("fill_quality"):
+        from validation.fill_quality import summary_lines
+
+        for line in summary_lines(payload["fill_quality"]):
+            print(line)
     if payload.get("detection"):
         detection = payload["detection"]
         mean = detection["mean_iou"]

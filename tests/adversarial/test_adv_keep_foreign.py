@@ -28,7 +28,7 @@ def tree(folder: Path) -> dict[str, bytes | None]:
 @pytest.fixture()
 def composed(tmp_path) -> tuple[list[str], Path]:
     """A small finished compose (one image of each of two classes, one size), validated with its
-    parts so that `previews/` holds the three sheets validation lists: (its arguments, its folder)."""
+    parts so that `previews/` holds the four sheets validation lists: (its arguments, its folder)."""
     write_parts(tmp_path / "parts", {"val": fake_images(WNIDS, per_class=1)})
     args = compose_args(tmp_path / "parts", tmp_path / "out", "--sizes", "56", "--name", "small", "--no-progress")
     assert main(args) == 0
@@ -44,6 +44,7 @@ def test_overwrite_of_a_validated_folder_of_ours_replaces_it_whole(composed):
         "previews/contact_sheet.png",
         "previews/parts_grid.png",
         "previews/score_distributions.png",
+        "previews/worst_fills.png",
     ]
     assert sorted(p.name for p in (dataset / "previews").iterdir()) == [Path(p).name for p in sorted(listed)]
     shards = {p.name: p.read_bytes() for p in dataset.glob("*.tar")}

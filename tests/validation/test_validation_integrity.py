@@ -72,6 +72,7 @@ def test_clean_dataset_passes_and_writes_both_reports(built, tmp_path, capsys):
     assert report["previews"] == [
         "previews/contact_sheet.png",
         "previews/parts_grid.png",
+        "previews/worst_fills.png",
         "previews/score_distributions.png",
     ]
     # the parts' boxes give the paper's scores for free: 4 classes of 2 images each
@@ -262,7 +263,11 @@ def test_parts_folder_validates_and_usage_errors_exit_2(built, tmp_path, capsys)
     assert main(["validate", str(copy)]) == 0
     report = json.loads((copy / "validation.json").read_text())
     assert report["target"]["stage"] == "extract" and report["integrity"]["samples_checked"] == 8
-    assert report["previews"] == ["previews/parts_grid.png", "previews/score_distributions.png"]
+    assert report["previews"] == [
+        "previews/parts_grid.png",
+        "previews/worst_fills.png",
+        "previews/score_distributions.png",
+    ]
     assert main(["validate", str(tmp_path / "missing")]) == 2
     assert main(["validate"]) == 2
     (tmp_path / "not-parts").mkdir()
