@@ -166,7 +166,8 @@ def _refuse_emptied_group(
     groups = ", ".join(group_name(position, kind, spec.margin) for position in spec.positions)
     if kind == "original":
         scores = [job.ref.fill_score for job in unfiltered if job.ref.wnid == wnid and job.ref.fill_score is not None]
-        best = f"its {len(scores)} backgrounds score at most {max(scores):.3f}" if scores else "none is kept"
+        count = "its one background scores" if len(scores) == 1 else f"its {len(scores)} backgrounds score"
+        best = f"{count} at most {max(scores):.3f}" if scores else "none is kept"
         what = f"no own background (groups {groups}) for class {wnid} ({class_of(wnid).name}): {best}"
     else:
         what = f"no {kind} background (groups {groups}) for class {wnid} ({class_of(wnid).name}): no donor is kept"

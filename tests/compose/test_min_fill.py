@@ -113,7 +113,7 @@ def test_a_threshold_that_empties_a_classs_own_group_is_refused_in_one_line(scor
     assert len(err.splitlines()) == 1, err
     assert (
         "--min-fill 0.95 leaves split val no own background (groups CeO, CoO) for class n02437312 (Arabian camel): "
-        "its 3 backgrounds score at most 0.900" in err
+        "its 3 backgrounds score at most 0.900; lower --min-fill" in err
     )
     assert "lower --min-fill" in err and not out.exists()
 
