@@ -118,6 +118,8 @@ def sample_json(raw: bytes) -> dict:
             fields.integer(name, low=0, high=999)
         elif kind is int:
             fields.integer(name, low=INT64[0], high=INT64[1])
+        elif kind is float:
+            fields.number(name, low=0, high=1)
         else:
             fields.string(name)
             if name in WNID_FIELDS and not is_known_wnid(meta[name]):

@@ -8,6 +8,12 @@ Definitions (all on rows with status "ok"):
   background minus accuracy on a foreign one (random or paired) at the same size and position.
 - neutral control: accuracy on a gray or noise background minus accuracy on a foreign one, same
   size and position.
+- donor fill terciles, on samples whose background comes from another class (random or paired, the
+  R groups) and carries a fill score (`background_fill_score`): the terciles of that score over
+  those samples (low: at most the 1/3 quantile, mid: up to the 2/3 quantile, high: above it; a
+  background's composites share its score, so ties keep them in one tercile and a tercile can be
+  small or empty), with top-1 per tercile for all of them and per R group. If accuracy rises with
+  the fill score, poor inpainting, not only the foreign background, costs accuracy.
 - background-class analysis, on samples whose background comes from another class: the share of
   all predictions and of errors that name the background's class; beside it the share expected
   if errors were spread like the model's errors on the controls (neutral backgrounds when the
@@ -242,6 +248,68 @@ def background_class_analysis(frame: pd.DataFrame, label_space_size: int, settin
     return result
 
 
+FILL_COLUMN = "background_fill_score"
+FILL_TERCILES = ("low", "mid", "high")
+
+
+def _fill_cell(name: str, cell: pd.DataFrame, settings: BootstrapSettings) -> dict:
+    scores = cell[FILL_COLUMN]
+    return {
+        "score_min": None if not len(cell) else round(float(scores.min()), 4),
+        "score_max": None if not len(cell) else round(float(scores.max()), 4),
+        "samples": int(len(cell)),
+        "sources": int(cell["_unit"].nunique()),
+        "top1": rate(f"{name}:top1", cell, "correct", settings).to_json(),
+    }
+
+
+def fill_terciles(frame: pd.DataFrame, settings: BootstrapSettings) -> dict:
+    """Top-1 of the foreign-background (R) samples by tercile of their donor's fill score, over all
+    of them and per R group; `note` says why there is no table (no R sample, none scored)."""
+    foreign = frame[frame["background"].isin(FOREIGN_BACKGROUNDS)]
+    scores = (
+        pd.to_numeric(foreign[FILL_COLUMN], errors="coerce")
+        if FILL_COLUMN in foreign
+        else pd.Series(np.nan, index=foreign.index)
+    )
+    scored = foreign[scores.notna()].assign(**{FILL_COLUMN: scores[scores.notna()].astype(float)})
+    result: dict = {
+        "samples": int(len(scored)),
+        "unscored": int(len(foreign) - len(scored)),
+        "edges": None,
+        "rows": [],
+        "by_group": [],
+        "note": None,
+    }
+    if not len(foreign):
+        result["note"] = "no sample has a random or paired background: no donor fill terciles"
+        return result
+    if not len(scored):
+        result["note"] = (
+            f"none of the {len(foreign)} random- or paired-background samples carries a background fill score "
+            "(composed from parts without fill scores, or before they were recorded): no donor fill terciles"
+        )
+        return result
+    low, high = (float(q) for q in np.quantile(scored[FILL_COLUMN].to_numpy(), [1 / 3, 2 / 3]))
+    result["edges"] = [round(low, 4), round(high, 4)]
+    values = scored[FILL_COLUMN]
+    tercile = pd.Series(np.where(values <= low, "low", np.where(values <= high, "mid", "high")), index=scored.index)
+    for name in FILL_TERCILES:
+        result["rows"].append({"tercile": name, **_fill_cell(f"fill:all/{name}", scored[tercile == name], settings)})
+    for group in sorted(scored["group"].dropna().unique(), key=group_sort_key):
+        in_group = scored["group"] == group
+        for name in FILL_TERCILES:
+            cell = scored[in_group & (tercile == name)]
+            result["by_group"].append(
+                {"group": group, "tercile": name, **_fill_cell(f"fill:{group}/{name}", cell, settings)}
+            )
+    if result["unscored"]:
+        result["note"] = (
+            f"{result['unscored']} random- or paired-background samples carry no fill score and are left out"
+        )
+    return result
+
+
 def compute_metrics(
     predictions: pd.DataFrame, *, label_space_size: int, settings: BootstrapSettings = BootstrapSettings()
 ) -> dict:
@@ -282,6 +350,7 @@ def compute_metrics(
     result["background_gap"] = background_gaps(frame, settings)
     result["neutral_controls"] = neutral_controls(frame, settings)
     result["background_class"] = background_class_analysis(frame, label_space_size, settings)
+    result["fill_terciles"] = fill_terciles(frame, settings)
     result["notes"] = notes
     return result
 

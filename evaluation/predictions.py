@@ -9,8 +9,9 @@ preprocessing, label space, data revision, toolkit version) is stored as JSON un
 schema-metadata key `hsi`.
 
 A predictions table is read back as someone else's file (`hsi eval --from`, `hsi scgs
---predictions`, `hsi train --report`): every column the schema names must have its type, every class
-index lies in ImageNet-1k's 0-999 (the space every label space maps into), every probability is a
+--predictions`, `hsi train --report`): every column the schema names must have its type (a table written
+before `background_fill_score` existed lacks it: it reads as null), every class index lies in
+ImageNet-1k's 0-999 (the space every label space maps into), every probability and fill score is a
 finite number in [0, 1], no sample key appears twice, and `correct` / `correct_top5` are not taken
 from the table but derived again from pred_class, top5_class and label_class. Whatever breaks a rule
 is one line naming the file, the column and the first offending row.
@@ -41,6 +42,9 @@ CLASS_COLUMNS = (
     "background_class_index",
 )
 PROBABILITY_COLUMNS = ("top5_prob", "prob_label", "prob_background_class", "prob_paired_class")
+FILL_SCORE_COLUMNS = ("background_fill_score",)  # a fill score in [0, 1] (builder.formats.fill_scores)
+# Columns a table written before they existed lacks: read as nulls (the sample had no such value).
+LATER_COLUMNS = ("background_fill_score",)
 DERIVED_COLUMNS = ("correct", "correct_top5")  # never read from a table: derived from the classes
 ROW_COLUMNS = ("key", "status", "label_class", "pred_class")  # what any reader of the rows needs
 OK_ROW_VALUES = ("key", "label_class", "pred_class", "top5_class")  # what an ok row must hold for an analysis
@@ -66,7 +70,8 @@ def predictions_schema():
         ("paired_class_index", pa.int64()),
         ("prob_paired_class", pa.float32()),
     ]
-    meta = [(name, pa.int64() if kind is int else pa.string()) for name, (kind, _, _) in COMPOSITE_FIELDS.items()]
+    arrow = {int: pa.int64(), float: pa.float64(), str: pa.string()}
+    meta = [(name, arrow[kind]) for name, (kind, _, _) in COMPOSITE_FIELDS.items()]
     clash = {name for name, _ in prediction} & {name for name, _ in meta}
     assert not clash, f"prediction columns shadow sample fields: {clash}"
     return pa.schema([*prediction, *meta, ("extra_json", pa.string())])
@@ -131,8 +136,11 @@ def read_predictions(path: Path):
     """(pandas DataFrame, metadata dict) of a predictions file, for an analysis: every column of the
     schema, complete ok rows, and the run's metadata that the reports are rendered from."""
     table = PredictionsTable(path)
-    every = tuple(name for name in predictions_schema().names if name not in DERIVED_COLUMNS)
+    every = tuple(name for name in predictions_schema().names if name not in (*DERIVED_COLUMNS, *LATER_COLUMNS))
     frame = table.frame(required=every, ok_values=OK_ROW_VALUES)
+    for name in LATER_COLUMNS:
+        if name not in frame:
+            frame[name] = None
     check_run_metadata(Fields(table.metadata, table.where, METADATA_KEY.decode()))
     return frame, table.metadata
 
@@ -247,6 +255,9 @@ class PredictionsTable:
         for name in PROBABILITY_COLUMNS:
             if name in columns:
                 self._check_range(name, columns[name], 0.0, 1.0 + 1e-6, "a probability in [0, 1]")
+        for name in FILL_SCORE_COLUMNS:
+            if name in columns:
+                self._check_range(name, columns[name], 0.0, 1.0, "a fill score in [0, 1]")
         if self.keys is not None:
             self._check_unique_keys()
         if "top5_class" in columns and "pred_class" in columns:

@@ -219,7 +219,39 @@ def render_markdown(report: dict) -> str:
             ),
             "",
         ]
+    out += fill_tercile_markdown(metrics.get("fill_terciles"))
     return "\n".join(out) + _extras_markdown(report)
+
+
+def fill_tercile_markdown(section: dict | None) -> list[str]:
+    """The R groups' top-1 by tercile of the donor background's fill score (or the line saying why not)."""
+    if section is None:  # a report written before fill scores were recorded
+        return []
+    out = ["## Foreign backgrounds by donor fill score (terciles)", ""]
+    if not section["rows"]:
+        return out + [text(section["note"]), ""]
+
+    def span(row: dict) -> str:
+        return "" if row["score_min"] is None else f"{row['score_min']:.3f}-{row['score_max']:.3f}"
+
+    low, high = section["edges"]
+    out += [
+        f"Random- and paired-background samples ({section['samples']}) by the fill score of their background "
+        f"(`background_fill_score`; low <= {low:.3f} < mid <= {high:.3f} < high). If top-1 rises with the fill "
+        "score, inpainting artefacts, not only the foreign background, cost accuracy.",
+        "",
+        md_table(
+            ["group", "tercile", "fill score range", "samples", "top-1"],
+            [
+                [r.get("group", "all R"), r["tercile"], span(r), r["samples"], fmt(r["top1"])]
+                for r in [*section["rows"], *section["by_group"]]
+            ],
+        ),
+        "",
+    ]
+    if section.get("note"):
+        out += [text(section["note"]), ""]
+    return out
 
 
 def _extras_markdown(report: dict) -> str:

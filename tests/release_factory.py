@@ -48,6 +48,7 @@ def composite_json(config: str, split: str, index: int, label: int, class_index:
         "background_source_id": f"bg_{index}",
         "background_wnid": cls.wnid,
         "background_class_index": cls.index,
+        "background_fill_score": round(0.25 + 0.07 * (index % 10), 4),
         "paired_wnid": None,
         "group": group,
         "tier": tier_of(group, size, 224),

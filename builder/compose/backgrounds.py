@@ -24,6 +24,11 @@ background and differ only in placement and size), by one of three schemes (the 
 
 No scheme ever gives a class its own class's backgrounds, and none depends on the order in which
 shards are built: every draw is seeded by (seed, key) or by a sort on such seeded ranks.
+
+The donors may be fewer than the receivers (`hsi compose --min-fill` keeps only well-filled
+backgrounds as donors, while every image still receives one): balanced then repeats its shuffled
+donors in turn, so each kept background is used about equally often; the other schemes draw from
+the kept backgrounds alone. Without such a filter donors and receivers are the same images.
 """
 
 from __future__ import annotations
@@ -86,24 +91,36 @@ class DonorPool:
 
 
 def assign_foreign_donors(
-    items: Sequence[tuple[int, str]], seed: int, scheme: str = "per-image"
+    items: Sequence[tuple[int, str]],
+    seed: int,
+    scheme: str = "per-image",
+    donors: Sequence[tuple[int, str]] | None = None,
 ) -> dict[str, tuple[int, str] | None]:
     """key -> (class, key) of its random-background donor, for every (class, key) in `items`, by
-    `scheme` (see the module docstring); None where no image of another class exists."""
+    `scheme` (see the module docstring), drawn from `donors` (default: `items` themselves); None
+    where no donor of another class exists."""
     pool = DonorPool.build(items)
+    donor_pool = pool if donors is None else DonorPool.build(donors)
     if scheme == "balanced":
-        return balanced_donors(pool, seed)
+        return balanced_donors(pool, seed, donor_pool)
     if scheme == "per-class":
-        return per_class_donors(pool, seed)
+        return per_class_donors(pool, seed, donor_pool)
     if scheme != "per-image":
         raise ValueError(f"unknown donor scheme {scheme!r}; use one of {', '.join(DONOR_SCHEMES)}")
-    return {key: pool.foreign_donor(key, class_index, seed) for class_index, key in pool.entries}
+    return {key: donor_pool.foreign_donor(key, class_index, seed) for class_index, key in pool.entries}
 
 
-def balanced_donors(pool: DonorPool, seed: int) -> dict[str, tuple[int, str] | None]:
+def balanced_donors(
+    pool: DonorPool, seed: int, donor_pool: DonorPool | None = None
+) -> dict[str, tuple[int, str] | None]:
+    donor_pool = pool if donor_pool is None else donor_pool
     receivers = sorted(pool.entries, key=lambda e: stable_rank(seed, "balanced-receiver", e[1]))
-    donors = sorted(pool.entries, key=lambda e: stable_rank(seed, "balanced-donor", e[1]))
+    donors = sorted(donor_pool.entries, key=lambda e: stable_rank(seed, "balanced-donor", e[1]))
     n = len(receivers)
+    if not donors:
+        return {key: None for _, key in receivers}
+    if len(donors) < n:  # fewer kept backgrounds than images: each is used in turn
+        donors = [donors[i % len(donors)] for i in range(n)]
     for i in range(n):
         if donors[i][0] != receivers[i][0]:
             continue
@@ -123,7 +140,7 @@ def balanced_donors(pool: DonorPool, seed: int) -> dict[str, tuple[int, str] | N
     for class_index, keys in sorted(unfixed.items()):
         # those images take the least used backgrounds of other classes, in turn
         foreign = sorted(
-            (e for e in pool.entries if e[0] != class_index),
+            (e for e in donor_pool.entries if e[0] != class_index),
             key=lambda e: (uses.get(e, 0), stable_rank(seed, "balanced-donor", e[1])),
         )
         for n, key in enumerate(keys):
@@ -131,18 +148,24 @@ def balanced_donors(pool: DonorPool, seed: int) -> dict[str, tuple[int, str] | N
     return assigned
 
 
-def per_class_donors(pool: DonorPool, seed: int) -> dict[str, tuple[int, str] | None]:
+def per_class_donors(
+    pool: DonorPool, seed: int, donor_pool: DonorPool | None = None
+) -> dict[str, tuple[int, str] | None]:
+    donor_pool = pool if donor_pool is None else donor_pool
     classes = sorted({class_index for class_index, _ in pool.entries})
+    donor_classes = sorted({class_index for class_index, _ in donor_pool.entries})
     assigned: dict[str, tuple[int, str] | None] = {}
     for class_index in classes:
         lo, hi = pool.class_run(class_index)
-        others = [c for c in classes if c != class_index]
+        others = [c for c in donor_classes if c != class_index]
         if not others:
             assigned.update({key: None for _, key in pool.entries[lo:hi]})
             continue
         donor_class = others[int(sample_rng(seed, f"donor-class:{class_index}").integers(len(others)))]
-        d_lo, d_hi = pool.class_run(donor_class)
-        donors = sorted(pool.entries[d_lo:d_hi], key=lambda e: stable_rank(seed, f"per-class:{class_index}", e[1]))
+        d_lo, d_hi = donor_pool.class_run(donor_class)
+        donors = sorted(
+            donor_pool.entries[d_lo:d_hi], key=lambda e: stable_rank(seed, f"per-class:{class_index}", e[1])
+        )
         receivers = sorted(pool.entries[lo:hi], key=lambda e: stable_rank(seed, "per-class-receiver", e[1]))
         for n, (_, key) in enumerate(receivers):
             assigned[key] = donors[n % len(donors)]

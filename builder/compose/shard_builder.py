@@ -144,6 +144,7 @@ class ComposeShardBuilder:
             "background_source_id": donor.key if donor else None,
             "background_wnid": donor.wnid if donor else None,
             "background_class_index": donor.class_index if donor else None,
+            "background_fill_score": donor.fill_score if donor else None,
             "paired_wnid": job.paired_wnid,
             "group": group,
             "tier": tier_of(group, size, spec.canvas),

@@ -9,6 +9,7 @@ fingerprint of the resolved spec as a suffix, unless a new `name` is given expli
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import import_module, resources
@@ -123,6 +124,8 @@ class VariantSpec:
     # AR mode's side from the ratio: rounded half up (ours) or truncated as the paper's int() did
     size_rounding: str = "half-up"
     holdout: HoldoutSpec | None = field(default=None)
+    # keep only backgrounds (own and donors) whose fill score is at least this (see planning.py)
+    min_fill: float | None = None
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -144,6 +147,8 @@ class VariantSpec:
         # Absent unless asked for: specs without a holdout keep their fingerprint (and bytes).
         if self.size_rounding == "half-up":  # absent unless asked for, as holdout
             del data["size_rounding"]
+        if self.min_fill is None:  # absent unless asked for, as holdout
+            del data["min_fill"]
         if self.holdout is None:
             del data["holdout"]
         else:
@@ -211,6 +216,12 @@ def _validate(spec: VariantSpec) -> None:
         _fail("splits", f"{list(spec.splits)} must list each parts split once")
     if spec.holdout is not None:
         _validate_holdout(spec)
+    if spec.min_fill is not None and not (
+        isinstance(spec.min_fill, float) and math.isfinite(spec.min_fill) and 0.0 <= spec.min_fill <= 1.0
+    ):
+        _fail("min_fill", f"must be a fill score in [0, 1] (e.g. 0.3), got {spec.min_fill!r:.40}")
+    if spec.min_fill is not None and not set(spec.backgrounds) & {"original", "random", "paired"}:
+        _fail("min_fill", f"filters inpainted backgrounds, and {list(spec.backgrounds)} uses none")
     if spec.subset is None:
         if "paired" in spec.backgrounds:
             _fail("backgrounds", "`paired` needs a `subset` with class pairs (see hard-spurious-imagenet-10)")
@@ -294,6 +305,8 @@ def _coerce(values: Mapping[str, Any]) -> dict:
         raise ConfigError(f"variant spec has a value of the wrong type: {exc}") from None
     if "holdout" in data:
         data["holdout"] = parse_holdout(data["holdout"])
+    if data.get("min_fill") is not None:
+        data["min_fill"] = _fill_threshold(data["min_fill"])
     subset = data.get("subset")
     if isinstance(subset, Mapping):
         pairs = subset.get("pairs") or {}
@@ -310,6 +323,17 @@ def _coerce(values: Mapping[str, Any]) -> dict:
     elif subset is not None:
         _fail("subset", "must be a mapping with `pairs`")
     return data
+
+
+def _fill_threshold(value: Any) -> float:
+    """A `min_fill` as given in YAML or on the command line: a number, never a boolean."""
+    if isinstance(value, bool):
+        _fail("min_fill", f"must be a number in [0, 1], got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        _fail("min_fill", f"must be a number in [0, 1], got {value!r:.40}")
+    raise AssertionError  # _fail raised
 
 
 def spec_from_json(data: Mapping[str, Any], source: str = "_info.json") -> VariantSpec:

@@ -26,8 +26,15 @@ from builder.compose.background_cache import (
     CACHE_DIR,
     fill_background_cache,
 )
+from builder.compose.backgrounds import DONOR_KINDS
 from builder.compose.parts_input import index_checked_parts, read_parts_manifest_checked, verify_parts_shards
-from builder.compose.planning import check_has_work, coverage_report, images_per_shard, plan_jobs, planned_composites
+from builder.compose.planning import (
+    check_has_work,
+    coverage_report,
+    images_per_shard,
+    plan_with_fill_threshold,
+    planned_composites,
+)
 from builder.compose.shard_builder import ComposeShardBuilder
 from builder.compose.spec import VariantSpec, load_variant
 from builder.compose.tables import format_table
@@ -45,9 +52,11 @@ from builder.core.stage import RunOptions, Stage, StageOutcome, run_stage
 from builder.core.taxonomy import sorted_groups
 from builder.formats.composites import (
     SCHEMA_VERSION,
+    iter_composite_json,
     merge_counts,
 )
-from builder.formats.parts_index import resolve_parts_dir
+from builder.formats.fill_scores import summarise_fill_scores
+from builder.formats.parts_index import PartsRef, resolve_parts_dir
 
 TOOL_NAME = "hard-spurious-imagenet"
 SPEC_NAME = "spec.yaml"
@@ -146,7 +155,8 @@ class ComposeStage(Stage):
         self.out_dir = Path(out_root) / self.spec.name
         self._settings = json.loads(canonical_json(output_settings(self.spec, self.parts_manifest)))
         self.index, self.index_issues = index_checked_parts(self.parts_dir, typed_parts, self.spec.splits)
-        self.jobs = plan_jobs(self.spec, self.index)
+        # --min-fill refused on parts without scores, and when it would empty a group (one line)
+        self.jobs, self.fill_dropped = plan_with_fill_threshold(self.spec, self.index)
         check_has_work(self.spec, self.jobs)  # refused here, before the folder is touched
         self.notes = build_notes(self.spec, self.parts_manifest)
         self.coverage, self.missing = coverage_report(self.spec, self.jobs)
@@ -214,16 +224,34 @@ class ComposeStage(Stage):
             self.spec, str(self.parts_dir), str(self.out_dir), str(self.cache_dir), self.cache_failures
         )
 
+    def background_fill_rows(self, filenames: Sequence[str]) -> list[dict | None]:
+        """The fill scores of the background of every composite of these shards that sits on an
+        inpainted background (own, random or paired; None where that part has no scores)."""
+        parts: dict[str, PartsRef] = {}
+        for refs in self.index.values():
+            for ref in refs:
+                parts.setdefault(ref.key, ref)
+        rows: list[dict | None] = []
+        for filename in filenames:
+            for meta in iter_composite_json(self.out_dir / filename):
+                if meta.get("background") in DONOR_KINDS:
+                    ref = parts.get(meta.get("background_source_id"))
+                    rows.append(ref.fill_scores_json() if ref is not None else None)
+        return rows
+
     def manifest(self, outcome: StageOutcome) -> Manifest:
         spec, parts_manifest = self.spec, self.parts_manifest
         splits: dict[str, SplitEntry] = {}
         for split in spec.output_splits:
             split_results = outcome.results_of(split)
+            stats = [r.stats for r in split_results]
             splits[split] = SplitEntry(
                 split,
-                [r.stats for r in split_results],
+                stats,
                 counts=merge_counts([r.counts for r in split_results]),
                 source_images=len(self.jobs.get(split, [])),
+                fill_scores=summarise_fill_scores(self.background_fill_rows([s.filename for s in stats])),
+                min_fill_dropped=None if self.fill_dropped is None else self.fill_dropped.get(split),
             )
         return Manifest(
             stage=self.name,

@@ -91,7 +91,11 @@ class SplitEntry:
     errors: ErrorCounts | None = None  # extract: issues of this split
     counts: dict[str, dict[str, int]] | None = None  # compose: by group, size, tier, group/size
     source_images: int | None = None  # compose: source images planned for this split
-    fill_scores: dict | None = None  # extract: summary of the parts' fill scores (builder.formats.fill_scores)
+    # extract: summary of the parts' fill scores (builder.formats.fill_scores); compose: of the
+    # backgrounds its composites use, one row per composite on an inpainted background
+    fill_scores: dict | None = None
+    # compose --min-fill: what the threshold left out, {own, donor, composites} (builder.compose.planning)
+    min_fill_dropped: dict[str, int] | None = None
     # The derived lists as the file recorded them (None when built in memory): validation compares
     # them with the shards; they are never written back (to_json derives them).
     recorded_filenames: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
@@ -117,7 +121,7 @@ class SplitEntry:
             "shard_lengths": self.shard_lengths,
             "shards": [s.to_json() for s in self.shards],
         }
-        for name in ("fingerprint", "images_listed", "counts", "source_images", "fill_scores"):
+        for name in ("fingerprint", "images_listed", "counts", "source_images", "fill_scores", "min_fill_dropped"):
             if getattr(self, name) is not None:
                 data[name] = getattr(self, name)
         if self.errors is not None:
@@ -140,6 +144,9 @@ class SplitEntry:
             counts=_counts(data["counts"], f"{where}.counts") if data.get("counts") is not None else None,
             source_images=_optional(data, "source_images", int, where),
             fill_scores=_fill_summary(data["fill_scores"], f"{where}.fill_scores") if "fill_scores" in data else None,
+            min_fill_dropped=(
+                _tally(data["min_fill_dropped"], f"{where}.min_fill_dropped") if "min_fill_dropped" in data else None
+            ),
         )
         if "num_samples" in data:
             _expect(
@@ -400,6 +407,15 @@ def _fill_summary(data: Any, where: str) -> dict:
             f"{where}.{name}",
             "must be null or an object of finite median, p10, p90",
         )
+    return dict(data)
+
+
+def _tally(data: Any, where: str) -> dict[str, int]:
+    """{name: non-negative integer}."""
+    _expect(isinstance(data, Mapping), where, f"must be an object, got {type(data).__name__}")
+    for key, value in data.items():
+        _expect(isinstance(key, str), where, f"has a key that is not text: {shown(key)}")
+        _expect(_is_int(value) and value >= 0, f"{where}.{key}", f"must be a count, got {shown(value)}")
     return dict(data)
 
 

@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import io
 import json
+import math
+import os
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
-SCHEMA_VERSION = 2  # 2: requested_position and effective_size added
+SCHEMA_VERSION = 3  # 2: requested_position and effective_size added; 3: background_fill_score
 COMPOSITE_MEMBERS = ("cls", "jpg", "json")
 COUNT_KINDS = ("group", "size", "tier", "group_size")
 
@@ -56,6 +59,13 @@ COMPOSITE_FIELDS: dict[str, tuple[type, bool, str]] = {
     "background_source_id": (str, True, "image id of the background (null for gray/noise)"),
     "background_wnid": (str, True, "class of the background image (null for gray/noise)"),
     "background_class_index": (int, True, "class index of the background image (null for gray/noise)"),
+    "background_fill_score": (
+        float,
+        True,
+        "fill score of the background's inpainting, 0-1, higher is better (builder.formats.fill_scores): the "
+        "donor's for random and paired backgrounds, the image's own for original; null for gray/noise, for a "
+        "background with nothing filled, and for parts extracted before fill scores (parts schema 1)",
+    ),
     "paired_wnid": (str, True, "the -10 subset's paired background class (null elsewhere)"),
     "group": (
         str,
@@ -94,9 +104,16 @@ def check_composite_json(meta: Any) -> list[str]:
             problems.append(f"{key} must be an int, got {type(value).__name__}")
         elif kind is str and not isinstance(value, str):
             problems.append(f"{key} must be a string, got {type(value).__name__}")
+        elif kind is float and not is_unit_number(value):
+            problems.append(f"{key} must be a finite number in [0, 1], got {value!r:.40}")
     if meta.get("schema_version") not in (None, SCHEMA_VERSION) and "schema_version" in meta:
         problems.append(f"schema_version {meta['schema_version']} is not {SCHEMA_VERSION}")
     return problems
+
+
+def is_unit_number(value: Any) -> bool:
+    """A finite JSON number (not a boolean) in [0, 1]: what a fill score is."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 <= value <= 1
 
 
 # --- keys and members -------------------------------------------------------------------------
@@ -174,6 +191,17 @@ def composite_members(jpg: bytes, label: int, meta: Mapping[str, Any]) -> dict[s
 def decode_composite_json(members: Mapping[str, bytes]) -> dict:
     """The `json` member; ValueError (UnicodeDecodeError included) when it does not parse."""
     return json.loads(members.get("json", b"").decode("utf-8"))
+
+
+def iter_composite_json(shard: Path) -> Iterator[dict]:
+    """The json member of every sample of a composite shard compose just wrote, read without the
+    images (compose's manifest summarises its backgrounds' fill scores from them)."""
+    from builder.core.shard_read import tar_members
+
+    with open(shard, "rb", buffering=0) as handle:
+        for member in tar_members(shard):
+            if member.name.endswith(".json"):
+                yield json.loads(os.pread(handle.fileno(), member.size, member.offset_data))
 
 
 def decode_label(members: Mapping[str, bytes]) -> int:

@@ -20,6 +20,7 @@ from builder.core.config import ConfigError
 from builder.core.manifest import MANIFEST_NAME
 from builder.core.records import Issue
 from builder.core.shard_read import TarMember, member_problem, tar_members
+from builder.formats.fill_scores import SCORE_NAMES, check_fill_scores
 from builder.formats.parts import decode_mask, decode_png_checked, object_window, stored_crop_box
 
 NEEDED_MEMBERS = ("crop.png", "mask.png", "background.png")
@@ -41,6 +42,21 @@ class PartsRef:
     # (x0, y0, x1, y1, ends exclusive) and the crop's (width, height); None for a crop of the box
     object_window: tuple[int, int, int, int] | None = None
     crop_size: tuple[int, int] | None = None
+    # its background's fill scores in SCORE_NAMES order (texture, seam, step, score; None when extract
+    # scored nothing: nothing was filled); `fill_recorded` False for a part whose json has no
+    # `fill_scores` (schema 1); `fill_problem` what is wrong with one that is not four finite scores
+    fill_scores: tuple[float, ...] | None = None
+    fill_recorded: bool = False
+    fill_problem: str | None = None
+
+    @property
+    def fill_score(self) -> float | None:
+        """The one-number fill score of its background (`score`), None when unscored."""
+        return None if self.fill_scores is None else self.fill_scores[SCORE_NAMES.index("score")]
+
+    def fill_scores_json(self) -> dict[str, float] | None:
+        """Its fill scores as the parts json holds them (what `summarise_fill_scores` reads)."""
+        return None if self.fill_scores is None else dict(zip(SCORE_NAMES, self.fill_scores, strict=True))
 
     def has(self, member: str) -> bool:
         return any(name == member for name, _, _ in self.members)
@@ -115,6 +131,7 @@ def index_parts_shard(
             if class_of(wnid).index != class_index:
                 raise ValueError(f"class_index {class_index} does not match {wnid}")
             window = object_window(meta)
+            fill_scores, fill_recorded, fill_problem = read_fill_scores(meta, f"{path.name}: {key}.json")
             crop_size = None
             if window is not None:
                 cx0, cy0, cx1, cy1 = stored_crop_box(meta)
@@ -133,8 +150,41 @@ def index_parts_shard(
             )
             continue
         located = tuple(sorted((name, offset, size) for name, (offset, size) in places.items()))
-        refs.append(PartsRef(key, split, class_index, wnid, path.name, located, -1, window, crop_size))
+        refs.append(
+            PartsRef(
+                key,
+                split,
+                class_index,
+                wnid,
+                path.name,
+                located,
+                -1,
+                window,
+                crop_size,
+                fill_scores,
+                fill_recorded,
+                fill_problem,
+            )
+        )
     return refs, issues
+
+
+def read_fill_scores(meta: dict, where: str) -> tuple[tuple[float, ...] | None, bool, str | None]:
+    """(scores, recorded, problem) of a parts json's `fill_scores`: the four scores in SCORE_NAMES
+    order (None when null), whether the json has the key at all (schema 1 has not), and the one-line
+    problem of a value that is not null or four finite, non-negative scores with `score` at most 1
+    (the scores are then None)."""
+    if "fill_scores" not in meta:
+        return None, False, None
+    try:
+        scores = check_fill_scores(meta["fill_scores"], where)
+    except ValueError as exc:
+        return None, True, str(exc)
+    if scores is None:
+        return None, True, None
+    if scores["score"] > 1:
+        return None, True, f"{where}: fill_scores.score must lie in [0, 1], got {scores['score']!r:.40}"
+    return tuple(scores[name] for name in SCORE_NAMES), True, None
 
 
 def index_parts(

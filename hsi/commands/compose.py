@@ -76,6 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     spec.add_argument("--jpeg-quality", type=int, help="JPEG quality of the composites (default 95)")
     spec.add_argument("--seed", type=int, help="seed of random backgrounds, corners, noise and the -10 splits")
     spec.add_argument("--splits", help="parts splits to compose, e.g. val or train,val")
+    spec.add_argument(
+        "--min-fill",
+        type=float,
+        metavar="SCORE",
+        help="keep only inpainted backgrounds whose fill score (0-1, see docs/build.md) is at least SCORE, as own "
+        "backgrounds and as donors; parts with nothing filled are kept; needs parts with fill scores",
+    )
     for flag, choices, help_text in PAPER_CHOICES:
         spec.add_argument(flag, choices=choices, help=help_text)
     parser.add_argument(
@@ -120,6 +127,7 @@ SPEC_FLAGS = (
     "box_rounding",
     "corner_draw",
     "size_rounding",
+    "min_fill",
 )
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from builder.compose.backgrounds import DonorPool
 from builder.compose.geometry import round_half_up
 from builder.compose.holdout import carve_holdout
-from builder.compose.planning import ImageJob
+from builder.compose.planning import ImageJob, background_kept, own_background_kinds
 from builder.compose.spec import VariantSpec
 from builder.compose.tables import format_table
 from builder.core.classes import class_of
@@ -65,7 +65,8 @@ def plan_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[st
     jobs: dict[str, list[ImageJob]] = {}
     for split, refs in draw_subset_splits(spec, index).items():
         by_key = {ref.key: ref for ref in refs}
-        pool = DonorPool.build([(ref.class_index, ref.key) for ref in refs])
+        # --min-fill: only kept backgrounds are donors, and an image keeps its own only when kept
+        pool = DonorPool.build([(ref.class_index, ref.key) for ref in refs if background_kept(spec, ref)])
         kinds: dict[str, tuple[str, ...]] = {}
         if split == "train":
             for wnid in subset.classes:
@@ -75,13 +76,16 @@ def plan_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[st
         for ref in refs:
             paired_wnid = subset.paired(ref.wnid)
             donors = []
-            for kind in kinds.get(ref.key, ("original", "paired")):
+            planned, dropped = own_background_kinds(spec, ref, kinds.get(ref.key, ("original", "paired")))
+            for kind in planned:
                 if kind == "original":
                     donors.append((kind, ref))
                 else:
                     donor = pool.donor_of_class(ref.key, class_of(paired_wnid).index, spec.seed)
                     donors.append((kind, by_key[donor[1]] if donor else None))
-            split_jobs.append(ImageJob(ref, split, subset.label_of(ref.wnid), tuple(donors), paired_wnid))
+            split_jobs.append(
+                ImageJob(ref, split, subset.label_of(ref.wnid), tuple(donors), paired_wnid, dropped=dropped)
+            )
         jobs[split] = split_jobs
     return jobs
 
