@@ -27,7 +27,7 @@ def composite_features(class_names: list[str]):
     """The declared `datasets` features of a composed config: jpg image, cls label, json struct."""
     from datasets import ClassLabel, Features, Image, Value
 
-    dtype = {int: "int64", str: "string"}
+    dtype = {int: "int64", str: "string", float: "float64"}
     return Features(
         {
             "__key__": Value("string"),
