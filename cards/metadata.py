@@ -10,6 +10,7 @@ from collections.abc import Iterable
 import yaml
 
 from builder.formats.composites import COMPOSITE_FIELDS
+from cards.parts_card import PARTS_CONFIG, PartsSummary, parts_features
 from cards.summary import LICENSE_LINK, LICENSE_NAME, TAGS, TASK_CATEGORIES, CardError, ConfigSummary, default_title
 
 # ---------------------------------------------------------------- features
@@ -54,8 +55,9 @@ def size_category(total: int) -> str:
     return "10M<n<100M"
 
 
-def card_metadata(configs: list[ConfigSummary], title: str | None = None) -> dict:
-    """The card's YAML header as a plain dict (huggingface_hub's DatasetCardData field names)."""
+def card_metadata(configs: list[ConfigSummary], title: str | None = None, parts: PartsSummary | None = None) -> dict:
+    """The card's YAML header as a plain dict (huggingface_hub's DatasetCardData field names); with
+    `parts`, the `parts` config too (listed last, never the default)."""
     from huggingface_hub import DatasetCardData
 
     defaults = [c.name for c in configs if c.default]
@@ -77,7 +79,8 @@ def card_metadata(configs: list[ConfigSummary], title: str | None = None) -> dic
                 **({"default": True} if c.default else {}),
             }
             for c in configs
-        ],
+        ]
+        + ([parts_config(parts)] if parts else []),
         dataset_info=[
             {
                 "config_name": c.name,
@@ -92,16 +95,34 @@ def card_metadata(configs: list[ConfigSummary], title: str | None = None) -> dic
                 ],
             }
             for c in configs
-        ],
+        ]
+        + ([parts_info(parts)] if parts else []),
     )
     return data.to_dict()
+
+
+def parts_config(parts: PartsSummary) -> dict:
+    return {
+        "config_name": PARTS_CONFIG,
+        "data_files": [{"split": s, "path": parts.data_files(s)} for s in parts.splits],
+    }
+
+
+def parts_info(parts: PartsSummary) -> dict:
+    return {
+        "config_name": PARTS_CONFIG,
+        "features": parts_features()._to_yaml_list(),
+        "splits": [
+            {"name": s, "num_bytes": parts.num_bytes(s), "num_examples": parts.num_samples(s)} for s in parts.splits
+        ],
+    }
 
 
 def dump_metadata(metadata: dict) -> str:
     return yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True, width=1000)
 
 
-def check_card(text: str, expected: list[ConfigSummary] | None = None) -> dict:
+def check_card(text: str, expected: list[ConfigSummary] | None = None, parts: PartsSummary | None = None) -> dict:
     """Parse a card the way `datasets` does and raise CardError for anything it would not load as
     declared: duplicate YAML keys, invalid configs or data_files, not exactly one default, features
     that do not parse or differ from the expected ones. Returns the parsed metadata."""
@@ -144,4 +165,13 @@ def check_card(text: str, expected: list[ConfigSummary] | None = None) -> dict:
         wanted = {s: summary.data_files(s) for s in summary.splits}
         if declared != wanted:
             raise CardError(f"config {summary.name!r}: data_files {declared} differ from the manifest {wanted}")
+    if parts is not None:
+        if PARTS_CONFIG not in configs:
+            raise CardError(f"config {PARTS_CONFIG!r} is missing from the card")
+        if infos[PARTS_CONFIG].features != parts_features():
+            raise CardError(f"config {PARTS_CONFIG!r}: declared features differ from the parts schema")
+        declared = {row["split"]: row["path"] for row in configs[PARTS_CONFIG]["data_files"]}
+        wanted = {s: parts.data_files(s) for s in parts.splits}
+        if declared != wanted:
+            raise CardError(f"config {PARTS_CONFIG!r}: data_files {declared} differ from the parts manifest {wanted}")
     return metadata

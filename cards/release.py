@@ -7,6 +7,8 @@
     <release>/data/<config>/_info.json       the dataset's manifest (timm's WebDataset reader form)
     <release>/data/<config>/validation.json  the validation report it passed (+ validation.md)
     <release>/previews/<config>/*.png        preview sheets shown in the card
+    <release>/data/parts/<split>-%05d.tar    with --parts: the parts shards, byte-identical to extract's
+    <release>/data/parts/_info.json          the parts manifest, so `hsi compose --parts RELEASE` reads them
     <release>/results/<model>_accuracy_vs_size.png   with --results: each model's plot (cards.results)
 
 Only manifests and validation reports are read to learn what exists; shards are copied and their
@@ -34,6 +36,7 @@ from builder.core.manifest import COMPOSITES, MANIFEST_NAME, Manifest, ManifestE
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
 from builder.core.shard_read import iter_shard
 from builder.core.untrusted import Fields, check_string, read_json
+from cards.parts_card import PARTS_CONFIG, PARTS_DATA_DIR, PartsSummary
 from cards.render import render_card, table
 from cards.results import RELEASE_PLOT_SUFFIX, RESULTS_DIR, copy_plots, load_results, render_results, select_results
 from cards.summary import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary
@@ -111,6 +114,69 @@ def load_release_input(dataset_dir: Path) -> ReleaseInput:
         )
     check_validated_shards(dataset_dir, validation, typed.shard_sha256())
     return ReleaseInput(dataset_dir, manifest, validation)
+
+
+@dataclass(frozen=True)
+class PartsInput:
+    path: Path
+    manifest: dict
+
+
+def load_parts_input(parts_dir: Path) -> PartsInput:
+    """The parts folder `hsi extract` wrote (OUT/parts or OUT), checked as compose checks it before
+    reading: its manifest is one of extract's, every shard name `<split>-NNNNN.tar` and every shard a
+    regular file with the manifest's size and sha256 (builder.compose.parts_input)."""
+    from builder.compose.parts_input import read_parts_manifest_checked, verify_parts_shards
+    from builder.formats.parts_index import resolve_parts_dir
+
+    parts_dir = resolve_parts_dir(Path(parts_dir))
+    manifest_file = parts_dir / MANIFEST_NAME
+    if manifest_file.is_symlink():
+        raise ReleaseError(
+            f"{manifest_file} is a symbolic link; a release copies no links: give the parts folder itself"
+        )
+    try:
+        typed = Manifest.read(parts_dir)
+    except FileNotFoundError:
+        raise ReleaseError(
+            f"--parts {parts_dir}: no {MANIFEST_NAME}; give the parts folder `hsi extract` wrote (OUT/parts or OUT)"
+        ) from None
+    splits = sorted(typed.splits)
+    for split in splits:
+        try:
+            check_split_name(split)
+        except UnsafeNameError as exc:
+            raise ReleaseError(f"{manifest_file}: {exc}") from None
+    typed = read_parts_manifest_checked(parts_dir, splits)
+    verify_parts_shards(parts_dir, typed, splits)
+    return PartsInput(parts_dir, typed.to_json())
+
+
+def release_parts_dir(release_dir: Path) -> Path:
+    """The parts folder inside a release folder (`data/parts`), for `hsi compose --parts RELEASE`;
+    refused in one line when the release has no parts config. Its shards are checked by compose."""
+    release_dir = Path(release_dir)
+    record = read_release_meta(release_dir)
+    if record is None:
+        raise ReleaseError(f"{release_dir} is not a release folder (no {RELEASE_META})")
+    if PARTS_CONFIG not in record["configs"]:
+        raise ReleaseError(
+            f"{release_dir} has no {PARTS_CONFIG} config, so it cannot be composed from; rebuild it with "
+            "`hsi release --parts PARTS` (the parts folder `hsi extract` wrote)"
+        )
+    parts_dir = inside(release_dir, "data", PARTS_CONFIG)
+    for path in (release_dir / "data", parts_dir, parts_dir / MANIFEST_NAME):
+        if path.is_symlink():
+            raise ReleaseError(f"{path} is a symbolic link; a release holds only its own files: download it again")
+    if not (parts_dir / MANIFEST_NAME).is_file():
+        raise ReleaseError(f"{release_dir}: the {PARTS_CONFIG} config has no {PARTS_DATA_DIR}/{MANIFEST_NAME}")
+    manifest = Manifest.read(parts_dir).to_json()
+    if shard_index(manifest) != record["configs"][PARTS_CONFIG]["splits"]:
+        raise ReleaseError(
+            f"{release_dir}: {PARTS_DATA_DIR}/{MANIFEST_NAME} and {RELEASE_META} list different parts shards; "
+            "the release was changed after `hsi release` wrote it"
+        )
+    return parts_dir
 
 
 def load_composed(dataset_dir: Path, split: str | None = None, config: str | None = None, **kwargs):
@@ -376,6 +442,7 @@ def build_release(
     title: str | None = None,
     description: str | None = None,
     announce: Callable[[str], None] | None = None,
+    parts_dir: Path | None = None,
 ) -> Path:
     """Gather validated composed datasets into the release folder `release_dir` and return it.
 
@@ -385,7 +452,8 @@ def build_release(
     `results_dirs`: `hsi eval` outputs whose reports become the card's Results section.
     `title`/`description`: the card's heading and introduction (by default they say whether the
     configs are the paper's benchmark or a custom build). `announce` receives notes (a partial
-    evaluation left out of the card).
+    evaluation left out of the card). `parts_dir`: the parts `hsi extract` wrote, added as the
+    `parts` config (checked first as compose checks them), so the release can be composed from.
     """
     release_dir = Path(release_dir)
     if version is not None:
@@ -411,6 +479,12 @@ def build_release(
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
         raise ReleaseError(f"config names given twice: {duplicated}")
+    if PARTS_CONFIG in names:
+        raise ReleaseError(
+            f"a composed config is named {PARTS_CONFIG!r}, the name of the release's parts config; rename it "
+            "(hsi compose --name) and compose again"
+        )
+    parts = load_parts_input(Path(parts_dir)) if parts_dir is not None else None
     default = default_config or (DEFAULT_CONFIG if DEFAULT_CONFIG in names else names[0])
     if default not in names:
         raise ReleaseError(f"default config {default!r} is not among the datasets' configs {names}")
@@ -426,6 +500,11 @@ def build_release(
         i.config: {"fingerprint": i.manifest.get("fingerprint"), "splits": shard_index(i.manifest)}
         for i in sorted(inputs, key=lambda i: i.config)
     }
+    if parts is not None:
+        configs_meta[PARTS_CONFIG] = {
+            "fingerprint": parts.manifest.get("fingerprint"),
+            "splits": shard_index(parts.manifest),
+        }
     auto_changes = describe_changes(previous, configs_meta)
     previous_version = previous.get("version") if previous else None
     check_version_bump(previous_version, version, data_changed=bool(auto_changes))
@@ -442,8 +521,11 @@ def build_release(
         summaries = [_stage_config(staging, i, default=(i.config == default)) for i in inputs]
         # The default config comes first in the card, the rest in the order given.
         summaries.sort(key=lambda s: not s.default)
+        parts_summary = _stage_parts(staging, parts) if parts is not None else None
         section = render_results(results, copy_plots(results, staging), table) if results else None
-        card = render_card(summaries, changelog, version, section, title, description, name=release_dir.name)
+        card = render_card(
+            summaries, changelog, version, section, title, description, name=release_dir.name, parts=parts_summary
+        )
         (staging / "README.md").write_text(card, "utf-8")
         write_json_atomic(
             staging / RELEASE_META,
@@ -601,6 +683,18 @@ def _stage_config(staging: Path, item: ReleaseInput, default: bool) -> ConfigSum
             copy_new_file(png, target / png.name)
             previews.append(f"{PREVIEWS_DIR}/{item.config}/{png.name}")
     return ConfigSummary(item.config, item.manifest, item.validation, tuple(previews), default, len(classes))
+
+
+def _stage_parts(staging: Path, parts: PartsInput) -> PartsSummary:
+    """The parts shards, copied and checked against their manifest, and the manifest beside them."""
+    data_dir = inside(staging, "data", PARTS_CONFIG)
+    data_dir.mkdir(parents=True)
+    for _split, entry in sorted(parts.manifest["splits"].items()):
+        for shard in entry["shards"]:
+            name = shard["filename"]
+            copy_verified(inside(parts.path, name), inside(data_dir, name), shard["sha256"], shard["bytes"])
+    write_json_atomic(data_dir / MANIFEST_NAME, parts.manifest)
+    return PartsSummary(parts.manifest)
 
 
 def shard_classes(shard: Path) -> set:

@@ -13,6 +13,14 @@ from builder.core import markdown
 from builder.core.taxonomy import sorted_groups, tier_sort_key
 from builder.formats.composites import COMPOSITE_FIELDS, SCHEMA_VERSION
 from cards.metadata import card_metadata, check_card, dump_metadata
+from cards.parts_card import (
+    PARTS_CONFIG,
+    SCORES_MEANING,
+    PartsSummary,
+    fill_scores_cell,
+    fill_scores_table,
+    parts_section,
+)
 from cards.scgs import scgs_section
 from cards.summary import (
     CITATION,
@@ -174,14 +182,19 @@ def validation_summary(summary: ConfigSummary) -> str:
     return table(["check", "result"], rows) + f"\n\nFull report: `data/{summary.name}/validation.json`."
 
 
-def usage(default: str, configs: list[ConfigSummary], name: str = DATASET_NAME) -> str:
+def usage(
+    default: str, configs: list[ConfigSummary], name: str = DATASET_NAME, parts: PartsSummary | None = None
+) -> str:
     """The card's code, for this release under its folder's name `name`: every line runs as shown from
-    the folder's parent (tests/cards/test_card_snippets.py runs them), for every config and split."""
+    the folder's parent (tests/cards/test_card_snippets.py runs them), for every config and split
+    (the parts config's too)."""
     main = next(c for c in configs if c.name == default)
     q = json.dumps  # a Python string literal of any folder name
     split = main.splits[0] if main.splits else "test"
     shards = len(main.manifest["splits"][split]["filenames"]) if main.splits else 1
     each = "".join(f'one = load_dataset({q(name)}, "{c.name}", split="{s}")\n' for c in configs for s in c.splits)
+    if parts is not None:
+        each += "".join(f'parts = load_dataset({q(name)}, "{PARTS_CONFIG}", split="{s}")\n' for s in parts.splits)
     return "\n\n".join(
         [
             "With `datasets` (from the folder's parent directory, or a Hub repo id):",
@@ -213,10 +226,16 @@ def usage(default: str, configs: list[ConfigSummary], name: str = DATASET_NAME) 
                 'image, label, meta = next(iter(ds))\nprint(image.size, label, meta["group"])',
                 "python",
             ),
-            "Regenerating with new positions or sizes re-runs only the cheap compose stage on the parts:",
+            "Regenerating with new positions or sizes re-runs only the cheap compose stage on the parts"
+            + (
+                f" (this release ships them: `--parts {name}`, or `--parts hf://datasets/ORG/{name}@REVISION`):"
+                if parts is not None
+                else ":"
+            ),
             code_block(
-                "hsi compose --parts PARTS_DIR --variant SPEC.yaml --out OUT\nhsi validate OUT/CONFIG\n"
-                f"hsi release --out {name} OUT/CONFIG ...",
+                f"hsi compose --parts {name if parts is not None else 'PARTS_DIR'} --variant SPEC.yaml --out OUT\n"
+                "hsi validate OUT/CONFIG\n"
+                f"hsi release --out {name} OUT/CONFIG ..." + (" --parts PARTS_DIR" if parts is not None else ""),
                 "bash",
             ),
         ]
@@ -286,6 +305,49 @@ def classes_cell(summary: ConfigSummary) -> str:
     return f"{present}" + (f" of {labels} labels" if present != labels else "")
 
 
+def split_fill_scores(manifest: dict) -> dict[str, dict]:
+    """{split: fill-score summary} of the splits whose manifest entry carries one."""
+    return {
+        split: entry["fill_scores"]
+        for split, entry in sorted(manifest["splits"].items())
+        if isinstance(entry.get("fill_scores"), dict)
+    }
+
+
+def configs_table(configs: list[ConfigSummary], parts: PartsSummary | None) -> str:
+    """The configs with their splits and counts; a column of their backgrounds' fill scores when a
+    compose manifest carries them; the parts config last."""
+    scored = {c.name: split_fill_scores(c.manifest) for c in configs}
+    with_fills = any(scored.values())
+    header = ["config", "default", "splits", "samples", "classes"] + (["background fill scores"] if with_fills else [])
+    rows = []
+    for c in configs:
+        row = [
+            c.name,
+            "yes" if c.default else "",
+            ", ".join(c.splits),
+            sum(c.manifest["splits"][s]["num_samples"] for s in c.splits),
+            classes_cell(c),
+        ]
+        if with_fills:
+            row.append("; ".join(f"{s}: {fill_scores_cell(f)}" for s, f in scored[c.name].items()))
+        rows.append(row)
+    if parts is not None:
+        row = [PARTS_CONFIG, "", ", ".join(parts.splits), parts.num_samples(), "the parts (see below)"]
+        rows.append(row + ([""] if with_fills else []))
+    return table(header, rows)
+
+
+def background_fill_scores(summary: ConfigSummary) -> str | None:
+    """The fill scores of a composed config's backgrounds, when its compose manifest carries them."""
+    scored = split_fill_scores(summary.manifest)
+    if not scored:
+        return None
+    blocks = [f"### Fill scores of the backgrounds\n\n{SCORES_MEANING}"]
+    blocks += [f"**{split}**\n\n{fill_scores_table(scores)}" for split, scores in scored.items()]
+    return "\n\n".join(blocks)
+
+
 def render_body(
     configs: list[ConfigSummary],
     changelog: list[ChangelogEntry],
@@ -294,6 +356,7 @@ def render_body(
     title: str | None = None,
     description: str | None = None,
     name: str = DATASET_NAME,
+    parts: PartsSummary | None = None,
 ) -> str:
     default = next(c.name for c in configs if c.default)
     groups = sorted_groups({g for c in configs for g in c.groups})
@@ -306,25 +369,15 @@ def render_body(
     sections = [
         f"# {title or default_title(configs)}" + (f" ({version})" if version else ""),
         description or (PAPER_INTRO if is_paper_benchmark(configs) else custom),
-        "## Configs\n\n"
-        + table(
-            ["config", "default", "splits", "samples", "classes"],
-            [
-                [
-                    c.name,
-                    "yes" if c.default else "",
-                    ", ".join(c.splits),
-                    sum(c.manifest["splits"][s]["num_samples"] for s in c.splits),
-                    classes_cell(c),
-                ]
-                for c in configs
-            ],
-        ),
+        "## Configs\n\n" + configs_table(configs, parts),
         "Each sample holds `jpg` (the 224 px composite), `cls` (the label) and `json` (where and how the object "
         "was pasted: " + ", ".join(f"`{k}`" for k in COMPOSITE_FIELDS) + "; nulls where a field does not apply).",
     ]
     for c in configs:
         sections.append(f"## {c.name}\n\n{config_description(c)}\n\n### Groups, sizes and tiers\n\n{groups_table(c)}")
+        fills = background_fill_scores(c)
+        if fills:
+            sections.append(fills)
         if c.previews:
             sections.append("### Previews\n\n" + "\n\n".join(f"![{p.rsplit('/', 1)[-1]}]({p})" for p in c.previews))
         scgs = scgs_section(c.manifest)  # configs written by hsi scgs (cards.scgs)
@@ -332,14 +385,18 @@ def render_body(
             sections.append(scgs)
         sections.append("### How it was built\n\n" + provenance(c))
         sections.append("### Validation\n\n" + validation_summary(c))
+    licence = (
+        f"The images derive from ImageNet (ILSVRC2012) and carry [ImageNet's terms of access]({LICENSE_LINK}): "
+        "non-commercial research and education only."
+    )
+    if parts is not None:
+        sections.append(parts_section(parts, name, licence))
     if results:
         sections.append("## Results\n\n" + results)
     sections += [
-        "## Usage\n\n" + usage(default, configs, name),
+        "## Usage\n\n" + usage(default, configs, name, parts),
         "## Known limitations\n\n" + LIMITATIONS,
-        "## Licence\n\nThe images derive from ImageNet (ILSVRC2012) and carry "
-        f"[ImageNet's terms of access]({LICENSE_LINK}): non-commercial research and education only. "
-        f"The toolkit that built them ({DATASET_NAME} {__version__}) is open source.",
+        f"## Licence\n\n{licence} The toolkit that built them ({DATASET_NAME} {__version__}) is open source.",
         "## Citation\n\n" + code_block(CITATION, "bibtex"),
         "## Changelog\n\n"
         + (
@@ -361,15 +418,16 @@ def render_card(
     title: str | None = None,
     description: str | None = None,
     name: str = DATASET_NAME,
+    parts: PartsSummary | None = None,
 ) -> str:
     """The full README.md text, checked with datasets' parsers; raises CardError if it would not load.
     `results`: the rendered Results section (cards.results), if any. `title`/`description` replace
     the heading and introduction, which otherwise say whether this is the paper's benchmark. `name`:
-    the release folder's name, which the usage snippets load."""
+    the release folder's name, which the usage snippets load. `parts`: the release's parts config, if any."""
     from huggingface_hub import DatasetCard
 
-    body = render_body(configs, list(changelog), version, results, title, description, name)
-    text = f"---\n{dump_metadata(card_metadata(configs, title))}---\n\n{body}"
-    check_card(text, configs)
+    body = render_body(configs, list(changelog), version, results, title, description, name, parts)
+    text = f"---\n{dump_metadata(card_metadata(configs, title, parts))}---\n\n{body}"
+    check_card(text, configs, parts)
     DatasetCard(text)  # huggingface_hub's own parse of the header, as the Hub does on upload
     return text

@@ -27,6 +27,7 @@ from builder.core.config import fingerprint
 from builder.core.errors import printable
 from builder.core.manifest import COMPOSITES, MANIFEST_NAME, PARTS, Manifest
 from builder.formats.composites import COUNT_KINDS, check_composite_json, count_buckets
+from builder.formats.parts import PARTS_MEMBERS, PARTS_MEMBERS_V1
 from cards.release import RELEASE_META
 from cards.summary import CardError
 
@@ -95,6 +96,8 @@ def card_problems(text: str | None, manifests: Mapping[str, Manifest]) -> tuple[
             problems.append(
                 f"{CARD}: config {config!r} declares other features (class names) than {manifest_path(config)} lists"
             )
+        if manifests[config].holds == PARTS and not _same_parts_features(features.get(config)):
+            problems.append(f"{CARD}: config {config!r} declares other features than the parts schema")
     return problems, exact
 
 
@@ -162,6 +165,12 @@ def _same_features(info, class_names: list[str] | None) -> bool:
         return info.features == composite_features(list(class_names))
     except (ValueError, TypeError):  # duplicate or odd class names in the manifest
         return False
+
+
+def _same_parts_features(info) -> bool:
+    from cards.parts_card import parts_features
+
+    return info is not None and info.features == parts_features()
 
 
 # -- the recorded files -----------------------------------------------------------------------------
@@ -298,13 +307,27 @@ class SampleTally:
         return problems
 
 
+def parts_sample_problem(sample: Mapping) -> bool:
+    """True when a streamed part lacks a member of its schema or its json's identity."""
+    meta = sample.get("json")
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("source_id"), str):
+        return True
+    required = PARTS_MEMBERS_V1 if meta.get("schema_version") == 1 else PARTS_MEMBERS
+    return any(sample.get(name) is None for name in required)
+
+
 def streamed_split_problems(config: str, split: str, manifest: Manifest, samples) -> tuple[str, list[str]]:
     """What `load_dataset` streamed of one split (`samples`, each with its `json`) against the
-    manifest: the count, the schema of each json and the tally; with the line verify prints."""
+    manifest: the count, the schema of each json and the tally; with the line verify prints. A parts
+    config's samples are counted and each checked for every member of its schema."""
     entry = manifest.splits[split]
     count, bad, tally = 0, 0, SampleTally(config, split, manifest)
+    parts = manifest.holds == PARTS
     for sample in samples:
         count += 1
+        if parts:
+            bad += parts_sample_problem(sample)
+            continue
         bad += bool(check_composite_json(sample["json"]))
         tally.add(sample["json"])
     problems = []

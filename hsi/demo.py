@@ -49,6 +49,8 @@ def _heading(text: str) -> None:
 
 def run_demo(out: Path, workers: int = 2, progress: bool = True) -> int:
     from builder.compose.stage import compose_dataset
+    from builder.core.manifest import Manifest
+    from cards.parts_card import PartsSummary
     from cards.release import build_release
     from validation.report import validate_dataset
 
@@ -72,9 +74,14 @@ def run_demo(out: Path, workers: int = 2, progress: bool = True) -> int:
     if not report.ok:
         return 1
 
-    _heading("4/5 release: card, configs, shards")
-    release_dir = build_release(out / DEMO_VARIANT, [composed.dataset_dir], overwrite=True)
+    _heading("4/5 release: card, configs, shards, and the parts as a config of their own")
+    release_dir = build_release(out / DEMO_VARIANT, [composed.dataset_dir], overwrite=True, parts_dir=summary.parts_dir)
     print(f"release folder: {release_dir} (card: {release_dir / 'README.md'})")
+    parts = PartsSummary(Manifest.read(release_dir / "data" / "parts").to_json())
+    print(
+        f"parts config: {parts.num_samples()} parts, {parts.mb_per_1000():.1f} MB per 1,000 parts "
+        f"(`hsi compose --parts {release_dir}` composes new positions from them)"
+    )
 
     _heading("5/5 load it back with datasets.load_dataset, by relative name")
     print(load_back(release_dir))
@@ -96,6 +103,13 @@ def load_back(release_dir: Path, rows: int = 4) -> str:
     lines = [
         f'load_dataset("{release_dir.name}", split="val"): {dataset.num_rows} rows, features {sorted(dataset.features)}'
     ]
+    if (release_dir / "data" / "parts").is_dir():
+        os.chdir(release_dir.parent)
+        try:
+            parts = load_dataset(release_dir.name, "parts", split="val", cache_dir=str(cache_dir))
+        finally:
+            os.chdir(here)
+        lines.append(f'load_dataset("{release_dir.name}", "parts", split="val"): {parts.num_rows} parts')
     for row in dataset.select(range(min(rows, dataset.num_rows))):
         meta = row["json"]
         lines.append(

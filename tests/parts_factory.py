@@ -165,9 +165,16 @@ def fake_images(
 
 
 def write_parts(
-    parts_dir: Path, splits: Mapping[str, Sequence[FakeImage]], *, shard_size: int = 4, errors: Sequence[dict] = ()
+    parts_dir: Path,
+    splits: Mapping[str, Sequence[FakeImage]],
+    *,
+    shard_size: int = 4,
+    errors: Sequence[dict] = (),
+    per_split_settings: bool = False,
 ) -> dict:
-    """Write `<parts_dir>/<split>-%05d.tar`, errors.jsonl and `_info.json` (last); return the manifest."""
+    """Write `<parts_dir>/<split>-%05d.tar`, errors.jsonl and `_info.json` (last); return the manifest.
+    `per_split_settings`: record settings and fingerprints per split, as extract does (so `hsi verify`
+    recomputes the fingerprint of released parts); off, the older flat record (pinned fingerprints)."""
     parts_dir = Path(parts_dir)
     parts_dir.mkdir(parents=True, exist_ok=True)
     split_entries = {}
@@ -186,13 +193,19 @@ def write_parts(
         "fake": True,
         "images": {s: [im.source_id for im in ims] for s, ims in splits.items()},
     }
+    manifest_fingerprint = fingerprint(settings)
+    if per_split_settings:
+        settings = {s: {**settings, "split": s} for s in sorted(split_entries)}
+        for s, entry in split_entries.items():
+            entry.fingerprint = fingerprint(settings[s])
+        manifest_fingerprint = fingerprint({s: e.fingerprint for s, e in sorted(split_entries.items())})
     write_jsonl_atomic(parts_dir / ERRORS_NAME, list(errors))
     by_reason: dict[str, int] = {}
     for row in errors:
         by_reason[row["reason"]] = by_reason.get(row["reason"], 0) + 1
     manifest = Manifest(
         stage="extract",
-        fingerprint=fingerprint(settings),
+        fingerprint=manifest_fingerprint,
         settings=settings,
         backends=FAKE_BACKENDS,
         splits=split_entries,

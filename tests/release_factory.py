@@ -157,3 +157,29 @@ def two_releases(root: Path) -> tuple[Path, Path]:
         changes=["new seed"],
     )
     return v1, v2
+
+
+PARTS_WNIDS = ("n01443537", "n02437312")  # goldfish, Arabian camel
+
+
+def release_with_parts(root: Path, version: str | None = "v1.0.0", name: str = "hard-spurious-imagenet") -> dict:
+    """A demo-like release built with `--parts`: fake parts (2 classes x 2 images, 2 shards, settings per
+    split as extract records them) composed to the paper's variant, validated and released. Returns
+    {"parts": the parts folder, "dataset": the composed folder, "release": the release folder}."""
+    from parts_factory import compose_quietly, fake_images, write_parts
+
+    from hsi.cli import main
+
+    parts = Path(root) / "parts"
+    write_parts(parts, {"val": fake_images(PARTS_WNIDS, per_class=2)}, shard_size=3, per_split_settings=True)
+    dataset = compose_quietly(parts, "hard-spurious-imagenet", Path(root) / "composed").dataset_dir
+    assert main(["validate", str(dataset), "--no-previews"]) == 0
+    release = Path(root) / "release" / name
+    flags = ["--version", version] if version else []
+    assert main(["release", "--out", str(release), str(dataset), "--parts", str(parts), *flags]) == 0
+    return {"parts": parts, "dataset": dataset, "release": release}
+
+
+def shard_bytes(dataset_root: Path) -> dict[str, bytes]:
+    """{config/shard: bytes} of every composed shard under a compose --out folder."""
+    return {p.relative_to(dataset_root).as_posix(): p.read_bytes() for p in sorted(Path(dataset_root).glob("*/*.tar"))}

@@ -43,7 +43,11 @@ PAPER_CHOICES = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--parts", type=Path, required=True, help="the parts folder written by `hsi extract` (OUT/parts, or OUT itself)"
+        "--parts",
+        required=True,
+        help="the parts folder written by `hsi extract` (OUT/parts, or OUT itself), a release folder made with "
+        "`hsi release --parts`, or a published one: hf://datasets/ORG/NAME@REVISION (its parts config is "
+        "downloaded once into $HF_HOME/hsi/parts; no ImageNet, no GPU)",
     )
     parser.add_argument(
         "--variant",
@@ -131,6 +135,20 @@ SPEC_FLAGS = (
 )
 
 
+def resolve_parts(parts: str) -> Path:
+    """The local parts folder a --parts argument names: a parts folder as it is, a release folder's
+    parts config (`data/parts`), or a published release's parts config, downloaded and checked."""
+    from cards.release import RELEASE_META, release_parts_dir
+    from hf_scripts.release_parts import fetch_release_parts, is_hub_address
+
+    if is_hub_address(parts):
+        return fetch_release_parts(parts)
+    path = Path(parts)
+    if (path / RELEASE_META).is_file():
+        return release_parts_dir(path)
+    return path
+
+
 def run(args: argparse.Namespace) -> int:
     from builder.compose.spec import PAPER_EXACT
     from builder.compose.stage import compose_dataset
@@ -138,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
     explicit = {name: getattr(args, name) for name in SPEC_FLAGS if getattr(args, name) is not None}
     overrides = {**(PAPER_EXACT if args.paper_exact else {}), **explicit}
     summary = compose_dataset(
-        args.parts,
+        resolve_parts(args.parts),
         args.variant,
         args.out,
         options=run_options(args),

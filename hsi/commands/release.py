@@ -40,6 +40,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="the previous release folder, for the changelog and the version check",
     )
+    parser.add_argument(
+        "--parts",
+        type=Path,
+        default=None,
+        metavar="PARTS",
+        help="the parts folder `hsi extract` wrote (OUT/parts or OUT): shipped as the release's `parts` config, "
+        "so that `hsi compose --parts RELEASE` (or hf://...) regenerates new positions and sizes without "
+        "ImageNet or a GPU; without it the release cannot be composed from",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing release folder")
     parser.add_argument(
         "--title", default=None, help="the card's title (default: the paper's benchmark name, or 'a custom build')"
@@ -73,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         results_dirs=args.results,
         title=args.title,
         description=args.description,
+        parts_dir=args.parts,
         announce=lambda note: print(f"hsi release: note: {note}", file=sys.stderr),
     )
     print(f"release written to {release} (load it with load_dataset({release.name!r}) from {release.parent})")

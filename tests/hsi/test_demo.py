@@ -28,6 +28,12 @@ def test_demo_runs_every_stage_and_loads_the_release_back(tmp_path, capsys, monk
     assert json.loads((dataset / "validation.json").read_text())["ok"] is True
     assert (dataset / "previews" / "contact_sheet.png").stat().st_size > 10_000
     assert (out / "hard-spurious-imagenet" / "README.md").is_file()
+    release = out / "hard-spurious-imagenet"
+    for shard in parts["splits"]["val"]["shards"]:  # the parts config: extract's shards byte for byte
+        copied = release / "data" / "parts" / shard["filename"]
+        assert copied.read_bytes() == (out / "parts" / shard["filename"]).read_bytes()
+    assert "\n## parts\n" in (release / "README.md").read_text() and "MB per 1,000 parts" in printed
+    assert 'load_dataset("hard-spurious-imagenet", "parts", split="val"): 4 parts' in printed
     assert "CoR" in printed and "total" in printed  # the group x size table
     assert 'load_dataset("hard-spurious-imagenet", split="val"): 48 rows' in printed
     sample_rows = re.findall(
