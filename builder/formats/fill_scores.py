@@ -17,8 +17,9 @@ photo's own pixels just outside them (every pixel outside within `RING_PIXELS`, 
            for `hsi compose --min-fill`; 1 is a fill these measures cannot tell from the photo.
 
 A fill is called poor under `POOR_SCORE`, its texture low under `TEXTURE_LOW` and its seam high over
-`SEAM_HIGH` (the thresholds the docs' tables count). A background with nothing filled, or with
-nothing left of the photo to compare with, has no scores (None).
+`SEAM_HIGH` (the thresholds the docs' tables count). A background with nothing filled has no scores
+(None): it is the photo itself. One filled everywhere (no pixel of the photo left, or none within
+the ring) scores 0 by definition: texture 0, seam 1, step 0, so every `--min-fill` leaves it out.
 """
 
 from __future__ import annotations
@@ -71,11 +72,11 @@ def _band(mask: np.ndarray, pixels: int) -> tuple[np.ndarray, np.ndarray]:
 
 def score_fill(canvas: np.ndarray, mask: np.ndarray) -> FillScores | None:
     """The scores of `canvas` (H x W x 3 uint8) filled inside `mask` (H x W bool, same size)."""
-    if not mask.any() or mask.all():
+    if not mask.any():
         return None
     _, ring = _band(mask, RING_PIXELS)
-    if not ring.any():
-        return None
+    if not ring.any():  # all fill: nothing of the photo to compare with, the worst case
+        return FillScores(texture=0.0, seam=1.0, step=0.0)
     grey = cv2.cvtColor(canvas, cv2.COLOR_RGB2GRAY).astype(np.float32)
     laplacian = np.abs(cv2.Laplacian(grey, cv2.CV_32F, ksize=3))
     texture = (float(laplacian[mask].mean()) + _EPS) / (float(laplacian[ring].mean()) + _EPS)

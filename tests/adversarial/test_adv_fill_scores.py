@@ -114,10 +114,10 @@ def test_a_nan_median_in_the_summary_is_refused(parts):
         Manifest.read(parts)
 
 
-def test_the_scorer_has_no_scores_for_nothing_filled_or_everything_filled():
+def test_nothing_filled_has_no_scores_and_everything_filled_scores_0():
     canvas = np.zeros((224, 224, 3), np.uint8)
     assert score_fill(canvas, np.zeros((224, 224), bool)) is None
-    assert score_fill(canvas, np.ones((224, 224), bool)) is None
+    assert score_fill(canvas, np.ones((224, 224), bool)).score == 0.0
     assert check_fill_scores(None, "json") is None
     with pytest.raises(ValueError, match="json: fill_scores.score must be a finite number"):
         check_fill_scores({"texture": 1, "seam": 1, "step": 0, "score": math.inf}, "json")

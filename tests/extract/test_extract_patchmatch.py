@@ -70,15 +70,14 @@ def test_every_part_has_fill_scores_and_the_manifest_summarises_them(runs):
         assert meta["schema_version"] == 2
         fill = decode_mask(members["fill.png"])
         expected = score_fill(decode_canvas(members["canvas.npy"]), canvas_mask(fill, 224))
-        if key == COVERED:  # its box covers the photo: no pixel of its own is left to compare a fill with
-            assert expected is None and meta["fill_scores"] is None
-            continue
         assert meta["fill_scores"] == expected.to_json()  # the scores of the canvas stored beside them
         scores[key] = meta["fill_scores"]
+    # its box covers the photo: all of it is fill, nothing of its own is left, it scores 0
+    assert scores[COVERED] == {"texture": 0.0, "seam": 1.0, "step": 0.0, "score": 0.0}
     summary = json.loads((parts_dir / "_info.json").read_text())["splits"]["val"]["fill_scores"]
-    assert summary["scored"] == 5 and summary["unscored"] == 1
+    assert summary["scored"] == 6 and summary["unscored"] == 0
     assert summary["score"]["median"] == round(float(np.median([s["score"] for s in scores.values()])), 4)
-    below = sum(s["score"] < summary["poor_score"] for s in scores.values()) / 5
+    below = sum(s["score"] < summary["poor_score"] for s in scores.values()) / 6
     assert summary["share_below_poor_score"] == round(below, 4)
 
 
