@@ -145,7 +145,8 @@ SCORES_MEANING = (
     "Fill scores are no-reference measures of each inpainted background on the 224 px canvas "
     "(`builder/formats/fill_scores.py`): `texture` (under 1: the fill is smoother than the photo around it), "
     "`seam` (above 1: an edge runs around the fill), `step` (the colour jump across its border; 0 when the "
-    "colours meet) and `score` in (0, 1], their product (1: these measures cannot tell the fill from the photo)."
+    "colours meet) and `score` = min(1, texture) x min(1, 1 / seam) / (1 + step), in [0, 1] (1: these measures "
+    "cannot tell the fill from the photo; 0: the background is all fill)."
 )
 
 

@@ -190,13 +190,13 @@ def leaderboard_row(report: dict, folder_name: str) -> dict:
         worst = summary["worst_group"]
         row.update(
             worst_group=worst["group"],
-            worst_group_top1=worst["value"],
+            worst_group_top1=worst.get("value"),  # checked_report lets value be absent (null)
             worst_group_low=worst.get("low"),
             worst_group_high=worst.get("high"),
-            mean_over_groups=summary["mean_over_groups"]["value"],
+            mean_over_groups=summary["mean_over_groups"].get("value"),
         )
         for group in metrics["by_group"]:
-            row[f"{group['group']}_top1"] = group["top1"]["value"]
+            row[f"{group['group']}_top1"] = group["top1"].get("value")
     return row
 
 

@@ -327,7 +327,7 @@ def markdown_section(fill: dict) -> list[str]:
         "for a flat slab, about 1 when as busy as the ground), seam the edge strength on the fill's "
         "border over the ring's (about 1 when invisible, above when an edge runs around it), step the "
         "colour jump across the border over the ring's colour spread (0 when the colours meet); "
-        f"{SCORE_FORMULA}, in (0, 1], higher is better. Poor: texture < {thresholds['texture_low']}, "
+        f"{SCORE_FORMULA}, in [0, 1], higher is better. Poor: texture < {thresholds['texture_low']}, "
         f"seam > {thresholds['seam_high']}, score < {thresholds['poor_score']}.",
         "",
     ]

@@ -336,7 +336,7 @@ def worst_fills_sheet(shown, title: str, out_path: Path, columns: int = 4, tile:
     width = gap + columns * (tile + gap)
     probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     key_lines = [
-        f"{SCORE_FORMULA}, in (0, 1], higher is better (1: these measures cannot tell the fill from the photo).",
+        f"{SCORE_FORMULA}, in [0, 1], higher is better (1: these measures cannot tell the fill from the photo).",
         "texture: the fill's detail over the surrounding photo's (low: a smooth slab); seam: the edge strength on "
         "the fill's border over the photo's (high: a visible edge); step: the colour jump across the border.",
         f"Magenta: the border of the filled pixels. Red: texture < {TEXTURE_LOW}, seam > {SEAM_HIGH}, "

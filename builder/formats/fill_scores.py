@@ -13,7 +13,7 @@ photo's own pixels just outside them (every pixel outside within `RING_PIXELS`, 
            just inside and the 3-px band just outside, over the ring's colour spread (the RMS of its
            per-channel standard deviations, +0.5). 0 when the colours meet.
 
-  score    min(1, texture) * min(1, 1 / seam) / (1 + step): one number in (0, 1] for ranking and
+  score    min(1, texture) * min(1, 1 / seam) / (1 + step): one number in [0, 1] for ranking and
            for `hsi compose --min-fill`; 1 is a fill these measures cannot tell from the photo.
 
 A fill is called poor under `POOR_SCORE`, its texture low under `TEXTURE_LOW` and its seam high over

@@ -8,7 +8,9 @@ eval.json `metrics`.
 
 The figures asserted are the ones measured with this toolkit's demo build (torch 2.14.1 on CPU),
 not hoped-for numbers; four photos are far too few to say anything about the model:
-- composites: top-1 6/48 = 0.125, top-5 26/48 = 0.542; CeO, CoO and CeR 2/12 each, CoR 0/12;
+- composites: top-1 6/48 = 0.125, top-5 27/48 = 0.5625 (26/48 before #31 kept PatchMatch's whole
+  fill and changed three demo backgrounds); CeO 2/12, CoO 3/12, CeR 1/12, CoR 0/12 (before: 2, 2,
+  2 and 0);
 - clean photos: 1/4 (the tripod; the tabby is called an Egyptian cat, the mug an espresso);
 - backgrounds alone (object erased): 0/4;
 - background-class analysis: of 23 errors on foreign backgrounds none names the background's class.
@@ -63,11 +65,11 @@ def test_efficientnet_lite0_through_the_ts_path_on_the_demo(demo, lite0, tmp_pat
     report = json.loads((folder / "eval.json").read_text())
     metrics = report["metrics"]
     assert report["data"]["split"] == "val" and metrics["samples"] == 48 and metrics["sources"] == 4
-    assert metrics["overall"]["top1"]["value"] == 0.125 and metrics["overall"]["top5"]["value"] == 0.541667
+    assert metrics["overall"]["top1"]["value"] == 0.125 and metrics["overall"]["top5"]["value"] == 0.5625
     assert {g["group"]: g["top1"]["value"] for g in metrics["by_group"]} == {
         "CeO": 0.166667,
-        "CoO": 0.166667,
-        "CeR": 0.166667,
+        "CoO": 0.25,
+        "CeR": 0.083333,
         "CoR": 0.0,
     }
     assert (
@@ -75,7 +77,7 @@ def test_efficientnet_lite0_through_the_ts_path_on_the_demo(demo, lite0, tmp_pat
     )
     assert report["background_only"]["images"] == 4 and report["background_only"]["top1"] == 0.0
     bg = metrics["background_class"]["overall"]
-    assert (bg["samples"], bg["errors"], bg["share_of_errors"]["value"]) == (24, 22, 0.0)
+    assert (bg["samples"], bg["errors"], bg["share_of_errors"]["value"]) == (24, 23, 0.0)
     assert (folder / "background_accuracy.csv").read_text().splitlines()[
         0
     ] == "wnid,class_index,class_name,images,accuracy"
@@ -148,15 +150,15 @@ def test_efficientnet_lite0_gives_one_set_of_metrics_by_every_route(demo, lite0,
 
     # the figures measured on the demo composites (torch 2.14.1, CPU)
     assert metrics["samples"] == 48 and metrics["sources"] == 4
-    assert metrics["overall"]["top1"]["value"] == 0.125 and metrics["overall"]["top5"]["value"] == 0.541667
+    assert metrics["overall"]["top1"]["value"] == 0.125 and metrics["overall"]["top5"]["value"] == 0.5625
     assert {g["group"]: g["top1"]["value"] for g in metrics["by_group"]} == {
         "CeO": 0.166667,
-        "CoO": 0.166667,
-        "CeR": 0.166667,
+        "CoO": 0.25,
+        "CeR": 0.083333,
         "CoR": 0.0,
     }
     background = metrics["background_class"]["overall"]
-    assert (background["samples"], background["errors"], background["share_of_errors"]["value"]) == (24, 22, 0.0)
+    assert (background["samples"], background["errors"], background["share_of_errors"]["value"]) == (24, 23, 0.0)
 
     # ts:, ep: and onnx: give the same top-5 for every composite (onnxruntime's float sums differ
     # from torch's in the last bits, too little to move a class or a metric's sixth decimal)
