@@ -9,40 +9,15 @@ scores: no `fill_scores` key, no fill.png), then make the manifest vouch for the
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
-from parts_factory import rehash_parts
-
-from builder.core.shard_read import iter_shard
-from builder.core.shard_write import write_shard
-from builder.formats.fill_scores import summarise_fill_scores
+from parts_factory import rewrite_parts
 
 
 def planted(score: float) -> dict[str, float]:
     """Scores whose one number is `score`: texture `score`, an invisible seam, no colour step."""
     return {"texture": score, "seam": 1.0, "step": 0.0, "score": score}
-
-
-def _rewrite(parts_dir: Path, change: Callable[[str, dict, dict], tuple[dict, dict]], summarise: bool) -> None:
-    path = Path(parts_dir) / "_info.json"
-    data = json.loads(path.read_text("utf-8"))
-    for entry in data["splits"].values():
-        rows = []
-        for shard in entry["shards"]:
-            samples = []
-            for key, members in iter_shard(Path(parts_dir) / shard["filename"]):
-                meta, members = change(key, json.loads(members["json"]), dict(members))
-                members["json"] = json.dumps(meta, sort_keys=True).encode("utf-8")
-                rows.append(meta.get("fill_scores"))
-                samples.append((key, members))
-            write_shard(Path(parts_dir) / shard["filename"], samples)
-        if summarise:
-            entry["fill_scores"] = summarise_fill_scores(rows)
-        else:
-            entry.pop("fill_scores", None)
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", "utf-8")
-    rehash_parts(parts_dir)
 
 
 def plant_fill_scores(parts_dir: Path, scores: Mapping[str, object], *, raw: bool = False) -> None:
@@ -56,7 +31,7 @@ def plant_fill_scores(parts_dir: Path, scores: Mapping[str, object], *, raw: boo
             meta["fill_scores"] = value if raw or value is None else planted(float(value))  # type: ignore[arg-type]
         return meta, members
 
-    _rewrite(parts_dir, change, summarise=not raw)
+    rewrite_parts(parts_dir, change, summary="drop" if raw else "recompute")
 
 
 def as_schema_1(parts_dir: Path, keys: set[str] | None = None) -> None:
@@ -69,7 +44,7 @@ def as_schema_1(parts_dir: Path, keys: set[str] | None = None) -> None:
             members.pop("fill.png", None)
         return meta, members
 
-    _rewrite(parts_dir, change, summarise=keys is not None)
+    rewrite_parts(parts_dir, change, summary="recompute" if keys is not None else "drop")
     if keys is None:
         path = Path(parts_dir) / "_info.json"
         data = json.loads(path.read_text("utf-8"))

@@ -233,11 +233,12 @@ def rehash_parts(parts_dir: Path) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", "utf-8")
 
 
-def rewrite_fill_scores(parts_dir: Path, scores: Mapping[str, object], *, resummarise: bool = True) -> None:
-    """Set the `fill_scores` of the parts named in `scores` (any value, a hostile one included) by
-    rewriting their shards, then make the manifest vouch for the shards (`rehash_parts`) and, with
-    `resummarise`, record the summary extract would have written for the new scores (of the valid
-    ones: a hostile value is a part tampered with after extract)."""
+def rewrite_parts(parts_dir: Path, change, *, summary: str = "recompute") -> None:
+    """Rewrite every parts sample through `change(key, meta, members) -> (meta, members)` (meta: the
+    decoded json), then make the manifest vouch for the shards (`rehash_parts`) and, per `summary`,
+    record the fill-score summary extract would have written for the new scores (`recompute`: of the
+    valid ones, a hostile value being a part tampered with after extract), keep the old one (`keep`)
+    or drop it (`drop`)."""
     import json
 
     from builder.core.shard_read import iter_shard
@@ -250,20 +251,32 @@ def rewrite_fill_scores(parts_dir: Path, scores: Mapping[str, object], *, resumm
         for shard in entry["shards"]:
             samples = []
             for key, members in iter_shard(Path(parts_dir) / shard["filename"]):
-                meta = json.loads(members["json"])
-                if key in scores:
-                    meta["fill_scores"] = scores[key]
-                    members = {**members, "json": json.dumps(meta, sort_keys=True).encode("utf-8")}
+                meta, members = change(key, json.loads(members["json"]), dict(members))
+                members["json"] = json.dumps(meta, sort_keys=True).encode("utf-8")
                 try:
-                    rows.append(check_fill_scores(meta["fill_scores"], key))
+                    rows.append(check_fill_scores(meta.get("fill_scores"), key))
                 except ValueError:
                     pass
                 samples.append((key, members))
             write_shard(Path(parts_dir) / shard["filename"], samples)
-        if resummarise:
+        if summary == "recompute":
             entry["fill_scores"] = summarise_fill_scores(rows)
+        elif summary == "drop":
+            entry.pop("fill_scores", None)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", "utf-8")
     rehash_parts(parts_dir)
+
+
+def rewrite_fill_scores(parts_dir: Path, scores: Mapping[str, object], *, resummarise: bool = True) -> None:
+    """Set the `fill_scores` of the parts named in `scores` (any value, a hostile one included);
+    with `resummarise`, the manifest's summary follows the valid ones (`rewrite_parts`)."""
+
+    def change(key: str, meta: dict, members: dict) -> tuple[dict, dict]:
+        if key in scores:
+            meta["fill_scores"] = scores[key]
+        return meta, members
+
+    rewrite_parts(parts_dir, change, summary="recompute" if resummarise else "keep")
 
 
 def compose_quietly(parts_dir: Path, variant: str, out_root: Path, *, overrides: Mapping | None = None):
