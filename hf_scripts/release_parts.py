@@ -157,6 +157,11 @@ def _fetch(api, repo_id: str, revision: str, cache_root: Path) -> Path:
     except InputError:  # a damaged cached copy: download the shards once more, then refuse
         for split in splits:
             for filename in typed.splits[split].filenames:
+                # our own cached copy goes first, so the copy checked next is the one just downloaded,
+                # whatever huggingface_hub's local_dir freshness rules (mtime within 1 s) make of it
+                cached = inside(local_dir, f"{PARTS_DATA_DIR}/{filename}")
+                if cached.is_file() and not cached.is_symlink():
+                    cached.unlink()
                 fetch(f"{PARTS_DATA_DIR}/{filename}", force=True)
         verify_parts_shards(parts_dir, typed, splits)
     return parts_dir
