@@ -17,6 +17,7 @@ from pathlib import Path
 from builder.core.hashing import sha256_file
 from builder.core.manifest import Manifest, ManifestError
 from builder.core.untrusted import UntrustedInput, read_json
+from cards.croissant import CROISSANT_NAME, release_croissant_problems
 from cards.release import check_release_record
 from hf_scripts.publish import REPO_TYPE, PublishError, check_repo_id, hub_errors, release_shards, version_tags
 from hf_scripts.release_checks import (
@@ -82,8 +83,13 @@ def _verify_release(api, repo_id: str, version: str, cache_dir: str | None) -> t
     present = set(api.list_repo_files(repo_id, repo_type=REPO_TYPE, revision=commit))
     listed_shards = release_shards(release)
     problems += recorded_file_problems(release, present, lambda path: sha256_file(fetched(fetch, path)), listed_shards)
-    card_lines, exact = card_problems(card_text(fetch, present), manifests)
+    card = card_text(fetch, present)
+    card_lines, exact = card_problems(card, manifests)
     problems += card_lines
+    croissant = (
+        fetched(fetch, CROISSANT_NAME).read_text("utf-8", errors="replace") if CROISSANT_NAME in present else None
+    )
+    problems += release_croissant_problems(release, {c: m.to_json() for c, m in manifests.items()}, card, croissant)
     for config, listed in sorted(release["configs"].items()):
         manifest = manifests[config]
         for split in sorted(set(listed["splits"]) - set(manifest.splits)):

@@ -17,6 +17,7 @@ from builder.core.errors import printable
 from builder.core.hashing import sha256_file
 from builder.core.manifest import Manifest
 from builder.core.untrusted import read_json
+from cards.croissant import CROISSANT_NAME, release_croissant_problems
 from cards.release import RELEASE_META, read_release_meta
 from hf_scripts.publish import PublishError, release_shards
 from hf_scripts.release_checks import (
@@ -76,6 +77,8 @@ def verify_folder(folder: Path, version: str | None = None) -> tuple[list[str], 
     card = (folder / CARD).read_text("utf-8", errors="replace") if CARD in present else None
     card_lines, exact = card_problems(card, manifests)
     problems += card_lines
+    croissant = (folder / CROISSANT_NAME).read_text("utf-8", errors="replace") if CROISSANT_NAME in present else None
+    problems += release_croissant_problems(release, {c: m.to_json() for c, m in manifests.items()}, card, croissant)
     for config, listed in sorted(release["configs"].items()):
         manifest = manifests[config]
         for split in sorted(set(listed["splits"]) | set(manifest.splits)):

@@ -1,0 +1,173 @@
+"""croissant.json (cards.croissant) on the demo's release, built once for the module: mlcroissant
+validates it and loads every config's records from the shards' members, its fields map the sample
+json, its sha256 and counts are the manifests', it is the same bytes when built again, and `hsi
+verify` names the field of one that was changed."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from builder.core.shard_read import iter_shard
+from builder.formats.composites import COMPOSITE_FIELDS
+from cards.croissant import CROISSANT_NAME
+from cards.release import RELEASE_META, build_release
+from hsi.cli import main
+
+CONFIG = "hard-spurious-imagenet"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("croissant") / "demo-output"
+    assert main(["demo", "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def release(demo):
+    return demo / CONFIG
+
+
+@pytest.fixture(scope="module")
+def document(release):
+    return json.loads((release / CROISSANT_NAME).read_text("utf-8"))
+
+
+@pytest.fixture(scope="module")
+def croissant_cache(tmp_path_factory):
+    """mlcroissant extracts a tar into CROISSANT_CACHE/extract/<sha256 of its contentUrl>, read once at
+    import: every release's `data/<config>/val-00000.tar` would share one folder, so each test run
+    gets its own (the module constants are what the extract operation reads)."""
+    cache = tmp_path_factory.mktemp("croissant-cache")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("CROISSANT_CACHE", str(cache))
+    from etils import epath
+    from mlcroissant._src.core import constants
+    from mlcroissant._src.operation_graph.operations import extract
+
+    patch.setattr(constants, "EXTRACT_PATH", epath.Path(cache) / "extract")
+    patch.setattr(extract, "EXTRACT_PATH", constants.EXTRACT_PATH)
+    yield cache
+    patch.undo()
+
+
+def manifest(release: Path, config: str) -> dict:
+    return json.loads((release / "data" / config / "_info.json").read_text())
+
+
+def shard_samples(release: Path, config: str) -> dict[str, bytes]:
+    """{key: cls member} of every sample of a config, read from its shards."""
+    found = {}
+    for shard in sorted((release / "data" / config).glob("*.tar")):
+        for key, members in iter_shard(shard):
+            found[key] = members["cls"]
+    return found
+
+
+def test_mlcroissant_validate_reports_no_error(release, croissant_cache):
+    cli = Path(sys.executable).with_name("mlcroissant")
+    done = subprocess.run(
+        [str(cli), "validate", "--jsonld", str(release / CROISSANT_NAME)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"CROISSANT_CACHE": str(croissant_cache), "PATH": "/usr/bin:/bin", "HOME": str(croissant_cache)},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "error(s)" not in done.stderr and "Done." in done.stderr
+    # no date is recorded (the bytes are deterministic) and the demo release is unversioned
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("  -  ")]
+    assert all("datePublished" in line or "schema.org/version" in line for line in warnings), warnings
+
+
+@pytest.mark.parametrize(
+    ("config", "image", "size"),
+    [(CONFIG, "image", (224, 224)), ("parts", "background", None)],
+    ids=["composed", "parts"],
+)
+def test_mlcroissant_loads_every_sample_with_its_key_image_and_label(
+    release, document, croissant_cache, config, image, size
+):
+    import mlcroissant as mlc
+
+    records = list(mlc.Dataset(jsonld=str(release / CROISSANT_NAME)).records(record_set=config))
+    wanted = shard_samples(release, config)
+    assert len(records) == sum(s["num_samples"] for s in manifest(release, config)["splits"].values()) == len(wanted)
+    loaded = {r[f"{config}/key"].decode(): r for r in records}
+    assert sorted(loaded) == sorted(wanted)
+    for key, record in loaded.items():
+        assert record[f"{config}/label"] == int(wanted[key])
+        if size:
+            assert record[f"{config}/{image}"].size == size
+        else:
+            assert record[f"{config}/{image}"].mode in ("RGB", "L")
+
+
+def test_fields_map_the_sample_json_and_files_carry_the_manifests_sha256(release, document):
+    fields = {rs["@id"]: rs["field"] for rs in document["recordSet"]}
+    metadata = fields[f"{CONFIG}/metadata"]
+    assert [f["name"] for f in metadata] == ["key", *COMPOSITE_FIELDS]
+    kinds = {str: "sc:Text", int: "sc:Integer", float: "sc:Float"}
+    for field in metadata[1:]:
+        kind, _, _ = COMPOSITE_FIELDS[field["name"]]
+        assert field["dataType"] == kinds[kind]
+        assert field["source"] == {
+            "fileSet": {"@id": f"{CONFIG}/json-members"},
+            "extract": {"jsonPath": f"$.{field['name']}"},
+        }
+    assert [f["name"] for f in fields[CONFIG]] == ["key", "image", "label"]
+    files = {f["@id"]: f for f in document["distribution"] if f["@type"] == "cr:FileObject"}
+    for config in (CONFIG, "parts"):
+        for split in manifest(release, config)["splits"].values():
+            for shard in split["shards"]:
+                entry = files.pop(f"data/{config}/{shard['filename']}")
+                assert (entry["sha256"], entry["contentSize"]) == (shard["sha256"], f"{shard['bytes']} B")
+                assert entry["encodingFormat"] == "application/x-tar"
+    assert files == {}
+    recorded = json.loads((release / RELEASE_META).read_text())["files"]
+    assert CROISSANT_NAME in recorded  # hashed like every file, so publish and verify carry it
+
+
+def test_rai_fields_say_what_the_data_is(release, document):
+    fills = manifest(release, CONFIG)["splits"]["val"]["fill_scores"]
+    parts = manifest(release, "parts")
+    assert document["conformsTo"] == "http://mlcommons.org/croissant/1.1"
+    assert document["rai:hasSyntheticData"] is True
+    assert document["license"] == "https://image-net.org/download.php"
+    collection = document["rai:dataCollection"]
+    assert "48 in all" in collection and "ImageNet (ILSVRC2012) val photographs" in collection
+    assert f"inpainter {parts['backends']['inpainter']['name']}" in collection and "sizes 56, 84, 112" in collection
+    limitations = document["rai:dataLimitations"]
+    median, share = fills["score"]["median"], fills["share_below_poor_score"]
+    assert f"{CONFIG}/val: median fill score {median}, {round(100 * share, 1)}% of 48 scored fills under 0.5" in (
+        limitations
+    )
+    assert "no attempt to blur or remove faces" in document["rai:personalSensitiveInformation"]
+    for key in ("rai:dataBiases", "rai:dataUseCases"):
+        assert len(document[key]) > 100
+
+
+def test_built_again_it_is_the_same_bytes(demo, release, tmp_path):
+    again = build_release(tmp_path / CONFIG, [demo / "datasets" / CONFIG], parts_dir=demo / "parts")
+    assert (again / CROISSANT_NAME).read_bytes() == (release / CROISSANT_NAME).read_bytes()
+
+
+def test_verify_names_the_field_of_a_changed_count(release, tmp_path, capsys):
+    copy = tmp_path / CONFIG
+    shutil.copytree(release, copy)
+    text = (copy / CROISSANT_NAME).read_text()
+    shard = manifest(release, CONFIG)["splits"]["val"]["shards"][0]
+    changed = text.replace(f'"contentSize": "{shard["bytes"]} B"', f'"contentSize": "{shard["bytes"] + 1} B"', 1)
+    assert changed != text
+    (copy / CROISSANT_NAME).write_text(changed)
+    assert main(["verify", str(copy)]) == 1
+    out = capsys.readouterr().out
+    assert (
+        f"FAILED: croissant.json: distribution[data/{CONFIG}/{shard['filename']}].contentSize differs from the "
+        "release's manifests; rebuild it with `hsi release`"
+    ) in out
+    assert main(["verify", str(release)]) == 0
