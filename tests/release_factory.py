@@ -21,9 +21,11 @@ from builder.formats.composites import COMPOSITE_FIELDS, SCHEMA_VERSION, composi
 SIZES = (56, 84, 112)
 
 
-def composite_json(config: str, split: str, index: int, label: int, class_index: int, seed: int) -> dict:
+def composite_json(
+    config: str, split: str, index: int, label: int, class_index: int, seed: int, group_index: int | None = None
+) -> dict:
     cls = imagenet_classes()[class_index]
-    group, size = PAPER_GROUPS[index % 4], SIZES[index % 3]
+    group, size = PAPER_GROUPS[index % 4 if group_index is None else group_index], SIZES[index % 3]
     corner = group.startswith("Co")
     meta = {
         "wnid": cls.wnid,
@@ -88,8 +90,11 @@ def make_composed_dataset(
     seed: int = 0,
     validation: dict | None = None,
     previews: int = 1,
+    groups_in_order: bool = False,
 ) -> Path:
-    """Write OUT/<config>/ with shards, `_info.json` (written last) and `validation.json`."""
+    """Write OUT/<config>/ with shards, `_info.json` (written last) and `validation.json`. The
+    samples cycle through the groups, or with `groups_in_order` come a quarter of each split per
+    group, group after group (so the first shards hold only the first group)."""
     splits = splits or {"test": 8}
     dataset = Path(out) / config
     classes = [c.index * 7 % 1000 for c in imagenet_classes()[:num_classes]]
@@ -100,7 +105,8 @@ def make_composed_dataset(
             samples = []
             for i in range(shard_start, min(count, shard_start + shard_size)):
                 label = i % num_classes
-                meta = composite_json(config, split, i, label, classes[label], seed)
+                group_index = i * 4 // count if groups_in_order else None
+                meta = composite_json(config, split, i, label, classes[label], seed, group_index)
                 metas.append(meta)
                 picture = jpeg(seed * 100_003 + i + 7919 * len(split))
                 samples.append((f"{split}_{i:06d}", composite_members(picture, label, meta)))
