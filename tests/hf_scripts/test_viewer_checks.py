@@ -6,16 +6,13 @@ shard's bytes (20,480) so a tiny release shows what a large one would."""
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 from pathlib import Path
 
 import pytest
-from release_factory import make_composed_dataset
+from release_factory import make_composed_dataset, rewrite_release_shard
 
 import hf_scripts.viewer_checks as viewer_checks
-from builder.core.hashing import sha256_file
 from cards.release import build_release
 from hsi.cli import main
 
@@ -28,45 +25,8 @@ def release(tmp_path: Path, **composed) -> Path:
     return build_release(tmp_path / "release" / NAME, [dataset], version="v1.0.0")
 
 
-def tar_members(path: Path) -> list[tuple[str, bytes]]:
-    with tarfile.open(path) as tar:
-        return [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
-
-
-def write_tar(path: Path, members: list[tuple[str, bytes]]) -> None:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime = len(data), 0
-            tar.addfile(info, io.BytesIO(data))
-    path.write_bytes(buffer.getvalue())
-
-
-def reseal(folder: Path, shard: str) -> None:
-    """Record a rewritten shard's bytes and sha256 in its manifest and `_release.json`, as if
-    `hsi release` had written it: only the viewer checks can then tell it from a good one."""
-    local = folder / DATA / shard
-    digest, size = sha256_file(local), local.stat().st_size
-    info_path, meta_path = folder / DATA / "_info.json", folder / "_release.json"
-    info = json.loads(info_path.read_text())
-    for entry in info["splits"]["test"]["shards"]:
-        if entry["filename"] == shard:
-            entry.update(bytes=size, sha256=digest)
-    info_path.write_text(json.dumps(info, sort_keys=True, indent=2))
-    meta = json.loads(meta_path.read_text())
-    for entry in meta["configs"][NAME]["splits"]["test"]:
-        if entry["filename"] == shard:
-            entry.update(bytes=size, sha256=digest)
-    meta["files"][f"{DATA}/{shard}"] = digest
-    meta["files"][f"{DATA}/_info.json"] = sha256_file(info_path)
-    meta_path.write_text(json.dumps(meta, sort_keys=True, indent=2))
-
-
-def rewrite(folder: Path, shard: str, change) -> None:
-    path = folder / DATA / shard
-    write_tar(path, change(tar_members(path)))
-    reseal(folder, shard)
+def dotted_key(members: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    return [(name.replace("test_000003", "test.000003"), data) for name, data in members]
 
 
 def verify(folder: Path, capsys) -> tuple[int, list[str]]:
@@ -82,13 +42,13 @@ def test_a_good_release_passes_the_viewer_checks(tmp_path, capsys):
 def test_a_resealed_shard_passes_everything_but_the_change(tmp_path, capsys):
     """The helper itself: a shard rewritten with the same members is intact again."""
     folder = release(tmp_path)
-    rewrite(folder, "test-00001.tar", lambda members: members)
+    rewrite_release_shard(folder, "test-00001.tar", lambda members: members)
     assert verify(folder, capsys) == (0, [])
 
 
 def test_a_dotted_key_is_refused(tmp_path, capsys):
     folder = release(tmp_path)
-    rewrite(folder, "test-00001.tar", lambda ms: [(n.replace("test_000003", "test.000003"), d) for n, d in ms])
+    rewrite_release_shard(folder, "test-00001.tar", dotted_key)
     status, failed = verify(folder, capsys)
     assert status == 1
     dotted = [line for line in failed if "keys hold a dot" in line]
@@ -99,7 +59,7 @@ def test_a_dotted_key_is_refused(tmp_path, capsys):
 
 def test_a_sample_missing_its_json_is_refused(tmp_path, capsys):
     folder = release(tmp_path)
-    rewrite(folder, "test-00002.tar", lambda ms: [(n, d) for n, d in ms if n != "test_000005.json"])
+    rewrite_release_shard(folder, "test-00002.tar", lambda ms: [(n, d) for n, d in ms if n != "test_000005.json"])
     status, failed = verify(folder, capsys)
     assert status == 1
     assert failed == [
@@ -149,7 +109,7 @@ def test_a_later_sample_with_other_json_fields_or_types_is_refused(tmp_path, cap
             out.append((name, data))
         return out
 
-    rewrite(folder, "test-00003.tar", change)
+    rewrite_release_shard(folder, "test-00003.tar", change)
     status, failed = verify(folder, capsys)
     assert status == 1
     features = [line for line in failed if "features differ" in line]
