@@ -70,7 +70,7 @@ def card_text(fetch: Callable[[str], str], present: set[str]) -> str | None:
 def card_problems(text: str | None, manifests: Mapping[str, Manifest]) -> tuple[list[str], set[str]]:
     """(problems, the configs whose card entry reads exactly the manifest's shards) of the card
     `text` against the release's manifests ({config: Manifest})."""
-    from cards.metadata import check_card
+    from cards.metadata import check_card, hub_card_problems
 
     if text is None:
         return [f"{CARD}: the revision holds no card that reads as UTF-8 text"], set()
@@ -78,7 +78,8 @@ def card_problems(text: str | None, manifests: Mapping[str, Manifest]) -> tuple[
         metadata = check_card(text)
     except CardError as exc:
         return [f"{CARD}: {printable(str(exc))}"], set()
-    problems: list[str] = []
+    # huggingface_hub's card classes, offline (DatasetCard, the DatasetCardData round trip), and the gating
+    problems: list[str] = [f"{CARD}: {printable(line)}" for line in hub_card_problems(text, metadata)]
     declared = _declared_data_files(metadata, problems)
     features = _declared_features(metadata, problems)
     exact = set()
