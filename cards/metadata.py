@@ -73,7 +73,7 @@ def gating_problems(metadata: dict) -> list[str]:
     else:
         for label, kind in fields.items():
             select = isinstance(kind, dict) and kind.get("type") == "select" and isinstance(kind.get("options"), list)
-            if not isinstance(label, str) or not (kind in GATED_FIELD_TYPES or select):
+            if not isinstance(label, str) or not ((isinstance(kind, str) and kind in GATED_FIELD_TYPES) or select):
                 problems.append(
                     f"extra_gated_fields: {str(label)[:80]!r} has type {str(kind)[:40]!r}, not one the Hub shows"
                 )
@@ -104,7 +104,11 @@ def hub_card_problems(text: str, metadata: dict) -> list[str]:
     except (ValueError, TypeError) as exc:
         return problems + [f"huggingface_hub's DatasetCardData does not take the header ({printable(str(exc))[:200]})"]
     if round_trip != metadata:
-        changed = sorted(k for k in set(round_trip) | set(metadata) if round_trip.get(k) != metadata.get(k))
+        changed = sorted(
+            str(k)
+            for k in set(round_trip) | set(metadata)
+            if k not in round_trip or round_trip[k] != metadata.get(k, ...)
+        )
         problems.append(
             f"huggingface_hub's DatasetCardData changes {printable(', '.join(map(str, changed)))[:200]} of the header"
         )
