@@ -2,6 +2,8 @@
 
 A revision is intact only when what `load_dataset` reads from it is what the release recorded:
 
+- huggingface_hub reads the card's header as written (`DatasetCard`, the `DatasetCardData` round
+  trip; cards.metadata.hub_card_problems) and it gates the files behind ImageNet's terms;
 - the card's `configs` (README.md's YAML) read exactly the manifest's shards, path for path, both
   ways: no config, split or shard the manifest lacks, none of its shards left out, no glob, no
   `data_dir` or other key that changes which files `datasets` resolves; the declared features carry
