@@ -9,6 +9,7 @@ from collections.abc import Iterable
 
 import yaml
 
+from builder.core.errors import printable
 from builder.formats.composites import COMPOSITE_FIELDS
 from cards.parts_card import PARTS_CONFIG, PartsSummary, parts_features
 from cards.summary import LICENSE_LINK, LICENSE_NAME, TAGS, TASK_CATEGORIES, CardError, ConfigSummary, default_title
@@ -37,6 +38,81 @@ def composite_features(class_names: list[str]):
             "json": {name: Value(dtype[kind]) for name, (kind, _, _) in COMPOSITE_FIELDS.items()},
         }
     )
+
+
+# ---------------------------------------------------------------- gating and sources
+
+# The Hub gates a dataset whose card sets `extra_gated_prompt` and `extra_gated_fields` (a field is a
+# label and its type: text, checkbox, date_picker, country, or a select with options; a user must
+# fill every field, so a checkbox must be ticked, before the files are shown; docs/hub/datasets-gated).
+GATED_PROMPT = (
+    "The images derive from ImageNet (ILSVRC2012) and carry ImageNet's terms of access "
+    f"({LICENSE_LINK}): non-commercial research and education only. Read those terms and accept them "
+    "below to access the files."
+)
+GATED_FIELDS = {  # a label under 128 characters: yaml.safe_dump writes a longer key in its `? key` form
+    "I agree to use this dataset only for non-commercial research and education, under ImageNet's terms of access": (
+        "checkbox"
+    ),
+}
+GATED_FIELD_TYPES = {"text", "checkbox", "date_picker", "country"}  # and {"type": "select", "options": [...]}
+SOURCE_DATASETS = ["extended|imagenet-1k"]  # the datasets-tagging form: derived from ImageNet-1k
+
+
+def gating_problems(metadata: dict) -> list[str]:
+    """Lines for a card header that would not gate the files behind ImageNet's terms: no prompt
+    quoting them and their link, gating fields that are not a mapping of label to a known type, no
+    checkbox to accept, or no ImageNet among `source_datasets`."""
+    problems = []
+    prompt = metadata.get("extra_gated_prompt")
+    if not isinstance(prompt, str) or LICENSE_LINK not in prompt or "non-commercial" not in prompt:
+        problems.append(f"extra_gated_prompt does not quote ImageNet's terms of access and their link {LICENSE_LINK}")
+    fields = metadata.get("extra_gated_fields")
+    if not isinstance(fields, dict) or not fields:
+        problems.append("extra_gated_fields is not a mapping of labels to field types")
+    else:
+        for label, kind in fields.items():
+            select = isinstance(kind, dict) and kind.get("type") == "select" and isinstance(kind.get("options"), list)
+            if not isinstance(label, str) or not ((isinstance(kind, str) and kind in GATED_FIELD_TYPES) or select):
+                problems.append(
+                    f"extra_gated_fields: {str(label)[:80]!r} has type {str(kind)[:40]!r}, not one the Hub shows"
+                )
+        if "checkbox" not in fields.values():
+            problems.append("extra_gated_fields has no checkbox for the user to accept ImageNet's terms")
+    sources = metadata.get("source_datasets")
+    if not isinstance(sources, list) or not any(isinstance(v, str) and "imagenet" in v.lower() for v in sources):
+        problems.append("source_datasets does not name ImageNet")
+    return problems
+
+
+def hub_card_problems(text: str, metadata: dict) -> list[str]:
+    """Lines for what huggingface_hub's own card classes make of the card, offline: `DatasetCard`
+    parses it (the check `push_to_hub` makes before it asks the Hub's /api/validate-yaml, which needs
+    the network), and its `DatasetCardData` round trip (`DatasetCardData(**yaml).to_dict()`) gives
+    back the header unchanged, so no field is dropped or rewritten; then the gating fields."""
+    from huggingface_hub import DatasetCard, DatasetCardData
+
+    problems = []
+    try:
+        card = DatasetCard(text)
+    except (ValueError, TypeError) as exc:
+        return [f"huggingface_hub's DatasetCard does not read it ({printable(str(exc))[:200]})"]
+    if card.data.to_dict() != metadata:
+        problems.append("huggingface_hub's DatasetCard reads another header than the YAML")
+    try:
+        round_trip = DatasetCardData(**metadata).to_dict()
+    except (ValueError, TypeError) as exc:
+        return problems + [f"huggingface_hub's DatasetCardData does not take the header ({printable(str(exc))[:200]})"]
+    if round_trip != metadata:
+        changed = sorted(
+            str(k)
+            for k in set(round_trip) | set(metadata)
+            if k not in round_trip or round_trip[k] != metadata.get(k, ...)
+        )
+        problems.append(
+            f"huggingface_hub's DatasetCardData changes {printable(', '.join(map(str, changed)))[:200]} of the header"
+        )
+    return problems + gating_problems(metadata)
 
 
 # ---------------------------------------------------------------- metadata
@@ -71,6 +147,7 @@ def card_metadata(configs: list[ConfigSummary], title: str | None = None, parts:
         license_link=LICENSE_LINK,
         task_categories=TASK_CATEGORIES,
         tags=TAGS,
+        source_datasets=SOURCE_DATASETS,
         size_categories=[size_category(total)],
         configs=[
             {
@@ -97,6 +174,8 @@ def card_metadata(configs: list[ConfigSummary], title: str | None = None, parts:
             for c in configs
         ]
         + ([parts_info(parts)] if parts else []),
+        extra_gated_prompt=GATED_PROMPT,
+        extra_gated_fields=dict(GATED_FIELDS),
     )
     return data.to_dict()
 

@@ -348,6 +348,65 @@ def background_fill_scores(summary: ConfigSummary) -> str | None:
     return "\n\n".join(blocks)
 
 
+USES = """### Direct Use
+
+Measuring how the accuracy of ImageNet classifiers changes with an object's size, its position (centre
+or corner) and its background (its own, or another class's), group by group and size by size; comparing
+models, training methods and augmentations on those groups; studying spurious reliance on backgrounds.
+
+### Out-of-Scope Use
+
+- Any commercial use: ImageNet's terms of access allow non-commercial research and education only.
+- Training on a config and reporting results on the same config: the groups are a test of
+  generalisation, and a model trained on them no longer measures it.
+- Conclusions about how often objects are small or off-centre in real photographs: the sizes and
+  positions are set by construction, not observed.
+- Recognising, identifying or profiling the people in the images."""
+
+CURATION = """The benchmark isolates what ImageNet confounds: in its photos the object is usually large and
+central, and its background is the one it was photographed on. Cutting each object out, inpainting the
+hole and pasting the object back at a chosen size and position, on its own or another class's background,
+varies size, position and background one at a time, so a model's drop can be attributed to each. The
+source images are ImageNet's, so that models trained on ImageNet are tested on their own classes."""
+
+ANNOTATIONS = """- **The boxes are ImageNet's**: the ground-truth object boxes distributed with ILSVRC2012. The
+  object cut out is one of them (the compose spec says which; each sample's `json` records the pasted
+  box), and every box is erased from the background. Their accuracy is ImageNet's; this release adds
+  no human annotation.
+- **The labels are ImageNet's**: an object's class is that of the image it was cut from.
+- **The groups are ours**: CeO, CoO, CeR, CoR, the sizes and the tiers are assigned by construction
+  when composing (where the object was pasted, how large, on whose background), not by annotators; each
+  sample's `json` records them."""
+
+PERSONAL = """ImageNet's photographs were collected from the web and show people, in many classes
+(as the object's surroundings or as the object itself), some of them identifiable; nothing in ImageNet
+or in this release records their consent. This toolkit neither blurs faces nor filters out images with
+people, and whether a build started from the original ILSVRC2012 images or from ImageNet's
+face-blurred release is not recorded in the manifests, so for this release it is unknown. The samples
+carry no other personal information (their `json` holds ImageNet image ids, class names and
+geometry)."""
+
+
+def fill_quality_summary(configs: list[ConfigSummary], parts: PartsSummary | None) -> str:
+    """The backgrounds' fill quality in a few lines: each split's median score and share of poor
+    fills, from the manifests; unknown where a manifest records no fill scores."""
+    lines = []
+    for c in configs:
+        scored = split_fill_scores(c.manifest)
+        if scored:
+            lines += [f"- {c.name}/{split}: {fill_scores_cell(f)}" for split, f in scored.items()]
+        else:
+            lines.append(f"- {c.name}: its manifest records no fill scores, so the quality of its fills is unknown")
+    if parts is not None:
+        lines.append(f"- {PARTS_CONFIG}: the fill scores of every part are in its section above")
+    return (
+        "The backgrounds are inpainted where the objects were, and a poor fill can leave a trace of the "
+        "object that a model may use. Fill quality by split (the fill `score`, in [0, 1], 1 where these "
+        "no-reference measures cannot tell the fill from the photo; the share of fills under the poor score):\n\n"
+        + "\n".join(lines)
+    )
+
+
 def render_body(
     configs: list[ConfigSummary],
     changelog: list[ChangelogEntry],
@@ -395,7 +454,11 @@ def render_body(
         sections.append("## Results\n\n" + results)
     sections += [
         "## Usage\n\n" + usage(default, configs, name, parts),
-        "## Known limitations\n\n" + LIMITATIONS,
+        "## Uses\n\n" + USES,
+        "## Dataset Creation\n\n### Curation Rationale\n\n" + CURATION,
+        "### Annotations\n\n" + ANNOTATIONS,
+        "### Personal and Sensitive Information\n\n" + PERSONAL,
+        "## Bias, Risks, and Limitations\n\n" + LIMITATIONS + "\n\n" + fill_quality_summary(configs, parts),
         f"## Licence\n\n{licence} The toolkit that built them ({DATASET_NAME} {__version__}) is open source.",
         "## Citation\n\n" + code_block(CITATION, "bibtex"),
         "## Changelog\n\n"

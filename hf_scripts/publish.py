@@ -36,6 +36,7 @@ from cards.release import (
     read_release_meta,
 )
 from cards.summary import CardError
+from hf_scripts.viewer_checks import release_folder_viewer_problems
 
 REPO_TYPE = "dataset"
 KEEP_REMOTE = {".gitattributes"}  # created by the Hub with the repo; not part of a release
@@ -179,6 +180,12 @@ def check_release_folder(release_dir: Path, version: str) -> dict:
         check_card(readme.read_text("utf-8"))
     except CardError as exc:
         raise PublishError(f"the card is refused: {exc}") from None
+    viewer = release_folder_viewer_problems(Path(release_dir), meta)  # the checks `hsi verify` runs too
+    if viewer:
+        raise PublishError(
+            f"{release_dir}: the Hub's dataset viewer would refuse or show only part of it:\n"
+            + "\n".join(f"FAILED: {line}" for line in viewer)
+        )
     return meta
 
 

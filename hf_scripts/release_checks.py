@@ -2,6 +2,8 @@
 
 A revision is intact only when what `load_dataset` reads from it is what the release recorded:
 
+- huggingface_hub reads the card's header as written (`DatasetCard`, the `DatasetCardData` round
+  trip; cards.metadata.hub_card_problems) and it gates the files behind ImageNet's terms;
 - the card's `configs` (README.md's YAML) read exactly the manifest's shards, path for path, both
   ways: no config, split or shard the manifest lacks, none of its shards left out, no glob, no
   `data_dir` or other key that changes which files `datasets` resolves; the declared features carry
@@ -70,7 +72,7 @@ def card_text(fetch: Callable[[str], str], present: set[str]) -> str | None:
 def card_problems(text: str | None, manifests: Mapping[str, Manifest]) -> tuple[list[str], set[str]]:
     """(problems, the configs whose card entry reads exactly the manifest's shards) of the card
     `text` against the release's manifests ({config: Manifest})."""
-    from cards.metadata import check_card
+    from cards.metadata import check_card, hub_card_problems
 
     if text is None:
         return [f"{CARD}: the revision holds no card that reads as UTF-8 text"], set()
@@ -78,7 +80,8 @@ def card_problems(text: str | None, manifests: Mapping[str, Manifest]) -> tuple[
         metadata = check_card(text)
     except CardError as exc:
         return [f"{CARD}: {printable(str(exc))}"], set()
-    problems: list[str] = []
+    # huggingface_hub's card classes, offline (DatasetCard, the DatasetCardData round trip), and the gating
+    problems: list[str] = [f"{CARD}: {printable(line)}" for line in hub_card_problems(text, metadata)]
     declared = _declared_data_files(metadata, problems)
     features = _declared_features(metadata, problems)
     exact = set()

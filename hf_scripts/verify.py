@@ -28,6 +28,7 @@ from hf_scripts.release_checks import (
     recorded_file_problems,
     streamed_split_problems,
 )
+from hf_scripts.viewer_checks import viewer_problems
 
 
 def verify_release(api, repo_id: str, version: str, cache_dir: str | None = None) -> tuple[list[str], list[str]]:
@@ -94,15 +95,27 @@ def _verify_release(api, repo_id: str, version: str, cache_dir: str | None) -> t
         manifest = manifests[config]
         for split in sorted(set(listed["splits"]) - set(manifest.splits)):
             problems.append(f"{config}/{split}: _release.json lists the split, _info.json does not")
+        local_shards: dict[str, Path] = {}
+        splits = []
         for split, entry in sorted(manifest.splits.items()):
             shards = [shard.to_json() for shard in entry.shards]
             if shards != listed["splits"].get(split):
                 problems.append(f"{config}/{split}: _info.json and _release.json list different shards")
                 continue  # only names _release.json lists (checked above) become download paths
+            splits.append(split)
             for shard in entry.shards:
-                local = Path(fetch(f"data/{config}/{shard.filename}"))
+                local = fetched(fetch, f"data/{config}/{shard.filename}")
+                local_shards[shard.filename] = local
                 if local.stat().st_size != shard.bytes or sha256_file(local) != shard.sha256:
                     problems.append(f"{config}/{shard.filename}: sha256 or size differs from the manifest")
+        # what the Hub's dataset viewer would refuse or show in part (hf_scripts.viewer_checks)
+        unreadable, partial = viewer_problems(config, manifest, local_shards)
+        problems += unreadable + partial
+        for split in splits:
+            entry = manifest.splits[split]
+            if unreadable:
+                lines.append(f"{config}/{split}: {len(entry.shards)} shards hashed, not streamed (see its samples)")
+                continue
             if config not in exact:  # load_dataset would read other files than those just hashed
                 lines.append(f"{config}/{split}: {len(entry.shards)} shards hashed, not streamed (see the card)")
                 continue

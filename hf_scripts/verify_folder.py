@@ -28,6 +28,7 @@ from hf_scripts.release_checks import (
     recorded_file_problems,
     streamed_split_problems,
 )
+from hf_scripts.viewer_checks import viewer_problems
 
 GIT_DIR = ".git"  # a mirror checkout's repository, not a file of the revision
 
@@ -81,18 +82,30 @@ def verify_folder(folder: Path, version: str | None = None) -> tuple[list[str], 
     problems += release_croissant_problems(release, {c: m.to_json() for c, m in manifests.items()}, card, croissant)
     for config, listed in sorted(release["configs"].items()):
         manifest = manifests[config]
+        local_shards: dict[str, Path] = {}
+        splits = []
         for split in sorted(set(listed["splits"]) | set(manifest.splits)):
             entry = manifest.splits.get(split)
             if entry is None or [s.to_json() for s in entry.shards] != listed["splits"].get(split):
                 problems.append(f"{config}/{split}: {manifest_path(config)} and {RELEASE_META} list different shards")
                 continue
+            splits.append(split)
             for shard in entry.shards:
                 path = f"data/{config}/{shard.filename}"
                 if path not in present:
                     continue  # the files record's check names it
                 local = folder / path
+                local_shards[shard.filename] = local
                 if local.stat().st_size != shard.bytes or sha256_file(local) != shard.sha256:
                     problems.append(f"{config}/{shard.filename}: sha256 or size differs from the manifest")
+        # what the Hub's dataset viewer would refuse or show in part (hf_scripts.viewer_checks)
+        unreadable, partial = viewer_problems(config, manifest, local_shards)
+        problems += unreadable + partial
+        for split in splits:
+            entry = manifest.splits[split]
+            if unreadable:
+                lines.append(f"{config}/{split}: {len(entry.shards)} shards hashed, not streamed (see its samples)")
+                continue
             if config not in exact:
                 lines.append(f"{config}/{split}: {len(entry.shards)} shards hashed, not streamed (see the card)")
                 continue

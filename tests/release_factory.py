@@ -4,6 +4,8 @@ report), for the card, release, loader and publishing tests."""
 from __future__ import annotations
 
 import io
+import json
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +14,7 @@ from PIL import Image
 from builder.compose.stage import compose_settings
 from builder.core.classes import imagenet_classes
 from builder.core.config import fingerprint
+from builder.core.hashing import sha256_file
 from builder.core.manifest import ERRORS_NAME, ErrorCounts, Manifest, SplitEntry, write_json_atomic, write_jsonl_atomic
 from builder.core.shard_write import write_shard
 from builder.core.shards import shard_filename
@@ -21,9 +24,11 @@ from builder.formats.composites import COMPOSITE_FIELDS, SCHEMA_VERSION, composi
 SIZES = (56, 84, 112)
 
 
-def composite_json(config: str, split: str, index: int, label: int, class_index: int, seed: int) -> dict:
+def composite_json(
+    config: str, split: str, index: int, label: int, class_index: int, seed: int, group_index: int | None = None
+) -> dict:
     cls = imagenet_classes()[class_index]
-    group, size = PAPER_GROUPS[index % 4], SIZES[index % 3]
+    group, size = PAPER_GROUPS[index % 4 if group_index is None else group_index], SIZES[index % 3]
     corner = group.startswith("Co")
     meta = {
         "wnid": cls.wnid,
@@ -88,8 +93,11 @@ def make_composed_dataset(
     seed: int = 0,
     validation: dict | None = None,
     previews: int = 1,
+    groups_in_order: bool = False,
 ) -> Path:
-    """Write OUT/<config>/ with shards, `_info.json` (written last) and `validation.json`."""
+    """Write OUT/<config>/ with shards, `_info.json` (written last) and `validation.json`. The
+    samples cycle through the groups, or with `groups_in_order` come a quarter of each split per
+    group, group after group (so the first shards hold only the first group)."""
     splits = splits or {"test": 8}
     dataset = Path(out) / config
     classes = [c.index * 7 % 1000 for c in imagenet_classes()[:num_classes]]
@@ -100,7 +108,8 @@ def make_composed_dataset(
             samples = []
             for i in range(shard_start, min(count, shard_start + shard_size)):
                 label = i % num_classes
-                meta = composite_json(config, split, i, label, classes[label], seed)
+                group_index = i * 4 // count if groups_in_order else None
+                meta = composite_json(config, split, i, label, classes[label], seed, group_index)
                 metas.append(meta)
                 picture = jpeg(seed * 100_003 + i + 7919 * len(split))
                 samples.append((f"{split}_{i:06d}", composite_members(picture, label, meta)))
@@ -183,3 +192,49 @@ def release_with_parts(root: Path, version: str | None = "v1.0.0", name: str = "
 def shard_bytes(dataset_root: Path) -> dict[str, bytes]:
     """{config/shard: bytes} of every composed shard under a compose --out folder."""
     return {p.relative_to(dataset_root).as_posix(): p.read_bytes() for p in sorted(Path(dataset_root).glob("*/*.tar"))}
+
+
+def tar_members(path: Path) -> list[tuple[str, bytes]]:
+    """[(name, bytes)] of a shard's members, in order."""
+    with tarfile.open(path) as tar:
+        return [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+
+
+def write_tar(path: Path, members: list[tuple[str, bytes]]) -> None:
+    """A plain tar of `members`, any names (the shard writer refuses a dotted key; this does not)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime = len(data), 0
+            tar.addfile(info, io.BytesIO(data))
+    path.write_bytes(buffer.getvalue())
+
+
+def reseal(folder: Path, shard: str, config: str = "hard-spurious-imagenet", split: str = "test") -> None:
+    """Record a rewritten shard's bytes and sha256 in its manifest and `_release.json`, as if
+    `hsi release` had written it: only the viewer checks can then tell it from a good one."""
+    local = folder / "data" / config / shard
+    digest, size = sha256_file(local), local.stat().st_size
+    info_path, meta_path = folder / "data" / config / "_info.json", folder / "_release.json"
+    info = json.loads(info_path.read_text())
+    for entry in info["splits"][split]["shards"]:
+        if entry["filename"] == shard:
+            entry.update(bytes=size, sha256=digest)
+    info_path.write_text(json.dumps(info, sort_keys=True, indent=2))
+    meta = json.loads(meta_path.read_text())
+    for entry in meta["configs"][config]["splits"][split]:
+        if entry["filename"] == shard:
+            entry.update(bytes=size, sha256=digest)
+    meta["files"][f"data/{config}/{shard}"] = digest
+    meta["files"][f"data/{config}/_info.json"] = sha256_file(info_path)
+    meta_path.write_text(json.dumps(meta, sort_keys=True, indent=2))
+
+
+def rewrite_release_shard(
+    folder: Path, shard: str, change, config: str = "hard-spurious-imagenet", split: str = "test"
+) -> None:
+    """Rewrite a release folder's shard with `change(members)` ([(name, bytes)] in, out) and reseal it."""
+    path = folder / "data" / config / shard
+    write_tar(path, change(tar_members(path)))
+    reseal(folder, shard, config, split)

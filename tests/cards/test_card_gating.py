@@ -1,0 +1,125 @@
+"""The card gates the files behind ImageNet's terms and carries the Hub template's datasheet sections
+(issue 32); `hsi verify` reads its header through huggingface_hub's DatasetCard / DatasetCardData,
+offline, and refuses a card that lost its gating."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from release_factory import make_composed_dataset, release_with_parts
+
+from builder.core.hashing import sha256_file
+from cards.metadata import GATED_FIELDS, GATED_PROMPT, gating_problems, hub_card_problems
+from cards.release import build_release
+from cards.summary import LICENSE_LINK
+from hsi.cli import main
+
+NAME = "hard-spurious-imagenet"
+
+
+def header(text: str) -> dict:
+    return yaml.safe_load(text.split("---\n", 2)[1])
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gating")
+    dataset = make_composed_dataset(root / "composed", splits={"test": 8}, shard_size=4)
+    return build_release(root / "release" / NAME, [dataset], version="v1.0.0")
+
+
+def test_the_header_gates_on_imagenets_terms_and_names_its_source(plain):
+    text = (plain / "README.md").read_text()
+    meta = header(text)
+    assert meta["extra_gated_prompt"] == GATED_PROMPT
+    assert LICENSE_LINK in GATED_PROMPT and "non-commercial research and education only" in GATED_PROMPT
+    assert meta["extra_gated_fields"] == GATED_FIELDS and list(GATED_FIELDS.values()) == ["checkbox"]
+    assert meta["source_datasets"] == ["extended|imagenet-1k"]
+    # huggingface_hub reads the header as written, and gives it back unchanged
+    from huggingface_hub import DatasetCard, DatasetCardData
+
+    assert DatasetCard(text).data.to_dict() == meta == DatasetCardData(**meta).to_dict()
+    assert hub_card_problems(text, meta) == []
+
+
+def test_the_datasheet_sections_are_there_in_the_templates_order(plain):
+    text = (plain / "README.md").read_text()
+    headings = [
+        "## Uses",
+        "### Direct Use",
+        "### Out-of-Scope Use",
+        "## Dataset Creation",
+        "### Curation Rationale",
+        "### Annotations",
+        "### Personal and Sensitive Information",
+        "## Bias, Risks, and Limitations",
+        "## Licence",
+    ]
+    positions = [text.index(f"\n{h}\n") for h in headings]
+    assert positions == sorted(positions)
+    assert "**The boxes are ImageNet's**" in text and "**The groups are ours**" in text
+    assert "show people" in text and "it is unknown" in text
+    assert "Any commercial use" in text
+    # a manifest without fill scores: the card says their quality is unknown
+    bias = text[text.index("## Bias, Risks, and Limitations") : text.index("## Licence")]
+    assert f"- {NAME}: its manifest records no fill scores, so the quality of its fills is unknown" in bias
+
+
+def test_the_bias_section_summarises_the_fill_quality(tmp_path):
+    built = release_with_parts(tmp_path)
+    text = (built["release"] / "README.md").read_text()
+    bias = text[text.index("## Bias, Risks, and Limitations") : text.index("## Licence")]
+    manifest = json.loads((built["release"] / f"data/{NAME}/_info.json").read_text())
+    fills = manifest["splits"]["val"]["fill_scores"]
+    median = fills["score"]["median"]
+    assert f"- {NAME}/val: median score {median:.3f}, " in bias
+    assert f"under {fills['poor_score']}" in bias
+    assert "- parts: the fill scores of every part are in its section above" in bias
+
+
+def reseal_card(folder, text: str) -> None:
+    (folder / "README.md").write_text(text)
+    meta_path = folder / "_release.json"
+    meta = json.loads(meta_path.read_text())
+    meta["files"]["README.md"] = sha256_file(folder / "README.md")
+    meta_path.write_text(json.dumps(meta, sort_keys=True, indent=2))
+
+
+def test_verify_refuses_a_card_without_its_gating(tmp_path, capsys):
+    dataset = make_composed_dataset(tmp_path / "composed", splits={"test": 4})
+    folder = build_release(tmp_path / "release" / NAME, [dataset], version="v1.0.0")
+    text = (folder / "README.md").read_text()
+    kept = [line for line in text.split("\n") if not line.startswith(("extra_gated", "  I agree", "- extended|"))]
+    reseal_card(folder, "\n".join(kept).replace("source_datasets:\n", ""))
+    assert main(["verify", str(folder)]) == 1
+    failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAILED:")]
+    assert failed == [
+        "FAILED: README.md: extra_gated_prompt does not quote ImageNet's terms of access and their link "
+        + LICENSE_LINK,
+        "FAILED: README.md: extra_gated_fields is not a mapping of labels to field types",
+        "FAILED: README.md: source_datasets does not name ImageNet",
+    ]
+
+
+@pytest.mark.parametrize(
+    "change, line",
+    [
+        ({"extra_gated_fields": {"Name": "text"}}, "extra_gated_fields has no checkbox"),
+        ({"extra_gated_fields": {"Agree": "radio", "ok": "checkbox"}}, "'Agree' has type 'radio', not one"),
+        ({"extra_gated_prompt": "please be nice"}, "extra_gated_prompt does not quote"),
+        ({"source_datasets": ["original"]}, "source_datasets does not name ImageNet"),
+    ],
+)
+def test_each_gating_fault_is_its_own_line(change, line):
+    meta = {
+        "extra_gated_prompt": GATED_PROMPT,
+        "extra_gated_fields": dict(GATED_FIELDS),
+        "source_datasets": ["extended|imagenet-1k"],
+    }
+    problems = gating_problems({**meta, **change})
+    assert len(problems) == 1 and line in problems[0]
+    assert gating_problems(meta) == []
+    select = {"Country": "country", "Use": {"type": "select", "options": ["research", "education"]}}
+    assert gating_problems({**meta, "extra_gated_fields": {**GATED_FIELDS, **select}}) == []
