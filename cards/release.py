@@ -1,6 +1,7 @@
 """Release folders: composed, validated datasets gathered as configs of one loadable folder.
 
     <release>/README.md                      the card (cards.render)
+    <release>/eval.yaml                      the Hub benchmark: a task per config and split (cards.hub_benchmark)
     <release>/_release.json                  name, version, default config, every shard's sha256, changelog,
                                              and the sha256 of every file it wrote (`files`)
     <release>/data/<config>/<split>-%05d.tar the shards, byte-identical to the dataset's
@@ -36,10 +37,25 @@ from builder.core.manifest import COMPOSITES, MANIFEST_NAME, Manifest, ManifestE
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
 from builder.core.shard_read import iter_shard
 from builder.core.untrusted import Fields, check_string, read_json
+from cards.hub_benchmark import (
+    EVAL_YAML,
+    benchmark_document,
+    default_description,
+    default_name,
+    eval_yaml_text,
+    release_tasks,
+)
 from cards.parts_card import PARTS_CONFIG, PARTS_DATA_DIR, PartsSummary
 from cards.render import render_card, table
 from cards.results import RELEASE_PLOT_SUFFIX, RESULTS_DIR, copy_plots, load_results, render_results, select_results
-from cards.summary import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary
+from cards.summary import (
+    DATASET_NAME,
+    DEFAULT_CONFIG,
+    ChangelogEntry,
+    ConfigSummary,
+    default_title,
+    is_paper_benchmark,
+)
 
 RELEASE_META = "_release.json"
 VALIDATION_JSON = "validation.json"
@@ -527,6 +543,13 @@ def build_release(
             summaries, changelog, version, section, title, description, name=release_dir.name, parts=parts_summary
         )
         (staging / "README.md").write_text(card, "utf-8")
+        # eval.yaml registers the Hub repo as a benchmark: one task per config and split (cards.hub_benchmark)
+        benchmark = benchmark_document(
+            default_name(title or default_title(summaries)),
+            description or default_description(is_paper_benchmark(summaries)),
+            release_tasks(configs_meta, default),
+        )
+        (staging / EVAL_YAML).write_text(eval_yaml_text(benchmark), "utf-8")
         write_json_atomic(
             staging / RELEASE_META,
             {
@@ -608,7 +631,7 @@ def foreign_release_entries(release_dir: Path) -> list[str]:
     def in_layout(relative: str) -> bool:
         parts = relative.split("/")
         if len(parts) == 1:
-            return relative == "README.md"
+            return relative in ("README.md", EVAL_YAML)
         if len(parts) == 2:
             return parts[0] == RESULTS_DIR and parts[1].endswith(RELEASE_PLOT_SUFFIX) and files is not None
         top, config, name = parts

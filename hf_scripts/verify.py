@@ -17,6 +17,7 @@ from pathlib import Path
 from builder.core.hashing import sha256_file
 from builder.core.manifest import Manifest, ManifestError
 from builder.core.untrusted import UntrustedInput, read_json
+from cards.hub_benchmark import EVAL_YAML, eval_yaml_problems
 from cards.release import check_release_record
 from hf_scripts.publish import REPO_TYPE, PublishError, check_repo_id, hub_errors, release_shards, version_tags
 from hf_scripts.release_checks import (
@@ -84,6 +85,7 @@ def _verify_release(api, repo_id: str, version: str, cache_dir: str | None) -> t
     problems += recorded_file_problems(release, present, lambda path: sha256_file(fetched(fetch, path)), listed_shards)
     card_lines, exact = card_problems(card_text(fetch, present), manifests)
     problems += card_lines
+    problems += eval_yaml_problems(fetched(fetch, EVAL_YAML) if EVAL_YAML in present else None, release)
     for config, listed in sorted(release["configs"].items()):
         manifest = manifests[config]
         for split in sorted(set(listed["splits"]) - set(manifest.splits)):

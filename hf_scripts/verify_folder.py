@@ -17,6 +17,7 @@ from builder.core.errors import printable
 from builder.core.hashing import sha256_file
 from builder.core.manifest import Manifest
 from builder.core.untrusted import read_json
+from cards.hub_benchmark import EVAL_YAML, eval_yaml_problems
 from cards.release import RELEASE_META, read_release_meta
 from hf_scripts.publish import PublishError, release_shards
 from hf_scripts.release_checks import (
@@ -76,6 +77,7 @@ def verify_folder(folder: Path, version: str | None = None) -> tuple[list[str], 
     card = (folder / CARD).read_text("utf-8", errors="replace") if CARD in present else None
     card_lines, exact = card_problems(card, manifests)
     problems += card_lines
+    problems += eval_yaml_problems(folder / EVAL_YAML if EVAL_YAML in present else None, release)
     for config, listed in sorted(release["configs"].items()):
         manifest = manifests[config]
         for split in sorted(set(listed["splits"]) | set(manifest.splits)):
