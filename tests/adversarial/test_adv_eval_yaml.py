@@ -103,3 +103,15 @@ def test_the_unedited_document_passes_and_broken_files_are_one_line(release, tmp
     assert "FAILED: eval.yaml: a link or not a regular file" in capsys.readouterr().out
     with pytest.raises(Exception, match="is a link"):
         read_eval_yaml(folder / "eval.yaml")
+
+
+def test_publish_uploads_eval_yaml_with_the_card_and_refuses_a_hostile_one(release, tmp_path, capsys):
+    folder = tmp_path / NAME
+    shutil.copytree(release, folder)
+    assert main(["publish", str(folder), "--repo", "lab/hsi", "--version", "v1.0.0"]) == 0  # the offline dry run
+    out = capsys.readouterr().out
+    assert "upload README.md" in out and "upload eval.yaml" in out
+    (folder / "eval.yaml").write_text(yaml.safe_dump(edited(good_document(), lambda d: d.update(tasks=3))), "utf-8")
+    assert main(["publish", str(folder), "--repo", "lab/hsi", "--version", "v1.0.0"]) != 0
+    err = capsys.readouterr().err
+    assert "eval.yaml: tasks: expected a list, got 3" in err and len(err.strip().splitlines()) == 1
