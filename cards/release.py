@@ -2,6 +2,7 @@
 
     <release>/README.md                      the card (cards.render)
     <release>/croissant.json                 Croissant 1.1 metadata with the RAI fields (cards.croissant)
+    <release>/eval.yaml                      the Hub benchmark: a task per config and split (cards.hub_benchmark)
     <release>/_release.json                  name, version, default config, every shard's sha256, changelog,
                                              and the sha256 of every file it wrote (`files`)
     <release>/data/<config>/<split>-%05d.tar the shards, byte-identical to the dataset's
@@ -38,10 +39,25 @@ from builder.core.names import UnsafeNameError, check_config_name, check_shard_f
 from builder.core.shard_read import iter_shard
 from builder.core.untrusted import Fields, check_string, read_json
 from cards.croissant import CROISSANT_NAME, croissant_metadata, render_croissant
+from cards.hub_benchmark import (
+    EVAL_YAML,
+    benchmark_document,
+    default_description,
+    default_name,
+    eval_yaml_text,
+    release_tasks,
+)
 from cards.parts_card import PARTS_CONFIG, PARTS_DATA_DIR, PartsSummary
 from cards.render import render_card, table
 from cards.results import RELEASE_PLOT_SUFFIX, RESULTS_DIR, copy_plots, load_results, render_results, select_results
-from cards.summary import DATASET_NAME, DEFAULT_CONFIG, ChangelogEntry, ConfigSummary, default_title
+from cards.summary import (
+    DATASET_NAME,
+    DEFAULT_CONFIG,
+    ChangelogEntry,
+    ConfigSummary,
+    default_title,
+    is_paper_benchmark,
+)
 
 RELEASE_META = "_release.json"
 VALIDATION_JSON = "validation.json"
@@ -532,6 +548,13 @@ def build_release(
         manifests = {i.config: i.manifest for i in inputs} | ({PARTS_CONFIG: parts.manifest} if parts else {})
         croissant = croissant_metadata(title or default_title(summaries), version, default, manifests)
         (staging / CROISSANT_NAME).write_text(render_croissant(croissant), "utf-8")
+        # eval.yaml registers the Hub repo as a benchmark: one task per config and split (cards.hub_benchmark)
+        benchmark = benchmark_document(
+            default_name(title or default_title(summaries)),
+            description or default_description(is_paper_benchmark(summaries)),
+            release_tasks(configs_meta, default),
+        )
+        (staging / EVAL_YAML).write_text(eval_yaml_text(benchmark), "utf-8")
         write_json_atomic(
             staging / RELEASE_META,
             {
@@ -613,7 +636,7 @@ def foreign_release_entries(release_dir: Path) -> list[str]:
     def in_layout(relative: str) -> bool:
         parts = relative.split("/")
         if len(parts) == 1:
-            return relative in ("README.md", CROISSANT_NAME)
+            return relative in ("README.md", CROISSANT_NAME, EVAL_YAML)
         if len(parts) == 2:
             return parts[0] == RESULTS_DIR and parts[1].endswith(RELEASE_PLOT_SUFFIX) and files is not None
         top, config, name = parts

@@ -28,6 +28,7 @@ from builder.core.errors import UsageError, printable
 from builder.core.hashing import sha256_file
 from builder.core.untrusted import Fields, check_string, read_json, regular_file
 
+from .hub_results import entry_results_file, eval_results, eval_results_text
 from .predictions import is_utf8
 
 ENTRY_JSON = "entry.json"
@@ -263,9 +264,15 @@ def checked_entry(report: dict, predictions: Path, info: EntryInfo) -> dict:
 
 
 def write_entry(folder, report: dict, predictions: Path, info: EntryInfo) -> dict:
-    """entry.json of `report` into `folder` (a ModelFolder or a PlainFolder: through its writes)."""
+    """entry.json of `report` into `folder` (a ModelFolder or a PlainFolder: through its writes), and
+    beside it the Hub's evaluation-results file of the same figures when the data came from the Hub
+    (evaluation.hub_results: `.eval_results/<benchmark>.yaml`, for the model's owner to copy)."""
     entry = checked_entry(report, predictions, info)  # never write an entry the reader would refuse
     folder.write_text(ENTRY_JSON, entry_text(entry))
+    results = eval_results(entry)
+    path = entry_results_file(entry)
+    if results is not None and path is not None:
+        folder.write_text(path, eval_results_text(results))
     return entry
 
 

@@ -36,6 +36,7 @@ from .extra_sets import (
     clean_predictions,
     write_class_accuracy,
 )
+from .hub_results import report_results_file
 from .leaderboard import FAILED_JSON, already_evaluated, checked_report, run_identity
 from .metrics import clean_drop, compute_metrics
 from .models import LoadedModel, ModelError
@@ -79,6 +80,9 @@ def report_files(report: dict) -> set[str]:
     """The files of a model folder its report stands for: the rest are an earlier run's leftovers."""
     files = {EVAL_JSON, EVAL_MD, ENTRY_JSON, *(report.get("plots") or [])}
     files.add((report.get("files") or {}).get("predictions") or PREDICTIONS_NAME)
+    results = report_results_file(report)  # the Hub's .eval_results file, when the data came from the Hub
+    if results is not None:
+        files.add(results)
     for section in MODEL_ONLY:
         if isinstance(report.get(section), dict) and report[section].get("file"):
             files.add(report[section]["file"])

@@ -25,6 +25,7 @@ from pathlib import Path
 from builder.core.errors import HsiError, printable
 from builder.core.hashing import sha256_file
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename
+from cards.hub_benchmark import EVAL_YAML, eval_yaml_problems
 from cards.metadata import check_card
 from cards.release import (
     RELEASE_META,
@@ -186,6 +187,11 @@ def check_release_folder(release_dir: Path, version: str) -> dict:
             f"{release_dir}: the Hub's dataset viewer would refuse or show only part of it:\n"
             + "\n".join(f"FAILED: {line}" for line in viewer)
         )
+    benchmark = Path(release_dir) / EVAL_YAML
+    if benchmark.exists() or benchmark.is_symlink():  # uploaded with the card: checked as verify checks it
+        problems = eval_yaml_problems(benchmark, meta)
+        if problems:
+            raise PublishError(f"{release_dir}: {problems[0]}; rebuild the release with `hsi release`")
     return meta
 
 

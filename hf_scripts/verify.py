@@ -18,6 +18,7 @@ from builder.core.hashing import sha256_file
 from builder.core.manifest import Manifest, ManifestError
 from builder.core.untrusted import UntrustedInput, read_json
 from cards.croissant import CROISSANT_NAME, release_croissant_problems
+from cards.hub_benchmark import EVAL_YAML, eval_yaml_problems
 from cards.release import check_release_record
 from hf_scripts.publish import REPO_TYPE, PublishError, check_repo_id, hub_errors, release_shards, version_tags
 from hf_scripts.release_checks import (
@@ -91,6 +92,7 @@ def _verify_release(api, repo_id: str, version: str, cache_dir: str | None) -> t
         fetched(fetch, CROISSANT_NAME).read_text("utf-8", errors="replace") if CROISSANT_NAME in present else None
     )
     problems += release_croissant_problems(release, {c: m.to_json() for c, m in manifests.items()}, card, croissant)
+    problems += eval_yaml_problems(fetched(fetch, EVAL_YAML) if EVAL_YAML in present else None, release)
     for config, listed in sorted(release["configs"].items()):
         manifest = manifests[config]
         for split in sorted(set(listed["splits"]) - set(manifest.splits)):

@@ -18,6 +18,7 @@ from builder.core.hashing import sha256_file
 from builder.core.manifest import Manifest
 from builder.core.untrusted import read_json
 from cards.croissant import CROISSANT_NAME, release_croissant_problems
+from cards.hub_benchmark import EVAL_YAML, eval_yaml_problems
 from cards.release import RELEASE_META, read_release_meta
 from hf_scripts.publish import PublishError, release_shards
 from hf_scripts.release_checks import (
@@ -80,6 +81,7 @@ def verify_folder(folder: Path, version: str | None = None) -> tuple[list[str], 
     problems += card_lines
     croissant = (folder / CROISSANT_NAME).read_text("utf-8", errors="replace") if CROISSANT_NAME in present else None
     problems += release_croissant_problems(release, {c: m.to_json() for c, m in manifests.items()}, card, croissant)
+    problems += eval_yaml_problems(folder / EVAL_YAML if EVAL_YAML in present else None, release)
     for config, listed in sorted(release["configs"].items()):
         manifest = manifests[config]
         local_shards: dict[str, Path] = {}

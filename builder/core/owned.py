@@ -32,6 +32,9 @@ from builder.core.manifest import write_json_atomic
 RECORD_NAME = "_written.json"
 # One path component we write: starts with a letter, digit or '_', no '/', no '..', printable ASCII.
 _COMPONENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+=,@-]{0,199}")
+# Folders whose name a format outside this toolkit fixes with a leading dot (temporaries never end
+# like these): the Hub's evaluation results of a model, `.eval_results/` (evaluation.hub_results).
+_DOT_FOLDERS = frozenset({".eval_results"})
 
 
 class OwnedFolderError(SettingsError):
@@ -51,7 +54,9 @@ def _show(path: Path | str) -> str:
 def check_relative(relative: str) -> list[str]:
     """The components of a path we write inside a folder, each one safe (see _COMPONENT)."""
     parts = relative.split("/")
-    for part in parts:
+    for n, part in enumerate(parts):
+        if n < len(parts) - 1 and part in _DOT_FOLDERS:
+            continue
         if not _COMPONENT.fullmatch(part) or part in (".", ".."):
             raise UsageError(f"{shown(relative)} is not a safe path to write inside an output folder")
     return parts

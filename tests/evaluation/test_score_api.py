@@ -7,6 +7,7 @@ import json
 
 import pandas as pd
 import pytest
+import yaml
 from eval_cli import eval_args
 from hub_server import LoopbackHub, hub_env
 from release_factory import make_composed_dataset
@@ -15,6 +16,7 @@ from subprocesses import run_hsi, run_python
 from builder.core.errors import HsiError
 from cards.release import build_release
 from evaluation.bootstrap import BootstrapSettings
+from evaluation.hub_results import eval_results
 from evaluation.predictions import read_predictions
 from hsi.cli import main
 
@@ -117,6 +119,7 @@ SCORE_AND_SAVE = """
 import sys
 import hsi
 from evaluation.bootstrap import BootstrapSettings
+from evaluation.hub_results import eval_results
 hsi.score(sys.argv[1], sys.argv[2], bootstrap=BootstrapSettings(resamples=100)).save(sys.argv[3])
 """
 
@@ -150,6 +153,14 @@ def test_score_on_hf_data_served_by_a_hub_gives_the_metrics_of_the_local_release
     assert remote_report["data"]["source"] == address and remote_report["data"]["verified"] == "sha256"
     assert remote_report["data"]["fingerprint"] == local_report["data"]["fingerprint"]
     assert remote_report["data"]["num_samples"] == 10
+    # the Hub's evaluation-results file beside entry.json, for Hub data only (evaluation.hub_results)
+    assert not (local / ".eval_results").exists()
+    entry = json.loads((tmp_path / "remote" / "entry.json").read_text())
+    results = yaml.safe_load((tmp_path / "remote" / ".eval_results" / "hsi.yaml").read_text())
+    assert results == eval_results(entry)
+    assert results[0]["dataset"] == {"id": "lab/hsi", "task_id": "hard-spurious-imagenet/test"}  # a tag: no hash
+    assert results[0]["value"] == remote_report["metrics"]["groups_summary"]["worst_group"]["value"]
+    assert "data revision v1.0.0" in results[0]["notes"]
 
 
 @pytest.mark.parametrize(
