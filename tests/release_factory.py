@@ -228,6 +228,16 @@ def reseal(folder: Path, shard: str, config: str = "hard-spurious-imagenet", spl
             entry.update(bytes=size, sha256=digest)
     meta["files"][f"data/{config}/{shard}"] = digest
     meta["files"][f"data/{config}/_info.json"] = sha256_file(info_path)
+    croissant_path = folder / "croissant.json"
+    if croissant_path.is_file():  # it records every shard's sha256 and size too: as `hsi release` would
+        from cards.croissant import render_croissant
+
+        croissant = json.loads(croissant_path.read_text())
+        for entry in croissant["distribution"]:
+            if entry.get("@id") == f"data/{config}/{shard}":
+                entry.update(sha256=digest, contentSize=f"{size} B")
+        croissant_path.write_text(render_croissant(croissant), "utf-8")
+        meta["files"]["croissant.json"] = sha256_file(croissant_path)
     meta_path.write_text(json.dumps(meta, sort_keys=True, indent=2))
 
 
