@@ -389,14 +389,14 @@ geometry)."""
 
 def fill_quality_summary(configs: list[ConfigSummary], parts: PartsSummary | None) -> str:
     """The backgrounds' fill quality in a few lines: each split's median score and share of poor
-    fills, from the manifests; unknown where a manifest records no fill scores."""
+    fills, from the manifests; unknown where a manifest has no fill-quality record."""
     lines = []
     for c in configs:
         scored = split_fill_scores(c.manifest)
         if scored:
             lines += [f"- {c.name}/{split}: {fill_scores_cell(f)}" for split, f in scored.items()]
         else:
-            lines.append(f"- {c.name}: its manifest records no fill scores, so the quality of its fills is unknown")
+            lines.append(f"- {c.name}: its manifest has no fill-quality record, so the quality of its fills is unknown")
     if parts is not None:
         lines.append(f"- {PARTS_CONFIG}: the fill scores of every part are in its section above")
     return (

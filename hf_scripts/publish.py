@@ -181,6 +181,7 @@ def check_release_folder(release_dir: Path, version: str) -> dict:
         check_card(readme.read_text("utf-8"))
     except CardError as exc:
         raise PublishError(f"the card is refused: {exc}") from None
+    release_files(Path(release_dir), meta)  # a changed shard is named as changed before the viewer reads it
     viewer = release_folder_viewer_problems(Path(release_dir), meta)  # the checks `hsi verify` runs too
     if viewer:
         raise PublishError(

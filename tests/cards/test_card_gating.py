@@ -64,7 +64,7 @@ def test_the_datasheet_sections_are_there_in_the_templates_order(plain):
     assert "Any commercial use" in text
     # a manifest without fill scores: the card says their quality is unknown
     bias = text[text.index("## Bias, Risks, and Limitations") : text.index("## Licence")]
-    assert f"- {NAME}: its manifest records no fill scores, so the quality of its fills is unknown" in bias
+    assert f"- {NAME}: its manifest has no fill-quality record, so the quality of its fills is unknown" in bias
 
 
 def test_the_bias_section_summarises_the_fill_quality(tmp_path):
