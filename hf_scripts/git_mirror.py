@@ -40,7 +40,7 @@ from pathlib import Path
 
 from builder.core.hashing import copy_checked, sha256_file
 from cards.release import VERSION_PATTERN, parse_version
-from hf_scripts.publish import KEEP_REMOTE, PublishError, check_release_folder, release_files, release_shards
+from hf_scripts.publish import KEEP_REMOTE, PublishError, check_release_folder, release_shards
 
 # A fixed identity: the mirror's history should not depend on who ran the command.
 GIT_IDENTITY = {
@@ -217,9 +217,9 @@ def mirror_plan(release_dir: Path, git_dir: Path, version: str) -> list[str]:
 
 def _plan(release_dir: Path, git_dir: Path, version: str, write: bool) -> tuple[list[str], str | None, bool]:
     """(lines, the release's tree or None for a new mirror, whether main only needs the tag)."""
-    meta = check_release_folder(release_dir, version)
+    checked = check_release_folder(release_dir, version)
     lines = check_mirror_folder(git_dir)
-    files = release_files(release_dir, meta)
+    meta, files = checked.meta, checked.files
     if not _is_mirror(git_dir):
         lines += [f"  upload {path} ({size} bytes)" for path, size in files]
         lfs = f"  git LFS for {LFS_PATTERN} ({GITATTRIBUTES}; the shards' bytes in .git/lfs/objects)"
@@ -337,7 +337,7 @@ def publish_to_git(release_dir: Path, git_dir: Path, version: str) -> str:
     release_dir, git_dir = Path(release_dir).absolute(), Path(git_dir).absolute()
     created: list[Path] = []
     if not _is_mirror(git_dir):
-        release_files(release_dir, check_release_folder(release_dir, version))  # refusals before the init
+        check_release_folder(release_dir, version)  # refusals before the init (checked again under the lock)
         check_mirror_folder(git_dir)
         created = [folder for folder in [git_dir, *git_dir.parents] if not folder.exists()]
         git_dir.mkdir(parents=True, exist_ok=True)

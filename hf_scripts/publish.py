@@ -154,8 +154,18 @@ def version_tags(refs) -> dict[str, str]:
     return tags
 
 
-def check_release_folder(release_dir: Path, version: str) -> dict:
-    """The release's metadata, after checking the version and that the card loads as declared."""
+@dataclass(frozen=True)
+class CheckedRelease:
+    """A release folder that passed every check before an upload: its `_release.json` and its files
+    ((path in repo, bytes), sorted), hashed once."""
+
+    meta: dict
+    files: list[tuple[str, int]]
+
+
+def check_release_folder(release_dir: Path, version: str) -> CheckedRelease:
+    """The release's metadata and files, after checking the version, that the card loads as declared,
+    that every file is the release's own and unchanged, and what the Hub's viewer and eval.yaml need."""
     meta = read_release_meta(release_dir)
     if meta is None:
         raise PublishError(f"{release_dir} is not a release folder (no {RELEASE_META}); build it with `hsi release`")
@@ -181,7 +191,7 @@ def check_release_folder(release_dir: Path, version: str) -> dict:
         check_card(readme.read_text("utf-8"))
     except CardError as exc:
         raise PublishError(f"the card is refused: {exc}") from None
-    release_files(Path(release_dir), meta)  # a changed shard is named as changed before the viewer reads it
+    files = release_files(Path(release_dir), meta)  # a changed shard is named as changed before the viewer reads it
     viewer = release_folder_viewer_problems(Path(release_dir), meta)  # the checks `hsi verify` runs too
     if viewer:
         raise PublishError(
@@ -193,7 +203,7 @@ def check_release_folder(release_dir: Path, version: str) -> dict:
         problems = eval_yaml_problems(benchmark, meta)
         if problems:
             raise PublishError(f"{release_dir}: {problems[0]}; rebuild the release with `hsi release`")
-    return meta
+    return CheckedRelease(meta, files)
 
 
 def check_repo_id(repo_id: str) -> str:
@@ -320,8 +330,8 @@ def _plan_publish(api, release_dir: Path, repo_id: str, version: str) -> Publish
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import OfflineModeIsEnabled, RepositoryNotFoundError
 
-    meta = check_release_folder(release_dir, version)
-    uploads = release_files(release_dir, meta)
+    checked = check_release_folder(release_dir, version)  # hashes every file once
+    meta, uploads = checked.meta, checked.files
     try:
         refs = api.list_repo_refs(repo_id, repo_type=REPO_TYPE)
     except RepositoryNotFoundError:

@@ -30,8 +30,11 @@ from builder.core.errors import printable
 from builder.core.manifest import COMPOSITES, MANIFEST_NAME, PARTS, Manifest
 from builder.formats.composites import COUNT_KINDS, check_composite_json, count_buckets
 from builder.formats.parts import PARTS_MEMBERS, PARTS_MEMBERS_V1
+from cards.croissant import release_croissant_problems
+from cards.hub_benchmark import eval_yaml_problems
 from cards.release import RELEASE_META
 from cards.summary import CardError
+from hf_scripts.viewer_checks import viewer_problems
 
 CARD = "README.md"
 # What a config entry of our cards holds; anything else (`data_dir`, builder arguments) would change
@@ -176,6 +179,18 @@ def _same_parts_features(info) -> bool:
     return info is not None and info.features == parts_features()
 
 
+# -- croissant.json and eval.yaml -------------------------------------------------------------------
+
+
+def release_document_problems(
+    release: dict, manifests: Mapping[str, Manifest], card: str | None, croissant: str | None, eval_yaml: Path | None
+) -> list[str]:
+    """Lines for a croissant.json (its text, or None when the revision has none) or an eval.yaml (its
+    local file, or None) that is not what `hsi release` writes for these manifests and this card."""
+    jsons = {config: manifest.to_json() for config, manifest in manifests.items()}
+    return release_croissant_problems(release, jsons, card, croissant) + eval_yaml_problems(eval_yaml, release)
+
+
 # -- the recorded files -----------------------------------------------------------------------------
 
 
@@ -317,6 +332,34 @@ def parts_sample_problem(sample: Mapping) -> bool:
         return True
     required = PARTS_MEMBERS_V1 if meta.get("schema_version") == 1 else PARTS_MEMBERS
     return any(sample.get(name) is None for name in required)
+
+
+def config_read_back(
+    config: str,
+    manifest: Manifest,
+    splits: Iterable[str],
+    local_shards: Mapping[str, Path],
+    card_reads_them: bool,
+    stream: Callable[[str, str], Iterable],
+) -> tuple[list[str], list[str]]:
+    """(report lines, problems) of one config whose shards were hashed (`local_shards`: {filename:
+    local file}): what the Hub's dataset viewer would refuse or show in part (hf_scripts.viewer_checks),
+    then each split of `splits` streamed by `stream(config, split)` (load_dataset) and checked against
+    the manifest, unless the viewer cannot read the samples or the card reads other files than those
+    hashed (`card_reads_them` False)."""
+    unreadable, partial = viewer_problems(config, manifest, local_shards)
+    lines, problems = [], unreadable + partial
+    for split in splits:
+        hashed = f"{config}/{split}: {len(manifest.splits[split].shards)} shards hashed"
+        if unreadable:
+            lines.append(f"{hashed}, not streamed (see its samples)")
+        elif not card_reads_them:
+            lines.append(f"{hashed}, not streamed (see the card)")
+        else:
+            line, found = streamed_split_problems(config, split, manifest, stream(config, split))
+            lines.append(line)
+            problems += found
+    return lines, problems
 
 
 def streamed_split_problems(config: str, split: str, manifest: Manifest, samples) -> tuple[str, list[str]]:

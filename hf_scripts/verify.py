@@ -17,19 +17,19 @@ from pathlib import Path
 from builder.core.hashing import sha256_file
 from builder.core.manifest import Manifest, ManifestError
 from builder.core.untrusted import UntrustedInput, read_json
-from cards.croissant import CROISSANT_NAME, release_croissant_problems
-from cards.hub_benchmark import EVAL_YAML, eval_yaml_problems
+from cards.croissant import CROISSANT_NAME
+from cards.hub_benchmark import EVAL_YAML
 from cards.release import check_release_record
 from hf_scripts.publish import REPO_TYPE, PublishError, check_repo_id, hub_errors, release_shards, version_tags
 from hf_scripts.release_checks import (
     card_problems,
     card_text,
+    config_read_back,
     fetched,
     fingerprint_problems,
     recorded_file_problems,
-    streamed_split_problems,
+    release_document_problems,
 )
-from hf_scripts.viewer_checks import viewer_problems
 
 
 def verify_release(api, repo_id: str, version: str, cache_dir: str | None = None) -> tuple[list[str], list[str]]:
@@ -91,8 +91,13 @@ def _verify_release(api, repo_id: str, version: str, cache_dir: str | None) -> t
     croissant = (
         fetched(fetch, CROISSANT_NAME).read_text("utf-8", errors="replace") if CROISSANT_NAME in present else None
     )
-    problems += release_croissant_problems(release, {c: m.to_json() for c, m in manifests.items()}, card, croissant)
-    problems += eval_yaml_problems(fetched(fetch, EVAL_YAML) if EVAL_YAML in present else None, release)
+    problems += release_document_problems(
+        release, manifests, card, croissant, fetched(fetch, EVAL_YAML) if EVAL_YAML in present else None
+    )
+
+    def stream(config: str, split: str):
+        return load_dataset(repo_id, config, split=split, streaming=True, revision=commit, token=api.token)
+
     for config, listed in sorted(release["configs"].items()):
         manifest = manifests[config]
         for split in sorted(set(listed["splits"]) - set(manifest.splits)):
@@ -110,19 +115,7 @@ def _verify_release(api, repo_id: str, version: str, cache_dir: str | None) -> t
                 local_shards[shard.filename] = local
                 if local.stat().st_size != shard.bytes or sha256_file(local) != shard.sha256:
                     problems.append(f"{config}/{shard.filename}: sha256 or size differs from the manifest")
-        # what the Hub's dataset viewer would refuse or show in part (hf_scripts.viewer_checks)
-        unreadable, partial = viewer_problems(config, manifest, local_shards)
-        problems += unreadable + partial
-        for split in splits:
-            entry = manifest.splits[split]
-            if unreadable:
-                lines.append(f"{config}/{split}: {len(entry.shards)} shards hashed, not streamed (see its samples)")
-                continue
-            if config not in exact:  # load_dataset would read other files than those just hashed
-                lines.append(f"{config}/{split}: {len(entry.shards)} shards hashed, not streamed (see the card)")
-                continue
-            streamed = load_dataset(repo_id, config, split=split, streaming=True, revision=commit, token=api.token)
-            line, found = streamed_split_problems(config, split, manifest, streamed)
-            lines.append(line)
-            problems += found
+        found_lines, found = config_read_back(config, manifest, splits, local_shards, config in exact, stream)
+        lines += found_lines
+        problems += found
     return lines, problems

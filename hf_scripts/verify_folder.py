@@ -17,19 +17,19 @@ from builder.core.errors import printable
 from builder.core.hashing import sha256_file
 from builder.core.manifest import Manifest
 from builder.core.untrusted import read_json
-from cards.croissant import CROISSANT_NAME, release_croissant_problems
-from cards.hub_benchmark import EVAL_YAML, eval_yaml_problems
+from cards.croissant import CROISSANT_NAME
+from cards.hub_benchmark import EVAL_YAML
 from cards.release import RELEASE_META, read_release_meta
 from hf_scripts.publish import PublishError, release_shards
 from hf_scripts.release_checks import (
     CARD,
     card_problems,
+    config_read_back,
     fingerprint_problems,
     manifest_path,
     recorded_file_problems,
-    streamed_split_problems,
+    release_document_problems,
 )
-from hf_scripts.viewer_checks import viewer_problems
 
 GIT_DIR = ".git"  # a mirror checkout's repository, not a file of the revision
 
@@ -80,8 +80,13 @@ def verify_folder(folder: Path, version: str | None = None) -> tuple[list[str], 
     card_lines, exact = card_problems(card, manifests)
     problems += card_lines
     croissant = (folder / CROISSANT_NAME).read_text("utf-8", errors="replace") if CROISSANT_NAME in present else None
-    problems += release_croissant_problems(release, {c: m.to_json() for c, m in manifests.items()}, card, croissant)
-    problems += eval_yaml_problems(folder / EVAL_YAML if EVAL_YAML in present else None, release)
+    problems += release_document_problems(
+        release, manifests, card, croissant, folder / EVAL_YAML if EVAL_YAML in present else None
+    )
+
+    def stream(config: str, split: str):
+        return load_dataset(str(folder), config, split=split, streaming=True)
+
     for config, listed in sorted(release["configs"].items()):
         manifest = manifests[config]
         local_shards: dict[str, Path] = {}
@@ -100,19 +105,7 @@ def verify_folder(folder: Path, version: str | None = None) -> tuple[list[str], 
                 local_shards[shard.filename] = local
                 if local.stat().st_size != shard.bytes or sha256_file(local) != shard.sha256:
                     problems.append(f"{config}/{shard.filename}: sha256 or size differs from the manifest")
-        # what the Hub's dataset viewer would refuse or show in part (hf_scripts.viewer_checks)
-        unreadable, partial = viewer_problems(config, manifest, local_shards)
-        problems += unreadable + partial
-        for split in splits:
-            entry = manifest.splits[split]
-            if unreadable:
-                lines.append(f"{config}/{split}: {len(entry.shards)} shards hashed, not streamed (see its samples)")
-                continue
-            if config not in exact:
-                lines.append(f"{config}/{split}: {len(entry.shards)} shards hashed, not streamed (see the card)")
-                continue
-            streamed = load_dataset(str(folder), config, split=split, streaming=True)
-            line, found = streamed_split_problems(config, split, manifest, streamed)
-            lines.append(line)
-            problems += found
+        found_lines, found = config_read_back(config, manifest, splits, local_shards, config in exact, stream)
+        lines += found_lines
+        problems += found
     return lines, problems

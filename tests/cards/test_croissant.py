@@ -1,7 +1,8 @@
-"""croissant.json (cards.croissant) on the demo's release, built once for the module: mlcroissant
-validates it and loads every config's records from the shards' members, its fields map the sample
-json, its sha256 and counts are the manifests', it is the same bytes when built again, and `hsi
-verify` names the field of one that was changed."""
+"""croissant.json (cards.croissant) on the demo's release and on a 3-config release (the paper's set,
+the aspect-ratio set and the parts), built once for the module: mlcroissant validates each and loads
+every config's records from the shards' members, its fields map the sample json, its sha256 and
+counts are the manifests', it is the same bytes when built again, and `hsi verify` names the field
+of one whose size or count was changed."""
 
 import json
 import shutil
@@ -30,6 +31,32 @@ def demo(tmp_path_factory):
 @pytest.fixture(scope="module")
 def release(demo):
     return demo / CONFIG
+
+
+@pytest.fixture(scope="module")
+def three_configs(demo):
+    """A versioned release of three configs: the demo's composites, the aspect-ratio variant composed
+    from the same parts, and the parts themselves."""
+    datasets, ar = demo / "datasets", "hard-spurious-imagenet-ar"
+    assert (
+        main(["compose", "--parts", str(demo / "parts"), "--variant", ar, "--out", str(datasets), "--no-progress"]) == 0
+    )
+    assert main(["validate", str(datasets / ar), "--parts", str(demo / "parts")]) == 0
+    out = demo.parent / "three-configs"
+    args = [str(datasets / CONFIG), str(datasets / ar), "--parts", str(demo / "parts"), "--version", "v1.0.0"]
+    assert main(["release", "--out", str(out), *args]) == 0
+    return out
+
+
+RELEASES = {
+    "demo": [CONFIG, "parts"],
+    "three-configs": [CONFIG, "hard-spurious-imagenet-ar", "parts"],
+}
+
+
+@pytest.fixture(scope="module")
+def releases(release, three_configs):
+    return {"demo": release, "three-configs": three_configs}
 
 
 @pytest.fixture(scope="module")
@@ -68,10 +95,11 @@ def shard_samples(release: Path, config: str) -> dict[str, bytes]:
     return found
 
 
-def test_mlcroissant_validate_reports_no_error(release, croissant_cache):
+@pytest.mark.parametrize("name", sorted(RELEASES))
+def test_mlcroissant_validate_reports_no_error(releases, croissant_cache, name):
     cli = Path(sys.executable).with_name("mlcroissant")
     done = subprocess.run(
-        [str(cli), "validate", "--jsonld", str(release / CROISSANT_NAME)],
+        [str(cli), "validate", "--jsonld", str(releases[name] / CROISSANT_NAME)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -82,18 +110,20 @@ def test_mlcroissant_validate_reports_no_error(release, croissant_cache):
     # no date is recorded (the bytes are deterministic) and the demo release is unversioned
     warnings = [line for line in done.stderr.splitlines() if line.startswith("  -  ")]
     assert all("datePublished" in line or "schema.org/version" in line for line in warnings), warnings
+    assert any("datePublished" in line for line in warnings)
+    assert any("schema.org/version" in line for line in warnings) == (name == "demo")
 
 
 @pytest.mark.parametrize(
-    ("config", "image", "size"),
-    [(CONFIG, "image", (224, 224)), ("parts", "background", None)],
-    ids=["composed", "parts"],
+    ("name", "config"), [(name, config) for name, configs in sorted(RELEASES.items()) for config in configs]
 )
-def test_mlcroissant_loads_every_sample_with_its_key_image_and_label(
-    release, document, croissant_cache, config, image, size
-):
+def test_mlcroissant_loads_every_sample_with_its_key_image_and_label(releases, croissant_cache, name, config):
     import mlcroissant as mlc
 
+    release = releases[name]
+    image, size = ("background", None) if config == "parts" else ("image", (224, 224))
+    document = json.loads((release / CROISSANT_NAME).read_text("utf-8"))
+    assert sorted(rs["@id"] for rs in document["recordSet"] if "/" not in rs["@id"]) == sorted(RELEASES[name])
     records = list(mlc.Dataset(jsonld=str(release / CROISSANT_NAME)).records(record_set=config))
     wanted = shard_samples(release, config)
     assert len(records) == sum(s["num_samples"] for s in manifest(release, config)["splits"].values()) == len(wanted)
@@ -171,3 +201,27 @@ def test_verify_names_the_field_of_a_changed_count(release, tmp_path, capsys):
         "release's manifests; rebuild it with `hsi release`"
     ) in out
     assert main(["verify", str(release)]) == 0
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("Synthetic composites, 72 in all", "Synthetic composites, 71 in all", "rai:dataCollection"),
+        (
+            "hard-spurious-imagenet-ar: 24 composites (val 24)",
+            "hard-spurious-imagenet-ar: 25 composites (val 25)",
+            "description",
+        ),
+    ],
+    ids=["rai-count", "config-count"],
+)
+def test_verify_fails_a_three_config_release_whose_count_was_changed(three_configs, tmp_path, capsys, old, new, field):
+    copy = tmp_path / "three-configs"
+    shutil.copytree(three_configs, copy)
+    text = (copy / CROISSANT_NAME).read_text()
+    assert text.count(old) == 1
+    (copy / CROISSANT_NAME).write_text(text.replace(old, new))
+    assert main(["verify", str(copy)]) == 1
+    out = capsys.readouterr().out
+    assert f"FAILED: croissant.json: {field} differs from the release's manifests; rebuild it with `hsi release`" in out
+    assert main(["verify", str(three_configs)]) == 0
