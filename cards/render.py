@@ -12,6 +12,7 @@ from builder import __version__
 from builder.core import markdown
 from builder.core.taxonomy import sorted_groups, tier_sort_key
 from builder.formats.composites import COMPOSITE_FIELDS, SCHEMA_VERSION
+from cards.datasheet import USES, closing_sections, creation_sections, dataset_details
 from cards.metadata import card_metadata, check_card, dump_metadata
 from cards.parts_card import (
     PARTS_CONFIG,
@@ -31,6 +32,7 @@ from cards.summary import (
     default_title,
     is_paper_benchmark,
     shipped_variant,
+    split_fill_scores,
 )
 
 # ---------------------------------------------------------------- body
@@ -251,14 +253,6 @@ PAPER_INTRO = (
     f"rebuilt reproducibly with the `{DATASET_NAME}` toolkit."
 )
 
-LIMITATIONS = """- The objects are cut out by ImageNet's ground-truth boxes and pasted back; box crops carry some
-  of their own background, and the inpainted holes can leave visible traces.
-- Labels are ImageNet's; an object's class is that of the image it was cut from.
-- The groups measure size and position jointly with background origin (O: own, R: another class's);
-  a model's drop on CoR mixes both effects. Compare groups, not single numbers.
-- Generated from ImageNet (ILSVRC2012): use is bound by ImageNet's terms of access (non-commercial
-  research and education)."""
-
 
 def _words(values) -> str:
     values = [str(v) for v in values]
@@ -305,15 +299,6 @@ def classes_cell(summary: ConfigSummary) -> str:
     return f"{present}" + (f" of {labels} labels" if present != labels else "")
 
 
-def split_fill_scores(manifest: dict) -> dict[str, dict]:
-    """{split: fill-score summary} of the splits whose manifest entry carries one."""
-    return {
-        split: entry["fill_scores"]
-        for split, entry in sorted(manifest["splits"].items())
-        if isinstance(entry.get("fill_scores"), dict)
-    }
-
-
 def configs_table(configs: list[ConfigSummary], parts: PartsSummary | None) -> str:
     """The configs with their splits and counts; a column of their backgrounds' fill scores when a
     compose manifest carries them; the parts config last."""
@@ -348,63 +333,22 @@ def background_fill_scores(summary: ConfigSummary) -> str | None:
     return "\n\n".join(blocks)
 
 
-USES = """### Direct Use
-
-Measuring how the accuracy of ImageNet classifiers changes with an object's size, its position (centre
-or corner) and its background (its own, or another class's), group by group and size by size; comparing
-models, training methods and augmentations on those groups; studying spurious reliance on backgrounds.
-
-### Out-of-Scope Use
-
-- Any commercial use: ImageNet's terms of access allow non-commercial research and education only.
-- Training on a config and reporting results on the same config: the groups are a test of
-  generalisation, and a model trained on them no longer measures it.
-- Conclusions about how often objects are small or off-centre in real photographs: the sizes and
-  positions are set by construction, not observed.
-- Recognising, identifying or profiling the people in the images."""
-
-CURATION = """The benchmark isolates what ImageNet confounds: in its photos the object is usually large and
-central, and its background is the one it was photographed on. Cutting each object out, inpainting the
-hole and pasting the object back at a chosen size and position, on its own or another class's background,
-varies size, position and background one at a time, so a model's drop can be attributed to each. The
-source images are ImageNet's, so that models trained on ImageNet are tested on their own classes."""
-
-ANNOTATIONS = """- **The boxes are ImageNet's**: the ground-truth object boxes distributed with ILSVRC2012. The
-  object cut out is one of them (the compose spec says which; each sample's `json` records the pasted
-  box), and every box is erased from the background. Their accuracy is ImageNet's; this release adds
-  no human annotation.
-- **The labels are ImageNet's**: an object's class is that of the image it was cut from.
-- **The groups are ours**: CeO, CoO, CeR, CoR, the sizes and the tiers are assigned by construction
-  when composing (where the object was pasted, how large, on whose background), not by annotators; each
-  sample's `json` records them."""
-
-PERSONAL = """ImageNet's photographs were collected from the web and show people, in many classes
-(as the object's surroundings or as the object itself), some of them identifiable; nothing in ImageNet
-or in this release records their consent. This toolkit neither blurs faces nor filters out images with
-people, and whether a build started from the original ILSVRC2012 images or from ImageNet's
-face-blurred release is not recorded in the manifests, so for this release it is unknown. The samples
-carry no other personal information (their `json` holds ImageNet image ids, class names and
-geometry)."""
-
-
-def fill_quality_summary(configs: list[ConfigSummary], parts: PartsSummary | None) -> str:
-    """The backgrounds' fill quality in a few lines: each split's median score and share of poor
-    fills, from the manifests; unknown where a manifest has no fill-quality record."""
-    lines = []
-    for c in configs:
-        scored = split_fill_scores(c.manifest)
-        if scored:
-            lines += [f"- {c.name}/{split}: {fill_scores_cell(f)}" for split, f in scored.items()]
-        else:
-            lines.append(f"- {c.name}: its manifest has no fill-quality record, so the quality of its fills is unknown")
+def more_information(name: str, parts: PartsSummary | None) -> str:
+    """Where to go from here: measuring a model, checking the release, composing new positions."""
+    lines = [
+        f"- Measure a model on every group and size: `hsi eval {name} --model SPEC` (a timm or torchvision "
+        f"name, or a model file; the `{DATASET_NAME}` toolkit's docs, *Evaluate*).",
+        "- Check that a published version is what it records: `hsi verify ORG/NAME --version vX.Y.Z` (every shard's "
+        "sha256, this card, `croissant.json`, `eval.yaml` and the streamed counts).",
+        "- `croissant.json` describes the release in Croissant 1.1 with its Responsible-AI fields; `eval.yaml` "
+        "registers each config and split as a Hub benchmark task.",
+    ]
     if parts is not None:
-        lines.append(f"- {PARTS_CONFIG}: the fill scores of every part are in its section above")
-    return (
-        "The backgrounds are inpainted where the objects were, and a poor fill can leave a trace of the "
-        "object that a model may use. Fill quality by split (the fill `score`, in [0, 1], 1 where these "
-        "no-reference measures cannot tell the fill from the photo; the share of fills under the poor score):\n\n"
-        + "\n".join(lines)
-    )
+        lines.append(
+            f"- Compose new sizes and positions from the `{PARTS_CONFIG}` config, without ImageNet or a GPU: "
+            "`hsi compose --parts hf://datasets/ORG/NAME@REVISION --sizes 40 --positions bottom-left --out OUT`."
+        )
+    return "\n".join(lines)
 
 
 def render_body(
@@ -428,7 +372,9 @@ def render_body(
     sections = [
         f"# {title or default_title(configs)}" + (f" ({version})" if version else ""),
         description or (PAPER_INTRO if is_paper_benchmark(configs) else custom),
-        "## Configs\n\n" + configs_table(configs, parts),
+        "## Dataset Details\n\n" + dataset_details(configs, parts),
+        "## Uses\n\n" + USES,
+        "## Dataset Structure\n\n" + configs_table(configs, parts),
         "Each sample holds `jpg` (the 224 px composite), `cls` (the label) and `json` (where and how the object "
         "was pasted: " + ", ".join(f"`{k}`" for k in COMPOSITE_FIELDS) + "; nulls where a field does not apply).",
     ]
@@ -454,13 +400,10 @@ def render_body(
         sections.append("## Results\n\n" + results)
     sections += [
         "## Usage\n\n" + usage(default, configs, name, parts),
-        "## Uses\n\n" + USES,
-        "## Dataset Creation\n\n### Curation Rationale\n\n" + CURATION,
-        "### Annotations\n\n" + ANNOTATIONS,
-        "### Personal and Sensitive Information\n\n" + PERSONAL,
-        "## Bias, Risks, and Limitations\n\n" + LIMITATIONS + "\n\n" + fill_quality_summary(configs, parts),
+        *creation_sections(configs, parts),
         f"## Licence\n\n{licence} The toolkit that built them ({DATASET_NAME} {__version__}) is open source.",
         "## Citation\n\n" + code_block(CITATION, "bibtex"),
+        *closing_sections(configs, parts, more_information(name, parts)),
         "## Changelog\n\n"
         + (
             "\n".join(

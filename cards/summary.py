@@ -95,3 +95,12 @@ def is_paper_benchmark(configs: list[ConfigSummary]) -> bool:
 
 def default_title(configs: list[ConfigSummary]) -> str:
     return PRETTY_NAME if is_paper_benchmark(configs) else f"{PRETTY_NAME} toolkit: a custom build"
+
+
+def split_fill_scores(manifest: dict) -> dict[str, dict]:
+    """{split: fill-score summary} of the splits whose manifest entry carries one."""
+    return {
+        split: entry["fill_scores"]
+        for split, entry in sorted(manifest["splits"].items())
+        if isinstance(entry.get("fill_scores"), dict)
+    }

@@ -44,33 +44,59 @@ def test_the_header_gates_on_imagenets_terms_and_names_its_source(plain):
     assert hub_card_problems(text, meta) == []
 
 
-def test_the_datasheet_sections_are_there_in_the_templates_order(plain):
+def template_headings() -> list[str]:
+    """The section headings of huggingface_hub's own dataset card template (the file the Hub's "Create
+    Dataset Card" starts from), without their "[optional]" marks and the templated title."""
+    from importlib import resources
+
+    text = resources.files("huggingface_hub").joinpath("templates/datasetcard_template.md").read_text("utf-8")
+    body = text.split("---\n", 2)[2]
+    headings = [line.replace(" [optional]", "") for line in body.splitlines() if line.startswith("##")]
+    assert len(headings) == 23 and "## Dataset Card Contact" in headings  # the template as published
+    return headings
+
+
+def test_every_section_of_the_hubs_template_is_there_in_its_order(plain):
     text = (plain / "README.md").read_text()
-    headings = [
-        "## Uses",
-        "### Direct Use",
-        "### Out-of-Scope Use",
-        "## Dataset Creation",
-        "### Curation Rationale",
-        "### Annotations",
-        "### Personal and Sensitive Information",
-        "## Bias, Risks, and Limitations",
-        "## Licence",
-    ]
+    headings = template_headings()
+    missing = [h for h in headings if f"\n{h}\n" not in text]
+    assert missing == []
     positions = [text.index(f"\n{h}\n") for h in headings]
     assert positions == sorted(positions)
+    # and each section has a body of its own before the next heading
+    for heading in headings:
+        start = text.index(f"\n{heading}\n") + len(heading) + 2
+        assert text[start:].lstrip("\n")[:1] not in ("", "#") or heading in (
+            "## Dataset Details",
+            "## Uses",
+            "## Dataset Creation",
+            "### Source Data",
+            "### Annotations",
+        ), heading
+
+
+def test_the_datasheet_sections_say_what_is_true_and_what_is_unknown(plain):
+    text = (plain / "README.md").read_text()
+    details = text[text.index("## Dataset Details") : text.index("## Uses")]
+    assert "- **Size:** hard-spurious-imagenet: 8 composites" in details
+    assert "**Curated by:** not recorded" in details and "arXiv:2505.03569" in details
+    assert "the person who built and published this release is not recorded" in text
+    assert "Splits built: test." in text
+    recommendations = text[text.index("### Recommendations") : text.index("## Licence")]
+    assert "a centre crop of 0.875 removes a quarter of a 56 px corner object" in recommendations
+    assert "**CeO, CoO, CeR, CoR**" in text and "Hard (CeR and CoR at 56 and\n  84 px)" in text
     assert "**The boxes are ImageNet's**" in text and "**The groups are ours**" in text
     assert "show people" in text and "it is unknown" in text
     assert "Any commercial use" in text
     # a manifest without fill scores: the card says their quality is unknown
-    bias = text[text.index("## Bias, Risks, and Limitations") : text.index("## Licence")]
+    bias = text[text.index("## Bias, Risks, and Limitations") : text.index("### Recommendations")]
     assert f"- {NAME}: its manifest has no fill-quality record, so the quality of its fills is unknown" in bias
 
 
 def test_the_bias_section_summarises_the_fill_quality(tmp_path):
     built = release_with_parts(tmp_path)
     text = (built["release"] / "README.md").read_text()
-    bias = text[text.index("## Bias, Risks, and Limitations") : text.index("## Licence")]
+    bias = text[text.index("## Bias, Risks, and Limitations") : text.index("### Recommendations")]
     manifest = json.loads((built["release"] / f"data/{NAME}/_info.json").read_text())
     fills = manifest["splits"]["val"]["fill_scores"]
     median = fills["score"]["median"]
