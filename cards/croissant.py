@@ -13,7 +13,9 @@ What it holds:
   member, joined on the key through `<config>/labels`), and `<config>/metadata` (key = the member name
   without `.json`; one field per key of the sample's `json`, `jsonPath: $.<name>`, typed and described
   as `builder.formats.composites.COMPOSITE_FIELDS`). The parts config has `parts` (key,
-  `background` = the inpainted background, `label`) and `parts/labels`.
+  `background` = the inpainted background, `label`), `parts/labels` and `parts/metadata` (the scalar
+  fields of a part's `json`, its fill scores by `$.fill_scores.<name>`; the boxes, conversions and
+  provenance lists stay in the member).
 - the card's licence (ImageNet's terms of access), citation, and the RAI fields written from the
   manifests: synthetic data, how it was collected (ImageNet photos and boxes, the masker and inpainter
   the parts manifest records, each config's compose spec), biases, limitations (the fill-score
@@ -22,7 +24,7 @@ What it holds:
 mlcroissant 1.1.1 extracts tar members for a `FileSet` contained in a tar `FileObject` and reads
 their file properties (name, content: key, image, label load), but it does not parse the content of a
 member (`jsonPath` on a JSON member inside an archive is mlcommons/croissant issue #1010), so
-`<config>/metadata` validates but does not load with it; `datasets`/`webdataset` read the same
+the `<config>/metadata` record sets validate but do not load with it; `datasets`/`webdataset` read the same
 members as a `json` struct.
 """
 
@@ -33,6 +35,7 @@ from collections.abc import Mapping
 
 from builder import __version__
 from builder.formats.composites import COMPOSITE_FIELDS
+from builder.formats.fill_scores import SCORE_NAMES
 from cards.parts_card import PARTS_CONFIG
 from cards.summary import CITATION, LICENSE_LINK, LICENSE_NAME, TAGS
 
@@ -179,11 +182,42 @@ def sample_record_sets(config: str, manifest: Mapping, members, parts: bool = Fa
     ]
 
 
-def metadata_record_set(config: str) -> dict:
+# The scalar fields of a part's `json` (builder.formats.parts.parts_metadata), with the paths that read
+# them; its lists (boxes, conversions) and provenance stay in the member, described by the parts card.
+PARTS_JSON_FIELDS = (
+    ("source_id", "$.source_id", str, False, "the ImageNet image id the part was extracted from"),
+    ("wnid", "$.wnid", str, False, "the ImageNet class (WordNet id) of the image"),
+    ("class_index", "$.class_index", int, False, "the class index 0-999 in sorted-wnid order"),
+    ("class_name", "$.class_name", str, False, "the class's readable name"),
+    ("width", "$.width", int, False, "the source image's width in px (the background's)"),
+    ("height", "$.height", int, False, "the source image's height in px (the background's)"),
+    ("object_box_index", "$.object_box_index", int, False, "which of the image's boxes the crop is"),
+    ("object_box_rule", "$.object_box_rule", str, False, "the rule that chose that box (e.g. largest)"),
+    *(
+        (f"fill_{name}", f"$.fill_scores.{name}", float, True, f"the background's fill score `{name}`")
+        for name in SCORE_NAMES
+    ),
+    ("schema_version", "$.schema_version", int, False, "the parts schema version"),
+)
+
+
+def metadata_record_set(config: str, parts: bool = False) -> dict:
+    """`<config>/metadata`: one field per key of a composite's `json`, or the scalar fields of a part's."""
     record_set = f"{config}/metadata"
+    if parts:
+        rows = [
+            (name, path, kind, nullable, description) for name, path, kind, nullable, description in PARTS_JSON_FIELDS
+        ]
+        what = f"the `json` member of every part of {config}: its scalar fields, null where nothing was filled"
+    else:
+        rows = [
+            (name, f"$.{name}", kind, nullable, description)
+            for name, (kind, nullable, description) in COMPOSITE_FIELDS.items()
+        ]
+        what = f"the `json` member of every sample of {config}: one field per key, null where it does not apply"
     return _record_set(
         record_set,
-        f"the `json` member of every sample of {config}: one field per key, null where it does not apply",
+        what,
         [_key_field(record_set, config, "json")]
         + [
             _field(
@@ -191,9 +225,9 @@ def metadata_record_set(config: str) -> dict:
                 name,
                 DATA_TYPES[kind],
                 description + (" (may be null)" if nullable else ""),
-                _member_source(config, "json", {"jsonPath": f"$.{name}"}),
+                _member_source(config, "json", {"jsonPath": path}),
             )
-            for name, (kind, nullable, description) in COMPOSITE_FIELDS.items()
+            for name, path, kind, nullable, description in rows
         ],
     )
 
@@ -291,6 +325,7 @@ def croissant_metadata(title: str, version: str | None, default_config: str, man
             PARTS_CONFIG, parts, (("background.png", "image/png"), ("cls", "text/plain"), ("json", "application/json"))
         )
         record_sets += sample_record_sets(PARTS_CONFIG, parts, PARTS_MEMBERS, parts=True)
+        record_sets.append(metadata_record_set(PARTS_CONFIG, parts=True))
 
     backends = (parts or {}).get("backends") or (manifests[default_config].get("parts") or {}).get("backends")
     imagenet_splits = sorted({s for c in composed for s in (manifests[c].get("spec") or {}).get("splits") or []})
