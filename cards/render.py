@@ -209,14 +209,19 @@ def usage(
                 'sample = next(iter(stream))\nprint(sample["cls"], sample["json"]["group"], sample["json"]["size"])',
                 "python",
             ),
-            "Straight from the shards into PyTorch training (shuffle buffer, workers and nodes, group metadata); "
-            "`transform` turns the PIL image into a tensor, so batches collate:",
+            "Straight from the shards into PyTorch training with the toolkit's `hsi.stream` (shuffle buffer, "
+            "workers and nodes, group metadata); `transform` turns the PIL image into a tensor, so batches "
+            "collate. A shuffled stream repeats the same order every epoch unless `set_epoch` is called:",
             code_block(
-                "import torch\nfrom torchvision import transforms\n\nfrom builder.formats.stream import stream\n\n"
-                f'data = stream({q(name)}, config="{default}", split="{split}", shuffle_buffer=1000, '
+                "import torch\nfrom torchvision import transforms\n\nimport hsi\n\n"
+                f'data = hsi.stream({q(name)}, config="{default}", split="{split}", shuffle_buffer=1000, '
                 "transform=transforms.ToTensor())\n"
                 "loader = torch.utils.data.DataLoader(data, batch_size=64, num_workers=4)\n"
-                'batch = next(iter(loader))\nprint(batch["image"].shape, batch["label"][:8], batch["group"][:8])',
+                "for epoch in range(2):\n"
+                "    data.set_epoch(epoch)  # a new shard and buffer order each epoch, the same on every node\n"
+                "    for batch in loader:\n"
+                '        pass  # train on batch["image"] and batch["label"]; batch["group"] names the group\n'
+                'print(batch["image"].shape, batch["label"][:8], batch["group"][:8])',
                 "python",
             ),
             "With WebDataset (each sample has `jpg`, `cls` and `json` members):",
