@@ -246,3 +246,12 @@ def test_one_bootstrap_rule_leaves_out_resamples_without_a_rank_order():
     assert correlation_with_interval(x, y, "spearman")["ci"][0] > 0
     kendall = rank_correlation(x, y, "kendall", resamples=200)
     assert kendall.undefined_resamples > 0 and kendall.low > 0
+
+
+def test_the_docs_define_the_centre_score_as_the_code_computes_it():
+    """A box offset on both axes tells a Chebyshev distance (the code's) from a Euclidean one: centre
+    (75, 75) in 100 x 100 gives max(0.5, 0.5) = 0.5, where the Euclidean distance would be 0.707."""
+    diagonal = score_image(ImageBoxes("e", TENCH, 100, 100, (Box(70, 70, 80, 80, TENCH),)))
+    assert diagonal.centre == pytest.approx(0.5)
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "build.md").read_text("utf-8")
+    assert "`max(|cx - W/2| / (W/2), |cy - H/2| / (H/2))`" in docs and "not a Euclidean one" in docs

@@ -44,6 +44,8 @@ class ClassScore:
 
 
 def centre_distance(box: Box, width: int, height: int) -> float:
+    """The box centre's offset from the image centre, each axis normalised by the half side and the
+    larger kept (a Chebyshev distance): 0 at the centre, 1 on the image's edge."""
     half_w, half_h = width / 2, height / 2
     cx, cy = (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2
     return max(abs(cx - half_w) / half_w, abs(cy - half_h) / half_h)
