@@ -45,6 +45,7 @@ DESCRIPTION = (
     ("architecture", "--architecture", "architecture"),
     ("training_data", "--training-data", "training_data"),
     ("paper", "--paper", "paper"),
+    ("url", "--entry-url", "entry_url"),
 )
 # Figures recomputed from the predictions; the others need the model (clean photos).
 REPORTED_ONLY = ("clean_top1",)
@@ -76,15 +77,22 @@ def check_file_name(value: object, error) -> str:
     return text
 
 
-def check_paper(value: object, error) -> str:
-    """A paper link: an http(s) address (https://arxiv.org/abs/..., https://openreview.net/...)."""
+def check_link(value: object, error, example: str = "https://arxiv.org/abs/2505.03569") -> str:
+    """An http(s) address a page can show as a link (a paper's, or where an entry is published)."""
     text = check_text(value, error)
     if not PAPER.fullmatch(text):
-        raise error(
-            f"'{printable(text)[:60]}' is not an http(s) link; give the paper's address, "
-            "e.g. https://arxiv.org/abs/2505.03569"
-        )
+        raise error(f"'{printable(text)[:60]}' is not an http(s) link; give its address, e.g. {example}")
     return text
+
+
+def check_paper(value: object, error) -> str:
+    """A paper link: an http(s) address (https://arxiv.org/abs/..., https://openreview.net/...)."""
+    return check_link(value, error)
+
+
+def check_entry_url(value: object, error) -> str:
+    """Where an entry is published: an http(s) address."""
+    return check_link(value, error, "https://huggingface.co/ORG/MODEL/blob/main/entry.json")
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,7 @@ class EntryInfo:
     architecture: str | None = None
     training_data: str | None = None
     paper: str | None = None
+    url: str | None = None  # where the entry is published: the `source` of the Hub's results file
 
     def over(self, kept: EntryInfo) -> EntryInfo:
         """This description, field by field, over `kept` (what an earlier entry said)."""
@@ -114,7 +123,7 @@ class EntryInfo:
             value = values.get(name)
             if value is not None:
                 named = key if by_key else flag
-                check = check_paper if name == "paper" else check_text
+                check = {"paper": check_paper, "url": check_entry_url}.get(name, check_text)
                 checked[name] = check(value, lambda problem, named=named: UsageError(f"{where}{named}: {problem}"))
         return cls(**checked)
 
@@ -132,7 +141,7 @@ def label(value: object) -> str | None:
 def info_of(entry: dict) -> EntryInfo:
     """The description of a read entry."""
     model = entry["model"]
-    return EntryInfo(entry["name"], model["architecture"], model["training_data"], model["paper"])
+    return EntryInfo(entry["name"], model["architecture"], model["training_data"], model["paper"], entry.get("url"))
 
 
 def carried_info(path: Path, model: dict) -> EntryInfo:
@@ -215,6 +224,7 @@ def build_entry(report: dict, predictions: Path, info: EntryInfo) -> dict:
         "schema": ENTRY_SCHEMA,
         "schema_version": ENTRY_SCHEMA_VERSION,
         "name": info.name if info.name is not None else one_line(model["spec"]),
+        "url": info.url,
         "model": {
             "spec": one_line(model["spec"]),
             "weights": {
@@ -448,6 +458,7 @@ def check_entry(entry: object, source: Path | str) -> dict:
             "schema",
             "schema_version",
             "name",
+            "url",
             "model",
             "preprocessing",
             "label_space",
@@ -458,6 +469,8 @@ def check_entry(entry: object, source: Path | str) -> dict:
         )
     )
     _text(top, "name", nullable=False)
+    if top.has("url"):  # entries written before the field existed have none
+        _text(top, "url", check=check_entry_url)
     _check_model(top.object("model"))
     _check_preprocessing(top.object("preprocessing"))
     space = top.object("label_space").only(("name", "classes", "description"))

@@ -29,8 +29,9 @@ The file is written only for what a leaderboard can take: data read from the Hub
 none is guessed), a config with groups, and every sample scored (no `--limit`, no partial run).
 `revision` is written only when the source names a commit hash, as the specification asks; a tag
 or branch is stated in `notes`. `verifyToken` is never written: only the Hub's own jobs issue one.
-`source` is left out: its `url` must be a public link, and where the model's owner publishes
-entry.json is not known when `hsi eval` runs (docs/evaluate.md says how to add it).
+`source` points to the entry: its `url` is where the model's owner publishes entry.json, which only
+they know, so it is written when the entry says (`hsi eval --entry-url URL`, the entry's `url`), with
+`name` naming the file; without it, `source` is left out rather than given a link that is not public.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from builder import __version__
 
 EVAL_RESULTS_DIR = ".eval_results"
 HEADLINE = "worst-group top-1"
+ENTRY_SOURCE_NAME = "hard-spurious-imagenet leaderboard entry"  # the `source.name` of a result
 # hf://datasets/ORG/NAME[@REVISION][/path]: huggingface_hub's HfFileSystem address of a dataset repo
 HUB_DATASET = re.compile(r"hf://datasets/([A-Za-z0-9][\w.-]*)/([A-Za-z0-9][\w.-]*)(?:@([^/]+))?(?:/.*)?")
 COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -122,9 +124,11 @@ def eval_results(entry: dict) -> list[dict] | None:
     dataset = {"id": repo_id, "task_id": task_id(data["config"], data["split"])}
     if revision is not None and COMMIT.fullmatch(revision):
         dataset["revision"] = revision
-    return [
-        {"dataset": dataset, "value": entry["figures"]["worst_group"]["value"], "notes": results_notes(entry, revision)}
-    ]
+    result: dict = {"dataset": dataset, "value": entry["figures"]["worst_group"]["value"]}
+    if entry.get("url"):
+        result["source"] = {"url": entry["url"], "name": f"{ENTRY_SOURCE_NAME}: {entry['name']}"}
+    result["notes"] = results_notes(entry, revision)
+    return [result]
 
 
 def eval_results_text(document: list[dict]) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from builder.backends.code_trust import SHA256
 from builder.core.errors import UsageError
 from builder.core.untrusted import Fields, UntrustedInput, check_number, describe, read_yaml
-from evaluation.entries import check_paper, check_text
+from evaluation.entries import check_entry_url, check_paper, check_text
 from evaluation.models import MAX_INPUT_SIDE, MODEL_FILE_PREFIXES
 
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
@@ -38,11 +38,12 @@ ENTRY_KEYS = (
     "crop_pct",
     "trusted_sha256",  # the TorchScript files trusted to run their code (--trust-file)
     # the model's leaderboard entry (evaluation.entries): what `--entry-name`, `--architecture`,
-    # `--training-data` and `--paper` give one model
+    # `--training-data`, `--paper` and `--entry-url` give one model
     "entry_name",
     "architecture",
     "training_data",
     "paper",
+    "entry_url",
 )
 SIZE = re.compile(r"\d+(,\d+){0,2}")  # S, H,W or 3,H,W, as --input-size takes it
 WHAT = "--models list"
@@ -114,9 +115,9 @@ def _entry(item: object, path: Path, index: int) -> dict:
             raise fields.error("must be in (0, 1], got 0", "crop_pct")
     if fields.has("trusted_sha256"):
         entry["trusted_sha256"] = _sha256s(fields)
-    for key in ("entry_name", "architecture", "training_data", "paper"):
+    for key in ("entry_name", "architecture", "training_data", "paper", "entry_url"):
         if fields.has(key):
-            check = check_paper if key == "paper" else check_text
+            check = {"paper": check_paper, "entry_url": check_entry_url}.get(key, check_text)
             entry[key] = check(fields.raw(key), lambda problem, key=key: fields.error(problem, key))
     # a key given as null stays null: it overrides the command line's flag, as it always did
     entry.update({key: None for key, value in item.items() if value is None and key != "model"})

@@ -180,13 +180,15 @@ class Evaluation:
         architecture: str | None = None,
         training_data: str | None = None,
         paper: str | None = None,
+        entry_url: str | None = None,
     ) -> Path:
         """predictions.parquet, eval.json, eval.md, entry.json and plots/ (and the clean-photo or
         background CSVs when those passes ran) into `directory`, an `hsi eval` output folder claimed
         as one, in its model folder `name` ("" for its root); returns that folder. eval.json is the
         bytes `hsi eval` writes for the same predictions; the leaderboard entry (entry.json) is
         described by `entry_name` (default: the model spec), `architecture`, `training_data` and
-        `paper` (an http(s) link), each null when not given (saved again over an entry of the same
+        `paper` (an http(s) link), and `entry_url` (where entry.json will be published, the `source` of the
+        Hub's results file), each null when not given (saved again over an entry of the same
         model, what that entry said)."""
         from .entries import EntryInfo
         from .pipeline import analyse
@@ -198,6 +200,7 @@ class Evaluation:
             architecture=architecture,
             training_data=training_data,
             paper=paper,
+            url=entry_url,
         )
 
         with OwnedFolder(Path(directory), EVAL_KIND) as owned:

@@ -166,6 +166,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     entry.add_argument("--architecture", help="its architecture as a reader names it, e.g. 'ResNet-50'")
     entry.add_argument("--training-data", help="what it was trained on, e.g. 'ImageNet-1k train'")
     entry.add_argument("--paper", help="link to its paper (http or https), e.g. https://arxiv.org/abs/...")
+    entry.add_argument(
+        "--entry-url",
+        help="where entry.json will be published (http or https), e.g. its model repo's file: the `source` of the "
+        "Hub's .eval_results file (none is written without it)",
+    )
 
 
 def _size(text: str | None) -> tuple[int, int] | None:
@@ -366,7 +371,7 @@ def _run_from(args: argparse.Namespace, bootstrap) -> int:
 # --parts), which the file's predictions have replaced.
 PREDICTIONS_FLAGS = frozenset(
     {"source", "config", "split", "out", "predictions", "bootstrap", "seed", "no_progress"}
-    | {"entry_name", "architecture", "training_data", "paper"}
+    | {"entry_name", "architecture", "training_data", "paper", "entry_url"}
 )
 
 
@@ -407,6 +412,7 @@ def _run_predictions(args: argparse.Namespace, bootstrap) -> int:
         architecture=info.architecture,
         training_data=info.training_data,
         paper=info.paper,
+        entry_url=info.url,
     )
     print(
         f"{args.predictions.name}: {evaluation.metrics['samples']} samples scored: {folder / EVAL_MD}, eval.json and "

@@ -195,6 +195,7 @@ def test_models_yaml_describes_each_model_and_bad_descriptions_are_refused_befor
         (["--paper", "arxiv 2505.03569"], "--paper: 'arxiv 2505.03569' is not an http(s) link"),
         (["--entry-name", "two\nlines"], "--entry-name: 'two\\nlines' holds a line break"),
         (["--architecture", ""], "--architecture: is empty"),
+        (["--entry-url", "lab/entry.json"], "--entry-url: 'lab/entry.json' is not an http(s) link"),
     ]
     for flags, message in refusals:
         capsys.readouterr()
@@ -206,6 +207,9 @@ def test_models_yaml_describes_each_model_and_bad_descriptions_are_refused_befor
     listing.write_text(f"- model: ts:{planted_corner}\n  paper: ftp://x\n")
     assert main(eval_args(paper_set, str(listing), tmp_path / "refused")) == 2
     assert "models.yaml: [0].paper: 'ftp://x' is not an http(s) link" in capsys.readouterr().err
+    listing.write_text(f"- model: ts:{planted_corner}\n  entry_url: file:///etc/passwd\n")
+    assert main(eval_args(paper_set, str(listing), tmp_path / "refused")) == 2
+    assert "models.yaml: [0].entry_url: 'file:///etc/passwd' is not an http(s) link" in capsys.readouterr().err
     several = f"ts:{planted_corner},ts:{planted_corner}"
     assert main(eval_args(paper_set, several, tmp_path / "refused", "--entry-name", "Both")) == 2
     assert "--entry-name names one model" in capsys.readouterr().err

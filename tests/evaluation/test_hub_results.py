@@ -1,8 +1,9 @@
 """`.eval_results/<benchmark>.yaml` (evaluation.hub_results), field by field against the Hub's
 specification (huggingface/hub-docs docs/hub/eval-results.md and eval_results.yaml): a list of
 results, each `dataset` (`id`, `task_id`, optional `revision`, a commit hash), `value`, and the
-optional `notes`; no `verifyToken` (only the Hub's jobs issue one), and its figures those of
-entry.json."""
+optional `source` (`url` required, then `name`, `user`, `org`) pointing to the entry when it says
+where it is published, and `notes`; no `verifyToken` (only the Hub's jobs issue one), and its figures
+those of entry.json."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 import yaml
 from release_factory import make_composed_dataset
 
+from builder.core.errors import UsageError
 from cards.hub_benchmark import EVAL_YAML, read_eval_yaml
 from cards.release import build_release
 from evaluation.bootstrap import BootstrapSettings
@@ -22,6 +24,7 @@ from evaluation.hub_results import eval_results, eval_results_text, hub_dataset,
 COMMIT = "5503434ddd753f426f4b38109466949a1217c2bb"
 SPEC_RESULT_KEYS = {"dataset", "value", "verifyToken", "date", "source", "notes"}
 SPEC_DATASET_KEYS = {"id", "task_id", "revision"}
+SPEC_SOURCE_KEYS = {"url", "name", "user", "org"}
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +94,32 @@ def test_the_result_is_the_specifications_fields_with_the_entrys_figures(scored)
 )
 def test_only_a_hub_dataset_source_names_a_benchmark(source, expected):
     assert hub_dataset(source) == expected
+
+
+def test_the_source_points_to_the_entry_only_where_it_says_it_is_published(scored, tmp_path):
+    import hsi
+
+    release, entry, _ = scored
+    url = "https://huggingface.co/lab/resnet/blob/main/entry.json"
+    [result] = eval_results(on_hub(entry | {"url": url}, "hf://datasets/lab/hsi"))
+    assert list(result) == ["dataset", "value", "source", "notes"]  # the specification's order
+    assert set(result["source"]) <= SPEC_SOURCE_KEYS and result["source"]["url"] == url
+    assert result["source"]["name"] == f"hard-spurious-imagenet leaderboard entry: {entry['name']}"
+    # an entry that says nothing of where it is published gets no source (its url is required)
+    assert entry["url"] is None and "source" not in eval_results(on_hub(entry, "hf://datasets/lab/hsi"))[0]
+    # an older entry, written before `url` existed, still reads
+    from evaluation.entries import check_entry, entry_text
+
+    older = {key: value for key, value in entry.items() if key != "url"}
+    assert "url" not in check_entry(json.loads(entry_text(older)), "entry.json")
+    csv = tmp_path / "predictions.csv"
+    pd.DataFrame({"key": [f"test_{i:06d}" for i in range(12)], "pred_class": [5] * 12}).to_csv(csv, index=False)
+    evaluation = hsi.score(csv, release, bootstrap=BootstrapSettings(resamples=20))
+    with pytest.raises(
+        UsageError, match="Evaluation.save: entry_url: 'ftp://lab/entry.json' is not an http\\(s\\) link; give its"
+    ):
+        evaluation.save(tmp_path / "x", entry_url="ftp://lab/entry.json")
+    assert not (tmp_path / "x").exists()
 
 
 def test_partial_or_limited_evaluations_get_no_results_file(scored):

@@ -120,8 +120,9 @@ import sys
 import hsi
 from evaluation.bootstrap import BootstrapSettings
 from evaluation.hub_results import eval_results
-hsi.score(sys.argv[1], sys.argv[2], bootstrap=BootstrapSettings(resamples=100)).save(sys.argv[3])
+hsi.score(sys.argv[1], sys.argv[2], bootstrap=BootstrapSettings(resamples=100)).save(sys.argv[3], entry_url=sys.argv[4])
 """
+ENTRY_URL = "https://huggingface.co/lab/model/blob/main/entry.json"
 
 
 def test_score_on_hf_data_served_by_a_hub_gives_the_metrics_of_the_local_release(tmp_path):
@@ -144,7 +145,7 @@ def test_score_on_hf_data_served_by_a_hub_gives_the_metrics_of_the_local_release
         published = run_hsi(["publish", release, "--repo", "lab/hsi", "--version", "v1.0.0", "--yes"], env)
         assert published.returncode == 0, published.stderr
         address = "hf://datasets/lab/hsi@v1.0.0"
-        scored = run_python(SCORE_AND_SAVE, predictions, address, tmp_path / "remote", env=env, timeout=300)
+        scored = run_python(SCORE_AND_SAVE, predictions, address, tmp_path / "remote", ENTRY_URL, env=env, timeout=300)
         assert scored.returncode == 0, scored.stderr
     local_report = json.loads((local / "eval.json").read_text())
     remote_report = json.loads((tmp_path / "remote" / "eval.json").read_text())
@@ -161,6 +162,12 @@ def test_score_on_hf_data_served_by_a_hub_gives_the_metrics_of_the_local_release
     assert results[0]["dataset"] == {"id": "lab/hsi", "task_id": "hard-spurious-imagenet/test"}  # a tag: no hash
     assert results[0]["value"] == remote_report["metrics"]["groups_summary"]["worst_group"]["value"]
     assert "data revision v1.0.0" in results[0]["notes"]
+    # `source` points to the entry, where its owner said it is published
+    assert entry["url"] == ENTRY_URL
+    assert results[0]["source"] == {
+        "url": ENTRY_URL,
+        "name": f"hard-spurious-imagenet leaderboard entry: {entry['name']}",
+    }
 
 
 @pytest.mark.parametrize(
