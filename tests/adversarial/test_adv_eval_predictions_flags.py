@@ -48,7 +48,15 @@ MODEL_RUN_FLAGS = {
 }
 # what scoring a file reads (and --from, the other input, refused beside it on its own)
 SCORING_FLAGS = {"-h", "--help", "--config", "--split", "--out", "--predictions", "--bootstrap", "--seed"}
-SCORING_FLAGS |= {"--no-progress", "--from", "--entry-name", "--architecture", "--training-data", "--paper"}
+SCORING_FLAGS |= {
+    "--no-progress",
+    "--from",
+    "--entry-name",
+    "--architecture",
+    "--training-data",
+    "--paper",
+    "--entry-url",
+}
 
 
 @pytest.fixture(scope="module")
