@@ -1,4 +1,4 @@
-"""`.eval_results/<benchmark>.yaml` (evaluation.hub_results), field by field against the Hub's
+"""`.eval_results/<benchmark>.yaml` (evaluation.ranking.hub_results), field by field against the Hub's
 specification (huggingface/hub-docs docs/hub/eval-results.md and eval_results.yaml): a list of
 results, each `dataset` (`id`, `task_id`, optional `revision`, a commit hash), `value`, and the
 optional `notes`; no `verifyToken` (only the Hub's jobs issue one), and its figures those of
@@ -16,8 +16,8 @@ from release_factory import make_composed_dataset
 
 from cards.hub_benchmark import EVAL_YAML, read_eval_yaml
 from cards.release import build_release
-from evaluation.bootstrap import BootstrapSettings
-from evaluation.hub_results import eval_results, eval_results_text, hub_dataset, report_results_file, task_id
+from evaluation.analysis.bootstrap import BootstrapSettings
+from evaluation.ranking.hub_results import eval_results, eval_results_text, hub_dataset, report_results_file, task_id
 
 COMMIT = "5503434ddd753f426f4b38109466949a1217c2bb"
 SPEC_RESULT_KEYS = {"dataset", "value", "verifyToken", "date", "source", "notes"}
