@@ -76,7 +76,7 @@ def random_init_model(arch: str, folder: Path, device):
     import timm
     import torch
 
-    from evaluation.models import ModelOptions, load_model
+    from evaluation.model_formats.models import ModelOptions, load_model
 
     torch.manual_seed(0)
     checkpoint = folder / f"{arch}_random_init.pth"
@@ -91,9 +91,9 @@ def measure(loaded, dataset: Path, settings, device, repeat: int) -> Throughput:
     within each of `repeat` rounds (after one forward-only warm-up)."""
     import torch
 
-    from evaluation.data import make_loader
-    from evaluation.pipeline import predictions_for
-    from evaluation.predict import plan_run
+    from evaluation.orchestration.pipeline import predictions_for
+    from evaluation.predicting.data import make_loader
+    from evaluation.predicting.predict import plan_run
 
     def fresh_plan():
         return plan_run(loaded, dataset, None, settings.split, batch_size=settings.batch_size)
@@ -157,9 +157,9 @@ def main() -> int:
 
     import torch
 
-    from evaluation.bootstrap import BootstrapSettings
-    from evaluation.pipeline import RunSettings, evaluate_model
-    from evaluation.predict import resolve_device
+    from evaluation.analysis.bootstrap import BootstrapSettings
+    from evaluation.orchestration.pipeline import RunSettings, evaluate_model
+    from evaluation.predicting.predict import resolve_device
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -201,7 +201,7 @@ def default_batch_sizes() -> dict[str, int]:
     """The batch sizes the commands use by default."""
     from builder.backends.grounding_dino import GroundingDinoConfig
     from builder.backends.sam import SamConfig
-    from evaluation.pipeline import RunSettings
+    from evaluation.orchestration.pipeline import RunSettings
 
     def default(config, name):
         return config.__dataclass_fields__[name].default
@@ -566,7 +566,7 @@ def bench_detect(ctx: Context) -> list[Row]:
 def bench_eval(ctx: Context) -> list[Row]:
     from eval_speed import measure, random_init_model, synthetic_dataset
 
-    from evaluation.pipeline import RunSettings
+    from evaluation.orchestration.pipeline import RunSettings
 
     batch = ctx.sizes.batch["eval"]
     started = time.perf_counter()

@@ -19,7 +19,7 @@ fe42e68017ffc76d09922ea8f9b38a6964345710). At the repo's root:
 holding them (or any key the specification does not define) is refused.
 
 This toolkit writes one task per config and split of the release (the `parts` config holds no
-composites to classify, so it is no task), its id `CONFIG/SPLIT` (evaluation.hub_results.task_id,
+composites to classify, so it is no task), its id `CONFIG/SPLIT` (evaluation.ranking.hub_results.task_id,
 the `task_id` that `hsi eval`'s `.eval_results/` files name), config and split always spelled out.
 Its framework identifier, `hard-spurious-imagenet`, is not yet one of eval.ts's names: the Hub
 validates eval.yaml at push time, and the benchmark is listed once the Hub's team allow-lists it
@@ -36,7 +36,7 @@ from builder.core.errors import printable
 from builder.core.untrusted import Fields, UntrustedInput, read_yaml
 from cards.parts_card import PARTS_CONFIG
 from cards.summary import DATASET_NAME, PRETTY_NAME
-from evaluation.hub_results import task_id
+from evaluation.ranking.hub_results import task_id
 
 EVAL_YAML = "eval.yaml"
 EVALUATION_FRAMEWORK = DATASET_NAME

@@ -22,7 +22,7 @@ from pathlib import Path
 from builder.core.errors import InputError, printable
 from builder.core.names import UnsafeNameError, check_config_name
 from builder.core.untrusted import Fields, UntrustedInput, check_integer, check_string, read_json, read_parquet
-from evaluation.report import fmt
+from evaluation.analysis.report import fmt
 
 RESULTS_DIR = "results"
 RELEASE_PLOT_SUFFIX = "_accuracy_vs_size.png"  # results/<model slug><suffix> in a release

@@ -16,11 +16,11 @@ __all__ = ["__version__", "open", "Dataset", "score", "evaluate", "Evaluation", 
 
 # public name -> (module, attribute), imported when first used
 _LAZY = {
-    "open": ("evaluation.external", "open_dataset"),
-    "Dataset": ("evaluation.external", "Dataset"),
-    "score": ("evaluation.external", "score"),
-    "Evaluation": ("evaluation.result", "Evaluation"),
-    "evaluate": ("evaluation.inprocess", "evaluate"),
+    "open": ("evaluation.orchestration.external", "open_dataset"),
+    "Dataset": ("evaluation.orchestration.external", "Dataset"),
+    "score": ("evaluation.orchestration.external", "score"),
+    "Evaluation": ("evaluation.orchestration.result", "Evaluation"),
+    "evaluate": ("evaluation.orchestration.inprocess", "evaluate"),
     "stream": ("builder.formats.stream", "stream"),
 }
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from builder.formats.stream import shuffled, stream
-from evaluation.data import SourceSplit, SplitReader, prepare_image
-from evaluation.models import Preprocessing
-from evaluation.verified_shards import verify_stream
+from evaluation.model_formats.models import Preprocessing
+from evaluation.predicting.data import SourceSplit, SplitReader, prepare_image
+from evaluation.predicting.verified_shards import verify_stream
 
 
 def derived_seed(*parts) -> int:

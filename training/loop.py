@@ -3,7 +3,7 @@ evaluated on the held-out split per group each epoch (through the evaluation pac
 checkpointed resumably, and finally scored on the test split into `predictions.parquet`.
 
 - Model: `timm.create_model(NAME, num_classes=K)` from scratch; with `pretrained` or a local
-  checkpoint, the weights come through `evaluation.models.load_model` (never a silent random init)
+  checkpoint, the weights come through `evaluation.model_formats.models.load_model` (never a silent random init)
   and the classifier is reset to the config's K labels.
 - Optimiser SGD (momentum) or AdamW; schedule per epoch: linear warm-up, then cosine or step decay.
 - AMP and channels_last only on CUDA. Multi-GPU: run under `torchrun`; when torch.distributed is
@@ -36,14 +36,21 @@ import numpy as np
 
 from builder.core.errors import InputError, UsageError
 from builder.core.untrusted import Fields
-from evaluation.data import SourceSplit, read_dataset_manifest
-from evaluation.groups import GroupMetadataError, check_groups_cover, groups_of, selection_scores, training_group
-from evaluation.labels import config_wnids
-from evaluation.models import MAX_INPUT_SIDE, LoadedModel, ModelOptions, Preprocessing, load_model, timm_preprocessing
-from evaluation.predict import resolve_device, run_predictions
+from evaluation.model_formats.labels import config_wnids
+from evaluation.model_formats.models import (
+    MAX_INPUT_SIDE,
+    LoadedModel,
+    ModelOptions,
+    Preprocessing,
+    load_model,
+    timm_preprocessing,
+)
+from evaluation.predicting.data import SourceSplit, read_dataset_manifest
+from evaluation.predicting.predict import resolve_device, run_predictions
 from training.data import Augmentation, TrainSamples, augment, collate_train, derived_seed, verify_training_data
 from training.folder import RunFolder, run_folder
 from training.gradmix import GradMixOptions, Mixer, step_generator
+from training.groups import GroupMetadataError, check_groups_cover, groups_of, selection_scores, training_group
 from training.state import (
     BEST,
     LAST,
@@ -85,7 +92,7 @@ class TrainSettings:
     config: str | None = None
     model: str = "resnet18"
     pretrained: bool = False
-    checkpoint: str | None = None  # local weights to start from (through evaluation.models)
+    checkpoint: str | None = None  # local weights to start from (through evaluation.model_formats.models)
     epochs: int = 10
     batch_size: int = 64
     lr: float = 0.1
@@ -174,7 +181,7 @@ def seed_everything(seed: int) -> None:
 
 
 def build_model(settings: TrainSettings, num_classes: int, canvas: int | None):
-    """(module, preprocessing): random init, or weights loaded by evaluation.models with a fresh head."""
+    """(module, preprocessing): random init, or weights loaded by evaluation.model_formats.models with a fresh head."""
     import timm
 
     name = settings.model.removeprefix("timm:")
@@ -244,7 +251,7 @@ def is_main_process() -> bool:
 
 
 def evaluate_split(module, pre: Preprocessing, settings: TrainSettings, split: str):
-    """Prediction rows of `split` through evaluation.predict (eval mode, no augmentation)."""
+    """Prediction rows of `split` through evaluation.predicting.predict (eval mode, no augmentation)."""
     was_training = module.training
     module.eval()
     loaded = LoadedModel(f"timm:{settings.model} (training)", module, pre)

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from builder.core.interrupts import ctrl_c_stops
-from evaluation.predictions import write_predictions
+from evaluation.predicting.predictions import write_predictions
 from training.folder import RunFolder, run_folder
 from training.loop import (
     BEST,

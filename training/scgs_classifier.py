@@ -1,6 +1,6 @@
 """The classifiers `hsi scgs` uses, built from evaluation's loaders: an `hsi train` checkpoint
 (`best.pt`/`last.pt`: weights, the architecture in its settings, its wnids) or any model spec
-`evaluation.models.load_model` takes; and a predictions table of `hsi eval` in the config's labels.
+`evaluation.model_formats.models.load_model` takes; and a predictions table of `hsi eval` in the config's labels.
 
 The result fits `builder.augment.classifier.ScgsClassifier`: logits over the config's labels,
 pooled penultimate features (timm's `forward_features` + `forward_head(pre_logits=True)`), the
@@ -22,9 +22,9 @@ from builder.backends.code_trust import NO_TRUST, CodeTrust
 from builder.backends.registry import make_backend
 from builder.core.classes import class_of
 from builder.core.untrusted import Fields, check_string, load_torch
-from evaluation.labels import resolve_label_space
-from evaluation.models import LoadedModel, ModelError, ModelOptions, count_outputs, load_model, sha256_of
-from evaluation.predict import resolve_device
+from evaluation.model_formats.labels import resolve_label_space
+from evaluation.model_formats.models import LoadedModel, ModelError, ModelOptions, count_outputs, load_model, sha256_of
+from evaluation.predicting.predict import resolve_device
 
 WNID = re.compile(r"n\d{8}")  # an ImageNet wnid, as a checkpoint's `wnids` must list them
 
@@ -216,7 +216,7 @@ def read_train_predictions(
     it was made with another model than `classifier`, on another split or on another build of the
     config (`source_fingerprint`, the source manifest's), or lacks the columns M is read from."""
     from builder.core.untrusted import UntrustedInput
-    from evaluation.predictions import read_prediction_rows
+    from evaluation.predicting.predictions import read_prediction_rows
 
     path = Path(path)
     if not path.is_file():

@@ -18,10 +18,10 @@ import numpy as np
 
 from builder.core.markdown import inline, table_lines
 from builder.core.untrusted import Fields, UntrustedInput, read_json, read_parquet, regular_file
-from evaluation.groups import group_accuracies
-from evaluation.predictions import METADATA_KEY, predictions_schema
+from evaluation.predicting.predictions import METADATA_KEY, predictions_schema
 from training.folder import RunFolder, run_folder
 from training.gradmix import AUGMENTS
+from training.groups import group_accuracies
 from training.loop import TrainError
 from training.methods import METHODS
 from training.run import PREDICTIONS_NAME, SCORES_NAME
@@ -253,7 +253,7 @@ def render_markdown(summaries: list[dict], comparison: dict | None) -> str:
 
 
 def plot_summary(summaries: list[dict], path: Path) -> None:
-    from evaluation.plots import headless_pyplot
+    from evaluation.analysis.plots import headless_pyplot
 
     plt = headless_pyplot()
     fig, ax = plt.subplots(figsize=(1.8 + 1.4 * len(summaries), 3.2))
@@ -281,8 +281,8 @@ def write_eval_reports(runs: dict[str, list[Path]], folder: RunFolder) -> set[st
     `results/<method>-seed-<s>/`. The analysis writes into a fresh staging folder of its own inside
     `--out`; each file it made is then written through the owned folder (recorded, never over a
     user's file, never through a link). Returns the files written, relative to the folder."""
-    from evaluation.bootstrap import BootstrapSettings
-    from evaluation.pipeline import analyse
+    from evaluation.analysis.bootstrap import BootstrapSettings
+    from evaluation.orchestration.pipeline import analyse
 
     written: set[str] = set()
     for method, seeds in runs.items():

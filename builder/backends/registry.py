@@ -1,6 +1,6 @@
 """One registry for every model the toolkit runs: maskers, inpainters and detectors (extract and
 validation), the Grad-CAM++ CAM and the Stable Diffusion generator (SCGS), and the classifiers of
-`hsi eval` (registered by `evaluation.models`, whose model types they build).
+`hsi eval` (registered by `evaluation.model_formats.models`, whose model types they build).
 
 Adding a model is one module in this package and one registration, as with timm's `register_model`:
 

@@ -33,7 +33,7 @@ RECORD_NAME = "_written.json"
 # One path component we write: starts with a letter, digit or '_', no '/', no '..', printable ASCII.
 _COMPONENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+=,@-]{0,199}")
 # Folders whose name a format outside this toolkit fixes with a leading dot (temporaries never end
-# like these): the Hub's evaluation results of a model, `.eval_results/` (evaluation.hub_results).
+# like these): the Hub's evaluation results of a model, `.eval_results/` (evaluation.ranking.hub_results).
 _DOT_FOLDERS = frozenset({".eval_results"})
 
 

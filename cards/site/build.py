@@ -16,7 +16,7 @@ from pathlib import Path
 from builder import __version__
 from builder.core.errors import printable
 from builder.core.names import check_split_name
-from evaluation.eval_folder import claimed
+from evaluation.orchestration.eval_folder import claimed
 
 from .collect import ModelEval, ReportInputError, collect_evals, collect_failures, site_name
 from .figures import accuracy_vs_size, png_bytes, position_heat_maps

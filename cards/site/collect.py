@@ -22,10 +22,10 @@ from builder.core.errors import HsiError, InputError, printable
 from builder.core.names import check_path_component, check_relative_path
 from builder.core.owned import check_relative
 from builder.core.untrusted import Fields
-from evaluation.entries import ENTRY_JSON, read_entry
-from evaluation.leaderboard import checked_report, leaderboard_row, model_failures, model_reports
-from evaluation.predictions import PREDICTIONS_NAME, read_predictions
-from evaluation.report import EVAL_JSON
+from evaluation.analysis.report import EVAL_JSON
+from evaluation.predicting.predictions import PREDICTIONS_NAME, read_predictions
+from evaluation.ranking.entries import ENTRY_JSON, read_entry
+from evaluation.ranking.leaderboard import checked_report, leaderboard_row, model_failures, model_reports
 
 from .sections import checked_metrics, checked_run
 
@@ -57,10 +57,10 @@ class ModelEval:
     report: dict
     run: dict  # sections.checked_run: what the page says about the run
     metrics: dict  # sections.checked_metrics
-    row: dict  # evaluation.leaderboard.leaderboard_row
+    row: dict  # evaluation.ranking.leaderboard.leaderboard_row
     predictions: object  # pandas DataFrame, every row (error rows too)
     plots: list[tuple[str, bytes]]  # (file name, PNG bytes), in eval.json's order
-    entry: dict | None = None  # its leaderboard entry (evaluation.entries), when the folder has one
+    entry: dict | None = None  # its leaderboard entry (evaluation.ranking.entries), when the folder has one
 
     @property
     def name(self) -> str:

@@ -4,7 +4,7 @@ intervals do not hide each other, the chance line drawn), and a position x size 
 model, with each cell's n, when the config has more than two placements.
 
 Each figure is a `matplotlib.figure.Figure` of its own (no pyplot global state, as
-evaluation.plots draws). Names from the data go into the figure as plain text: `$` is escaped, so
+evaluation.analysis.plots draws). Names from the data go into the figure as plain text: `$` is escaped, so
 a model called `$\\frac$` is text, not mathtext that fails to parse.
 """
 

@@ -7,7 +7,7 @@ is: `--data` names it (a release folder, a composed folder or an hf:// address; 
 several configs), and each evaluation takes the source whose manifest has its config, its split
 and its fingerprint. One that none has is refused, so a thumbnail is never another build's image.
 
-Shards are checked by `evaluation.verified_shards` (size and sha256 against the manifest; a hub
+Shards are checked by `evaluation.predicting.verified_shards` (size and sha256 against the manifest; a hub
 source is read from its checked cached copy), the shards the galleries need and no others.
 """
 
@@ -22,8 +22,8 @@ from pathlib import Path
 from builder.core.errors import printable
 from builder.core.manifest import Manifest
 from builder.formats.stream import StreamError, iter_tar_samples, resolve_shard_lengths, source_manifest
-from evaluation.data import SampleError, sample_json
-from evaluation.verified_shards import ShardMismatch, verify_shards
+from evaluation.predicting.data import SampleError, sample_json
+from evaluation.predicting.verified_shards import ShardMismatch, verify_shards
 
 from .collect import ModelEval, ReportInputError
 

@@ -1,6 +1,6 @@
 """The metrics sections of an eval.json that the model pages render, each field checked.
 
-`checked_report` (evaluation.leaderboard) checks what the leaderboard reads; a page renders far
+`checked_report` (evaluation.ranking.leaderboard) checks what the leaderboard reads; a page renders far
 more (tiers, positions, gaps, controls, the background-class analysis), and an eval.json may come
 from a stranger. Every value a page shows is read here through `Fields`, so a wrong type is one
 line naming the file and the field, and the pages render only from the plain dict returned.

@@ -16,9 +16,9 @@ import numpy as np
 
 from builder.core.csv_cells import write_dict_table
 from builder.core.owned import OwnedFolder
+from evaluation.analysis.report import md_table, write_json
 from validation.scores.correlations import rank_correlation
 
-from ..report import md_table, write_json
 from .schema import BIASES, bias_values, eval_values
 
 MIN_MODELS = 3

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from builder import __version__
 from builder.core.owned import OwnedFolder
+from evaluation.model_formats.models import LoadedModel, model_slug
 
-from ..models import LoadedModel, model_slug
 from .report import PROBES_JSON, PROBES_MD, write_model_report
 from .runner import ProbeModel, ValImages, load_val_images, probe_preprocessing
 from .schema import read_probes

@@ -7,8 +7,7 @@ from collections import Counter
 
 from builder.core.markdown import code, inline
 from builder.core.owned import OwnedFolder
-
-from ..report import md_table, write_json
+from evaluation.analysis.report import md_table, write_json
 
 PROBES_JSON, PROBES_MD = "probes.json", "probes.md"
 

@@ -18,10 +18,9 @@ from builder.core.errors import InputError
 from builder.core.records import Issue
 from builder.extract.images import decode_image
 from builder.extract.sources import load_sources
-
-from ..labels import resolve_label_space
-from ..models import LoadedModel, Preprocessing, count_outputs
-from ..predict import Classifier, resolve_device
+from evaluation.model_formats.labels import resolve_label_space
+from evaluation.model_formats.models import LoadedModel, Preprocessing, count_outputs
+from evaluation.predicting.predict import Classifier, resolve_device
 
 # Both published scripts resize the shorter side to 256 and centre-crop 224 before any filtering, for
 # every model whatever its native input size: the critical band's cycles per image assume 224 pixels.
@@ -73,7 +72,7 @@ def load_val_images(
     sources reader; an undecodable file is an error row, not a crash."""
     from PIL import Image
 
-    from ..data import prepare_image
+    from evaluation.predicting.data import prepare_image
 
     listing = load_sources(Path(root), split, boxes, announce=announce)
     records = listing.records[:limit] if limit else listing.records

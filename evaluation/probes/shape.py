@@ -178,8 +178,7 @@ def read_stimulus(stimulus: Stimulus, preprocessing) -> np.ndarray:
 
     from builder.core.untrusted import UntrustedInput, regular_file
     from builder.extract.images import ImageDecodeError, decode_image
-
-    from ..data import prepare_image
+    from evaluation.predicting.data import prepare_image
 
     try:
         regular_file(stimulus.path, "stimulus")  # checked again at opening: the scan saw it a moment ago

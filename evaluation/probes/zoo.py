@@ -1,5 +1,5 @@
 """Several models: probe each, find its `hsi eval` report (evaluating it on the fly through
-evaluation.pipeline when a source is given and the report is missing), and relate the two."""
+evaluation.orchestration.pipeline when a source is given and the report is missing), and relate the two."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 from builder.core.errors import UsageError
 from builder.core.owned import OwnedFolder
+from evaluation.analysis.report import EVAL_JSON
+from evaluation.model_formats.models import LoadedModel, model_slug
+from evaluation.orchestration.pipeline import RunSettings, evaluate_model
 
-from ..models import LoadedModel, model_slug
-from ..pipeline import RunSettings, evaluate_model
-from ..report import EVAL_JSON
 from . import correlate, schema
 from .pipeline import ProbeSettings, ValCache, probe_model
 from .shape import open_folder

@@ -27,7 +27,7 @@ from builder.core.errors import UsageError
 from hsi.commands.common import add_trust_flags, options_from, positive_int, require_extra, seed_int
 
 HELP = "evaluate models on a composed config: predictions, per-group metrics with intervals, reports, leaderboard"
-EXIT_OK, EXIT_USAGE = 0, 2  # and 3 when some models of a sweep failed (evaluation.sweep.ModelsFailed)
+EXIT_OK, EXIT_USAGE = 0, 2  # and 3 when some models of a sweep failed (evaluation.orchestration.sweep.ModelsFailed)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, eval_only: bool) -> None:
@@ -174,7 +174,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _size(text: str | None) -> tuple[int, int] | None:
-    from evaluation.models import MAX_INPUT_SIDE
+    from evaluation.model_formats.models import MAX_INPUT_SIDE
 
     if text is None:
         return None
@@ -194,15 +194,15 @@ def _size(text: str | None) -> tuple[int, int] | None:
 
 
 def model_entries(args: argparse.Namespace) -> list[dict]:
-    """Each model to evaluate as a mapping of its spec and per-model options (evaluation.model_list)."""
-    from evaluation.model_list import model_entries as listed_models
+    """Each model to evaluate as a mapping of its spec and per-model options (evaluation.orchestration.model_list)."""
+    from evaluation.orchestration.model_list import model_entries as listed_models
 
     return listed_models(args.model, args.models, bool(args.checkpoint or args.arch or args.classes))
 
 
 def model_options(entry: dict, args: argparse.Namespace):
     from builder.backends.code_trust import CodeTrust
-    from evaluation.models import ModelOptions, parse_floats, read_classes_file
+    from evaluation.model_formats.models import ModelOptions, parse_floats, read_classes_file
 
     def pick(name):
         return entry.get(name, getattr(args, name, None))
@@ -228,7 +228,7 @@ def model_options(entry: dict, args: argparse.Namespace):
 
 def entry_infos(entries: list[dict], args: argparse.Namespace) -> list:
     """The leaderboard-entry description of each model: its models.yaml keys, else the flags."""
-    from evaluation.entries import DESCRIPTION, EntryInfo
+    from evaluation.ranking.entries import DESCRIPTION, EntryInfo
 
     if args.entry_name is not None and len(entries) > 1:
         raise UsageError(
@@ -256,7 +256,7 @@ def _announce(text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     require_extra("eval", "models", "torch", "timm", "pyarrow", "scipy")
-    from evaluation.bootstrap import BootstrapSettings
+    from evaluation.analysis.bootstrap import BootstrapSettings
 
     bootstrap = BootstrapSettings(resamples=args.bootstrap, seed=args.seed)
     if args.from_predictions is not None and args.predictions is not None:
@@ -287,12 +287,12 @@ def run(args: argparse.Namespace) -> int:
 
         check_ray_available()
 
-    from evaluation.data import default_split
-    from evaluation.models import check_spec, check_trust
-    from evaluation.pipeline import RunSettings
-    from evaluation.report import EVAL_MD
-    from evaluation.runs import eval_folder, evaluate_all
-    from evaluation.sweep import ModelsFailed
+    from evaluation.analysis.report import EVAL_MD
+    from evaluation.model_formats.models import check_spec, check_trust
+    from evaluation.orchestration.pipeline import RunSettings
+    from evaluation.orchestration.runs import eval_folder, evaluate_all
+    from evaluation.orchestration.sweep import ModelsFailed
+    from evaluation.predicting.data import default_split
 
     def summarise(spec: str, result) -> None:
         metrics = result.report["metrics"]
@@ -350,8 +350,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_from(args: argparse.Namespace, bootstrap) -> int:
-    from evaluation.report import EVAL_MD
-    from evaluation.runs import recompute_from
+    from evaluation.analysis.report import EVAL_MD
+    from evaluation.orchestration.runs import recompute_from
 
     path = args.from_predictions
     if not path.is_file():
@@ -389,8 +389,8 @@ def model_run_flags_given(args: argparse.Namespace) -> list[str]:
 
 
 def _run_predictions(args: argparse.Namespace, bootstrap) -> int:
-    from evaluation.external import score
-    from evaluation.report import EVAL_MD
+    from evaluation.analysis.report import EVAL_MD
+    from evaluation.orchestration.external import score
 
     given = model_run_flags_given(args)
     if given:

@@ -48,8 +48,8 @@ def _announce(text: str) -> None:
 def run_verify(args: argparse.Namespace) -> int:
     require_extra("leaderboard verify", "eval", "pyarrow", "pandas", "scipy")
     from builder.core.errors import RunFailed, printable
-    from evaluation.report import fmt
-    from evaluation.verify_entry import verify_entry
+    from evaluation.analysis.report import fmt
+    from evaluation.orchestration.verify_entry import verify_entry
 
     result = verify_entry(args.entry, args.data, args.predictions, _announce)
     where = printable(str(result.entry_file))

@@ -128,9 +128,9 @@ def _probes(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _eval_link(args: argparse.Namespace):
-    from evaluation.bootstrap import BootstrapSettings
-    from evaluation.data import default_split
-    from evaluation.pipeline import RunSettings
+    from evaluation.analysis.bootstrap import BootstrapSettings
+    from evaluation.orchestration.pipeline import RunSettings
+    from evaluation.predicting.data import default_split
     from evaluation.probes.zoo import EvalLink
 
     if args.eval_dir is None:
@@ -154,7 +154,7 @@ def _eval_link(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     require_extra("probe", "models", "torch", "timm", "scipy", "pyrtools")
-    from evaluation.models import check_trust, load_model
+    from evaluation.model_formats.models import check_trust, load_model
     from evaluation.probes.pipeline import ProbeSettings
     from evaluation.probes.zoo import probe_zoo
 

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from builder.backends.registry import backend_config
     from builder.backends.sd_inpaint import GenerationSettings
     from builder.compose.spec import spec_from_json
-    from evaluation.labels import config_wnids
+    from evaluation.model_formats.labels import config_wnids
     from training.scgs_classifier import ScgsModelLoader, read_train_predictions
 
     options = options_from(args, ScgsOptions).check()

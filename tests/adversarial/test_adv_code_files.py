@@ -196,7 +196,7 @@ def test_probe_refuses_it(attack, tmp_path, capsys):
 
 def test_the_python_api_and_the_scgs_loader_refuse_it(attack, dataset, tmp_path):
     import hsi
-    from evaluation.models import ModelError
+    from evaluation.model_formats.models import ModelError
     from training.scgs_classifier import load_scgs_classifier
 
     path, marker = attack

@@ -352,7 +352,7 @@ def test_scgs_predictions_with_a_pred_class_that_is_no_class_index_are_one_line(
     """Failed before: "abc" a ValueError traceback, inf an OverflowError traceback, 57.7 silently
     truncated to class 57."""
     from builder.augment.misclassified import PredictionsMismatch
-    from evaluation.labels import config_wnids
+    from evaluation.model_formats.labels import config_wnids
     from training.scgs_classifier import read_train_predictions
 
     table = pq.read_table(evaluated.predictions)
@@ -376,7 +376,7 @@ def test_a_classes_file_that_is_missing_or_a_link_is_one_line(tmp_path):
     """Failed before: a raw FileNotFoundError traceback from read_classes_file."""
     import os
 
-    from evaluation.models import ModelError, read_classes_file
+    from evaluation.model_formats.models import ModelError, read_classes_file
 
     with pytest.raises(ModelError, match="--classes .*not found"):
         read_classes_file(tmp_path / "missing.txt")
@@ -397,7 +397,7 @@ def test_a_cls_beyond_the_configs_labels_without_a_class_index_is_one_line():
     import numpy as np
 
     from builder.core.errors import InputError
-    from evaluation.predict import prediction_rows
+    from evaluation.predicting.predict import prediction_rows
 
     classifier = SimpleNamespace(column_of=np.arange(1000), class_index=np.arange(1000))
     rows = [{"key": "k0", "shard": "test-00000.tar", "cls": 57, "meta": {}}]

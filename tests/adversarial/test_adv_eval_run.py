@@ -248,7 +248,7 @@ def test_a_broken_eval_json_in_another_models_folder_is_one_line_before_any_run(
 
 def test_fuzzed_eval_json_is_a_valid_leaderboard_or_one_line(setup, tmp_path):
     """Seeded mutations of a real eval.json: the leaderboard is built, or HsiError; nothing else."""
-    from evaluation.leaderboard import model_reports, write_leaderboard
+    from evaluation.ranking.leaderboard import model_reports, write_leaderboard
 
     out = tmp_path / "out"
     assert evaluate(setup, out) == 0
@@ -277,7 +277,7 @@ def test_a_hub_shard_is_proved_in_the_cache_downloaded_again_once_then_refused(t
     """hf:// shards are read from the checked cached copy; a damaged copy is fetched once more, and
     refused when the hub's bytes themselves differ from the manifest (the loopback-hub run of the
     same path is tests/evaluation/test_eval_sources.py::test_hf_source_through_the_loopback_hub...)."""
-    import evaluation.verified_shards as verified
+    import evaluation.predicting.verified_shards as verified
     from builder.core.hashing import sha256_file
 
     good, bad = tmp_path / "good" / "test-00000.tar", tmp_path / "bad" / "test-00000.tar"
@@ -306,8 +306,8 @@ def test_a_hub_shard_is_proved_in_the_cache_downloaded_again_once_then_refused(t
 def test_fuzzed_model_only_sections_are_carried_into_a_report_or_one_line(setup, tmp_path):
     """`--from` carries the clean and bare-background sections of the eval.json beside the
     predictions: seeded mutations of them render into eval.md, or are HsiError; nothing else."""
-    from evaluation.pipeline import model_only_sections
-    from evaluation.report import render_markdown
+    from evaluation.analysis.report import render_markdown
+    from evaluation.orchestration.pipeline import model_only_sections
 
     out = tmp_path / "out"
     assert evaluate(setup, out) == 0

@@ -180,7 +180,7 @@ def test_an_onnx_model_onnxruntime_cannot_run_on_the_input(setup, tmp_path, caps
 def test_predictions_a_report_would_refuse_are_never_written(setup, tmp_path, capsys, monkeypatch):
     """Were NaN to pass the forward check, the predictions are read as the report reads them before
     any is written: one line naming the table, and no model folder holding only predictions.parquet."""
-    import evaluation.predict as predict
+    import evaluation.predicting.predict as predict
 
     monkeypatch.setattr(predict, "check_finite", lambda probs, spec, shape: None)
     path = scripted(NotANumber(), tmp_path / "nan.pt")

@@ -14,7 +14,7 @@ from fill_planting import plant_fill_scores, planted
 from parts_factory import compose_args, fake_images, write_parts
 from release_factory import composite_json
 
-from evaluation.predictions import write_predictions
+from evaluation.predicting.predictions import write_predictions
 from hsi.cli import main
 
 WNIDS = ["n01443537", "n02437312"]

@@ -20,13 +20,13 @@ from release_factory import composite_json, jpeg
 
 from builder.core.classes import class_of, imagenet_classes
 from builder.core.errors import HsiError
-from evaluation.bootstrap import BootstrapSettings
-from evaluation.data import decode_member_sample
-from evaluation.metrics import compute_metrics
-from evaluation.model_list import ENTRY_KEYS, model_entries
-from evaluation.models import Preprocessing
-from evaluation.predictions import flatten_row, predictions_schema, read_predictions, write_predictions
-from evaluation.report import _plain, build_report, render_markdown
+from evaluation.analysis.bootstrap import BootstrapSettings
+from evaluation.analysis.metrics import compute_metrics
+from evaluation.analysis.report import _plain, build_report, render_markdown
+from evaluation.model_formats.models import Preprocessing
+from evaluation.orchestration.model_list import ENTRY_KEYS, model_entries
+from evaluation.predicting.data import decode_member_sample
+from evaluation.predicting.predictions import flatten_row, predictions_schema, read_predictions, write_predictions
 from hsi.commands.eval import model_options
 
 SETTINGS = BootstrapSettings(resamples=3, seed=0)
@@ -247,7 +247,7 @@ def test_fuzzed_models_yaml_is_refused_or_gives_usable_entries(tmp_path):
 
 
 def _predictions_row(meta: dict) -> dict:
-    """What evaluation.predict makes of an accepted sample's metadata, up to the table's schema."""
+    """What evaluation.predicting.predict makes of an accepted sample's metadata, up to the table's schema."""
     paired = meta.get("paired_wnid")
     row = {"key": "k", "status": "ok", "label_class": meta.get("class_index"), "meta": meta}
     row["paired_class_index"] = class_of(paired).index if paired else None

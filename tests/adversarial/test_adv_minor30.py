@@ -337,7 +337,7 @@ def test_markdown_writers_keep_a_hostile_path_and_spec_on_their_own_line_and_cel
 def given_table(**columns):
     import pandas as pd
 
-    from evaluation.given import checked_table
+    from evaluation.predicting.given import checked_table
 
     return checked_table(pd.DataFrame({"key": ["val_000000", "val_000001"], **columns}), "predictions:p.csv")
 

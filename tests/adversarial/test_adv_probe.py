@@ -27,7 +27,7 @@ from probes.cue_conflict_factory import write_cue_conflict
 from builder.core.errors import HsiError
 from builder.core.locks import exclusive_folder
 from builder.core.owned import RECORD_NAME
-from evaluation.models import Preprocessing
+from evaluation.model_formats.models import Preprocessing
 from evaluation.probes import channel, correlate
 from evaluation.probes.report import render_model_markdown
 from evaluation.probes.schema import eval_model, eval_values, read_eval, read_probes

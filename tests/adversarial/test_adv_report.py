@@ -253,8 +253,8 @@ def test_fuzzed_eval_json_is_shown_or_refused_in_one_line_never_a_traceback(eval
     from cards.site.gallery import sample_gallery
     from cards.site.pages import Board, index_page, model_page
     from cards.site.sections import checked_metrics, checked_run
-    from evaluation.leaderboard import checked_report, leaderboard_row
-    from evaluation.predictions import read_predictions
+    from evaluation.predicting.predictions import read_predictions
+    from evaluation.ranking.leaderboard import checked_report, leaderboard_row
 
     folder = evaluation.evals / CORNER
     base = json.loads((folder / "eval.json").read_text())

@@ -206,9 +206,9 @@ def predictions_table(world: World, path: Path, data: dict | None = None) -> Pat
     """An `hsi eval`-style predictions table of the train split, every third sample wrong."""
     from builder.augment.source import open_source
     from builder.core.classes import class_of
-    from evaluation.labels import config_wnids
-    from evaluation.models import sha256_of
-    from evaluation.predictions import write_predictions
+    from evaluation.model_formats.labels import config_wnids
+    from evaluation.model_formats.models import sha256_of
+    from evaluation.predicting.predictions import write_predictions
 
     source = open_source(world.source)
     wnids = config_wnids(source.manifest.to_json())
@@ -237,7 +237,7 @@ def test_predictions_tables_of_something_else_are_refused(world, tmp_path, capsy
 
     from builder.augment.misclassified import PredictionsMismatch, misclassified_from_predictions
     from builder.augment.source import open_source
-    from evaluation.labels import config_wnids
+    from evaluation.model_formats.labels import config_wnids
     from training.scgs_classifier import read_train_predictions
 
     source = open_source(world.source)

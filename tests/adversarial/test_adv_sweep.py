@@ -199,7 +199,7 @@ def test_a_checkpoint_for_a_torchscript_model_is_refused_not_ignored(tmp_path):
     """Found by the sweep: `- {model: ts:FILE, checkpoint: OTHER}` evaluated FILE and ignored OTHER."""
     from pathlib import Path
 
-    from evaluation.models import ModelError, ModelOptions, load_model
+    from evaluation.model_formats.models import ModelError, ModelOptions, load_model
 
     with pytest.raises(ModelError, match="carries its own weights"):
         load_model(f"ts:{tmp_path / 'm.pt'}", ModelOptions(checkpoint=Path("/nonexistent/weights.pt")))
@@ -230,7 +230,7 @@ def two_models(tmp_path):
 
 
 def test_a_sweep_hashes_its_data_once_for_all_models(two_models, tmp_path, monkeypatch):
-    import evaluation.verified_shards as verified
+    import evaluation.predicting.verified_shards as verified
 
     dataset, listing = two_models
     hashed = []

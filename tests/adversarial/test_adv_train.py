@@ -429,7 +429,7 @@ def test_a_changed_train_shard_is_refused_before_any_step(planted, tmp_path, cap
 
 
 def test_a_changed_train_shard_is_refused_on_resume(planted, tmp_path):
-    from evaluation.verified_shards import ShardMismatch
+    from evaluation.predicting.verified_shards import ShardMismatch
     from training.loop import TrainSettings, fit
 
     data, out = tmp_path / "data", tmp_path / "run"

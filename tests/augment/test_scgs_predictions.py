@@ -10,9 +10,9 @@ from scgs_factory import scgs_command
 from builder.augment.source import open_source
 from builder.core.classes import class_of
 from builder.core.manifest import Manifest
-from evaluation.labels import config_wnids
-from evaluation.models import sha256_of
-from evaluation.predictions import write_predictions
+from evaluation.model_formats.labels import config_wnids
+from evaluation.model_formats.models import sha256_of
+from evaluation.predicting.predictions import write_predictions
 from hsi.cli import main
 
 pytest.importorskip("diffusers")

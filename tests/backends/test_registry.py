@@ -184,7 +184,7 @@ print(status, "sam" in names["masker"], sorted(m for m in sys.modules if m.split
 def test_classifier_specs_resolve_through_the_one_registry(monkeypatch):
     import sys
 
-    import evaluation.models as models
+    import evaluation.model_formats.models as models
     from builder.backends.registry import BackendUnavailable, available, entry
 
     assert available("classifier") == ["ep", "onnx", "state-dict", "timm", "ts", "tv"]

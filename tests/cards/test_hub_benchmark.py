@@ -13,7 +13,7 @@ from release_factory import make_composed_dataset, release_with_parts
 from builder.core.hashing import sha256_file
 from cards.hub_benchmark import EVALUATION_FRAMEWORK, check_eval_yaml
 from cards.release import build_release
-from evaluation.hub_results import task_id
+from evaluation.ranking.hub_results import task_id
 from hsi.cli import main
 
 NAME = "hard-spurious-imagenet"

@@ -1,5 +1,5 @@
 """An import-linter contract type (`make lint` runs it): no module imports another module's private
-name (`from evaluation.models import timm_preprocessing`). A leading underscore says "this module's
+name (`from evaluation.model_formats.models import timm_preprocessing`). A leading underscore says "this module's
 own business"; a name another module needs is made public where it lives, or moved where both can
 reach it. import-linter's own contracts see modules, not names, so this one reads each module's
 `from ... import` statements itself."""

@@ -21,7 +21,7 @@ from trusted_code import trust_flags
 
 from builder.compose.spec import load_variant
 from builder.core.classes import class_of
-from evaluation.predictions import read_predictions
+from evaluation.predicting.predictions import read_predictions
 from hsi.cli import main
 
 WNIDS = ("n01443537", "n02437312", "n02134084")  # goldfish, Arabian camel, ice bear

@@ -17,9 +17,9 @@ from json_fuzz import fuzz_reader, value_paths
 from builder.core.errors import HsiError
 from builder.core.hashing import sha256_file
 from builder.core.owned import RECORD_NAME
-from evaluation.bootstrap import BootstrapSettings
-from evaluation.entries import ENTRY_SCHEMA_VERSION, EntryInfo, carried_info, check_entry, read_entry
-from evaluation.predictions import read_predictions
+from evaluation.analysis.bootstrap import BootstrapSettings
+from evaluation.predicting.predictions import read_predictions
+from evaluation.ranking.entries import ENTRY_SCHEMA_VERSION, EntryInfo, carried_info, check_entry, read_entry
 from hsi.cli import main
 
 FOLDER = "ts_planted_corner.pt"
@@ -267,7 +267,7 @@ def test_fuzzed_entries_are_read_or_refused_never_a_traceback(evaluated, tmp_pat
 def test_names_from_the_data_become_one_line_in_the_entry(evaluated):
     """Group and position names come from someone's data and may hold anything: the entry holds each
     as one printable line, which its reader accepts."""
-    from evaluation.entries import build_entry
+    from evaluation.ranking.entries import build_entry
 
     folder = evaluated / FOLDER
     report = json.loads((folder / "eval.json").read_text())

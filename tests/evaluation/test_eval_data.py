@@ -16,9 +16,9 @@ from trusted_code import trusting
 
 from builder.core.shard_read import iter_shard
 from builder.core.shard_write import write_shard
-from evaluation.data import prepare_image
-from evaluation.models import LoadedModel, ModelOptions, Preprocessing, load_model
-from evaluation.predict import run_predictions
+from evaluation.model_formats.models import LoadedModel, ModelOptions, Preprocessing, load_model
+from evaluation.predicting.data import prepare_image
+from evaluation.predicting.predict import run_predictions
 from hsi.cli import main
 
 RAW = ModelOptions(mean=(0, 0, 0), std=(1, 1, 1))

@@ -13,11 +13,11 @@ from eval_cli import eval_args
 from parts_factory import compose_quietly
 from trusted_code import trusting
 
-from evaluation.bootstrap import BootstrapSettings
-from evaluation.metrics import compute_metrics
-from evaluation.models import ModelOptions, load_model
-from evaluation.predict import run_predictions
-from evaluation.predictions import read_predictions
+from evaluation.analysis.bootstrap import BootstrapSettings
+from evaluation.analysis.metrics import compute_metrics
+from evaluation.model_formats.models import ModelOptions, load_model
+from evaluation.predicting.predict import run_predictions
+from evaluation.predicting.predictions import read_predictions
 from hsi.cli import main
 
 

@@ -16,9 +16,9 @@ from planted import build_planted
 from tiny_models import export_onnx, export_program
 
 from builder.core.errors import HsiError
-from evaluation.model_files import InputShape, ModelFileError, run_in_batches
-from evaluation.models import ModelError, ModelOptions, load_model
-from evaluation.predictions import read_predictions
+from evaluation.model_formats.model_files import InputShape, ModelFileError, run_in_batches
+from evaluation.model_formats.models import ModelError, ModelOptions, load_model
+from evaluation.predicting.predictions import read_predictions
 from hsi.cli import main
 
 pytest.importorskip("onnxruntime")
@@ -99,7 +99,7 @@ def test_run_in_batches_calls_the_file_only_with_sizes_it_accepts(shape):
 
 def test_a_spec_string_and_a_loaded_program_give_hsi_evaluate_the_same_metrics(paper_set, exported):
     import hsi
-    from evaluation.bootstrap import BootstrapSettings
+    from evaluation.analysis.bootstrap import BootstrapSettings
 
     quick = {"mean": 0, "std": 1, "workers": 0, "progress": False, "bootstrap": BootstrapSettings(resamples=100)}
     by_spec = hsi.evaluate(f"ep:{exported['ep']}", paper_set, **quick)

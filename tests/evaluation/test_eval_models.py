@@ -15,7 +15,7 @@ import torch
 import torchvision
 from trusted_code import trust_flags
 
-from evaluation.models import ModelError, ModelOptions, load_model
+from evaluation.model_formats.models import ModelError, ModelOptions, load_model
 from hsi.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -29,8 +29,8 @@ import torch
 from eval_cli import eval_args
 from tiny_models import export_onnx
 
-from evaluation.bootstrap import BootstrapSettings
-from evaluation.predictions import read_predictions
+from evaluation.analysis.bootstrap import BootstrapSettings
+from evaluation.predicting.predictions import read_predictions
 from hsi.cli import main
 from hsi.demo import demo_source_root
 
@@ -84,7 +84,7 @@ def test_efficientnet_lite0_through_the_ts_path_on_the_demo(demo, lite0, tmp_pat
 
     # the TorchScript path gives the eager model's predictions on the same composites
     from builder.formats.stream import stream
-    from evaluation.predictions import read_predictions
+    from evaluation.predicting.predictions import read_predictions
 
     frame, _ = read_predictions(folder / "predictions.parquet")
 

@@ -12,7 +12,7 @@ from release_factory import make_composed_dataset
 from subprocesses import run_hsi
 
 from cards.release import build_release
-from evaluation.predictions import read_predictions
+from evaluation.predicting.predictions import read_predictions
 from hsi.cli import main
 
 

@@ -17,12 +17,12 @@ from eval_cli import eval_args
 from trusted_code import trusting
 
 from builder.core.owned import OwnedFolder
-from evaluation.bootstrap import BootstrapSettings
-from evaluation.eval_folder import EVAL_KIND
-from evaluation.models import ModelOptions
-from evaluation.pipeline import RunSettings
-from evaluation.runs import data_revision
-from evaluation.sweep import compute_model, run_sweep, sweep_tasks
+from evaluation.analysis.bootstrap import BootstrapSettings
+from evaluation.model_formats.models import ModelOptions
+from evaluation.orchestration.eval_folder import EVAL_KIND
+from evaluation.orchestration.pipeline import RunSettings
+from evaluation.orchestration.runs import data_revision
+from evaluation.orchestration.sweep import compute_model, run_sweep, sweep_tasks
 from hsi.cli import main
 
 MODELS = ("ts_planted_corner.pt", "ts_planted_finder.pt")
@@ -173,7 +173,7 @@ def test_one_model_over_two_workers_gives_the_predictions_of_one_process(
 ):
     """One model, --model-workers 2: each worker predicts one part of the shards (the paper set has
     3), the parent merges them into one process's predictions.parquet and metrics."""
-    import evaluation.pipeline as pipeline
+    import evaluation.orchestration.pipeline as pipeline
 
     parts_seen = []
     original = pipeline.predictions_for
@@ -189,7 +189,7 @@ def test_one_model_over_two_workers_gives_the_predictions_of_one_process(
     assert_same_evaluations(out, one_process, models=("ts_planted_corner.pt",))
     # the same split in this process: disjoint parts that together hold every sample once
     monkeypatch.setattr(pipeline, "predictions_for", counting)
-    from evaluation.sweep import merged_work
+    from evaluation.orchestration.sweep import merged_work
 
     settings = RunSettings(split="val", workers=0, progress=False, bootstrap=BootstrapSettings(resamples=20))
     spec = (f"ts:{planted_corner}", ModelOptions(mean=(0.0,) * 3, std=(1.0,) * 3, trust=trusting(planted_corner)))

@@ -12,7 +12,7 @@ from eval_cli import eval_args
 from trusted_code import sha256
 
 from builder.core.errors import HsiError
-from evaluation.bootstrap import BootstrapSettings
+from evaluation.analysis.bootstrap import BootstrapSettings
 from hsi.cli import main
 
 QUICK = {"mean": 0, "std": 1, "workers": 0, "progress": False, "bootstrap": BootstrapSettings(resamples=100)}

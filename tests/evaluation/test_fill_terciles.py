@@ -14,10 +14,10 @@ from parts_factory import compose_quietly, write_parts
 from planted import flat_images, save_planted
 
 from builder.core.shard_read import iter_shard
-from evaluation.bootstrap import BootstrapSettings
-from evaluation.metrics import fill_terciles, prepare
-from evaluation.predictions import read_predictions
-from evaluation.report import fill_tercile_markdown
+from evaluation.analysis.bootstrap import BootstrapSettings
+from evaluation.analysis.metrics import fill_terciles, prepare
+from evaluation.analysis.report import fill_tercile_markdown
+from evaluation.predicting.predictions import read_predictions
 from hsi.cli import main
 
 SETTINGS = BootstrapSettings(resamples=50, seed=0)

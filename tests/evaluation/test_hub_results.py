@@ -1,4 +1,4 @@
-"""`.eval_results/<benchmark>.yaml` (evaluation.hub_results), field by field against the Hub's
+"""`.eval_results/<benchmark>.yaml` (evaluation.ranking.hub_results), field by field against the Hub's
 specification (huggingface/hub-docs docs/hub/eval-results.md and eval_results.yaml): a list of
 results, each `dataset` (`id`, `task_id`, optional `revision`, a commit hash), `value`, and the
 optional `source` (`url` required, then `name`, `user`, `org`) pointing to the entry when it says
@@ -18,8 +18,8 @@ from release_factory import make_composed_dataset
 from builder.core.errors import UsageError
 from cards.hub_benchmark import EVAL_YAML, read_eval_yaml
 from cards.release import build_release
-from evaluation.bootstrap import BootstrapSettings
-from evaluation.hub_results import eval_results, eval_results_text, hub_dataset, report_results_file, task_id
+from evaluation.analysis.bootstrap import BootstrapSettings
+from evaluation.ranking.hub_results import eval_results, eval_results_text, hub_dataset, report_results_file, task_id
 
 COMMIT = "5503434ddd753f426f4b38109466949a1217c2bb"
 SPEC_RESULT_KEYS = {"dataset", "value", "verifyToken", "date", "source", "notes"}
@@ -108,7 +108,7 @@ def test_the_source_points_to_the_entry_only_where_it_says_it_is_published(score
     # an entry that says nothing of where it is published gets no source (its url is required)
     assert entry["url"] is None and "source" not in eval_results(on_hub(entry, "hf://datasets/lab/hsi"))[0]
     # an older entry, written before `url` existed, still reads
-    from evaluation.entries import check_entry, entry_text
+    from evaluation.ranking.entries import check_entry, entry_text
 
     older = {key: value for key, value in entry.items() if key != "url"}
     assert "url" not in check_entry(json.loads(entry_text(older)), "entry.json")

@@ -16,7 +16,7 @@ from test_score_api import evaluated  # noqa: F401 (a fixture)
 from trusted_code import sha256
 
 from builder.core.errors import HsiError
-from evaluation.bootstrap import BootstrapSettings
+from evaluation.analysis.bootstrap import BootstrapSettings
 from hsi.cli import main
 
 QUICK = BootstrapSettings(resamples=100)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from evaluation import plots
+from evaluation.analysis import plots
 
 GROUPS = ("CeO", "CoO", "CeR", "CoR")
 SIZES = (56, 84, 112)

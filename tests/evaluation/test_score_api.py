@@ -15,9 +15,9 @@ from subprocesses import run_hsi, run_python
 
 from builder.core.errors import HsiError
 from cards.release import build_release
-from evaluation.bootstrap import BootstrapSettings
-from evaluation.hub_results import eval_results
-from evaluation.predictions import read_predictions
+from evaluation.analysis.bootstrap import BootstrapSettings
+from evaluation.predicting.predictions import read_predictions
+from evaluation.ranking.hub_results import eval_results
 from hsi.cli import main
 
 
@@ -118,8 +118,8 @@ def test_cli_predictions_writes_the_same_eval_json(evaluated, paper_set, tmp_pat
 SCORE_AND_SAVE = """
 import sys
 import hsi
-from evaluation.bootstrap import BootstrapSettings
-from evaluation.hub_results import eval_results
+from evaluation.analysis.bootstrap import BootstrapSettings
+from evaluation.ranking.hub_results import eval_results
 hsi.score(sys.argv[1], sys.argv[2], bootstrap=BootstrapSettings(resamples=100)).save(sys.argv[3], entry_url=sys.argv[4])
 """
 ENTRY_URL = "https://huggingface.co/lab/model/blob/main/entry.json"
@@ -154,7 +154,7 @@ def test_score_on_hf_data_served_by_a_hub_gives_the_metrics_of_the_local_release
     assert remote_report["data"]["source"] == address and remote_report["data"]["verified"] == "sha256"
     assert remote_report["data"]["fingerprint"] == local_report["data"]["fingerprint"]
     assert remote_report["data"]["num_samples"] == 10
-    # the Hub's evaluation-results file beside entry.json, for Hub data only (evaluation.hub_results)
+    # the Hub's evaluation-results file beside entry.json, for Hub data only (evaluation.ranking.hub_results)
     assert not (local / ".eval_results").exists()
     entry = json.loads((tmp_path / "remote" / "entry.json").read_text())
     results = yaml.safe_load((tmp_path / "remote" / ".eval_results" / "hsi.yaml").read_text())

@@ -82,8 +82,8 @@ def test_hsi_eval_probe_and_scgs_flags_give_every_field_of_their_options():
     from builder.augment.stage import ScgsOptions
     from builder.backends.sd_inpaint import GenerationSettings
     from builder.core.stage import RunOptions
-    from evaluation.bootstrap import BootstrapSettings
-    from evaluation.pipeline import RunSettings
+    from evaluation.analysis.bootstrap import BootstrapSettings
+    from evaluation.orchestration.pipeline import RunSettings
     from evaluation.probes.pipeline import ProbeSettings
 
     evaluated = parse("eval", "data/cfg", "--model", "timm:resnet18", "--amp", "--clean-split", "train", "--limit", "9")
@@ -118,7 +118,7 @@ class _Reached(Exception):
 
 def test_hsi_eval_flags_reach_the_settings_the_evaluation_gets(tmp_path, monkeypatch):
     pytest.importorskip("torch")
-    import evaluation.runs
+    import evaluation.orchestration.runs
     from hsi.cli import main
 
     seen = {}
@@ -127,7 +127,7 @@ def test_hsi_eval_flags_reach_the_settings_the_evaluation_gets(tmp_path, monkeyp
         seen.update(specs=specs, settings=settings, running=running)
         raise _Reached
 
-    monkeypatch.setattr(evaluation.runs, "evaluate_all", evaluate)  # where `hsi eval`'s run looks it up
+    monkeypatch.setattr(evaluation.orchestration.runs, "evaluate_all", evaluate)  # where `hsi eval`'s run looks it up
     source = tmp_path / "cfg"
     source.mkdir()
     argv = ["eval", str(source), "--model", "timm:resnet18", "--split", "val", "--out", str(tmp_path / "o")]

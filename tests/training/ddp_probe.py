@@ -16,7 +16,7 @@ sys.path[:0] = [str(ROOT)]
 
 from settings_factory import small_run  # noqa: E402
 
-from evaluation.data import SourceSplit  # noqa: E402
+from evaluation.predicting.data import SourceSplit  # noqa: E402
 from training.data import TrainSamples  # noqa: E402
 from training.loop import fit  # noqa: E402
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from evaluation.groups import balanced_indices
+from training.groups import balanced_indices
 from training.methods.dfr import averaged_head, fit_linear, tune_c
 
 

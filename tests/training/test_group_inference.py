@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evaluation.groups import GroupMetadataError, balanced_indices, check_groups_cover, selection_scores, training_group
+from training.groups import GroupMetadataError, balanced_indices, check_groups_cover, selection_scores, training_group
 
 
 def test_groups_from_metadata():

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from evaluation.data import SourceSplit
-from evaluation.models import Preprocessing
+from evaluation.model_formats.models import Preprocessing
+from evaluation.predicting.data import SourceSplit
 from training.data import TrainSamples
 from training.loop import TrainError
 from training.methods.jtt import error_set_summary, upsample_counts

@@ -6,7 +6,7 @@ import pytest
 from planted_spurious import compose_planted
 from settings_factory import small_run
 
-from evaluation.groups import GroupMetadataError
+from training.groups import GroupMetadataError
 from training.loop import TrainError, fit
 
 

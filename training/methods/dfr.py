@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluation.data import EvalBatches, SourceSplit, make_loader
-from evaluation.groups import balanced_indices, check_groups_cover, groups_of
+from evaluation.predicting.data import EvalBatches, SourceSplit, make_loader
 from training.folder import RunFolder, run_folder
+from training.groups import balanced_indices, check_groups_cover, groups_of
 from training.loop import FitResult, TrainError, TrainSettings, fit, is_main_process, load_finished_run, resolve_device
 from training.methods.options import MethodOptions, RunControl
 

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from evaluation.groups import GroupMetadataError, training_group
 from training.folder import RunFolder, run_folder
+from training.groups import GroupMetadataError, training_group
 from training.loop import LAST, FitResult, TrainError, TrainSettings, evaluate_split, fit, is_main_process
 from training.methods.options import MethodOptions, RunControl
 from training.state import read_last, restore

@@ -1,6 +1,6 @@
 """What `hsi eval` does, as functions the command line calls: claim the output folder (checking every
 report already in it first), evaluate a list of models into it (here, in worker processes or on Ray:
-evaluation.sweep) with the leaderboard rebuilt after each, or recompute one model's reports from its
+evaluation.orchestration.sweep) with the leaderboard rebuilt after each, or recompute one model's reports from its
 predictions alone (`--from`)."""
 
 from __future__ import annotations
@@ -12,17 +12,24 @@ from pathlib import Path
 
 from builder.core.interrupts import ctrl_c_stops
 from builder.core.owned import RECORD_NAME, OwnedFolder, OwnedFolderError
+from evaluation.analysis.bootstrap import BootstrapSettings
+from evaluation.analysis.report import EVAL_JSON
+from evaluation.model_formats.models import ModelOptions
+from evaluation.predicting.data import SourceSplit, read_dataset_manifest
+from evaluation.predicting.predict import source_display_name
+from evaluation.predicting.predictions import PREDICTIONS_NAME
+from evaluation.ranking.entries import EntryInfo
+from evaluation.ranking.leaderboard import (
+    DATA_KEYS,
+    LEADERBOARD_CSV,
+    LEADERBOARD_MD,
+    model_failures,
+    model_reports,
+    write_leaderboard,
+)
 
-from .bootstrap import BootstrapSettings
-from .data import SourceSplit, read_dataset_manifest
-from .entries import EntryInfo
 from .eval_folder import EVAL_KIND, ModelFolder, claimed
-from .leaderboard import DATA_KEYS, LEADERBOARD_CSV, LEADERBOARD_MD, model_failures, model_reports, write_leaderboard
-from .models import ModelOptions
 from .pipeline import EvalResult, RunSettings, analyse, model_only_sections
-from .predict import source_display_name
-from .predictions import PREDICTIONS_NAME
-from .report import EVAL_JSON
 from .sweep import ModelFailure, run_sweep, sweep_tasks
 from .sweep_data import prove_sweep_data
 

@@ -26,8 +26,8 @@ from builder.core.records import Issue
 from builder.core.untrusted import Fields, UntrustedInput, describe
 from builder.formats.composites import COMPOSITE_FIELDS
 from builder.formats.stream import iter_tar_samples, source_manifest, stream
+from evaluation.model_formats.models import Preprocessing
 
-from .models import Preprocessing
 from .predictions import is_utf8
 
 try:

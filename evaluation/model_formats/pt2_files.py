@@ -1,5 +1,5 @@
 """`ep:FILE`: a `torch.export` program saved with `torch.export.save` (a `.pt2` archive), run through
-its `.module()`. The archive is proved free of pickles and code first (`evaluation.pt2_checks`),
+its `.module()`. The archive is proved free of pickles and code first (`evaluation.model_formats.pt2_checks`),
 then loaded from the very bytes that were checked.
 
 A program keeps the batch sizes it was exported for: exported with `dynamic_shapes=({0:

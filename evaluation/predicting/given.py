@@ -63,7 +63,7 @@ def read_table(predictions) -> GivenPredictions:
     """A DataFrame, or a .csv or .parquet file of predictions, checked."""
     import pandas as pd
 
-    from .models import sha256_of
+    from evaluation.model_formats.models import sha256_of
 
     if isinstance(predictions, pd.DataFrame):
         return checked_table(predictions, "predictions:DataFrame")

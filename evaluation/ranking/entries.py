@@ -27,9 +27,9 @@ from typing import Any
 from builder.core.errors import UsageError, printable
 from builder.core.hashing import sha256_file
 from builder.core.untrusted import Fields, check_string, read_json, regular_file
+from evaluation.predicting.predictions import is_utf8
 
 from .hub_results import entry_results_file, eval_results, eval_results_text
-from .predictions import is_utf8
 
 ENTRY_JSON = "entry.json"
 ENTRY_SCHEMA = "hsi-leaderboard-entry"
@@ -276,7 +276,7 @@ def checked_entry(report: dict, predictions: Path, info: EntryInfo) -> dict:
 def write_entry(folder, report: dict, predictions: Path, info: EntryInfo) -> dict:
     """entry.json of `report` into `folder` (a ModelFolder or a PlainFolder: through its writes), and
     beside it the Hub's evaluation-results file of the same figures when the data came from the Hub
-    (evaluation.hub_results: `.eval_results/<benchmark>.yaml`, for the model's owner to copy)."""
+    (evaluation.ranking.hub_results: `.eval_results/<benchmark>.yaml`, for the model's owner to copy)."""
     entry = checked_entry(report, predictions, info)  # never write an entry the reader would refuse
     folder.write_text(ENTRY_JSON, entry_text(entry))
     results = eval_results(entry)

@@ -2,8 +2,8 @@
 reading a stranger's file once (never through a link), the input shape the file fixes, and running
 a batch in the chunks a file exported with a fixed or bounded batch size accepts.
 
-The format checks and loaders live in `evaluation.pt2_files` and `evaluation.onnx_files`;
-`evaluation.models` registers both as classifier kinds of the one backend registry.
+The format checks and loaders live in `evaluation.model_formats.pt2_files` and `evaluation.model_formats.onnx_files`;
+`evaluation.model_formats.models` registers both as classifier kinds of the one backend registry.
 """
 
 from __future__ import annotations

@@ -22,8 +22,7 @@ from builder.core.csv_cells import dict_table_text
 from builder.core.markdown import code, inline
 from builder.core.owned import OwnedFolder, OwnedFolderError
 from builder.core.untrusted import Fields, read_json
-
-from .report import EVAL_JSON, fmt, md_table
+from evaluation.analysis.report import EVAL_JSON, fmt, md_table
 
 LEADERBOARD_CSV, LEADERBOARD_MD = "leaderboard.csv", "leaderboard.md"
 FAILED_JSON = "failed.json"  # a model folder's record of a failed evaluation

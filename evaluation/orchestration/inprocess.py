@@ -22,10 +22,8 @@ import torch
 
 from builder.backends.code_trust import CodeTrust
 from builder.core.errors import UsageError
-
-from .bootstrap import BootstrapSettings
-from .eval_folder import PlainFolder
-from .models import (
+from evaluation.analysis.bootstrap import BootstrapSettings
+from evaluation.model_formats.models import (
     LoadedModel,
     ModelOptions,
     Preprocessing,
@@ -34,9 +32,11 @@ from .models import (
     parse_floats,
     timm_preprocessing,
 )
+from evaluation.predicting.predict import plan_run, verify_plan
+from evaluation.predicting.predictions import PREDICTIONS_NAME, write_predictions
+
+from .eval_folder import PlainFolder
 from .pipeline import RunSettings, analyse, composites_of_rows, model_only_passes, predictions_for, requested_passes
-from .predict import plan_run, verify_plan
-from .predictions import PREDICTIONS_NAME, write_predictions
 from .result import Evaluation
 
 OUTPUTS = ("logits", "probabilities")
@@ -90,7 +90,7 @@ def as_loaded(model, options: ModelOptions, outputs: str = "logits", name: str |
         try:
             model.eval()
         except NotImplementedError:  # torch.export's .module(): its mode was fixed when it was exported
-            from .pt2_files import training_operators
+            from evaluation.model_formats.pt2_files import training_operators
 
             if training_operators(model.graph):
                 raise UsageError(
@@ -163,7 +163,7 @@ def evaluate(
     A `ts:FILE` spec is code: it loads only when its sha256 is in `trust_files` or with `trust_code`
     (its code then runs with your permissions), as `hsi eval --trust-file` / `--trust-code`.
     """
-    from .data import default_split
+    from evaluation.predicting.data import default_split
 
     options = ModelOptions(
         classes=tuple(classes) if classes else None,

@@ -34,10 +34,17 @@ from builder.core.errors import UsageError, printable
 from builder.core.hashing import sha256_file
 from builder.core.untrusted import describe, regular_file
 from builder.formats.composites import COMPOSITE_FIELDS
-
-from .bootstrap import BootstrapSettings
-from .entries import REPORTED_ONLY, entry_path, headline_figures, label, one_line, read_entry, same_number
-from .predictions import PREDICTIONS_NAME, read_predictions, write_predictions
+from evaluation.analysis.bootstrap import BootstrapSettings
+from evaluation.predicting.predictions import PREDICTIONS_NAME, read_predictions, write_predictions
+from evaluation.ranking.entries import (
+    REPORTED_ONLY,
+    entry_path,
+    headline_figures,
+    label,
+    one_line,
+    read_entry,
+    same_number,
+)
 
 ROW_LINES = 20  # tampered-row mismatches shown one a line; the rest are counted
 MISSING = object()
@@ -264,7 +271,7 @@ def row_mismatches(rows: list[dict], samples: list[dict], errors: list[dict], da
 
 def sample_mismatches(row: dict, sample: dict, wnids) -> list[Mismatch]:
     """The fields of one ok row that are not its sample's (a tampered row)."""
-    from .predict import scored_row
+    from evaluation.predicting.predict import scored_row
 
     expected = scored_row(sample, wnids, [int(row["pred_class"])], None, lambda _: None)
     meta = sample["meta"]
@@ -297,9 +304,8 @@ def undecodable_claims(claims: list[tuple[dict, dict]], dataset) -> list[Mismatc
     if not claims:
         return []
     from builder.formats.stream import iter_tar_samples
-
-    from .data import decode_member_sample
-    from .models import Preprocessing
+    from evaluation.model_formats.models import Preprocessing
+    from evaluation.predicting.data import decode_member_sample
 
     wanted = {sample["key"]: row for row, sample in claims}
     shards = {sample["shard"] for _, sample in claims}
@@ -331,8 +337,8 @@ def rescored_figures(entry: dict, rows: list[dict], samples: list[dict], metadat
     with the entry's bootstrap settings: the path `hsi.score` takes for a table of predictions."""
     import pandas as pd
 
-    from .given import checked_table, prediction_rows
-    from .metrics import compute_metrics
+    from evaluation.analysis.metrics import compute_metrics
+    from evaluation.predicting.given import checked_table, prediction_rows
 
     readable = {sample["key"] for sample in samples}
     ok = [row for row in rows if row["status"] == "ok" and row["key"] in readable]  # the others are mismatches

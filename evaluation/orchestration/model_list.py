@@ -21,8 +21,8 @@ from pathlib import Path
 from builder.backends.code_trust import SHA256
 from builder.core.errors import UsageError
 from builder.core.untrusted import Fields, UntrustedInput, check_number, describe, read_yaml
-from evaluation.entries import check_entry_url, check_paper, check_text
-from evaluation.models import MAX_INPUT_SIDE, MODEL_FILE_PREFIXES
+from evaluation.model_formats.models import MAX_INPUT_SIDE, MODEL_FILE_PREFIXES
+from evaluation.ranking.entries import check_entry_url, check_paper, check_text
 
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
 ENTRY_KEYS = (
@@ -37,7 +37,7 @@ ENTRY_KEYS = (
     "interpolation",
     "crop_pct",
     "trusted_sha256",  # the TorchScript files trusted to run their code (--trust-file)
-    # the model's leaderboard entry (evaluation.entries): what `--entry-name`, `--architecture`,
+    # the model's leaderboard entry (evaluation.ranking.entries): what `--entry-name`, `--architecture`,
     # `--training-data`, `--paper` and `--entry-url` give one model
     "entry_name",
     "architecture",

@@ -9,9 +9,9 @@ Specs:
                         TorchScript file is code: it is loaded only when its sha256 is trusted
                         (--trust-file SHA256) or with --trust-code (builder.backends.code_trust)
     ep:FILE             a torch.export program saved with torch.export.save (.pt2), checked to hold no
-                        pickle and no code before it is loaded (evaluation.pt2_files); same preprocessing
+                        pickle and no code before it is loaded (evaluation.model_formats.pt2_files); same preprocessing
     onnx:FILE           an ONNX model run by onnxruntime, CPU or CUDA provider, external data refused
-                        (evaluation.onnx_files); same preprocessing
+                        (evaluation.model_formats.onnx_files); same preprocessing
     FILE                a state_dict (or a checkpoint dict holding one) for the architecture --arch
 
 Each spec kind is a `classifier` entry of the one backend registry (`builder.backends.registry`),

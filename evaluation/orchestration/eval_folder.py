@@ -12,8 +12,14 @@ from pathlib import Path
 
 from builder.core.hashing import sha256_file
 from builder.core.owned import FolderView, OwnedFolder
-
-from .models import MODEL_FILE_PREFIXES, LoadedModel, ModelOptions, Preprocessing, loaded_spec, model_slug
+from evaluation.model_formats.models import (
+    MODEL_FILE_PREFIXES,
+    LoadedModel,
+    ModelOptions,
+    Preprocessing,
+    loaded_spec,
+    model_slug,
+)
 
 EVAL_KIND = "eval"  # the OwnedFolder kind of `hsi eval --out`
 

@@ -30,12 +30,12 @@ from builder.core.errors import EXIT_FAILED, HsiError, UsageError, printable
 from builder.core.interrupts import ctrl_c_deferred
 from builder.core.owned import OwnedFolder
 from builder.core.runner import init_worker
+from evaluation.model_formats.models import ModelOptions, load_model, loaded_spec
+from evaluation.predicting.verified_shards import remember_proofs
+from evaluation.ranking.leaderboard import FAILED_JSON, failure_record
 
 from .eval_folder import FolderRecord, folder_name, spec_folder_name
-from .leaderboard import FAILED_JSON, failure_record
-from .models import ModelOptions, load_model, loaded_spec
 from .pipeline import EvalResult, ModelWork, RunSettings, model_work, write_work
-from .verified_shards import remember_proofs
 
 
 @dataclass(frozen=True)
@@ -432,7 +432,7 @@ def merged_work(works: list[ModelWork]) -> ModelWork:
     import tempfile
     from pathlib import Path
 
-    from .predictions import PREDICTIONS_NAME, write_predictions
+    from evaluation.predicting.predictions import PREDICTIONS_NAME, write_predictions
 
     runs = [work.part_run for work in works]
     rows = sorted((row for run in runs for row in run.rows), key=lambda row: row["key"])

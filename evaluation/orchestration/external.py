@@ -17,10 +17,10 @@ from pathlib import Path
 
 from builder import __version__
 from builder.core.errors import UsageError
+from evaluation.analysis.bootstrap import BootstrapSettings
+from evaluation.predicting.given import GivenPredictions, prediction_rows, read_array, read_table
+from evaluation.predicting.predictions import PREDICTIONS_NAME, write_predictions
 
-from .bootstrap import BootstrapSettings
-from .given import GivenPredictions, prediction_rows, read_array, read_table
-from .predictions import PREDICTIONS_NAME, write_predictions
 from .result import Evaluation
 
 NO_TOP5_NOTE = "the predictions give no top-5: top-5 counts the predicted class only (top-5 = top-1)"
@@ -39,8 +39,8 @@ class Dataset:
     def __init__(
         self, source, config: str | None = None, split: str | None = None, announce=print, limit: int | None = None
     ):
-        from .data import SourceSplit, default_split, read_dataset_manifest
-        from .labels import config_wnids
+        from evaluation.model_formats.labels import config_wnids
+        from evaluation.predicting.data import SourceSplit, default_split, read_dataset_manifest
 
         self.source = source
         self.split = split or default_split(source, config)
@@ -70,10 +70,10 @@ class Dataset:
 
     def _verified(self):
         """The run plan with every shard proved by sha256 (once), and the samples' records."""
-        from .data import EvalBatches
-        from .labels import resolve_label_space
-        from .models import Preprocessing
-        from .predict import RunPlan, verify_plan
+        from evaluation.model_formats.labels import resolve_label_space
+        from evaluation.model_formats.models import Preprocessing
+        from evaluation.predicting.data import EvalBatches
+        from evaluation.predicting.predict import RunPlan, verify_plan
 
         if self._records is None:
             dataset = EvalBatches(self._where, Preprocessing(), 1, self.limit)
@@ -116,7 +116,7 @@ class Dataset:
     @property
     def groups(self) -> list[str]:
         """The groups this split holds (CeO, CoO, CeR, CoR in the paper's order), [] without group metadata."""
-        from .metrics import group_sort_key
+        from evaluation.analysis.metrics import group_sort_key
 
         found = {s["meta"].get("group") for s in self.samples} - {None}
         return sorted(found, key=group_sort_key)
@@ -161,7 +161,7 @@ class Dataset:
         return Evaluation(report, rows, errors, metadata, bootstrap)
 
     def _metadata(self, plan, given: GivenPredictions) -> dict:
-        from .predict import is_partial, source_display_name
+        from evaluation.predicting.predict import is_partial, source_display_name
 
         notes = [] if given.has_top5 else [NO_TOP5_NOTE]
         if given.note:

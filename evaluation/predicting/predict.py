@@ -18,11 +18,11 @@ import numpy as np
 
 from builder import __version__
 from builder.core.errors import HsiError, InputError
+from evaluation.model_formats.forward_checks import check_finite, forward_failed
+from evaluation.model_formats.labels import LabelSpace, config_wnids, resolve_label_space
+from evaluation.model_formats.models import LoadedModel, Preprocessing, count_outputs
 
 from .data import EvalBatches, SourceSplit, make_loader, read_dataset_manifest
-from .forward_checks import check_finite, forward_failed
-from .labels import LabelSpace, config_wnids, resolve_label_space
-from .models import LoadedModel, Preprocessing, count_outputs
 from .verified_shards import VERIFIED, verify_stream
 
 TOP_K = 5
@@ -31,7 +31,7 @@ TOP_K = 5
 def resolve_device(name: str):
     import torch
 
-    from .models import ModelError
+    from evaluation.model_formats.models import ModelError
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -2,7 +2,7 @@
 from a predictions file alone (`hsi eval --from`). Several models share one output folder and a
 leaderboard.
 
-Every file goes through the output folder's `OwnedFolder` (evaluation.eval_folder), into a model
+Every file goes through the output folder's `OwnedFolder` (evaluation.orchestration.eval_folder), into a model
 folder whose name carries what changes the numbers. A folder already holding this evaluation is
 skipped, or given just the passes it lacks (`--clean`, `--parts`, classified from the saved
 predictions' samples without predicting the composites again); one holding an evaluation with
@@ -24,26 +24,34 @@ from pathlib import Path
 from builder.core.errors import HsiError
 from builder.core.owned import OwnedFolder, OwnedFolderError
 from builder.core.untrusted import Fields, read_json
-
-from . import eval_folder
-from .bootstrap import BootstrapSettings
-from .entries import ENTRY_JSON, EntryInfo, carried_info, checked_entry, write_entry
-from .eval_folder import EVAL_KIND, FolderRecord, ModelFolder, PlainFolder
-from .extra_sets import (
+from evaluation.analysis.bootstrap import BootstrapSettings
+from evaluation.analysis.metrics import clean_drop, compute_metrics
+from evaluation.analysis.plots import write_plots
+from evaluation.analysis.report import EVAL_JSON, EVAL_MD, build_report, render_markdown, write_json
+from evaluation.model_formats.models import LoadedModel, ModelError
+from evaluation.predicting.extra_sets import (
     BACKGROUND_ACCURACY_CSV,
     CLEAN_ACCURACY_CSV,
     background_predictions,
     clean_predictions,
     write_class_accuracy,
 )
-from .hub_results import report_results_file
-from .leaderboard import FAILED_JSON, already_evaluated, checked_report, run_identity
-from .metrics import clean_drop, compute_metrics
-from .models import LoadedModel, ModelError
-from .plots import write_plots
-from .predict import Classifier, PredictionRun, RunPlan, plan_run, resolve_device, run_predictions, verify_plan
-from .predictions import PREDICTIONS_NAME, read_predictions, write_predictions
-from .report import EVAL_JSON, EVAL_MD, build_report, render_markdown, write_json
+from evaluation.predicting.predict import (
+    Classifier,
+    PredictionRun,
+    RunPlan,
+    plan_run,
+    resolve_device,
+    run_predictions,
+    verify_plan,
+)
+from evaluation.predicting.predictions import PREDICTIONS_NAME, read_predictions, write_predictions
+from evaluation.ranking.entries import ENTRY_JSON, EntryInfo, carried_info, checked_entry, write_entry
+from evaluation.ranking.hub_results import report_results_file
+from evaluation.ranking.leaderboard import FAILED_JSON, already_evaluated, checked_report, run_identity
+
+from . import eval_folder
+from .eval_folder import EVAL_KIND, FolderRecord, ModelFolder, PlainFolder
 
 PLOTS_DIR = "plots"
 MODEL_ONLY = ("clean", "background_only")  # sections only the model can compute, each with its file
@@ -318,7 +326,7 @@ def model_work(
             work.action = PASSES_ADDED
             return work
     if settings.part is not None:  # one part of the data: its reader, proved below like the whole one
-        from .data import EvalBatches, SourceSplit
+        from evaluation.predicting.data import EvalBatches, SourceSplit
 
         index, count = settings.part
         where = SourceSplit(source, settings.config, settings.split)
@@ -459,7 +467,7 @@ def predictions_for(
 
 def planned_identity(loaded: LoadedModel, source, settings: RunSettings, manifest: dict, label_space_name: str) -> dict:
     """The identity an evaluation would have, to skip one already done (before running anything)."""
-    from .predict import source_display_name
+    from evaluation.predicting.predict import source_display_name
 
     report = {
         "data": {

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from builder.core.owned import OwnedFolder
+from evaluation.predicting.predictions import PREDICTIONS_NAME, write_predictions
 
 from .eval_folder import EVAL_KIND, ModelFolder
-from .predictions import PREDICTIONS_NAME, write_predictions
 
 # table name -> the metrics section it is built from (each a list of cells)
 SECTIONS = {
@@ -158,13 +158,13 @@ class Evaluation:
     @property
     def plots(self) -> list[str]:
         """The names of the plots this data allows (`figure(name)` draws one)."""
-        from .plots import available_plots
+        from evaluation.analysis.plots import available_plots
 
         return available_plots(self.metrics)
 
     def figure(self, name: str = "accuracy_vs_size"):
         """One of `plots` as a matplotlib Figure (it shows itself in a notebook)."""
-        from .plots import figure
+        from evaluation.analysis.plots import figure
 
         if name not in self.plots:
             raise ValueError(f"no plot {name!r} for this data; it has {', '.join(self.plots) or 'none'}")
@@ -190,7 +190,8 @@ class Evaluation:
         `paper` (an http(s) link), and `entry_url` (where entry.json will be published, the `source` of the
         Hub's results file), each null when not given (saved again over an entry of the same
         model, what that entry said)."""
-        from .entries import EntryInfo
+        from evaluation.ranking.entries import EntryInfo
+
         from .pipeline import analyse
 
         entry = EntryInfo.checked(
