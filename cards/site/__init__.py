@@ -8,7 +8,7 @@
     SITE/_written.json                            the OwnedFolder record of every file written
 
 No page needs JavaScript, a network or a server; every string from the inputs is HTML-escaped.
-Modules: collect (read the eval folders), sections (the checked metrics), revision (the data and
+Modules: collect (the eval folders, read through evaluation.ranking.eval_reader), revision (the data and
 its shards), gallery (the seeded samples and their labels), figures, markup and pages (HTML),
 build (all of it, written through the output folder's OwnedFolder).
 """

@@ -47,8 +47,9 @@ from evaluation.predicting.predict import (
 )
 from evaluation.predicting.predictions import PREDICTIONS_NAME, read_predictions, write_predictions
 from evaluation.ranking.entries import ENTRY_JSON, EntryInfo, carried_info, checked_entry, write_entry
+from evaluation.ranking.eval_reader import checked_report
 from evaluation.ranking.hub_results import report_results_file
-from evaluation.ranking.leaderboard import FAILED_JSON, already_evaluated, checked_report, run_identity
+from evaluation.ranking.leaderboard import FAILED_JSON, already_evaluated, run_identity
 
 from . import eval_folder
 from .eval_folder import EVAL_KIND, FolderRecord, ModelFolder, PlainFolder

@@ -4,7 +4,8 @@ names, so that a submitted entry can be trusted without running the model.
 What is checked, in order (each difference is one `Mismatch`, naming the field, what the entry or
 the predictions claim and what was found):
 
-1. the entry, read by `entries.read_entry` (every field of its schema);
+1. the entry and its predictions file, found by the one reader of evaluation folders
+   (`eval_reader.read_submission`: the entry read by `entries.read_entry`, every field of its schema);
 2. the predictions file: its sha256 is the entry's, and the run metadata it carries (model spec,
    weights, preprocessing, label space, data revision) is the entry's;
 3. the data: its manifest's config and fingerprint are the entry's (another revision stops the
@@ -32,19 +33,18 @@ from pathlib import Path
 
 from builder.core.errors import UsageError, printable
 from builder.core.hashing import sha256_file
-from builder.core.untrusted import describe, regular_file
+from builder.core.untrusted import describe
 from builder.formats.composites import COMPOSITE_FIELDS
 from evaluation.analysis.bootstrap import BootstrapSettings
 from evaluation.predicting.predictions import PREDICTIONS_NAME, read_predictions, write_predictions
 from evaluation.ranking.entries import (
     REPORTED_ONLY,
-    entry_path,
     headline_figures,
     label,
     one_line,
-    read_entry,
     same_number,
 )
+from evaluation.ranking.eval_reader import read_submission
 
 ROW_LINES = 20  # tampered-row mismatches shown one a line; the rest are counted
 MISSING = object()
@@ -128,16 +128,9 @@ def verify_entry(
     the entry's own source when it is an hf:// address)."""
     from .external import Dataset
 
-    path = entry_path(Path(entry_file))
-    entry = read_entry(path)
+    submitted = read_submission(Path(entry_file), predictions)
+    path, entry, table = submitted.entry_file, submitted.entry, submitted.predictions_file
     result = Verification(path, entry)
-    beside = path.parent / entry["predictions"]["file"]
-    if predictions is None and not (beside.exists() or beside.is_symlink()):
-        raise UsageError(
-            f"{printable(str(path))}: its predictions file {printable(entry['predictions']['file'])} is not beside it: "
-            "pass --predictions FILE"
-        )
-    table = regular_file(Path(predictions) if predictions is not None else beside, "predictions table")
     digest = sha256_file(table)
     if digest != entry["predictions"]["sha256"]:
         result.mismatches.append(

@@ -2,8 +2,8 @@
 group (best first), rebuilt from every model folder's eval.json in the output folder; and the check
 that skips a model already evaluated on the same data revision with the same settings.
 
-Every eval.json is read through the one reading layer and checked for the fields used here before
-any model runs, so a broken report in another model's folder is one line naming the file and the
+Every model folder is read through the one reader of evaluation folders (eval_reader) before any
+model runs, so a broken report in another model's folder is one line naming the file and the
 field, not a traceback after the whole run. A partial run (`--limit`) has its own folder and its own
 row, marked as partial and listed after the full runs, never in their place.
 
@@ -20,9 +20,12 @@ from pathlib import Path
 
 from builder.core.csv_cells import dict_table_text
 from builder.core.markdown import code, inline
-from builder.core.owned import OwnedFolder, OwnedFolderError
+from builder.core.owned import OwnedFolder
 from builder.core.untrusted import Fields, read_json
 from evaluation.analysis.report import EVAL_JSON, fmt, md_table
+
+from .eval_reader import checked_report, model_folders
+from .report_fields import is_partial
 
 LEADERBOARD_CSV, LEADERBOARD_MD = "leaderboard.csv", "leaderboard.md"
 FAILED_JSON = "failed.json"  # a model folder's record of a failed evaluation
@@ -47,73 +50,10 @@ def data_identity(report: dict) -> dict:
     return {k: report["data"].get(k) for k in DATA_KEYS}
 
 
-def is_partial(report: dict) -> bool:
-    """A `--limit` run over fewer samples than the split holds (older reports: any `--limit` run)."""
-    data = report["data"]
-    partial = data.get("partial")
-    return bool(partial) if partial is not None else data.get("limit") is not None
-
-
-def _estimate(fields: Fields, key: str) -> None:
-    """A {value, low, high} estimate (value may be null; low and high come together)."""
-    estimate = fields.object(key)
-    estimate.number("value", None)
-    if estimate.has("low") or estimate.has("high"):
-        estimate.number("low")
-        estimate.number("high")
-
-
-def checked_report(path: Path) -> dict:
-    """An eval.json, checked for every field the leaderboard and the skip check read (UntrustedInput,
-    one line naming the file and the field, otherwise)."""
-    report = read_json(path, "eval.json")
-    top = Fields(report, path)
-    model = top.object("model")
-    model.string("spec")
-    model.string("checkpoint_sha256", None)
-    data = top.object("data")
-    data.string("source")
-    data.string("config", None)
-    data.string("split")
-    data.string("fingerprint", None)
-    data.integer("limit", None, low=1)
-    data.boolean("partial", False)
-    preprocessing = top.object("preprocessing")
-    preprocessing.boolean("cropped", False)
-    preprocessing.number("crop_pct", None, low=0, high=1)
-    top.object("label_space").string("name")
-    metrics = top.object("metrics")
-    metrics.integer("samples", low=0)
-    if metrics.has("overall"):
-        _estimate(metrics.object("overall"), "top1")
-    if metrics.boolean("has_groups", False):
-        summary = metrics.object("groups_summary")
-        summary.object("worst_group").string("group")
-        _estimate(summary, "worst_group")
-        _estimate(summary, "mean_over_groups")
-        for group in metrics.objects("by_group"):
-            group.string("group")
-            _estimate(group, "top1")
-    return report
-
-
 def model_reports(root: Path) -> list[tuple[str, dict]]:
-    """(folder name, checked eval.json) of every model folder under `root`, in name order; a link
-    where a model folder or its eval.json should be is refused, never followed."""
-    found = []
-    root = Path(root)
-    if not root.is_dir():
-        return found
-    for folder in sorted(root.iterdir()):
-        report_path = folder / EVAL_JSON
-        if folder.is_symlink() and report_path.exists():
-            raise OwnedFolderError(
-                f"{folder} is a link (to {folder.readlink()}); a model folder is never read or written through a "
-                "link: remove it, or choose another --out"
-            )
-        if folder.is_dir() and (report_path.exists() or report_path.is_symlink()):
-            found.append((folder.name, checked_report(report_path)))
-    return found
+    """(folder name, checked eval.json) of every model folder under `root`, in name order, read by the
+    one reader of evaluation folders (eval_reader: a linked model folder is refused, never followed)."""
+    return [(model.folder.name, model.report) for model in model_folders(root)]
 
 
 def failure_record(spec: str, data: dict, stage: str, error: str, reason: str) -> dict:
@@ -151,7 +91,7 @@ def checked_failure(path: Path) -> dict:
 
 def model_failures(root: Path) -> list[tuple[str, dict]]:
     """(folder name, checked failed.json) of every model folder under `root` holding one, in name
-    order; a linked model folder is never read (model_reports refuses it)."""
+    order; a linked model folder is never read (model_folders refuses it)."""
     root = Path(root)
     if not root.is_dir():
         return []
@@ -179,7 +119,7 @@ def leaderboard_row(report: dict, folder_name: str) -> dict:
         "preprocessing": "crop_pct " + str(report["preprocessing"]["crop_pct"])
         if report["preprocessing"].get("cropped")
         else "canvas as is",
-        "samples": metrics["samples"],
+        "samples": metrics.get("samples"),  # older or hand-made reports may not count them
         "limit": report["data"].get("limit") or "",
         "partial": "true" if is_partial(report) else "false",
         "top1": metrics.get("overall", {}).get("top1", {}).get("value"),

@@ -252,9 +252,10 @@ def test_fuzzed_eval_json_is_shown_or_refused_in_one_line_never_a_traceback(eval
     from cards.site.figures import accuracy_vs_size, png_bytes, position_heat_maps
     from cards.site.gallery import sample_gallery
     from cards.site.pages import Board, index_page, model_page
-    from cards.site.sections import checked_metrics, checked_run
     from evaluation.predicting.predictions import read_predictions
-    from evaluation.ranking.leaderboard import checked_report, leaderboard_row
+    from evaluation.ranking.eval_reader import checked_report
+    from evaluation.ranking.leaderboard import leaderboard_row
+    from evaluation.ranking.report_fields import checked_metrics, checked_run
 
     folder = evaluation.evals / CORNER
     base = json.loads((folder / "eval.json").read_text())

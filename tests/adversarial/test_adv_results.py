@@ -186,7 +186,7 @@ def test_a_report_that_is_not_one_is_one_line_naming_file_and_field(dataset, tmp
 
 def test_the_eval_json_reader_survives_seeded_mutations(tmp_path):
     """Every mutation of a valid report is either read or refused as an HsiError, never a crash."""
-    from cards.results import read_report
+    from evaluation.ranking.eval_reader import checked_report as read_report
 
     base = eval_report()
     path = tmp_path / "eval.json"

@@ -1,41 +1,56 @@
-"""The metrics sections of an eval.json that the model pages render, each field checked.
+"""The fields of an eval.json, each with its one rule: what every reader of an evaluation folder
+reads of it, checked by `eval_reader.checked_report` when the folder is read.
 
-`checked_report` (evaluation.ranking.leaderboard) checks what the leaderboard reads; a page renders far
-more (tiers, positions, gaps, controls, the background-class analysis), and an eval.json may come
-from a stranger. Every value a page shows is read here through `Fields`, so a wrong type is one
-line naming the file and the field, and the pages render only from the plain dict returned.
+An eval.json may come from a stranger (a results folder handed to `hsi release --results` or `hsi
+report`), so every value a reader uses is read here through `Fields`: the leaderboard's row and
+skip check, the site's pages (tiers, positions, gaps, controls, the background-class analysis), the
+card's results section. A wrong type is one line naming the file and the field, and the readers
+render only from the plain dicts returned (`checked_run`, `checked_metrics`), never from a value
+that was not checked. Fields `hsi eval` has always written but older or hand-made reports may lack
+(`data.source`, `metrics.samples`, the preprocessing's input size) are checked when present.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from builder.core.untrusted import Fields, check_string
+from builder.core.errors import HsiError
+from builder.core.names import check_config_name
+from builder.core.untrusted import Fields, check_integer, check_string
+
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def estimate(fields: Fields, key: str) -> dict | None:
-    """{value, low, high, n} (each may be None), or None when the estimate is absent."""
-    if not fields.has(key):
+def estimate(fields: Fields, key: str, required: bool = False) -> dict | None:
+    """{value, low, high, n} (each may be None; low and high come together), or None when the
+    estimate is absent and not `required`."""
+    if not required and not fields.has(key):
         return None
     cell = fields.object(key)
-    return {
+    checked = {
         "value": cell.number("value", None),
         "low": cell.number("low", None),
         "high": cell.number("high", None),
         "n": cell.integer("n", None, low=0),
     }
+    if (checked["low"] is None) != (checked["high"] is None):
+        raise cell.error("low and high come together (both numbers, or both null)")
+    return checked
 
 
-def _cells(metrics: Fields, key: str, labels: dict[str, str], estimates: tuple[str, ...], numbers=()) -> list[dict]:
+def _cells(
+    metrics: Fields, key: str, labels: dict[str, str], estimates: tuple[str, ...], numbers=(), required=False
+) -> list[dict]:
     """The rows of a list section: each label field as its kind ("text" or "size"), each estimate,
-    each plain number (a rate without interval)."""
+    each plain number (a rate without interval). `required`: the section and each row's estimates."""
     rows = []
-    for cell in metrics.objects(key, []):
+    for cell in metrics.objects(key) if required else metrics.objects(key, []):
         row: dict = {}
         for name, kind in labels.items():
             row[name] = cell.integer(name, low=0) if kind == "size" else cell.string(name)
         for name in estimates:
-            row[name] = estimate(cell, name)
+            row[name] = estimate(cell, name, required=required and name == estimates[0])
         for name in numbers:
             row[name] = cell.number(name, None)
         rows.append(row)
@@ -71,14 +86,15 @@ def _background_class(metrics: Fields) -> dict | None:
 
 
 def checked_metrics(report: dict, where: Path) -> dict:
-    """The metrics a model page shows, checked field by field (UntrustedInput otherwise)."""
+    """The metrics of an eval.json, checked field by field (UntrustedInput otherwise)."""
     metrics = Fields(report, where).object("metrics")
     errors = metrics.object("errors", None)
     by_reason = errors.object("by_reason", None)
     bootstrap = metrics.object("bootstrap", None)
     overall = metrics.object("overall", None)
+    top1_required = metrics.has("overall")  # an overall section states its top-1
     checked: dict = {
-        "samples": metrics.integer("samples", low=0),
+        "samples": metrics.integer("samples", None, low=0),
         "sources": metrics.integer("sources", None, low=0),
         "errors": {
             "total": errors.integer("total", 0, low=0),
@@ -89,7 +105,7 @@ def checked_metrics(report: dict, where: Path) -> dict:
             "resamples": bootstrap.integer("resamples", None, low=0),
             "seed": bootstrap.integer("seed", None),
         },
-        "overall": {"top1": estimate(overall, "top1"), "top5": estimate(overall, "top5")},
+        "overall": {"top1": estimate(overall, "top1", required=top1_required), "top5": estimate(overall, "top5")},
         "has_groups": metrics.boolean("has_groups", False),
         "notes": [
             check_string(note, lambda problem, n=n: metrics.error(problem, f"notes[{n}]"))
@@ -105,12 +121,12 @@ def checked_metrics(report: dict, where: Path) -> dict:
             check_string(g, lambda problem, n=n: summary.error(problem, f"groups[{n}]"))
             for n, g in enumerate(summary.list("groups", []))
         ],
-        mean_over_groups=estimate(summary, "mean_over_groups"),
+        mean_over_groups=estimate(summary, "mean_over_groups", required=True),
         worst_group={
             "group": summary.object("worst_group").string("group"),
-            **(estimate(summary, "worst_group") or {}),
+            **(estimate(summary, "worst_group", required=True) or {}),
         },
-        by_group=_cells(metrics, "by_group", {"group": "text"}, top),
+        by_group=_cells(metrics, "by_group", {"group": "text"}, top, required=True),
         by_group_size=_cells(metrics, "by_group_size", {"group": "text", "size": "size"}, top),
         by_size=_cells(metrics, "by_size", {"size": "size"}, top),
         by_tier=_cells(metrics, "by_tier", {"tier": "text"}, top),
@@ -135,28 +151,68 @@ def checked_metrics(report: dict, where: Path) -> dict:
     return checked
 
 
+def _config(data: Fields) -> str | None:
+    """The data's config: a name the toolkit's manifests allow (it names folders of a release)."""
+    config = data.string("config", None)
+    if config is not None:
+        try:
+            check_config_name(config)
+        except HsiError as exc:
+            raise data.error(str(exc), "config") from None
+    return config
+
+
+def _input_size(pre: Fields) -> list[int] | None:
+    if not pre.has("input_size"):
+        return None
+    size = pre.list("input_size")
+    if len(size) != 2:
+        raise pre.error(f"expected [height, width], got {len(size)} values", "input_size")
+    for n, side in enumerate(size):
+        check_integer(side, lambda problem, n=n: pre.error(problem, f"input_size[{n}]"), low=1)
+    return list(size)
+
+
+def is_partial(report: dict) -> bool:
+    """A `--limit` run over fewer samples than the split holds (older reports say only `limit`: any
+    `--limit` run)."""
+    data = report["data"]
+    partial = data.get("partial")
+    return bool(partial) if partial is not None else data.get("limit") is not None
+
+
 def checked_run(report: dict, where: Path) -> dict:
-    """What a model page says about the run besides its metrics: the weights, the preprocessing, the
-    label space, the toolkit that measured it, and the report's notes (each checked)."""
+    """What an eval.json says about the run besides its metrics: the model and its weights, the
+    preprocessing, the label space, the data revision, the toolkit that measured it, and the
+    report's notes (each checked)."""
     top = Fields(report, where)
     model, pre, space = top.object("model"), top.object("preprocessing"), top.object("label_space")
     data = top.object("data")
+    data.boolean("partial", False)  # checked here, read by is_partial
     return {
         "spec": model.string("spec"),
         "checkpoint": model.string("checkpoint", None),
-        "checkpoint_sha256": model.string("checkpoint_sha256", None),
+        "checkpoint_sha256": model.string("checkpoint_sha256", None, pattern=SHA256),
         "preprocessing": pre.string("description", None),
         "cropped": pre.boolean("cropped", False),
+        "crop_pct": pre.number("crop_pct", None, low=0, high=1),
+        "input_size": _input_size(pre),
+        "interpolation": pre.string("interpolation", None),
         "label_space": space.string("description", None) or space.string("name"),
+        "label_space_name": space.string("name"),
         "classes": space.integer("classes", None, low=1),
-        "source": data.string("source"),
-        "config": data.string("config", None),
+        "source": data.string("source", None),
+        "config": _config(data),
         "split": data.string("split"),
         "fingerprint": data.string("fingerprint", None),
         "limit": data.integer("limit", None, low=1),
+        "partial": is_partial(report),
         "toolkit": top.object("toolkit", None).string("version", None),
         "notes": [
             check_string(note, lambda problem, n=n: top.error(problem, f"notes[{n}]"))
             for n, note in enumerate(top.list("notes", []))
         ],
     }
+
+
+__all__ = ["checked_metrics", "checked_run", "estimate", "is_partial"]
