@@ -37,6 +37,10 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
 MAX_INPUT_SIDE = 8192  # far above any ImageNet model's input, far below what overflows a tensor's size
+# What a result may say of its preprocessing: the toolkit ran the model and applied it, whoever made
+# the predictions declared it (not checked), or nothing is known (nothing was declared).
+APPLIED, DECLARED, UNKNOWN = "applied", "declared", "unknown"
+PREPROCESSING_STATUSES = (APPLIED, DECLARED, UNKNOWN)
 
 
 class ModelError(UsageError, ValueError):
@@ -64,11 +68,14 @@ class Preprocessing:
         return f"{geometry}, {self.interpolation}, mean {list(self.mean)}, std {list(self.std)} ({self.source})"
 
     def to_json(self) -> dict:
+        """The preprocessing section of a run's metadata: the toolkit applied it (status "applied")."""
         data = asdict(self)
         data["input_size"] = list(self.input_size)
         data["mean"], data["std"] = list(self.mean), list(self.std)
         data["cropped"] = self.crop_pct is not None
+        data["resize"] = int(self.input_size[0] / self.crop_pct) if self.crop_pct is not None else None
         data["description"] = self.describe()
+        data["status"] = APPLIED
         return data
 
 

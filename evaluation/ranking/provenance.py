@@ -1,0 +1,85 @@
+"""What an evaluation can claim about itself, read by one rule whoever reads it: the status of its
+preprocessing.
+
+A preprocessing section (of eval.json, of a predictions table's metadata, of entry.json) records
+`status`: "applied" (the toolkit ran the model and applied this preprocessing itself), "declared"
+(stated by whoever made the predictions, not checked) or "unknown" (nothing declared: the crop,
+size, interpolation, mean and std are null). Files written before the field existed have none:
+predictions scored from outside the toolkit (a spec `predictions:FILE`) are "unknown", whatever their
+old section said (it said "not cropped", which nobody knew), and every other run is "applied".
+`preprocessing_status` is that rule; the leaderboards, the site, the card, `hsi leaderboard verify`
+and the entries all read the status through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from builder.core.errors import printable
+from builder.core.untrusted import UntrustedInput
+from evaluation.model_formats.declared import unknown_preprocessing
+from evaluation.model_formats.models import APPLIED, PREPROCESSING_STATUSES, UNKNOWN
+from evaluation.predicting.given import GIVEN_SPEC_PREFIX
+
+# Every field of a preprocessing section, as `recorded_preprocessing` gives it.
+PREPROCESSING_KEYS = (
+    "status",
+    "description",
+    "source",
+    "cropped",
+    "crop_pct",
+    "resize",
+    "input_size",
+    "interpolation",
+    "mean",
+    "std",
+)
+
+
+def preprocessing_status(section: Mapping | None, spec: str) -> str:
+    """The status of a preprocessing section, "applied", "declared" or "unknown": its own `status`,
+    or for a section written before it existed (or none at all), "unknown" for predictions made
+    outside the toolkit (`spec` starts with `predictions:`) and "applied" for every model the toolkit
+    ran."""
+    recorded = section.get("status") if isinstance(section, Mapping) else None
+    if recorded is None:
+        return UNKNOWN if str(spec).startswith(GIVEN_SPEC_PREFIX) else APPLIED
+    if recorded not in PREPROCESSING_STATUSES:
+        raise UntrustedInput(
+            f"preprocessing.status: {printable(repr(recorded))} is not one of {', '.join(PREPROCESSING_STATUSES)}: "
+            "pass the files hsi eval wrote, unedited"
+        )
+    return recorded
+
+
+def recorded_preprocessing(section: Mapping | None, spec: str) -> dict:
+    """The preprocessing section with every field of PREPROCESSING_KEYS, its status by
+    `preprocessing_status`: an "unknown" one with its fields null (an old section's `cropped: false`
+    is dropped: nobody knew it), an older applied one with the resize its crop implies."""
+    section = dict(section or {})
+    status = preprocessing_status(section, spec)
+    if status == UNKNOWN:
+        unknown = unknown_preprocessing()
+        if section.get("status") == UNKNOWN and isinstance(section.get("description"), str):
+            unknown["description"] = section["description"]
+        return {key: unknown[key] for key in PREPROCESSING_KEYS}
+    recorded = {key: section.get(key) for key in PREPROCESSING_KEYS}
+    recorded["status"] = status
+    if status == APPLIED:
+        recorded["cropped"] = bool(section.get("cropped"))
+        if "resize" not in section:
+            recorded["resize"] = _implied_resize(section)
+    return recorded
+
+
+def _implied_resize(section: Mapping) -> int | None:
+    """The resized side a crop implies (int(height / crop_pct), as the toolkit crops), else None."""
+    crop, size = section.get("crop_pct"), section.get("input_size")
+    if not section.get("cropped") or not isinstance(crop, (int, float)) or not crop:
+        return None
+    if not isinstance(size, (list, tuple)) or not size or not isinstance(size[0], int):
+        return None
+    return int(size[0] / crop)
+
+
+__all__ = ["PREPROCESSING_KEYS", "preprocessing_status", "recorded_preprocessing"]
