@@ -20,7 +20,9 @@ from pathlib import Path
 
 from builder.core.errors import InputError, printable
 from evaluation.analysis.report import fmt
+from evaluation.model_formats.models import APPLIED
 from evaluation.ranking.eval_reader import EvaluatedModel, evaluated_models
+from evaluation.ranking.provenance import preprocessing_claim
 
 RESULTS_DIR = "results"
 RELEASE_PLOT_SUFFIX = "_accuracy_vs_size.png"  # results/<model slug><suffix> in a release
@@ -121,13 +123,10 @@ def copy_plots(results: list[ModelResult], staging: Path) -> dict[str, str]:
 # ---------------------------------------------------------------- rendering
 
 
-def _preprocessing(run: dict) -> str:
-    return f"centre crop (crop_pct {run['crop_pct']})" if run["cropped"] else "canvas as is (no crop)"
-
-
 def _input(run: dict) -> str:
-    size = f"{run['input_size'][0]}x{run['input_size'][1]}" if run["input_size"] else "size not recorded"
-    return f"{size} {run['interpolation'] or 'interpolation not recorded'}"
+    unsaid = "not recorded" if run["preprocessing_status"] == APPLIED else "not known"
+    size = f"{run['input_size'][0]}x{run['input_size'][1]}" if run["input_size"] else f"size {unsaid}"
+    return f"{size} {run['interpolation'] or f'interpolation {unsaid}'}"
 
 
 def _weights(result: ModelResult) -> tuple[str, str]:
@@ -183,7 +182,7 @@ def render_results(results: list[ModelResult], plots: dict[str, str], table: Cal
                 [
                     f"`{r.spec}`",
                     *_weights(r),
-                    _preprocessing(run),
+                    preprocessing_claim(run),
                     _input(run),
                     run["label_space_name"],
                     run["toolkit"] or "not recorded",

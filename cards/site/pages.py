@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from builder.core.taxonomy import sorted_groups
+from evaluation.model_formats.models import UNKNOWN
+from evaluation.ranking.provenance import preprocessing_claim
 
 from .collect import ModelEval
 from .gallery import ClassLabel, GalleryCell, Thumbnail
@@ -172,6 +174,12 @@ def _tiers(model: ModelEval) -> dict:
     return {(str(g), int(s)): str(t) for (g, s), t in ok.groupby(["group", "size"])["tier"].first().items()}
 
 
+def _preprocessing(run: dict) -> str:
+    """What is known of the preprocessing, then the run's own words for it (an unknown one has none)."""
+    words = run["preprocessing"] if run["preprocessing_status"] != UNKNOWN else None
+    return preprocessing_claim(run) + (f": {words}" if words else "")
+
+
 def _run_table(model: ModelEval) -> Html:
     run, metrics = model.run, model.metrics
     boot = metrics["bootstrap"]
@@ -183,7 +191,7 @@ def _run_table(model: ModelEval) -> Html:
         *[[label, described[key]] for key, label in ENTRY_FIELDS if described.get(key)],
         ["weights", run["checkpoint"] or "the library's published weights of the spec"],
         ["weights sha256", tag("code", run["checkpoint_sha256"] or "not recorded")],
-        ["preprocessing", ("centre-cropped on purpose: " if run["cropped"] else "") + (run["preprocessing"] or "")],
+        ["preprocessing", _preprocessing(run)],
         ["label space", run["label_space"]],
         ["samples", f"{metrics['samples']} from {metrics['sources']} source images"],
         [

@@ -62,11 +62,15 @@ def _pairs(text: str, flag: str) -> dict[str, str]:
         name, equals, value = item.partition("=")
         name = name.strip()
         if not equals or not name or not value.strip():
-            raise PreprocessingError(f"{flag}: {item.strip()!r} is not FIELD=VALUE; e.g. {flag} {EXAMPLE}")
+            raise PreprocessingError(f"{flag}: {item.strip()!r} is not FIELD=VALUE; e.g. {_example(flag)}")
         if name in pairs:
             raise PreprocessingError(f"{flag}: {name} is given twice; give each field once")
         pairs[name] = value.strip()
     return pairs
+
+
+def _example(flag: str) -> str:
+    return f"{flag} {EXAMPLE}" if flag.startswith("--") else f'{flag}"{EXAMPLE}"'
 
 
 def _integer(value: object, flag: str, name: str) -> int:

@@ -45,6 +45,7 @@ from evaluation.ranking.entries import (
     same_number,
 )
 from evaluation.ranking.eval_reader import read_submission
+from evaluation.ranking.provenance import recorded_preprocessing
 
 ROW_LINES = 20  # tampered-row mismatches shown one a line; the rest are counted
 MISSING = object()
@@ -174,7 +175,8 @@ def verify_entry(
 def metadata_mismatches(entry: dict, metadata: dict) -> list[Mismatch]:
     """The entry's description of the run against the run metadata its predictions file carries."""
     model, data = metadata["model"], metadata["data"]
-    space, pre = metadata["label_space"], metadata["preprocessing"]
+    space = metadata["label_space"]
+    pre = recorded_preprocessing(metadata["preprocessing"], model["spec"])
     checkpoint = model.get("checkpoint")
     pairs = [
         ("model.spec", entry["model"]["spec"], one_line(model["spec"])),
@@ -192,12 +194,8 @@ def metadata_mismatches(entry: dict, metadata: dict) -> list[Mismatch]:
             (f"label_space.{key}", entry["label_space"][key], space.get(key))
             for key in ("name", "classes", "description")
         ),
-        *(
-            (f"preprocessing.{key}", value, pre.get(key))
-            for key, value in entry["preprocessing"].items()
-            if key != "cropped"
-        ),
-        ("preprocessing.cropped", entry["preprocessing"]["cropped"], bool(pre.get("cropped"))),
+        # both read by the one rule, so an older entry and its older predictions still agree
+        *((f"preprocessing.{key}", value, pre.get(key)) for key, value in entry["preprocessing"].items()),
     ]
     return [
         Mismatch(name, claimed, found, found_by="predictions") for name, claimed, found in pairs if claimed != found

@@ -40,7 +40,10 @@ def run_identity(report: dict) -> dict:
     return {
         "data": {k: data.get(k) for k in (*DATA_KEYS, "limit")},
         "model": {k: report["model"].get(k) for k in ("spec", "checkpoint_sha256")},
-        "preprocessing": {k: v for k, v in report["preprocessing"].items() if k != "description"},
+        # what was applied; the words, the status and the resize a crop implies change no number
+        "preprocessing": {
+            k: v for k, v in report["preprocessing"].items() if k not in ("description", "status", "resize")
+        },
         "label_space": report["label_space"].get("name"),
     }
 

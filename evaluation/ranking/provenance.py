@@ -82,4 +82,22 @@ def _implied_resize(section: Mapping) -> int | None:
     return int(size[0] / crop)
 
 
-__all__ = ["PREPROCESSING_KEYS", "preprocessing_status", "recorded_preprocessing"]
+def preprocessing_claim(run: Mapping) -> str:
+    """What a page may say of a run's preprocessing in a few words, from `report_fields.checked_run`'s
+    fields: what the toolkit applied, what a submitter declared (said to be unchecked), or that it
+    is unknown; never "not cropped" where nobody knows."""
+    status = run["preprocessing_status"]
+    if status == UNKNOWN:
+        return "unknown preprocessing (predictions made elsewhere; none declared)"
+    if run["cropped"]:
+        crop = f"centre-cropped (crop_pct {run['crop_pct']:g})"
+    elif run["cropped"] is False:
+        crop = "the 224 canvas as it is, not centre-cropped" if status == APPLIED else "not centre-cropped"
+    else:
+        crop = "crop not declared"
+    if status == APPLIED:
+        return crop.replace("centre-cropped", "centre-cropped on purpose", 1)
+    return f"declared, not checked: {crop}"
+
+
+__all__ = ["PREPROCESSING_KEYS", "preprocessing_claim", "preprocessing_status", "recorded_preprocessing"]

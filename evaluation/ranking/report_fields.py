@@ -18,6 +18,9 @@ from pathlib import Path
 from builder.core.errors import HsiError
 from builder.core.names import check_config_name
 from builder.core.untrusted import Fields, check_integer, check_string
+from evaluation.model_formats.models import APPLIED, PREPROCESSING_STATUSES, UNKNOWN
+
+from .provenance import preprocessing_status, recorded_preprocessing
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -173,6 +176,29 @@ def _input_size(pre: Fields) -> list[int] | None:
     return list(size)
 
 
+def _preprocessing(pre: Fields, spec: str) -> dict:
+    """The preprocessing as a page shows it: its status (evaluation.ranking.provenance's rule) and
+    the fields it claims; an unknown one claims none (an older file's `cropped: false` included)."""
+    recorded_status = pre.string("status", None, choices=PREPROCESSING_STATUSES)
+    status = preprocessing_status({"status": recorded_status}, spec)
+    if status == UNKNOWN:  # nothing but its status and its words
+        recorded = recorded_preprocessing({"status": recorded_status, "description": pre.string("description")}, spec)
+        return {"preprocessing": recorded["description"], "preprocessing_status": status} | dict.fromkeys(
+            ("cropped", "crop_pct", "input_size", "interpolation")
+        )
+    cropped = pre.raw("cropped", None)
+    if status == APPLIED or cropped is not None:  # a declaration may leave the crop undeclared
+        cropped = pre.boolean("cropped", False)
+    return {
+        "preprocessing": pre.string("description", None),
+        "preprocessing_status": status,
+        "cropped": cropped,
+        "crop_pct": pre.number("crop_pct", None, low=0, high=1),
+        "input_size": _input_size(pre),
+        "interpolation": pre.string("interpolation", None),
+    }
+
+
 def is_partial(report: dict) -> bool:
     """A `--limit` run over fewer samples than the split holds (older reports say only `limit`: any
     `--limit` run)."""
@@ -189,15 +215,12 @@ def checked_run(report: dict, where: Path) -> dict:
     model, pre, space = top.object("model"), top.object("preprocessing"), top.object("label_space")
     data = top.object("data")
     data.boolean("partial", False)  # checked here, read by is_partial
+    spec = model.string("spec")
     return {
-        "spec": model.string("spec"),
+        "spec": spec,
         "checkpoint": model.string("checkpoint", None),
         "checkpoint_sha256": model.string("checkpoint_sha256", None, pattern=SHA256),
-        "preprocessing": pre.string("description", None),
-        "cropped": pre.boolean("cropped", False),
-        "crop_pct": pre.number("crop_pct", None, low=0, high=1),
-        "input_size": _input_size(pre),
-        "interpolation": pre.string("interpolation", None),
+        **_preprocessing(pre, spec),
         "label_space": space.string("description", None) or space.string("name"),
         "label_space_name": space.string("name"),
         "classes": space.integer("classes", None, low=1),

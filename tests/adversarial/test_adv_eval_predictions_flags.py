@@ -50,6 +50,7 @@ MODEL_RUN_FLAGS = {
 SCORING_FLAGS = {"-h", "--help", "--config", "--split", "--out", "--predictions", "--bootstrap", "--seed"}
 SCORING_FLAGS |= {
     "--no-progress",
+    "--preprocessing",
     "--from",
     "--entry-name",
     "--architecture",

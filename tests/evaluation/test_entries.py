@@ -225,7 +225,7 @@ def test_models_yaml_describes_each_model_and_bad_descriptions_are_refused_befor
             lambda e: e["figures"]["top1"].update(value=1.5),
             "figures.top1.value: 1.5 is above the largest allowed value 1",
         ),
-        (lambda e: e.update(schema_version=2), "schema_version: 2 is newer than this toolkit reads (1)"),
+        (lambda e: e.update(schema_version=3), "schema_version: 3 is newer than this toolkit reads (2)"),
         (
             lambda e: e["predictions"].update(file="../x.parquet"),
             "predictions.file: '../x.parquet' is a path; an entry names a file beside it",
