@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from builder.core.taxonomy import sorted_groups
 from evaluation.model_formats.models import UNKNOWN
-from evaluation.ranking.provenance import preprocessing_claim
+from evaluation.ranking.provenance import preprocessing_claim, weights_claim
 
 from .collect import ModelEval
 from .gallery import ClassLabel, GalleryCell, Thumbnail
@@ -185,12 +185,13 @@ def _run_table(model: ModelEval) -> Html:
     boot = metrics["bootstrap"]
     errors = metrics["errors"]
     described = model.entry["model"] if model.entry else {}
+    weights, digest, note = weights_claim(run)  # what is known of them, never more
     rows = [
         ["model", tag("code", run["spec"])],
         ["leaderboard name", model.name],
         *[[label, described[key]] for key, label in ENTRY_FIELDS if described.get(key)],
-        ["weights", run["checkpoint"] or "the library's published weights of the spec"],
-        ["weights sha256", tag("code", run["checkpoint_sha256"] or "not recorded")],
+        ["weights", weights],
+        ["weights sha256", Html(tag("code", digest) + esc(f" ({note})" if note else "")) if digest else note],
         ["preprocessing", _preprocessing(run)],
         ["label space", run["label_space"]],
         ["samples", f"{metrics['samples']} from {metrics['sources']} source images"],

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from builder.core import markdown
+from evaluation.model_formats.identity import identity_words
 from evaluation.model_formats.models import APPLIED, DECLARED, UNKNOWN
 
 EVAL_JSON, EVAL_MD = "eval.json", "eval.md"
@@ -116,6 +117,8 @@ def render_markdown(report: dict) -> str:
         + (f", checkpoint `{text(model['checkpoint'])}`" if model.get("checkpoint") else "")
         + (f" (sha256 `{text(model['checkpoint_sha256'])}`)" if model.get("checkpoint_sha256") else "")
     )
+    if model.get("identity"):  # an in-memory model: what is known of it, and no more
+        out.append(f"- weights: {text(identity_words(model['identity']))}")
     out.append(
         f"- data: {text(data['source'])}, config {text(data['config'])}, split {text(data['split'])}, fingerprint "
         f"`{text(data.get('fingerprint'))}`"

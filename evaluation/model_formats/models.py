@@ -105,6 +105,7 @@ class LoadedModel:
     checkpoint_sha256: str | None = None
     notes: list[str] = field(default_factory=list)
     default_preprocessing: Preprocessing | None = None  # before any flag: the model's own data config
+    identity: dict | None = None  # an in-memory model's (evaluation.model_formats.identity); None for a spec
 
     def describe(self) -> dict:
         return {
@@ -112,6 +113,7 @@ class LoadedModel:
             "checkpoint": self.checkpoint_name,
             "checkpoint_sha256": self.checkpoint_sha256,
             "declared_classes": list(self.classes) if self.classes else None,
+            "identity": self.identity,
         }
 
 

@@ -184,6 +184,7 @@ class Dataset:
                 "checkpoint": given.checkpoint[0],
                 "checkpoint_sha256": given.checkpoint[1],
                 "declared_classes": None,
+                "identity": None,  # predictions made elsewhere: the model is not known here
             },
             "preprocessing": preprocessing,
             "label_space": plan.space.to_json(),

@@ -182,6 +182,7 @@ def metadata_mismatches(entry: dict, metadata: dict) -> list[Mismatch]:
         ("model.spec", entry["model"]["spec"], one_line(model["spec"])),
         ("model.weights.file", entry["model"]["weights"]["file"], one_line(checkpoint) if checkpoint else None),
         ("model.weights.sha256", entry["model"]["weights"]["sha256"], model.get("checkpoint_sha256")),
+        ("model.identity", entry["model"]["identity"], model.get("identity")),
         ("data.source", entry["data"]["source"], one_line(data["source"])),
         *((f"data.{key}", entry["data"][key], label(data.get(key))) for key in ("config", "split", "fingerprint")),
         ("data.limit", entry["data"]["limit"], data.get("limit")),

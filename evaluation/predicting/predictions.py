@@ -25,6 +25,7 @@ from pathlib import Path
 from builder.core.errors import printable
 from builder.core.untrusted import Fields, UntrustedInput, check_string, read_parquet
 from builder.formats.composites import COMPOSITE_FIELDS
+from evaluation.model_formats.identity import checked_identity
 from evaluation.model_formats.models import PREPROCESSING_STATUSES
 
 PREDICTIONS_NAME = "predictions.parquet"
@@ -160,6 +161,7 @@ def check_run_metadata(meta: Fields) -> None:
     model.string("spec")
     model.string("checkpoint", None)
     model.string("checkpoint_sha256", None)
+    checked_identity(model)  # an in-memory model's, when it was one
     data = meta.object("data")
     for key in ("source", "split"):
         data.string(key)

@@ -27,6 +27,7 @@ from typing import Any
 from builder.core.errors import UsageError, printable
 from builder.core.hashing import sha256_file
 from builder.core.untrusted import Fields, check_string, read_json, regular_file
+from evaluation.model_formats.identity import checked_identity
 from evaluation.model_formats.models import DECLARED, PREPROCESSING_STATUSES, UNKNOWN
 from evaluation.predicting.predictions import is_utf8
 
@@ -157,9 +158,10 @@ def carried_info(path: Path, model: dict) -> EntryInfo:
     if not path.exists() and not path.is_symlink():
         return EntryInfo()
     entry = read_entry(path)
-    same = (entry["model"]["spec"], entry["model"]["weights"]["sha256"]) == (
+    same = (entry["model"]["spec"], entry["model"]["weights"]["sha256"], entry["model"]["identity"]) == (
         one_line(model["spec"]),
         model.get("checkpoint_sha256"),
+        model.get("identity"),
     )
     return info_of(entry) if same else EntryInfo()
 
@@ -236,6 +238,7 @@ def build_entry(report: dict, predictions: Path, info: EntryInfo) -> dict:
                 "file": one_line(model["checkpoint"]) if model.get("checkpoint") else None,
                 "sha256": model.get("checkpoint_sha256"),
             },
+            "identity": model.get("identity"),  # an in-memory model's; None for a spec (its weights say it)
             "architecture": info.architecture,
             "training_data": info.training_data,
             "paper": info.paper,
@@ -315,9 +318,12 @@ def _estimate_fields(estimate: Fields, *, low: float, high: float) -> None:
     estimate.integer("sources", low=0)
 
 
-def _check_model(model: Fields) -> None:
-    model.only(("spec", "weights", "architecture", "training_data", "paper"))
+def _check_model(model: Fields, version: int) -> None:
+    keys = ("spec", "weights", "architecture", "training_data", "paper")
+    model.only((*keys, "identity") if version >= 2 else keys)
     _text(model, "spec", nullable=False, check=check_label)
+    if version >= 2 and _nullable(model, "identity"):
+        checked_identity(model)
     weights = model.object("weights").only(("file", "sha256"))
     _text(weights, "file", check=check_label)
     if _nullable(weights, "sha256"):
@@ -478,7 +484,7 @@ def check_entry(entry: object, source: Path | str) -> dict:
     _text(top, "name", nullable=False)
     if top.has("url"):  # entries written before the field existed have none
         _text(top, "url", check=check_entry_url)
-    _check_model(top.object("model"))
+    _check_model(top.object("model"), version)
     _check_preprocessing(top.object("preprocessing"), version)
     space = top.object("label_space").only(("name", "classes", "description"))
     space.string("name")
@@ -491,6 +497,7 @@ def check_entry(entry: object, source: Path | str) -> dict:
     _check_bootstrap(top.object("bootstrap"))
     _check_figures(top.object("figures"))
     checked = dict(top.data)
+    checked["model"] = {"identity": None, **checked["model"]}  # version 1: no in-memory identity recorded
     # read alike whatever its version: the preprocessing with its status (provenance's one rule)
     pre = recorded_preprocessing(checked["preprocessing"], checked["model"]["spec"])
     checked["preprocessing"] = {key: pre[key] for key in PREPROCESSING_FIELDS}

@@ -39,7 +39,7 @@ def run_identity(report: dict) -> dict:
     data = report["data"]
     return {
         "data": {k: data.get(k) for k in (*DATA_KEYS, "limit")},
-        "model": {k: report["model"].get(k) for k in ("spec", "checkpoint_sha256")},
+        "model": {k: report["model"].get(k) for k in ("spec", "checkpoint_sha256", "identity")},
         # what was applied; the words, the status and the resize a crop implies change no number
         "preprocessing": {
             k: v for k, v in report["preprocessing"].items() if k not in ("description", "status", "resize")

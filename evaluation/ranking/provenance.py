@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from builder.core.errors import printable
 from builder.core.untrusted import UntrustedInput
 from evaluation.model_formats.declared import unknown_preprocessing
+from evaluation.model_formats.identity import identity_words
 from evaluation.model_formats.models import APPLIED, PREPROCESSING_STATUSES, UNKNOWN
 from evaluation.predicting.given import GIVEN_SPEC_PREFIX
 
@@ -100,4 +101,33 @@ def preprocessing_claim(run: Mapping) -> str:
     return f"declared, not checked: {crop}"
 
 
-__all__ = ["PREPROCESSING_KEYS", "preprocessing_claim", "preprocessing_status", "recorded_preprocessing"]
+PUBLISHED_PREFIXES = ("timm:", "tv:")  # specs that name a library's published weights
+
+
+def weights_claim(run: Mapping) -> tuple[str, str | None, str | None]:
+    """(what the weights are, their sha256 or None, a note on that sha256) from
+    `report_fields.checked_run`'s fields: the weights file a spec loaded and its sha256; a library's
+    published weights only for a timm: or tv: spec without a file; an in-memory model's identity
+    (a module's fingerprint, a callable's declared sha256); otherwise that they are not known."""
+    spec, identity = run["spec"], run.get("identity")
+    if spec.startswith(GIVEN_SPEC_PREFIX):
+        return "not known: the predictions were made outside the toolkit", None, "not known"
+    if identity is not None:
+        fingerprint, declared = identity["state_dict_sha256"], identity["weights_sha256"]
+        if fingerprint:
+            return identity_words(identity), fingerprint, "the state_dict's fingerprint"
+        return identity_words(identity), declared, "as declared, not checked" if declared else "not known"
+    if run["checkpoint"]:
+        return run["checkpoint"], run["checkpoint_sha256"], None if run["checkpoint_sha256"] else "not recorded"
+    if spec.startswith(PUBLISHED_PREFIXES):
+        return "the library's published weights of the spec", None, "not recorded"
+    return "not known: not loaded from a spec, and no identity recorded", None, "not known"
+
+
+__all__ = [
+    "PREPROCESSING_KEYS",
+    "preprocessing_claim",
+    "preprocessing_status",
+    "recorded_preprocessing",
+    "weights_claim",
+]

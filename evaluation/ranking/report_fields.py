@@ -18,6 +18,7 @@ from pathlib import Path
 from builder.core.errors import HsiError
 from builder.core.names import check_config_name
 from builder.core.untrusted import Fields, check_integer, check_string
+from evaluation.model_formats.identity import checked_identity
 from evaluation.model_formats.models import APPLIED, PREPROCESSING_STATUSES, UNKNOWN
 
 from .provenance import preprocessing_status, recorded_preprocessing
@@ -220,6 +221,7 @@ def checked_run(report: dict, where: Path) -> dict:
         "spec": spec,
         "checkpoint": model.string("checkpoint", None),
         "checkpoint_sha256": model.string("checkpoint_sha256", None, pattern=SHA256),
+        "identity": checked_identity(model),  # an in-memory model's class and weights, else None
         **_preprocessing(pre, spec),
         "label_space": space.string("description", None) or space.string("name"),
         "label_space_name": space.string("name"),
