@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from builder.core.taxonomy import sorted_groups
 from evaluation.model_formats.models import UNKNOWN
 from evaluation.ranking.provenance import preprocessing_claim, weights_claim
+from evaluation.ranking.verification_record import verification_words
 
 from .collect import ModelEval
 from .gallery import ClassLabel, GalleryCell, Thumbnail
@@ -65,6 +66,8 @@ def _model_cell(model: ModelEval) -> Html:
     if model.entry:
         described = model.entry["model"]
         details += [esc(described[key]) for key in ("architecture", "training_data") if described.get(key)]
+    if model.entry:  # what verification proved of the entry, in a word
+        details.append(esc(verification_words(model.verification)[0]))
     name = link(model.name, "models", model.slug, "index.html")
     return Html(name + (tag("div", join(details, " · "), class_="detail") if details else ""))
 
@@ -190,6 +193,7 @@ def _run_table(model: ModelEval) -> Html:
         ["model", tag("code", run["spec"])],
         ["leaderboard name", model.name],
         *[[label, described[key]] for key, label in ENTRY_FIELDS if described.get(key)],
+        ["verification", verification_words(model.verification)[1]] if model.entry else None,
         ["weights", weights],
         ["weights sha256", Html(tag("code", digest) + esc(f" ({note})" if note else "")) if digest else note],
         ["preprocessing", _preprocessing(run)],
@@ -209,6 +213,7 @@ def _run_table(model: ModelEval) -> Html:
         ],
         ["evaluation folder", f"{model.folder.parent.name}/{model.folder.name}"],
     ]
+    rows = [row for row in rows if row is not None]
     notes = [*run["notes"], *[n for n in metrics["notes"] if n not in run["notes"]]]
     rows += [["note", note] for note in notes]
     return table(None, rows, class_="run")

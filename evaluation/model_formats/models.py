@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -538,6 +539,22 @@ def loaded_spec(spec: str, options: ModelOptions = ModelOptions()) -> str:
         arch = options.arch or ""
         return arch if arch.startswith("tv:") else f"{Path(target).name} (timm:{arch.removeprefix('timm:')})"
     return f"{name}:{Path(target).name}"
+
+
+STATE_DICT_SPEC = re.compile(r"(?P<file>[^ ]+) \((?P<arch>timm:[^()\s]+)\)")  # loaded_spec's "FILE (timm:ARCH)"
+
+
+def recorded_spec_parts(spec: str) -> tuple[str, str, str | None] | None:
+    """(registry name, target, arch) of a spec as a LoadedModel records it (`loaded_spec`): a
+    library name for timm and tv, a file's name for a model file or a state_dict (whose arch is
+    recorded beside it); None for what no loader took (predictions, an in-memory model)."""
+    for prefix in ("timm:", "tv:", *MODEL_FILE_PREFIXES):
+        if spec.startswith(prefix) and len(spec) > len(prefix):
+            return SPEC_PREFIXES[prefix], spec[len(prefix) :], None
+    matched = STATE_DICT_SPEC.fullmatch(spec)
+    if matched:
+        return "state-dict", matched["file"], matched["arch"]
+    return None
 
 
 def model_slug(spec: str) -> str:

@@ -90,14 +90,14 @@ def preprocessing_claim(run: Mapping) -> str:
     status = run["preprocessing_status"]
     if status == UNKNOWN:
         return "unknown preprocessing (predictions made elsewhere; none declared)"
+    if status == APPLIED:
+        if run["cropped"]:
+            return f"centre-cropped on purpose (crop_pct {run['crop_pct']:g})"
+        return "the 224 canvas as it is, not centre-cropped"
     if run["cropped"]:
         crop = f"centre-cropped (crop_pct {run['crop_pct']:g})"
-    elif run["cropped"] is False:
-        crop = "the 224 canvas as it is, not centre-cropped" if status == APPLIED else "not centre-cropped"
     else:
-        crop = "crop not declared"
-    if status == APPLIED:
-        return crop.replace("centre-cropped", "centre-cropped on purpose", 1)
+        crop = "not centre-cropped" if run["cropped"] is False else "crop not declared"
     return f"declared, not checked: {crop}"
 
 

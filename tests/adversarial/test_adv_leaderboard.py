@@ -110,7 +110,7 @@ def test_a_true_entry_verifies(evaluated, submission, capsys):
     assert status == 0 and lines == [], err
     assert main(["leaderboard", "verify", str(submission), "--data", str(evaluated[1])]) == 0  # the folder works too
     printed = capsys.readouterr().out
-    assert printed.startswith("verified: Mean colour (ts:colour.pt) on hard-spurious-imagenet/test")
+    assert printed.startswith("re-scored: Mean colour (ts:colour.pt) on hard-spurious-imagenet/test")
     assert "12 samples (0 error rows)" in printed and "worst group" in printed
 
 

@@ -88,7 +88,7 @@ def test_the_entry_of_hsi_eval_verifies(evaluated, paper_set, capsys):
     capsys.readouterr()
     assert main(["leaderboard", "verify", str(evaluated / FOLDER), "--data", str(paper_set)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("verified: Planted corner (ts:planted_corner.pt)")
+    assert out.startswith("re-scored: Planted corner (ts:planted_corner.pt)")
     assert "worst group CoR 0.000" in out and "mismatch" not in out
 
 
@@ -151,7 +151,7 @@ def test_scored_predictions_and_save_write_entries_that_verify(evaluated, paper_
     assert entry["figures"]["by_group"] == original["by_group"]
     capsys.readouterr()
     assert main(["leaderboard", "verify", str(folder / "entry.json"), "--data", str(paper_set)]) == 0
-    assert capsys.readouterr().out.startswith("verified: My JAX model")
+    assert capsys.readouterr().out.startswith("re-scored: My JAX model")
 
     evaluation = hsi.score(table, paper_set, bootstrap=BootstrapSettings(resamples=100))
     saved = evaluation.save(

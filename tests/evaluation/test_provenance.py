@@ -77,3 +77,21 @@ def test_a_partial_declaration_leaves_the_rest_null_and_says_so():
     assert "crop not declared" in only_size["description"] and "mean not declared" in only_size["description"]
     uncropped = declared_preprocessing("crop_pct=1,size=224")
     assert uncropped["cropped"] is False and "no centre crop" in uncropped["description"]
+
+
+@pytest.mark.parametrize(
+    ("status", "cropped", "words"),
+    [
+        ("applied", False, "the 224 canvas as it is, not centre-cropped"),
+        ("applied", True, "centre-cropped on purpose (crop_pct 0.875)"),
+        ("declared", True, "declared, not checked: centre-cropped (crop_pct 0.875)"),
+        ("declared", False, "declared, not checked: not centre-cropped"),
+        ("declared", None, "declared, not checked: crop not declared"),
+        ("unknown", None, "unknown preprocessing (predictions made elsewhere; none declared)"),
+    ],
+)
+def test_a_page_says_only_what_the_status_allows(status, cropped, words):
+    from evaluation.ranking.provenance import preprocessing_claim
+
+    run = {"preprocessing_status": status, "cropped": cropped, "crop_pct": 0.875 if cropped else None}
+    assert preprocessing_claim(run) == words
