@@ -14,7 +14,7 @@ import shutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from release_factory import make_composed_dataset
+from colour_entry import colour_entry
 from tiny_models import MeanColour
 from trusted_code import trust_flags
 
@@ -26,19 +26,11 @@ from hsi.cli import main
 
 torch = pytest.importorskip("torch")
 
-MODEL = "ts_colour.pt"
-
 
 @pytest.fixture(scope="module")
 def evaluated(tmp_path_factory):
     """(the model folder of `hsi eval ts:colour.pt`, its data, the model file)."""
-    root = tmp_path_factory.mktemp("adv-rerun")
-    data = make_composed_dataset(root / "composed", splits={"test": 12}, shard_size=4)
-    model = root / "colour.pt"
-    torch.jit.trace(MeanColour(), torch.rand(1, 3, 224, 224)).save(str(model))
-    argv = ["eval", str(data), "--model", f"ts:{model}", *trust_flags(f"ts:{model}"), "--out", str(root / "out")]
-    assert main([*argv, "--workers", "0", "--no-progress", "--bootstrap", "20"]) == 0
-    return root / "out" / MODEL, data, model
+    return colour_entry(tmp_path_factory.mktemp("adv-rerun"))
 
 
 @pytest.fixture
