@@ -113,9 +113,12 @@ def test_a_forged_preprocessing_claim_in_an_entry_is_refused(scored, change, mes
     assert str(refused.value).startswith(f"entry.json: {message}"), str(refused.value)
 
 
-def test_a_version_1_entry_cannot_claim_a_status(scored):
+def test_a_version_1_entry_cannot_claim_a_status_or_an_identity(scored):
     _, _, folder = scored
     entry = json.loads((folder / "entry.json").read_text())
     entry["schema_version"] = 1
+    with pytest.raises(HsiError, match="entry.json: model: unknown key 'identity'"):
+        check_entry(entry, "entry.json")
+    del entry["model"]["identity"]
     with pytest.raises(HsiError, match="entry.json: preprocessing: unknown key 'resize'"):
         check_entry(entry, "entry.json")
