@@ -196,3 +196,23 @@ def test_a_broken_predictions_file_is_one_line_naming_it(evaluated, paper_set, t
     key = frame["key"].iloc[3 if "twice" in named else 0]
     if "not-a-sample" not in named:
         assert key in message
+
+
+def test_the_rows_a_refusal_names_are_counted_from_1():
+    """Failed before: the first prediction of a file was `row 0`, the first row of a table `row 0`."""
+    from evaluation.predicting.given import checked_table
+
+    def refusal(frame) -> str:
+        with pytest.raises(HsiError) as refused:
+            checked_table(frame, "predictions:p.csv")
+        return str(refused.value)
+
+    assert refusal(pd.DataFrame({"key": ["", "b"], "pred_class": [1, 2]})) == (
+        "predictions:p.csv: row 1 has no key (got '')"
+    )
+    assert refusal(pd.DataFrame({"key": ["a", "b", "a"], "pred_class": [1, 2, 3]})).endswith(
+        "key a appears twice (rows 1 and 3)"
+    )
+    assert refusal(pd.DataFrame({"key": ["a", "b"], "pred_class": [1, 1000]})).startswith(
+        "predictions:p.csv: row 2 (b): pred_class: 1000"
+    )
