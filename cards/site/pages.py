@@ -8,6 +8,7 @@ that measured it) in its header, and the toolkit that built the site in its foot
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from builder.core.taxonomy import sorted_groups
 
@@ -172,6 +173,12 @@ def _tiers(model: ModelEval) -> dict:
     return {(str(g), int(s)): str(t) for (g, s), t in ok.groupby(["group", "size"])["tier"].first().items()}
 
 
+def folder_text(folder: Path) -> str:
+    """A model folder as `OUT/<model>` (its parent's name and its own), never a path from the root: a
+    folder given as `E` or `/E` has no parent name to show, and no leading `/`."""
+    return "/".join(name for name in (folder.parent.name, folder.name) if name) or "."
+
+
 def _run_table(model: ModelEval) -> Html:
     run, metrics = model.run, model.metrics
     boot = metrics["bootstrap"]
@@ -198,7 +205,7 @@ def _run_table(model: ModelEval) -> Html:
             if boot["level"] is not None
             else "not recorded",
         ],
-        ["evaluation folder", f"{model.folder.parent.name}/{model.folder.name}"],
+        ["evaluation folder", folder_text(model.folder)],
     ]
     notes = [*run["notes"], *[n for n in metrics["notes"] if n not in run["notes"]]]
     rows += [["note", note] for note in notes]
