@@ -23,8 +23,8 @@ from evaluation.ranking.leaderboard import (
     DATA_KEYS,
     LEADERBOARD_CSV,
     LEADERBOARD_MD,
+    leaderboard_models,
     model_failures,
-    model_reports,
     write_leaderboard,
 )
 
@@ -37,11 +37,11 @@ from .sweep_data import prove_sweep_data
 
 @contextmanager
 def eval_folder(out: Path) -> Iterator[OwnedFolder]:
-    """`--out`, held for the run: every eval.json and failed.json already in it is checked (a broken one
-    of another model is refused before any model runs), and so are the leaderboard files (a link, a
-    user's file)."""
+    """`--out`, held for the run: every eval.json, entry.json and failed.json already in it is checked (a
+    broken one of another model is refused before any model runs), and so are the leaderboard files (a
+    link, a user's file)."""
     with claimed(out) as owned:
-        model_reports(owned.root)
+        leaderboard_models(owned.root)
         model_failures(owned.root)
         for name in (LEADERBOARD_CSV, LEADERBOARD_MD):
             owned.path(name)
