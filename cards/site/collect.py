@@ -77,16 +77,19 @@ def _model_eval(number: int, model: EvaluatedModel) -> ModelEval:
     before its predictions and plots are read."""
     site_name(f"{number}-{model.folder.name}", "model folder name")
     names = [site_name(relative.rsplit("/", 1)[-1], "plot file") for relative in model.plot_files]
+    predictions = model.read_predictions()
+    plots = [(name, data) for name, (_, data) in zip(names, model.plots())]
+    entry = model.read_entry()
     return ModelEval(
         number=number,
         folder=model.folder,
         report=model.report,
         run=model.run,
         metrics=model.metrics,
-        row=leaderboard_row(model.report, model.folder.name),
-        predictions=model.read_predictions(),
-        plots=[(name, data) for name, (_, data) in zip(names, model.plots())],
-        entry=model.read_entry(),
+        row=leaderboard_row(model.report, model.folder.name, entry["name"] if entry else None),
+        predictions=predictions,
+        plots=plots,
+        entry=entry,
     )
 
 

@@ -133,7 +133,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--overwrite",
         action="store_true",
         help="re-evaluate a model already evaluated in its folder under --out (on this data revision, or with other "
-        "weights or data), replacing its files",
+        "weights or data), replacing its files; with --predictions, replace another model's evaluation in the folder "
+        "the file's results go to",
     )
     analysis = parser.add_argument_group("analysis")
     analysis.add_argument(
@@ -370,7 +371,7 @@ def _run_from(args: argparse.Namespace, bootstrap) -> int:
 # other one configures a model run (the model, its preprocessing, its batches, --limit, --clean,
 # --parts), which the file's predictions have replaced.
 PREDICTIONS_FLAGS = frozenset(
-    {"source", "config", "split", "out", "predictions", "bootstrap", "seed", "no_progress"}
+    {"source", "config", "split", "out", "overwrite", "predictions", "bootstrap", "seed", "no_progress"}
     | {"entry_name", "architecture", "training_data", "paper", "entry_url"}
 )
 
@@ -391,6 +392,7 @@ def model_run_flags_given(args: argparse.Namespace) -> list[str]:
 def _run_predictions(args: argparse.Namespace, bootstrap) -> int:
     from evaluation.analysis.report import EVAL_MD
     from evaluation.orchestration.external import score
+    from evaluation.orchestration.runs import save_scored
 
     given = model_run_flags_given(args)
     if given:
@@ -405,17 +407,9 @@ def _run_predictions(args: argparse.Namespace, bootstrap) -> int:
     evaluation = score(
         args.predictions, args.source, config=args.config, split=args.split, bootstrap=bootstrap, announce=_announce
     )
-    folder = evaluation.save(
-        args.out,
-        f"predictions_{args.predictions.name}",
-        entry_name=info.name,
-        architecture=info.architecture,
-        training_data=info.training_data,
-        paper=info.paper,
-        entry_url=info.url,
-    )
+    folder, board = save_scored(evaluation, args.out, args.predictions, info, args.overwrite)
     print(
         f"{args.predictions.name}: {evaluation.metrics['samples']} samples scored: {folder / EVAL_MD}, eval.json and "
-        "entry.json"
+        f"entry.json; leaderboard: {board} and leaderboard.csv"
     )
     return EXIT_OK
