@@ -148,3 +148,25 @@ def thumbnails(page: Path) -> list[dict]:
     parser = _Thumbnails()
     parser.feed(page.read_text("utf-8"))
     return parser.found
+
+
+def checked_model_eval(path: Path, folder: Path, predictions):
+    """The site's ModelEval of the eval.json at `path` for the model folder `folder` (its predictions
+    the DataFrame `predictions`, no plots), read by the checks the site reads it with: HsiError when
+    they refuse it."""
+    from cards.site.collect import ModelEval
+    from evaluation.ranking.eval_reader import checked_report
+    from evaluation.ranking.leaderboard import leaderboard_row
+    from evaluation.ranking.report_fields import checked_metrics, checked_run
+
+    report_json = checked_report(path)
+    return ModelEval(
+        1,
+        folder,
+        report_json,
+        checked_run(report_json, path),
+        checked_metrics(report_json, path),
+        leaderboard_row(report_json, folder.name),
+        predictions,
+        [],
+    )

@@ -88,7 +88,7 @@ def _model_eval(number: int, model: EvaluatedModel) -> ModelEval:
         report=model.report,
         run=model.run,
         metrics=model.metrics,
-        row=leaderboard_row(model.report, model.folder.name),
+        row=leaderboard_row(model.report, model.folder.name, entry["name"] if entry else None),
         predictions=predictions,
         plots=plots,
         entry=entry,

@@ -96,6 +96,8 @@ th { background: #eef1f6; }
 div.table { overflow-x: auto; }
 .est { white-space: nowrap; }
 td .n, td .tier { color: #6b7385; font-size: 11px; }
+table.leaderboard { font-size: 13px; }
+table.leaderboard th, table.leaderboard td { padding: 3px 6px; }
 table.leaderboard .ci { display: block; color: #6b7385; font-size: 11px; }
 table.leaderboard .n { display: none; }
 table.leaderboard .detail { color: #6b7385; font-size: 11px; }

@@ -8,10 +8,12 @@ that measured it) in its header, and the toolkit that built the site in its foot
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from builder.core.taxonomy import sorted_groups
 from evaluation.model_formats.models import UNKNOWN
 from evaluation.ranking.provenance import preprocessing_claim, weights_claim
+from evaluation.ranking.ranks import TIES, UNKNOWN_REASON, UNKNOWN_TITLE, by_preprocessing, competition_ranks, order_key
 from evaluation.ranking.verification_record import verification_words
 
 from .collect import ModelEval
@@ -51,12 +53,9 @@ def revision_line(run: dict, source: str | None = None) -> Html:
 
 
 def sort_key(model: ModelEval):
-    """The leaderboard's order: full runs by worst-group top-1 (best first), then top-1, then name;
-    partial (`--limit`) runs after every full one."""
-    row = model.row
-    worst = row.get("worst_group_top1")
-    top1 = row.get("top1") or 0.0
-    return (row["partial"] == "true", -(worst if worst is not None else top1), -top1, row["model"], model.slug)
+    """The leaderboard's order (evaluation.ranking.ranks): full runs by worst-group top-1 (best
+    first), then top-1, then name; partial (`--limit`) runs after every full one."""
+    return (*order_key(model.row), model.slug)
 
 
 def _model_cell(model: ModelEval) -> Html:
@@ -72,29 +71,40 @@ def _model_cell(model: ModelEval) -> Html:
     return Html(name + (tag("div", join(details, " · "), class_="detail") if details else ""))
 
 
-def _board_table(board: Board) -> Html:
-    groups = sorted_groups(c["group"] for m in board.models for c in m.metrics.get("by_group", []))
-    rows, rank = [], 0
-    for model in board.models:
-        metrics, partial = model.metrics, model.row["partial"] == "true"
-        rank += not partial
+def _board_table(models: list[ModelEval], groups: list[str]) -> Html:
+    """The table of `models` (in leaderboard order), ranked among themselves: ties share a rank."""
+    rows = []
+    for model, rank in zip(models, competition_ranks([m.row for m in models])):
+        metrics = model.metrics
         by_group = {c["group"]: c["top1"] for c in metrics.get("by_group", [])}
         worst = metrics.get("worst_group")
         rows.append(
             [
-                "-" if partial else rank,
+                "-" if rank is None else rank,
                 _model_cell(model),
                 model.row["preprocessing"],
                 metrics["samples"],
                 estimate(metrics["overall"]["top1"]),
+                estimate(metrics["clean"]["top1"]) if metrics["clean"] else "n/a",
                 estimate(metrics.get("mean_over_groups")),
                 Html(tag("b", worst["group"]) + " " + estimate(worst)) if worst else "n/a (no groups)",
                 *[estimate(by_group.get(g)) for g in groups],
-                f"partial: first {model.run['limit']} samples" if partial else "full",
+                f"partial: first {model.run['limit']} samples" if rank is None else "full",
             ]
         )
-    header = ["rank", "model", "preprocessing", "samples", "top-1", "mean over groups", "worst group"]
+    header = ["rank", "model", "preprocessing", "samples", "top-1", "clean top-1", "mean over groups", "worst group"]
     return table([*header, *[f"{g} top-1" for g in groups], "run"], rows, class_="leaderboard")
+
+
+def _board_tables(board: Board) -> list[Html]:
+    """The board's models whose preprocessing is known, ranked; below them, those whose preprocessing
+    is unknown, ranked apart with the reason (evaluation.ranking.ranks)."""
+    groups = sorted_groups(c["group"] for m in board.models for c in m.metrics.get("by_group", []))
+    known, unknown = by_preprocessing(board.models, lambda model: model.row)
+    parts = [_board_table(known, groups)] if known or not unknown else []
+    if unknown:
+        parts += [tag("h3", UNKNOWN_TITLE), tag("p", UNKNOWN_REASON, class_="note"), _board_table(unknown, groups)]
+    return parts
 
 
 def index_page(boards: list[Board], generator: str) -> str:
@@ -104,12 +114,13 @@ def index_page(boards: list[Board], generator: str) -> str:
             "p",
             "Sorted by worst-group top-1 accuracy (best first). Intervals are the evaluations' 95% bootstrap "
             "intervals over source images; n is the number of samples. Partial runs (hsi eval --limit) are listed "
-            "after the full runs, unranked.",
+            "after the full runs, unranked. " + TIES + " Clean top-1 is the model's accuracy on the original photos "
+            "of the same source images (hsi eval --clean), where the evaluation has it.",
         )
     ]
     for board in boards:
         config, split, fingerprint = board.revision
-        parts = [_board_table(board)] if board.models else []
+        parts = _board_tables(board) if board.models else []
         if board.failed:
             rows = [[tag("code", r["model"]["spec"]), r["stage"], r["error"], r["reason"]] for r in board.failed]
             parts.append(
@@ -177,6 +188,12 @@ def _tiers(model: ModelEval) -> dict:
     return {(str(g), int(s)): str(t) for (g, s), t in ok.groupby(["group", "size"])["tier"].first().items()}
 
 
+def folder_text(folder: Path) -> str:
+    """A model folder as `OUT/<model>` (its parent's name and its own), never a path from the root: a
+    folder given as `E` or `/E` has no parent name to show, and no leading `/`."""
+    return "/".join(name for name in (folder.parent.name, folder.name) if name) or "."
+
+
 def _preprocessing(run: dict) -> str:
     """What is known of the preprocessing, then the run's own words for it (an unknown one has none)."""
     words = run["preprocessing"] if run["preprocessing_status"] != UNKNOWN else None
@@ -211,7 +228,7 @@ def _run_table(model: ModelEval) -> Html:
             if boot["level"] is not None
             else "not recorded",
         ],
-        ["evaluation folder", f"{model.folder.parent.name}/{model.folder.name}"],
+        ["evaluation folder", folder_text(model.folder)],
     ]
     rows = [row for row in rows if row is not None]
     notes = [*run["notes"], *[n for n in metrics["notes"] if n not in run["notes"]]]
@@ -231,6 +248,7 @@ def _metric_sections(model: ModelEval) -> list[Html]:
     ]
     if not metrics["has_groups"]:
         out.append(tag("p", "This config has no group metadata: only plain accuracy is reported.", class_="note"))
+        out.append(_clean_section(metrics))
         return out
     tiers = _tiers(model)
     worst = metrics["worst_group"]
@@ -262,6 +280,7 @@ def _metric_sections(model: ModelEval) -> list[Html]:
             ),
             id_="groups",
         ),
+        _clean_section(metrics),
     ]
     if metrics["by_tier"]:
         out.append(
@@ -336,6 +355,57 @@ def _metric_sections(model: ModelEval) -> list[Html]:
     )
     out.append(_background_class_section(metrics["background_class"]))
     return out
+
+
+def _clean_section(metrics: dict) -> Html:
+    """Top-1 on the clean photos with its drop to each group, and top-1 on the backgrounds alone, when
+    the evaluation ran those passes (hsi eval --clean, --parts)."""
+    clean, background = metrics["clean"], metrics["background_only"]
+    title = "Clean photos and backgrounds alone"
+    if not clean and not background:
+        return section(
+            title,
+            tag(
+                "p",
+                "Not measured in this evaluation: hsi eval --clean IMAGENET_ROOT classifies the original photos of the "
+                "same source images, and --parts PARTS the inpainted backgrounds alone.",
+                class_="note",
+            ),
+            id_="clean",
+        )
+    rows, notes = [], []
+    if clean:
+        rows.append(
+            ["clean photos: the original photos of the same source images", clean["images"], estimate(clean["top1"])]
+        )
+        notes.append(f"The clean photos: {clean['preprocessing']}.")
+        if clean["missing"]:
+            notes.append(f"{clean['missing']} source photos were not found under the clean root and are left out.")
+        if clean["errors"]:
+            notes.append(f"{len(clean['errors'])} clean photos could not be decoded and are left out.")
+    if background:
+        rows.append(
+            [
+                "backgrounds alone: the inpainted background, object erased, labelled with its photo's class",
+                background["images"],
+                number(background["top1"]),
+            ]
+        )
+        notes.append(
+            "A background the model still names correctly carries its class's context (the spuriosity proxy); "
+            "it is counted once, without an interval."
+        )
+        if background["errors"]:
+            notes.append(f"{len(background['errors'])} parts could not be read and are left out.")
+    parts = [table(["images", "count", "top-1"], rows), tag("p", " ".join(notes))]
+    if clean and clean["drop_by_group"]:
+        top1 = {c["group"]: c["top1"] for c in metrics.get("by_group", [])}
+        drops = [[c["group"], estimate(top1.get(c["group"])), estimate(c["drop"])] for c in clean["drop_by_group"]]
+        parts += [
+            tag("h3", "Drop from clean, per group"),
+            table(["group", "top-1", "clean top-1 minus the group's (n: photos and composites)"], drops),
+        ]
+    return section(title, *parts, id_="clean")
 
 
 def _background_class_section(analysis: dict | None) -> Html:
@@ -450,6 +520,7 @@ CONTENTS = (  # a model page's sections, as its table of contents names them
     ("overall", "overall"),
     ("group-size", "group x size"),
     ("groups", "groups"),
+    ("clean", "clean photos and backgrounds"),
     ("tiers", "tiers"),
     ("positions", "positions"),
     ("backgrounds", "backgrounds"),

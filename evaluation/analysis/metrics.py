@@ -72,9 +72,12 @@ def cells_statistic(
 
 
 def _accuracies(prefix: str, frame: pd.DataFrame, settings: BootstrapSettings) -> dict:
+    # top-5 resamples the very source images top-1 does (one generator for both), so two columns that
+    # agree on every sample get the same interval; top-1's generator is the one it always had
+    draws = f"{prefix}:top1"
     return {
-        "top1": rate(f"{prefix}:top1", frame, "correct", settings).to_json(),
-        "top5": rate(f"{prefix}:top5", frame, "correct_top5", settings).to_json(),
+        "top1": rate(draws, frame, "correct", settings).to_json(),
+        "top5": rate(draws, frame, "correct_top5", settings).to_json(),
     }
 
 

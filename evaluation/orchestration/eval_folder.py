@@ -68,6 +68,18 @@ def spec_folder_name(spec: str, options: ModelOptions, label_space: str = "image
     return _joined([model_slug(loaded_spec(spec, options)), *crop], label_space, limit)
 
 
+MAX_SCORED_NAME = 100  # a folder named after an entry's name (up to 300 characters) stays a short name
+
+
+def scored_folder_name(file: Path, entry_name: str | None = None) -> str:
+    """The model folder of predictions scored from `file` (`hsi eval --predictions`): named after the
+    entry's name when one is given, else after the file's stem, by the rule that names a spec's
+    folder, kept to ASCII and MAX_SCORED_NAME characters (a name every reader of the folder takes)."""
+    slug = model_slug(entry_name if entry_name is not None else Path(file).stem)
+    ascii_only = "".join(c if c.isascii() else "_" for c in slug)[:MAX_SCORED_NAME]
+    return ascii_only.strip("._") or "predictions"
+
+
 def _joined(parts: list[str], label_space: str, limit: int | None) -> str:
     if label_space != "imagenet":
         parts.append(label_space)

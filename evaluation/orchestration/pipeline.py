@@ -23,7 +23,7 @@ from pathlib import Path
 
 from builder.core.errors import HsiError
 from builder.core.owned import OwnedFolder, OwnedFolderError
-from builder.core.untrusted import Fields, read_json
+from builder.core.untrusted import read_json
 from evaluation.analysis.bootstrap import BootstrapSettings
 from evaluation.analysis.metrics import clean_drop, compute_metrics
 from evaluation.analysis.plots import write_plots
@@ -51,6 +51,7 @@ from evaluation.ranking.eval_reader import checked_report
 from evaluation.ranking.hub_results import report_results_file
 from evaluation.ranking.leaderboard import FAILED_JSON, already_evaluated, run_identity
 from evaluation.ranking.provenance import recorded_preprocessing
+from evaluation.ranking.report_fields import checked_model_only
 
 from . import eval_folder
 from .eval_folder import EVAL_KIND, FolderRecord, ModelFolder, PlainFolder
@@ -493,40 +494,15 @@ def load_existing(folder: Path) -> dict:
     return checked_report(Path(folder) / EVAL_JSON)
 
 
-def _estimate(fields: Fields, key: str) -> None:
-    estimate = fields.object(key)
-    for name in ("value", "low", "high"):
-        estimate.number(name, None)
-
-
-def _checked_section(fields: Fields, key: str) -> dict:
-    """A clean-photo or bare-background section, checked for every field eval.md shows."""
-    section = fields.object(key)
-    section.string("file")
-    section.integer("images", low=0)
-    if key == "clean":
-        _estimate(section, "top1")
-        section.string("preprocessing")
-        section.integer("missing", 0, low=0)
-        for row in section.objects("drop_by_group"):
-            row.string("group")
-            _estimate(row, "drop")
-        for row in section.objects("errors", []):
-            row.string("key")
-            row.string("detail")
-    else:
-        section.number("top1", low=0, high=1)
-    return dict(section.data)
-
-
 def model_only_sections(previous: Path) -> dict:
     """The sections only the model could compute (clean photos, bare backgrounds), kept from the
     run's own eval.json beside the predictions, so recomputing (`--from`) never drops them; each is
     checked (one line naming the file and field) before it goes into a report."""
     if not previous.exists() and not previous.is_symlink():
         return {}
-    fields = Fields(read_json(previous, "eval.json"), previous)
-    kept = {key: _checked_section(fields, key) for key in MODEL_ONLY if fields.has(key)}
+    report = read_json(previous, "eval.json")
+    checked_model_only(report, previous)  # one line naming the file and the field when one is broken
+    kept = {key: dict(report[key]) for key in MODEL_ONLY if report.get(key) is not None}
     if kept:
         kept["carried_over"] = (
             f"{', '.join(sorted(kept))}: from the model run's eval.json (their intervals keep its bootstrap settings)"

@@ -10,8 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builder.core.owned import OwnedFolder
+from builder.core.errors import printable
+from builder.core.owned import OwnedFolder, OwnedFolderError
+from evaluation.analysis.report import EVAL_JSON
 from evaluation.predicting.predictions import PREDICTIONS_NAME, write_predictions
+from evaluation.ranking.entries import EntryInfo
+from evaluation.ranking.eval_reader import checked_report
+from evaluation.ranking.leaderboard import run_identity
 
 from .eval_folder import EVAL_KIND, ModelFolder
 
@@ -181,6 +186,7 @@ class Evaluation:
         training_data: str | None = None,
         paper: str | None = None,
         entry_url: str | None = None,
+        overwrite: bool = False,
     ) -> Path:
         """predictions.parquet, eval.json, eval.md, entry.json and plots/ (and the clean-photo or
         background CSVs when those passes ran) into `directory`, an `hsi eval` output folder claimed
@@ -189,11 +195,8 @@ class Evaluation:
         described by `entry_name` (default: the model spec), `architecture`, `training_data` and
         `paper` (an http(s) link), and `entry_url` (where entry.json will be published, the `source` of the
         Hub's results file), each null when not given (saved again over an entry of the same
-        model, what that entry said)."""
-        from evaluation.ranking.entries import EntryInfo
-
-        from .pipeline import analyse
-
+        model, what that entry said). A folder holding another model's evaluation (another spec or
+        other weights) is refused, before anything is written, unless `overwrite`."""
         entry = EntryInfo.checked(
             "Evaluation.save: ",
             by_key=True,
@@ -203,17 +206,40 @@ class Evaluation:
             paper=paper,
             url=entry_url,
         )
-
         with OwnedFolder(Path(directory), EVAL_KIND) as owned:
-            folder = ModelFolder(owned, name)
-            folder.check_writable(PREDICTIONS_NAME, *self._extra_files)
-            with folder.writing(PREDICTIONS_NAME) as path:
-                write_predictions(path, self._rows, self._errors, self._metadata)
-            for file, data in self._extra_files.items():
-                with folder.writing(file) as path:
-                    path.write_bytes(data)
-            self.report = analyse(folder.path / PREDICTIONS_NAME, folder, self._bootstrap, self._extras, entry)
-            return folder.path
+            return self.save_into(owned, name, entry, overwrite=overwrite)
+
+    def save_into(self, owned: OwnedFolder, name: str, entry: EntryInfo, *, overwrite: bool = False) -> Path:
+        """`save` into the model folder `name` of an output folder the caller holds."""
+        from .pipeline import analyse
+
+        folder = ModelFolder(owned, name)
+        if not overwrite:
+            refuse_another_model(folder.path / EVAL_JSON, self.report)
+        folder.check_writable(PREDICTIONS_NAME, *self._extra_files)
+        with folder.writing(PREDICTIONS_NAME) as path:
+            write_predictions(path, self._rows, self._errors, self._metadata)
+        for file, data in self._extra_files.items():
+            with folder.writing(file) as path:
+                path.write_bytes(data)
+        self.report = analyse(folder.path / PREDICTIONS_NAME, folder, self._bootstrap, self._extras, entry)
+        return folder.path
 
 
-__all__ = ["Evaluation", "flat_cell"]
+def refuse_another_model(path: Path, report: dict) -> None:
+    """Refuse (one line naming it) to save `report` where `path`, an eval.json, reports another model:
+    the same model is its spec and weights (leaderboard.run_identity's `model`), measured again."""
+    if not path.exists() and not path.is_symlink():
+        return
+    other = checked_report(path)
+    if run_identity(other)["model"] != run_identity(report)["model"]:
+        spec, weights = other["model"]["spec"], other["model"].get("checkpoint_sha256")
+        held = printable(spec) + (f" (weights sha256 {weights[:12]})" if weights else "")
+        raise OwnedFolderError(
+            f"{printable(str(path.parent))} holds the evaluation of another model, {held}, not of "
+            f"{printable(report['model']['spec'])}: save into another folder, or replace it with overwrite=True "
+            "(hsi eval: --overwrite)"
+        )
+
+
+__all__ = ["Evaluation", "flat_cell", "refuse_another_model"]

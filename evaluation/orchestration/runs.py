@@ -23,24 +23,25 @@ from evaluation.ranking.leaderboard import (
     DATA_KEYS,
     LEADERBOARD_CSV,
     LEADERBOARD_MD,
+    leaderboard_models,
     model_failures,
-    model_reports,
     write_leaderboard,
 )
 
-from .eval_folder import EVAL_KIND, ModelFolder, claimed
+from .eval_folder import EVAL_KIND, ModelFolder, claimed, scored_folder_name
 from .pipeline import EvalResult, RunSettings, analyse, model_only_sections
+from .result import Evaluation
 from .sweep import ModelFailure, run_sweep, sweep_tasks
 from .sweep_data import prove_sweep_data
 
 
 @contextmanager
 def eval_folder(out: Path) -> Iterator[OwnedFolder]:
-    """`--out`, held for the run: every eval.json and failed.json already in it is checked (a broken one
-    of another model is refused before any model runs), and so are the leaderboard files (a link, a
-    user's file)."""
+    """`--out`, held for the run: every eval.json, entry.json and failed.json already in it is checked (a
+    broken one of another model is refused before any model runs), and so are the leaderboard files (a
+    link, a user's file)."""
     with claimed(out) as owned:
-        model_reports(owned.root)
+        leaderboard_models(owned.root)
         model_failures(owned.root)
         for name in (LEADERBOARD_CSV, LEADERBOARD_MD):
             owned.path(name)
@@ -126,6 +127,20 @@ def evaluate_all(
         rebuild()
     _, md_path, rows = board[0]
     return SweepSummary([r for r in sweep.results if r is not None], sweep.failures, md_path, rows)
+
+
+def save_scored(
+    evaluation: Evaluation, out: Path, file: Path, entry: EntryInfo, overwrite: bool = False
+) -> tuple[Path, Path]:
+    """`hsi eval --predictions FILE`: the scored `evaluation` saved into its model folder of `out`
+    (named after the entry's name, else FILE's stem) and the leaderboard rebuilt, as a model run
+    leaves them; (the model folder, leaderboard.md). Every report already in `out` is checked, and
+    another model's evaluation in that folder refused unless `overwrite`, before anything is written."""
+    with eval_folder(out) as owned:
+        folder = evaluation.save_into(owned, scored_folder_name(file, entry.name), entry, overwrite=overwrite)
+        data = evaluation.report["data"]
+        _, md_path, _ = write_leaderboard(owned, {key: data.get(key) for key in DATA_KEYS})
+    return folder, md_path
 
 
 def report_folder(path: Path, out: Path | None) -> tuple[OwnedFolder, str]:

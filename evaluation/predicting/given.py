@@ -92,9 +92,10 @@ def checked_table(frame, spec: str) -> GivenPredictions:
     columns = set(frame.columns)
     if "key" not in columns:
         raise InputError(f"{spec}: no column key (the sample key each prediction is for)")
-    keys = [_key(value, n, spec) for n, value in enumerate(frame["key"])]
+    # rows are counted from 1, as whoever made the file counts its predictions
+    keys = [_key(value, n, spec) for n, value in enumerate(frame["key"], start=1)]
     index = keyed(keys, spec)
-    where = [f"{spec}: row {n} ({shown(key, quote=False)})" for n, key in enumerate(keys)]
+    where = [f"{spec}: row {n} ({shown(key, quote=False)})" for n, key in enumerate(keys, start=1)]
     if "probs" in columns:
         return _from_vectors(frame, columns, index, where, spec)
     kinds = [name for name in ("pred_class", "pred_wnid") if name in columns]
@@ -210,7 +211,7 @@ def keyed(keys: list[str], spec: str) -> dict[str, int]:
     index: dict[str, int] = {}
     for n, key in enumerate(keys):
         if key in index:
-            raise InputError(f"{spec}: key {shown(key, quote=False)} appears twice (rows {index[key]} and {n})")
+            raise InputError(f"{spec}: key {shown(key, quote=False)} appears twice (rows {index[key] + 1} and {n + 1})")
         index[key] = n
     return index
 

@@ -207,8 +207,9 @@ class PredictionsTable:
         return UntrustedInput(f"{self.where}: {'column ' + column + ': ' if column else ''}{problem}")
 
     def row(self, index: int) -> str:
+        """The row at `index` as a message names it: counted from 1, with its key."""
         key = self.keys[index] if self.keys is not None else None
-        return f"row {index}" + (f" ({printable(str(key))})" if key is not None else "")
+        return f"row {index + 1}" + (f" ({printable(str(key))})" if key is not None else "")
 
     def frame(self, required: tuple[str, ...], ok_values: tuple[str, ...]):
         """The table as a DataFrame: columns conformed to the schema's types, values checked, the

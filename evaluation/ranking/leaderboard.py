@@ -2,6 +2,11 @@
 group (best first), rebuilt from every model folder's eval.json in the output folder; and the check
 that skips a model already evaluated on the same data revision with the same settings.
 
+Each row names the model by its entry (entry.json's `name`, `--entry-name`; else its spec), shows
+its preprocessing (applied, declared or unknown) and its clean-photo top-1 when the evaluation has
+one. Ranks follow evaluation.ranking.ranks: ties share a rank (1, 2, 2, 4), and the entries whose
+preprocessing is unknown are ranked apart, in their own section below the others.
+
 Every model folder is read through the one reader of evaluation folders (eval_reader) before any
 model runs, so a broken report in another model's folder is one line naming the file and the
 field, not a traceback after the whole run. A partial run (`--limit`) has its own folder and its own
@@ -23,8 +28,19 @@ from builder.core.markdown import code, inline
 from builder.core.owned import OwnedFolder
 from builder.core.untrusted import Fields, read_json
 from evaluation.analysis.report import EVAL_JSON, fmt, md_table
+from evaluation.model_formats.models import DECLARED
 
-from .eval_reader import checked_report, model_folders
+from .eval_reader import EvaluatedModel, checked_report, model_folders
+from .provenance import preprocessing_status
+from .ranks import (
+    TIES,
+    UNKNOWN_REASON,
+    UNKNOWN_STATUS,
+    UNKNOWN_TITLE,
+    by_preprocessing,
+    competition_ranks,
+    order_key,
+)
 from .report_fields import is_partial
 
 LEADERBOARD_CSV, LEADERBOARD_MD = "leaderboard.csv", "leaderboard.md"
@@ -113,19 +129,32 @@ def already_evaluated(folder: Path, identity: dict) -> bool:
     return run_identity(checked_report(path)) == identity
 
 
-def leaderboard_row(report: dict, folder_name: str) -> dict:
+def preprocessing_text(pre: dict, status: str) -> str:
+    """A result's preprocessing as a leaderboard shows it: the crop (or the canvas as it is), said to
+    be declared when the predictions' maker declared it, or "unknown"."""
+    if status == UNKNOWN_STATUS:
+        return "unknown"
+    shown = "crop_pct " + str(pre["crop_pct"]) if pre.get("cropped") else "canvas as is"
+    return f"declared: {shown}" if status == DECLARED else shown
+
+
+def leaderboard_row(report: dict, folder_name: str, name: str | None = None) -> dict:
+    """The row of a checked eval.json (its model folder `folder_name`, its entry's `name`, else its spec)."""
     metrics = report["metrics"]
+    spec = report["model"]["spec"]
+    status = preprocessing_status(report["preprocessing"], spec)
     row = {
-        "model": report["model"]["spec"],
+        "name": name if name is not None else spec,
+        "model": spec,
         "folder": folder_name,
         "checkpoint_sha256": report["model"].get("checkpoint_sha256") or "",
-        "preprocessing": "crop_pct " + str(report["preprocessing"]["crop_pct"])
-        if report["preprocessing"].get("cropped")
-        else "canvas as is",
+        "preprocessing": preprocessing_text(report["preprocessing"], status),
+        "preprocessing_status": status,
         "samples": metrics.get("samples"),  # older or hand-made reports may not count them
         "limit": report["data"].get("limit") or "",
         "partial": "true" if is_partial(report) else "false",
         "top1": metrics.get("overall", {}).get("top1", {}).get("value"),
+        "clean_top1": ((report.get("clean") or {}).get("top1") or {}).get("value"),
     }
     if metrics.get("has_groups"):
         summary = metrics["groups_summary"]
@@ -142,39 +171,74 @@ def leaderboard_row(report: dict, folder_name: str) -> dict:
     return row
 
 
+def leaderboard_models(root: Path) -> list[tuple[EvaluatedModel, dict | None]]:
+    """Every model folder under `root` with its entry.json (None without one), both checked: the
+    leaderboard names each model by its entry."""
+    return [(model, model.read_entry()) for model in model_folders(root)]
+
+
 def collect(root: Path, identity: dict) -> list[tuple[dict, dict]]:
     """(row, report) of every model folder under `root` evaluated on the data revision `identity`."""
     return [
-        (leaderboard_row(report, name), report)
-        for name, report in model_reports(root)
-        if data_identity(report) == identity
+        (leaderboard_row(model.report, model.folder.name, entry["name"] if entry else None), model.report)
+        for model, entry in leaderboard_models(root)
+        if data_identity(model.report) == identity
     ]
-
-
-def _sort_key(row: dict):
-    worst = row.get("worst_group_top1")
-    return (
-        row["partial"] == "true",  # partial runs after every full one
-        -(worst if worst is not None else row.get("top1") or 0.0),
-        -(row.get("top1") or 0.0),
-        row["model"],
-    )
 
 
 def _csv_text(columns: list[str], rows: list[dict]) -> str:
     return dict_table_text(columns, rows)  # a model or group name never reaches a spreadsheet as a formula
 
 
+def _model_text(row: dict) -> str:
+    """The model's name, with its spec when the entry names it otherwise."""
+    return code(row["model"]) if row["name"] == row["model"] else f"{inline(row['name'])} ({code(row['model'])})"
+
+
+def _table(entries: list[tuple[dict, dict]], any_partial: bool) -> str:
+    """The Markdown table of (row, report) pairs in leaderboard order, ranked among themselves."""
+    table_rows = []
+    for (row, report), rank in zip(entries, competition_ranks([row for row, _ in entries])):
+        metrics = report["metrics"]
+        if metrics.get("has_groups"):
+            worst = metrics["groups_summary"]["worst_group"]
+            worst_text, mean_text = f"{worst['group']} {fmt(worst)}", fmt(metrics["groups_summary"]["mean_over_groups"])
+        else:
+            worst_text = mean_text = "n/a (no groups)"
+        cells = [
+            "-" if rank is None else rank,
+            _model_text(row),
+            row["preprocessing"],
+            fmt(metrics.get("overall", {}).get("top1")),
+            fmt((report.get("clean") or {}).get("top1")),
+            mean_text,
+            worst_text,
+            (row["checkpoint_sha256"] or "")[:12],
+        ]
+        if any_partial:
+            cells.append(f"partial: first {row['limit']} samples" if rank is None else "full")
+        table_rows.append(cells)
+    header = ["rank", "model", "preprocessing", "top-1", "clean top-1", "mean over groups", "worst group"]
+    return md_table([*header, "checkpoint sha256", *(["run"] if any_partial else [])], table_rows)
+
+
 def write_leaderboard(owned: OwnedFolder, identity: dict) -> tuple[Path, Path, list[dict]]:
     """leaderboard.csv and leaderboard.md of the data revision `identity`, from every model folder's
-    eval.json in `owned` (not only the models of this run), written through `owned`."""
-    entries = sorted(collect(owned.root, identity), key=lambda item: _sort_key(item[0]))
+    eval.json (and entry.json) in `owned` (not only the models of this run), written through `owned`:
+    the entries whose preprocessing is known ranked first, those whose preprocessing is unknown
+    ranked apart below them (evaluation.ranking.ranks), then the failed models."""
+    known, unknown = by_preprocessing(
+        sorted(collect(owned.root, identity), key=lambda item: order_key(item[0])), lambda item: item[0]
+    )
     failures = [
         (name, record)
         for name, record in model_failures(owned.root)
         if {key: record["data"].get(key) for key in DATA_KEYS} == identity
     ]
-    rows = [{**row, "status": "ok", "error": ""} for row, _ in entries]
+    rows = []
+    for part in (known, unknown):
+        ranks = competition_ranks([row for row, _ in part])
+        rows += [{"rank": rank or "", **row, "status": "ok", "error": ""} for (row, _), rank in zip(part, ranks)]
     rows += [
         {"model": record["model"]["spec"], "folder": name, "status": "failed", "error": record["reason"]}
         for name, record in sorted(failures, key=lambda item: (item[1]["model"]["spec"], item[0]))
@@ -188,36 +252,15 @@ def write_leaderboard(owned: OwnedFolder, identity: dict) -> tuple[Path, Path, l
         # names from the data or the command line: one heading line whatever they hold
         f"# Leaderboard: {inline(identity['config'])} / {inline(identity['split'])} ({inline(identity['source'])})",
         "",
-        "Sorted by worst-group top-1 (best first); intervals are 95% bootstrap intervals over source images.",
+        "Sorted by worst-group top-1 (best first); intervals are 95% bootstrap intervals over source images. " + TIES,
         "",
     ]
     if any_partial:
         lines += ["Partial runs (`--limit`) cover only their first samples: listed after the full runs, unranked.", ""]
-    table_rows = []
-    rank = 0
-    for row, report in entries:
-        metrics = report["metrics"]
-        if metrics.get("has_groups"):
-            worst = metrics["groups_summary"]["worst_group"]
-            worst_text, mean_text = f"{worst['group']} {fmt(worst)}", fmt(metrics["groups_summary"]["mean_over_groups"])
-        else:
-            worst_text = mean_text = "n/a (no groups)"
-        partial = row["partial"] == "true"
-        rank += not partial
-        cells = [
-            "-" if partial else rank,
-            code(row["model"]),
-            row["preprocessing"],
-            fmt(metrics.get("overall", {}).get("top1")),
-            mean_text,
-            worst_text,
-            (row["checkpoint_sha256"] or "")[:12],
-        ]
-        if any_partial:
-            cells.append(f"partial: first {row['limit']} samples" if partial else "full")
-        table_rows.append(cells)
-    header = ["rank", "model", "preprocessing", "top-1", "mean over groups", "worst group", "checkpoint sha256"]
-    lines.append(md_table(header + (["run"] if any_partial else []), table_rows))
+    if known or not unknown:
+        lines.append(_table(known, any_partial))
+    if unknown:
+        lines += ["", f"## {UNKNOWN_TITLE}", "", UNKNOWN_REASON, "", _table(unknown, any_partial)]
     if failures:
         lines += [
             "",

@@ -3,11 +3,12 @@ reads of it, checked by `eval_reader.checked_report` when the folder is read.
 
 An eval.json may come from a stranger (a results folder handed to `hsi release --results` or `hsi
 report`), so every value a reader uses is read here through `Fields`: the leaderboard's row and
-skip check, the site's pages (tiers, positions, gaps, controls, the background-class analysis), the
-card's results section. A wrong type is one line naming the file and the field, and the readers
-render only from the plain dicts returned (`checked_run`, `checked_metrics`), never from a value
-that was not checked. Fields `hsi eval` has always written but older or hand-made reports may lack
-(`data.source`, `metrics.samples`, the preprocessing's input size) are checked when present.
+skip check, the site's pages (tiers, positions, gaps, controls, the background-class analysis, the
+clean photos and the backgrounds alone), the card's results section. A wrong type or a value out
+of its range is one line naming the file and the field, and the readers render only from the
+plain dicts returned (`checked_run`, `checked_metrics`), never from a value that was not checked.
+Fields `hsi eval` has always written but older or hand-made reports may lack (`data.source`,
+`metrics.samples`, the preprocessing's input size) are checked when present.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import re
 from pathlib import Path
 
 from builder.core.errors import HsiError
-from builder.core.names import check_config_name
+from builder.core.names import check_config_name, check_path_component
 from builder.core.untrusted import Fields, check_integer, check_string
 from evaluation.model_formats.identity import checked_identity
 from evaluation.model_formats.models import APPLIED, PREPROCESSING_STATUSES, UNKNOWN
@@ -26,16 +27,18 @@ from .provenance import preprocessing_status, recorded_preprocessing
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def estimate(fields: Fields, key: str, required: bool = False) -> dict | None:
+def estimate(
+    fields: Fields, key: str, required: bool = False, *, low: float | None = None, high: float | None = None
+) -> dict | None:
     """{value, low, high, n} (each may be None; low and high come together), or None when the
-    estimate is absent and not `required`."""
+    estimate is absent and not `required`; `low` and `high` bound its three numbers."""
     if not required and not fields.has(key):
         return None
     cell = fields.object(key)
     checked = {
-        "value": cell.number("value", None),
-        "low": cell.number("low", None),
-        "high": cell.number("high", None),
+        "value": cell.number("value", None, low=low, high=high),
+        "low": cell.number("low", None, low=low, high=high),
+        "high": cell.number("high", None, low=low, high=high),
         "n": cell.integer("n", None, low=0),
     }
     if (checked["low"] is None) != (checked["high"] is None):
@@ -89,8 +92,65 @@ def _background_class(metrics: Fields) -> dict | None:
     }
 
 
+def _file_name(section: Fields) -> str:
+    """The file beside eval.json a section names (its per-class table): a name, never a path."""
+    name = section.string("file")
+    try:
+        check_path_component(name, "file")
+    except HsiError as exc:
+        raise section.error(str(exc), "file") from None
+    return name
+
+
+def _error_rows(section: Fields) -> list[dict]:
+    return [{"key": row.string("key"), "detail": row.string("detail")} for row in section.objects("errors", [])]
+
+
+def _clean(top: Fields) -> dict | None:
+    """The clean-photo section (`hsi eval --clean`): top-1 on the original photos of the same
+    source images and its drop to each group, accuracies in [0, 1] and drops in [-1, 1]."""
+    if not top.has("clean"):
+        return None
+    section = top.object("clean")
+    return {
+        "images": section.integer("images", low=0),
+        "top1": estimate(section, "top1", required=True, low=0, high=1),
+        "drop_by_group": [
+            {"group": row.string("group"), "drop": estimate(row, "drop", required=True, low=-1, high=1)}
+            for row in section.objects("drop_by_group")
+        ],
+        "missing": section.integer("missing", 0, low=0),
+        "errors": _error_rows(section),
+        "file": _file_name(section),
+        "preprocessing": section.string("preprocessing"),
+    }
+
+
+def _background_only(top: Fields) -> dict | None:
+    """The backgrounds-alone section (`hsi eval --parts`): top-1 on the inpainted backgrounds with
+    the object erased (no interval: the pass counts each background once)."""
+    if not top.has("background_only"):
+        return None
+    section = top.object("background_only")
+    return {
+        "images": section.integer("images", low=0),
+        "top1": section.number("top1", low=0, high=1),
+        "classes": section.integer("classes", None, low=0),
+        "errors": _error_rows(section),
+        "file": _file_name(section),
+    }
+
+
+def checked_model_only(report: dict, where: Path) -> dict:
+    """{clean, background_only}: the sections only the model could compute, each checked (None when
+    the evaluation has none)."""
+    top = Fields(report, where)
+    return {"clean": _clean(top), "background_only": _background_only(top)}
+
+
 def checked_metrics(report: dict, where: Path) -> dict:
-    """The metrics of an eval.json, checked field by field (UntrustedInput otherwise)."""
+    """The metrics of an eval.json, checked field by field (UntrustedInput otherwise), with the
+    model-only sections (`checked_model_only`)."""
     metrics = Fields(report, where).object("metrics")
     errors = metrics.object("errors", None)
     by_reason = errors.object("by_reason", None)
@@ -115,6 +175,7 @@ def checked_metrics(report: dict, where: Path) -> dict:
             check_string(note, lambda problem, n=n: metrics.error(problem, f"notes[{n}]"))
             for n, note in enumerate(metrics.list("notes", []))
         ],
+        **checked_model_only(report, where),
     }
     if not checked["has_groups"]:
         return checked
@@ -240,4 +301,4 @@ def checked_run(report: dict, where: Path) -> dict:
     }
 
 
-__all__ = ["checked_metrics", "checked_run", "estimate", "is_partial"]
+__all__ = ["checked_metrics", "checked_model_only", "checked_run", "estimate", "is_partial"]

@@ -133,7 +133,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--overwrite",
         action="store_true",
         help="re-evaluate a model already evaluated in its folder under --out (on this data revision, or with other "
-        "weights or data), replacing its files",
+        "weights or data), replacing its files; with --predictions, replace another model's evaluation in the folder "
+        "the file's results go to",
     )
     analysis = parser.add_argument_group("analysis")
     analysis.add_argument(
@@ -383,7 +384,8 @@ def _run_from(args: argparse.Namespace, bootstrap) -> int:
 # other one configures a model run (the model, its preprocessing, its batches, --limit, --clean,
 # --parts), which the file's predictions have replaced.
 PREDICTIONS_FLAGS = frozenset(
-    {"source", "config", "split", "out", "predictions", "preprocessing", "bootstrap", "seed", "no_progress"}
+    {"source", "config", "split", "out", "overwrite", "predictions", "preprocessing", "bootstrap", "seed"}
+    | {"no_progress"}
     | {"entry_name", "architecture", "training_data", "paper", "entry_url"}
 )
 
@@ -404,6 +406,7 @@ def model_run_flags_given(args: argparse.Namespace) -> list[str]:
 def _run_predictions(args: argparse.Namespace, bootstrap) -> int:
     from evaluation.analysis.report import EVAL_MD
     from evaluation.orchestration.external import preprocessing_section, score
+    from evaluation.orchestration.runs import save_scored
 
     preprocessing_section(args.preprocessing, "--preprocessing")  # a bad declaration: one line, nothing written
     given = model_run_flags_given(args)
@@ -425,17 +428,9 @@ def _run_predictions(args: argparse.Namespace, bootstrap) -> int:
         preprocessing=args.preprocessing,
         announce=_announce,
     )
-    folder = evaluation.save(
-        args.out,
-        f"predictions_{args.predictions.name}",
-        entry_name=info.name,
-        architecture=info.architecture,
-        training_data=info.training_data,
-        paper=info.paper,
-        entry_url=info.url,
-    )
+    folder, board = save_scored(evaluation, args.out, args.predictions, info, args.overwrite)
     print(
         f"{args.predictions.name}: {evaluation.metrics['samples']} samples scored: {folder / EVAL_MD}, eval.json and "
-        "entry.json"
+        f"entry.json; leaderboard: {board} and leaderboard.csv"
     )
     return EXIT_OK

@@ -27,7 +27,7 @@ def scored(tmp_path_factory):
     out = root / "out"
     argv = ["eval", str(dataset), "--predictions", str(root / "p.csv"), "--out", str(out), "--bootstrap", "10"]
     assert main([*argv, "--preprocessing", "crop_pct=0.875,size=224"]) == 0
-    return dataset, root / "p.csv", out / "predictions_p.csv"
+    return dataset, root / "p.csv", out / "p"
 
 
 BAD = {

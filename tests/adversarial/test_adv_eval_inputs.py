@@ -130,7 +130,7 @@ def _duplicate_first_row(rows_path: Path):
 
 TABLE_ATTACKS = {
     # failed before: accepted, exit 0 with wrong numbers
-    "label -1": (dict(change_rows=lambda i, r: {**r, "label_class": -1} if i == 3 else r), "column label_class: row 3"),
+    "label -1": (dict(change_rows=lambda i, r: {**r, "label_class": -1} if i == 3 else r), "column label_class: row 4"),
     "label 5000": (dict(change_rows=lambda i, r: {**r, "label_class": 5000} if i == 3 else r), "holds 5000"),
     "pred 1000": (dict(change_rows=lambda i, r: {**r, "pred_class": 1000} if i == 0 else r), "column pred_class"),
     "classes 0": (
@@ -140,11 +140,11 @@ TABLE_ATTACKS = {
     # failed before: a traceback
     "inf probability": (
         dict(change_rows=lambda i, r: {**r, "prob_label": math.inf} if i == 1 else r),
-        "column prob_label: row 1",
+        "column prob_label: row 2",
     ),
     "nan top-5 probability": (
         dict(change_rows=lambda i, r: {**r, "top5_prob": [math.nan] * 5} if i == 2 else r),
-        "column top5_prob: row 2",
+        "column top5_prob: row 3",
     ),
     "no metadata": (dict(metadata=lambda m: None), "no 'hsi' schema metadata"),
     "metadata a list": (dict(metadata=lambda m: [m]), "hsi: expected an object, got a list"),
@@ -183,7 +183,7 @@ def test_from_refuses_duplicated_rows_missing_columns_and_wrong_kinds(evaluated,
                 "label_class",
                 pa.array([v.as_py() + 0.5 for v in table["label_class"]]),
             ),
-            "column label_class: row 0",
+            "column label_class: row 1",
         ),
     }
     for name, (changed, needle) in cases.items():
@@ -369,7 +369,7 @@ def test_scgs_predictions_with_a_pred_class_that_is_no_class_index_are_one_line(
         read_train_predictions(path, wnids)
     message = str(refused.value)
     assert "\n" not in message and message.startswith(f"--predictions {path}: column pred_class: ")
-    assert ("holds text values" if pred == "abc" else f"row 0 ({table['key'][0].as_py()}) holds") in message
+    assert ("holds text values" if pred == "abc" else f"row 1 ({table['key'][0].as_py()}) holds") in message
 
 
 def test_a_classes_file_that_is_missing_or_a_link_is_one_line(tmp_path):

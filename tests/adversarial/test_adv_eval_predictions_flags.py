@@ -39,7 +39,6 @@ MODEL_RUN_FLAGS = {
     "--amp": [],
     "--channels-last": [],
     "--limit": ["4"],
-    "--overwrite": [],
     "--clean": ["imagenet"],
     "--clean-split": ["train"],
     "--parts": ["parts"],
@@ -48,6 +47,7 @@ MODEL_RUN_FLAGS = {
 }
 # what scoring a file reads (and --from, the other input, refused beside it on its own)
 SCORING_FLAGS = {"-h", "--help", "--config", "--split", "--out", "--predictions", "--bootstrap", "--seed"}
+SCORING_FLAGS |= {"--overwrite"}  # #33: replaces another model's evaluation where the file's results go
 SCORING_FLAGS |= {
     "--no-progress",
     "--preprocessing",
@@ -122,5 +122,5 @@ def test_flags_at_their_defaults_and_scoring_flags_are_accepted(scored, tmp_path
     out = tmp_path / "out"
     defaults = ["--batch-size", "64", "--workers", "2", "--device", "auto", "--label-space", "imagenet"]
     assert main(command(scored, out, *defaults, "--split", "test", "--seed", "3", "--no-progress")) == 0
-    report = json.loads((out / "predictions_predictions.csv" / "eval.json").read_text())
+    report = json.loads((out / "predictions" / "eval.json").read_text())  # #33: named after the file's stem
     assert report["metrics"]["samples"] == SAMPLES and report["data"]["split"] == "test"

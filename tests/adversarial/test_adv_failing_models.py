@@ -187,6 +187,6 @@ def test_predictions_a_report_would_refuse_are_never_written(setup, tmp_path, ca
     err = refused(capsys, setup, f"ts:{path}", tmp_path / "new")
     assert err == (
         "hsi eval: error: ts:nan.pt: its predictions cannot be reported, so nothing was written: predictions.parquet: "
-        "column top5_prob: row 0 (test_000000) holds nan, which is not a probability in [0, 1]"
+        "column top5_prob: row 1 (test_000000) holds nan, which is not a probability in [0, 1]"
     )
     assert not (tmp_path / "new").exists()

@@ -96,7 +96,7 @@ def test_a_clean_table_is_analysed_with_its_tercile_table(table, tmp_path):
 @pytest.mark.parametrize(
     "column, needle",
     [
-        (pa.array([0.5] * 7 + [math.nan]), "row 7 (test_000007) holds nan, which is not a fill score in [0, 1]"),
+        (pa.array([0.5] * 7 + [math.nan]), "row 8 (test_000007) holds nan, which is not a fill score in [0, 1]"),
         (pa.array([0.5] * 7 + [-0.25]), "holds -0.25, which is not a fill score in [0, 1]"),
         (pa.array([0.5] * 7 + [1.5]), "holds 1.5, which is not a fill score in [0, 1]"),
         (pa.array(["0.5"] * 8), "holds text values, where the predictions table holds number values"),

@@ -345,13 +345,13 @@ def given_table(**columns):
 @pytest.mark.parametrize(
     ("column", "values", "named"),
     [
-        ("pred_class", ["7", "5_0"], "row 1 (val_000001): pred_class: '5_0' is not an ImageNet class index 0-999"),
-        ("pred_class", ["7", "١٢"], "row 1 (val_000001): pred_class: '١٢' is not an ImageNet class index 0-999"),
-        ("pred_class", [True, False], "row 0 (val_000000): pred_class: True is not an ImageNet class index 0-999"),
-        ("pred_class", ["7", " 8"], "row 1 (val_000001): pred_class: ' 8' is not an ImageNet class index 0-999"),
-        ("pred_class", ["7", "8.0"], "row 1 (val_000001): pred_class: '8.0' is not an ImageNet class index 0-999"),
-        ("prob_label", ["0.5", "0_5"], "row 1 (val_000001): prob_label: '0_5' is not a probability in [0, 1]"),
-        ("prob_label", ["0.5", True], "row 1 (val_000001): prob_label: True is not a probability in [0, 1]"),
+        ("pred_class", ["7", "5_0"], "row 2 (val_000001): pred_class: '5_0' is not an ImageNet class index 0-999"),
+        ("pred_class", ["7", "١٢"], "row 2 (val_000001): pred_class: '١٢' is not an ImageNet class index 0-999"),
+        ("pred_class", [True, False], "row 1 (val_000000): pred_class: True is not an ImageNet class index 0-999"),
+        ("pred_class", ["7", " 8"], "row 2 (val_000001): pred_class: ' 8' is not an ImageNet class index 0-999"),
+        ("pred_class", ["7", "8.0"], "row 2 (val_000001): pred_class: '8.0' is not an ImageNet class index 0-999"),
+        ("prob_label", ["0.5", "0_5"], "row 2 (val_000001): prob_label: '0_5' is not a probability in [0, 1]"),
+        ("prob_label", ["0.5", True], "row 2 (val_000001): prob_label: True is not a probability in [0, 1]"),
     ],
 )
 def test_predictions_read_only_decimal_ascii_numbers(column, values, named):
@@ -369,8 +369,8 @@ def test_predictions_read_only_decimal_ascii_numbers(column, values, named):
 @pytest.mark.parametrize(
     ("probabilities", "named"),
     [
-        ("0.6;0.5", "row 1 (val_000001): top5_prob sums to 1.1, more than 1"),
-        ("0.2;0.3", "row 1 (val_000001): top5_prob is not best first: 0.3 (place 2) is above 0.2 (place 1)"),
+        ("0.6;0.5", "row 2 (val_000001): top5_prob sums to 1.1, more than 1"),
+        ("0.2;0.3", "row 2 (val_000001): top5_prob is not best first: 0.3 (place 2) is above 0.2 (place 1)"),
     ],
 )
 def test_top5_probabilities_are_best_first_and_sum_to_at_most_one(probabilities, named):
@@ -402,7 +402,7 @@ def test_a_refused_predictions_file_is_one_line_naming_the_row_and_key(evaluated
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err == (
-        f"hsi eval: error: predictions:mine.csv: row 3 ({keys[3]}): pred_class: '5_0' is not an ImageNet class "
+        f"hsi eval: error: predictions:mine.csv: row 4 ({keys[3]}): pred_class: '5_0' is not an ImageNet class "
         "index 0-999 (a decimal integer)"
     )
     assert not (tmp_path / "out").exists()

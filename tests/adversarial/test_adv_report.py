@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from json_fuzz import mutated, value_paths
-from site_factory import CORNER, FINDER, report, shared_evaluation
+from site_factory import CORNER, FINDER, checked_model_eval, report, shared_evaluation
 
 from builder.core.errors import HsiError
 
@@ -248,14 +248,10 @@ def test_a_link_planted_in_out_is_refused_and_nothing_is_written_through_it(eval
 
 def test_fuzzed_eval_json_is_shown_or_refused_in_one_line_never_a_traceback(evaluation, tmp_path):
     """Seeded mutations of a real eval.json through every reader and page renderer the site uses."""
-    from cards.site.collect import ModelEval
     from cards.site.figures import accuracy_vs_size, png_bytes, position_heat_maps
     from cards.site.gallery import sample_gallery
     from cards.site.pages import Board, index_page, model_page
     from evaluation.predicting.predictions import read_predictions
-    from evaluation.ranking.eval_reader import checked_report
-    from evaluation.ranking.leaderboard import leaderboard_row
-    from evaluation.ranking.report_fields import checked_metrics, checked_run
 
     folder = evaluation.evals / CORNER
     base = json.loads((folder / "eval.json").read_text())
@@ -269,17 +265,7 @@ def test_fuzzed_eval_json_is_shown_or_refused_in_one_line_never_a_traceback(eval
     for trial in range(200):
         path.write_text(json.dumps(mutated(base, rng, junk, paths)))
         try:
-            report_json = checked_report(path)
-            model = ModelEval(
-                1,
-                folder,
-                report_json,
-                checked_run(report_json, path),
-                checked_metrics(report_json, path),
-                leaderboard_row(report_json, folder.name),
-                frame,
-                [],
-            )
+            model = checked_model_eval(path, folder, frame)
         except HsiError:
             outcomes["refused"] += 1
             continue

@@ -269,3 +269,16 @@ def test_the_leaderboard_entries_name_and_describe_the_models(evaluation, tmp_pa
     assert report(evals, out=tmp_path / "other") != 0
     message = capsys.readouterr().err
     assert "entry.json" in message and "another run" in message and not (tmp_path / "other").exists()
+
+
+def test_the_evaluation_folder_row_names_the_folder_without_a_leading_slash(evaluation, tmp_path, monkeypatch):
+    """Failed before: a model folder given by itself (`hsi report E`, E holding an eval.json) showed as
+    `/E`, its parent having no name; inside an `hsi eval --out` folder it shows as `OUT/<model>`."""
+    shutil.copytree(evaluation.evals / CORNER, tmp_path / "E")
+    monkeypatch.chdir(tmp_path)
+    assert report(Path("E"), out=tmp_path / "alone") == 0
+    page = (tmp_path / "alone" / "models" / "1-E" / "index.html").read_text("utf-8")
+    assert "<td>evaluation folder</td><td>E</td>" in page
+    assert report(evaluation.evals, out=tmp_path / "board") == 0
+    page = (tmp_path / "board" / "models" / f"1-{CORNER}" / "index.html").read_text("utf-8")
+    assert f"<td>evaluation folder</td><td>{evaluation.evals.name}/{CORNER}</td>" in page

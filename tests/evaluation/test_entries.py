@@ -143,7 +143,7 @@ def test_scored_predictions_and_save_write_entries_that_verify(evaluated, paper_
     table.to_csv(tmp_path / "mine.csv", index=False)
     argv = ["eval", str(paper_set), "--predictions", str(tmp_path / "mine.csv"), "--out", str(tmp_path / "out")]
     assert main([*argv, "--bootstrap", "100", "--entry-name", "My JAX model", "--training-data", "ImageNet-1k"]) == 0
-    folder = tmp_path / "out" / "predictions_mine.csv"
+    folder = tmp_path / "out" / "My_JAX_model"  # #33: named after the entry
     entry = read_entry(folder / "entry.json")
     assert entry["name"] == "My JAX model" and entry["model"]["training_data"] == "ImageNet-1k"
     assert entry["model"]["weights"]["file"] == "mine.csv"  # what was scored: the predictions file

@@ -165,6 +165,25 @@ def test_bootstrap_intervals_are_deterministic_per_seed_and_over_source_images()
     assert alone["overall"]["top1"]["sources"] == 120 and alone["overall"] != first["overall"]
 
 
+def test_identical_top1_and_top5_columns_get_identical_intervals_in_every_cell():
+    """Failed before: top-1 and top-5 drew their own resamples (generators named :top1 and :top5), so
+    predictions whose top-5 is their top-1 (a table without top5 columns) showed two intervals."""
+    frame = random_predictions()
+    frame["correct_top5"] = frame["correct"]
+    metrics = compute_metrics(frame, label_space_size=1000, settings=BootstrapSettings(500, seed=3))
+    tables = ("by_group", "by_group_size", "by_size", "by_position_size", "by_background")
+    cells_with_both = [metrics["overall"]] + [row for key in tables for row in metrics[key]]
+    assert len(cells_with_both) == 1 + 2 + 2 + 1 + 2 + 2
+    for cell in cells_with_both:
+        assert cell["top1"]["low"] is not None and cell["top1"] == cell["top5"]
+    # top-1's own interval is the one it always had: its generator is still named after it
+    before = compute_metrics(random_predictions(), label_space_size=1000, settings=BootstrapSettings(500, seed=3))
+    assert before["overall"]["top1"] == metrics["overall"]["top1"]
+    # where top-5 differs, its interval is its own (the same photos drawn, other counts)
+    assert before["overall"]["top5"]["value"] > before["overall"]["top1"]["value"]
+    assert before["overall"]["top5"]["low"] > before["overall"]["top1"]["low"]
+
+
 def test_crop_pct_loses_the_planted_corner_object_the_default_keeps(flat_parts, planted_finder, tmp_path):
     """12 px objects flush in the top-right corner: a 0.875 crop cuts 14 px off every border."""
     dataset = compose_quietly(

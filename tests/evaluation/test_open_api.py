@@ -123,7 +123,7 @@ def test_a_wrong_array_is_one_line_naming_it(opened, make, outputs, reason):
 def test_a_wrong_probs_column_is_one_line(opened):
     probs = planted_probabilities(opened.metadata)
     short = pd.DataFrame({"key": opened.keys, "probs": [row[:999] for row in probs]})
-    with pytest.raises(HsiError, match=r"row 0 \(.*\): probs holds 999 values"):
+    with pytest.raises(HsiError, match=r"row 1 \(.*\): probs holds 999 values"):
         opened.eval(short)
     both = pd.DataFrame({"key": opened.keys, "probs": list(probs), "pred_class": probs.argmax(axis=1)})
     with pytest.raises(HsiError, match="drop pred_class"):

@@ -40,7 +40,7 @@ def evaluated(paper_set, planted_corner, tmp_path_factory):
 def scored(paper_set, evaluated, out, *extra):
     argv = ["eval", str(paper_set), "--predictions", str(evaluated / "elsewhere.csv"), "--out", str(out)]
     assert main([*argv, "--bootstrap", "20", *extra]) == 0
-    return out / "predictions_elsewhere.csv"
+    return out / "elsewhere"
 
 
 def test_a_model_run_records_the_preprocessing_it_applied(evaluated):

@@ -111,7 +111,7 @@ def test_cli_predictions_writes_the_same_eval_json(evaluated, paper_set, tmp_pat
     csv = exported(frame, tmp_path / "exported.csv")
     out = tmp_path / "out"
     assert main(["eval", str(paper_set), "--predictions", str(csv), "--out", str(out), "--bootstrap", "100"]) == 0
-    report = json.loads((out / "predictions_exported.csv" / "eval.json").read_text())
+    report = json.loads((out / "exported" / "eval.json").read_text())  # #33: named after the file's stem
     assert report["metrics"] == metrics and report["data"]["verified"] == "sha256"
 
 
@@ -196,3 +196,74 @@ def test_a_broken_predictions_file_is_one_line_naming_it(evaluated, paper_set, t
     key = frame["key"].iloc[3 if "twice" in named else 0]
     if "not-a-sample" not in named:
         assert key in message
+
+
+def files_of(folder) -> dict:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_save_refuses_another_models_evaluation_unless_told_to_replace_it(evaluated, paper_set, tmp_path):
+    """Failed before: saving a second model into the same folder silently replaced the first."""
+    import hsi
+
+    _, frame = evaluated
+    settings = BootstrapSettings(resamples=50)
+    first = hsi.score(exported(frame, tmp_path / "mine.csv"), paper_set, bootstrap=settings)
+    other = hsi.score(exported(frame, tmp_path / "theirs.csv"), paper_set, bootstrap=settings)
+    folder = first.save(tmp_path / "out", "m")
+    before = files_of(tmp_path / "out")
+    with pytest.raises(HsiError) as refused:
+        other.save(tmp_path / "out", "m")
+    message = str(refused.value)
+    assert "\n" not in message and f"{folder} holds the evaluation of another model, predictions:mine.csv" in message
+    assert "not of predictions:theirs.csv" in message and "overwrite=True" in message
+    assert files_of(tmp_path / "out") == before  # refused before anything was written
+    first.save(tmp_path / "out", "m", entry_name="Mine again")  # the same model, measured again: saved
+    assert json.loads((folder / "entry.json").read_text())["name"] == "Mine again"
+    other.save(tmp_path / "out", "m", overwrite=True)
+    assert json.loads((folder / "eval.json").read_text())["model"]["spec"] == "predictions:theirs.csv"
+
+
+def test_cli_predictions_folder_is_named_after_the_entry_or_the_files_stem(evaluated, paper_set, tmp_path, capsys):
+    """Failed before: the folder was `predictions_<file name>` whatever the entry was called."""
+    _, frame = evaluated
+    csv = exported(frame, tmp_path / "run 7.preds.csv")
+    out = tmp_path / "out"
+    argv = ["eval", str(paper_set), "--predictions", str(csv), "--out", str(out), "--bootstrap", "50"]
+    assert main(argv) == 0
+    assert json.loads((out / "run_7.preds" / "eval.json").read_text())["model"]["spec"] == "predictions:run 7.preds.csv"
+    named = "Modèle d'essai/../ " + "x" * 150  # one line of text; as a folder: ASCII, no separator, short
+    assert main([*argv, "--entry-name", named]) == 0
+    (folder,) = [p for p in out.iterdir() if p.is_dir() and p.name.startswith("Mod")]
+    assert folder.name == ("Mod_le_d_essai_..__" + "x" * 150)[:100] and (folder / "entry.json").is_file()
+    assert json.loads((folder / "entry.json").read_text())["name"] == named
+    # the same entry name from another file is another model: refused until --overwrite says to replace it
+    capsys.readouterr()
+    other = exported(frame, tmp_path / "other.csv")
+    again = ["eval", str(paper_set), "--predictions", str(other), "--out", str(out), "--bootstrap", "50"]
+    assert main([*again, "--entry-name", named]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("hsi eval: error: ") and "\n" not in err
+    assert "holds the evaluation of another model, predictions:run 7.preds.csv" in err and "--overwrite" in err
+    assert main([*again, "--entry-name", named, "--overwrite"]) == 0
+    assert json.loads((folder / "eval.json").read_text())["model"]["spec"] == "predictions:other.csv"
+
+
+def test_the_rows_a_refusal_names_are_counted_from_1():
+    """Failed before: the first prediction of a file was `row 0`, the first row of a table `row 0`."""
+    from evaluation.predicting.given import checked_table
+
+    def refusal(frame) -> str:
+        with pytest.raises(HsiError) as refused:
+            checked_table(frame, "predictions:p.csv")
+        return str(refused.value)
+
+    assert refusal(pd.DataFrame({"key": ["", "b"], "pred_class": [1, 2]})) == (
+        "predictions:p.csv: row 1 has no key (got '')"
+    )
+    assert refusal(pd.DataFrame({"key": ["a", "b", "a"], "pred_class": [1, 2, 3]})).endswith(
+        "key a appears twice (rows 1 and 3)"
+    )
+    assert refusal(pd.DataFrame({"key": ["a", "b"], "pred_class": [1, 1000]})).startswith(
+        "predictions:p.csv: row 2 (b): pred_class: 1000"
+    )
