@@ -20,7 +20,9 @@ from pathlib import Path
 
 from builder.core.errors import InputError, printable
 from evaluation.analysis.report import fmt
+from evaluation.model_formats.models import APPLIED
 from evaluation.ranking.eval_reader import EvaluatedModel, evaluated_models
+from evaluation.ranking.provenance import preprocessing_claim, weights_claim
 
 RESULTS_DIR = "results"
 RELEASE_PLOT_SUFFIX = "_accuracy_vs_size.png"  # results/<model slug><suffix> in a release
@@ -122,12 +124,16 @@ def copy_plots(results: list[ModelResult], staging: Path) -> dict[str, str]:
 
 
 def _preprocessing(run: dict) -> str:
+    """The card's short words for what was applied; a declared or unknown one said to be so."""
+    if run["preprocessing_status"] != APPLIED:
+        return preprocessing_claim(run)
     return f"centre crop (crop_pct {run['crop_pct']})" if run["cropped"] else "canvas as is (no crop)"
 
 
 def _input(run: dict) -> str:
-    size = f"{run['input_size'][0]}x{run['input_size'][1]}" if run["input_size"] else "size not recorded"
-    return f"{size} {run['interpolation'] or 'interpolation not recorded'}"
+    unsaid = "not recorded" if run["preprocessing_status"] == APPLIED else "not known"
+    size = f"{run['input_size'][0]}x{run['input_size'][1]}" if run["input_size"] else f"size {unsaid}"
+    return f"{size} {run['interpolation'] or f'interpolation {unsaid}'}"
 
 
 def _weights(result: ModelResult) -> tuple[str, str]:
@@ -139,9 +145,10 @@ def _weights(result: ModelResult) -> tuple[str, str]:
     if training:
         trained = f"trained with hsi train ({training['method']}, seed {training['seed']})"
         return (f"{checkpoint}, {trained}" if checkpoint else f"{trained}; its run records no checkpoint file"), sha
-    if checkpoint:
-        return checkpoint, sha
-    return "the library's published weights of the spec", sha
+    weights, digest, note = weights_claim(model)
+    if digest is None:
+        return weights, note or "not recorded"
+    return weights, f"`{digest}`" + (f" ({note})" if note else "")
 
 
 def render_results(results: list[ModelResult], plots: dict[str, str], table: Callable) -> str:

@@ -21,6 +21,7 @@ from builder.core.owned import check_relative
 from evaluation.analysis.report import EVAL_JSON
 from evaluation.ranking.eval_reader import REVISION_KEYS, EvaluatedModel, evaluated_models
 from evaluation.ranking.leaderboard import leaderboard_row, model_failures
+from evaluation.ranking.verification_record import Verified
 
 
 class ReportInputError(InputError):
@@ -51,6 +52,7 @@ class ModelEval:
     predictions: object  # pandas DataFrame, every row (error rows too)
     plots: list[tuple[str, bytes]]  # (file name, PNG bytes), in eval.json's order
     entry: dict | None = None  # its leaderboard entry (evaluation.ranking.entries), when the folder has one
+    verification: Verified | None = None  # what hsi leaderboard verify --record proved of the entry
 
     @property
     def name(self) -> str:
@@ -77,7 +79,7 @@ def _model_eval(number: int, model: EvaluatedModel) -> ModelEval:
     before its predictions and plots are read."""
     site_name(f"{number}-{model.folder.name}", "model folder name")
     names = [site_name(relative.rsplit("/", 1)[-1], "plot file") for relative in model.plot_files]
-    predictions = model.read_predictions()
+    predictions = model.read_predictions()  # read in this order, so a folder's first fault is the one named
     plots = [(name, data) for name, (_, data) in zip(names, model.plots())]
     entry = model.read_entry()
     return ModelEval(
@@ -90,6 +92,7 @@ def _model_eval(number: int, model: EvaluatedModel) -> ModelEval:
         predictions=predictions,
         plots=plots,
         entry=entry,
+        verification=model.read_verification(entry),
     )
 
 

@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.core.taxonomy import sorted_groups
+from evaluation.model_formats.models import UNKNOWN
+from evaluation.ranking.provenance import preprocessing_claim, weights_claim
 from evaluation.ranking.ranks import TIES, UNKNOWN_REASON, UNKNOWN_TITLE, by_preprocessing, competition_ranks, order_key
+from evaluation.ranking.verification_record import verification_words
 
 from .collect import ModelEval
 from .gallery import ClassLabel, GalleryCell, Thumbnail
@@ -62,6 +65,8 @@ def _model_cell(model: ModelEval) -> Html:
     if model.entry:
         described = model.entry["model"]
         details += [esc(described[key]) for key in ("architecture", "training_data") if described.get(key)]
+    if model.entry:  # what verification proved of the entry, in a word
+        details.append(esc(verification_words(model.verification)[0]))
     name = link(model.name, "models", model.slug, "index.html")
     return Html(name + (tag("div", join(details, " · "), class_="detail") if details else ""))
 
@@ -189,18 +194,26 @@ def folder_text(folder: Path) -> str:
     return "/".join(name for name in (folder.parent.name, folder.name) if name) or "."
 
 
+def _preprocessing(run: dict) -> str:
+    """What is known of the preprocessing, then the run's own words for it (an unknown one has none)."""
+    words = run["preprocessing"] if run["preprocessing_status"] != UNKNOWN else None
+    return preprocessing_claim(run) + (f": {words}" if words else "")
+
+
 def _run_table(model: ModelEval) -> Html:
     run, metrics = model.run, model.metrics
     boot = metrics["bootstrap"]
     errors = metrics["errors"]
     described = model.entry["model"] if model.entry else {}
+    weights, digest, note = weights_claim(run)  # what is known of them, never more
     rows = [
         ["model", tag("code", run["spec"])],
         ["leaderboard name", model.name],
         *[[label, described[key]] for key, label in ENTRY_FIELDS if described.get(key)],
-        ["weights", run["checkpoint"] or "the library's published weights of the spec"],
-        ["weights sha256", tag("code", run["checkpoint_sha256"] or "not recorded")],
-        ["preprocessing", ("centre-cropped on purpose: " if run["cropped"] else "") + (run["preprocessing"] or "")],
+        ["verification", verification_words(model.verification)[1]] if model.entry else None,
+        ["weights", weights],
+        ["weights sha256", Html(tag("code", digest) + esc(f" ({note})" if note else "")) if digest else note],
+        ["preprocessing", _preprocessing(run)],
         ["label space", run["label_space"]],
         ["samples", f"{metrics['samples']} from {metrics['sources']} source images"],
         [
@@ -217,6 +230,7 @@ def _run_table(model: ModelEval) -> Html:
         ],
         ["evaluation folder", folder_text(model.folder)],
     ]
+    rows = [row for row in rows if row is not None]
     notes = [*run["notes"], *[n for n in metrics["notes"] if n not in run["notes"]]]
     rows += [["note", note] for note in notes]
     return table(None, rows, class_="run")

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 from builder.core import markdown
+from evaluation.model_formats.identity import identity_words
+from evaluation.model_formats.models import APPLIED, DECLARED, UNKNOWN
 
 EVAL_JSON, EVAL_MD = "eval.json", "eval.md"
 REPORT_SCHEMA = "hsi-eval/1"
@@ -78,12 +80,30 @@ def _grid(rows: list[dict], row_key: str, column_key: str, metric: str = "top1")
     )
 
 
+CROP_COST = "The crop cuts the canvas border, and with it part of every corner object."
+
+
 def preprocessing_line(pre: dict) -> str:
+    """What eval.md says of the preprocessing: only what its `status` allows (the section as
+    evaluation.ranking.provenance records it): applied by the toolkit, declared by whoever made the
+    predictions, or unknown."""
+    status = pre.get("status", APPLIED)
+    if status == UNKNOWN:
+        return (
+            "**Preprocessing: unknown** (the predictions were made elsewhere and nobody declared how): whether the "
+            "images were centre-cropped is not known, and a crop cuts part of every corner object; declare it with "
+            "`hsi eval --preprocessing` or `hsi.score(..., preprocessing=...)`."
+        )
+    if status == DECLARED:
+        if pre.get("cropped"):
+            crop, cost = f"centre-cropped (crop_pct {text(pre['crop_pct'])})", f" {CROP_COST}"
+        else:
+            crop, cost = ("not centre-cropped" if pre.get("cropped") is False else "crop not declared"), ""
+        return f"**Preprocessing as declared, not checked: {crop}**: {text(pre['description'])}.{cost}"
     if pre.get("cropped"):
         return (
             f"**Preprocessing: centre-cropped on purpose** (crop_pct {text(pre['crop_pct'])}): "
-            f"{text(pre['description'])}. "
-            "The crop cuts the canvas border, and with it part of every corner object."
+            f"{text(pre['description'])}. {CROP_COST}"
         )
     return f"**Preprocessing: the 224 canvas as it is, not centre-cropped**: {text(pre['description'])}."
 
@@ -97,6 +117,8 @@ def render_markdown(report: dict) -> str:
         + (f", checkpoint `{text(model['checkpoint'])}`" if model.get("checkpoint") else "")
         + (f" (sha256 `{text(model['checkpoint_sha256'])}`)" if model.get("checkpoint_sha256") else "")
     )
+    if model.get("identity"):  # an in-memory model: what is known of it, and no more
+        out.append(f"- weights: {text(identity_words(model['identity']))}")
     out.append(
         f"- data: {text(data['source'])}, config {text(data['config'])}, split {text(data['split'])}, fingerprint "
         f"`{text(data.get('fingerprint'))}`"

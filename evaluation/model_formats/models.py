@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -37,6 +38,10 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
 MAX_INPUT_SIDE = 8192  # far above any ImageNet model's input, far below what overflows a tensor's size
+# What a result may say of its preprocessing: the toolkit ran the model and applied it, whoever made
+# the predictions declared it (not checked), or nothing is known (nothing was declared).
+APPLIED, DECLARED, UNKNOWN = "applied", "declared", "unknown"
+PREPROCESSING_STATUSES = (APPLIED, DECLARED, UNKNOWN)
 
 
 class ModelError(UsageError, ValueError):
@@ -64,11 +69,14 @@ class Preprocessing:
         return f"{geometry}, {self.interpolation}, mean {list(self.mean)}, std {list(self.std)} ({self.source})"
 
     def to_json(self) -> dict:
+        """The preprocessing section of a run's metadata: the toolkit applied it (status "applied")."""
         data = asdict(self)
         data["input_size"] = list(self.input_size)
         data["mean"], data["std"] = list(self.mean), list(self.std)
         data["cropped"] = self.crop_pct is not None
+        data["resize"] = int(self.input_size[0] / self.crop_pct) if self.crop_pct is not None else None
         data["description"] = self.describe()
+        data["status"] = APPLIED
         return data
 
 
@@ -98,6 +106,7 @@ class LoadedModel:
     checkpoint_sha256: str | None = None
     notes: list[str] = field(default_factory=list)
     default_preprocessing: Preprocessing | None = None  # before any flag: the model's own data config
+    identity: dict | None = None  # an in-memory model's (evaluation.model_formats.identity); None for a spec
 
     def describe(self) -> dict:
         return {
@@ -105,6 +114,7 @@ class LoadedModel:
             "checkpoint": self.checkpoint_name,
             "checkpoint_sha256": self.checkpoint_sha256,
             "declared_classes": list(self.classes) if self.classes else None,
+            "identity": self.identity,
         }
 
 
@@ -529,6 +539,22 @@ def loaded_spec(spec: str, options: ModelOptions = ModelOptions()) -> str:
         arch = options.arch or ""
         return arch if arch.startswith("tv:") else f"{Path(target).name} (timm:{arch.removeprefix('timm:')})"
     return f"{name}:{Path(target).name}"
+
+
+STATE_DICT_SPEC = re.compile(r"(?P<file>[^ ]+) \((?P<arch>timm:[^()\s]+)\)")  # loaded_spec's "FILE (timm:ARCH)"
+
+
+def recorded_spec_parts(spec: str) -> tuple[str, str, str | None] | None:
+    """(registry name, target, arch) of a spec as a LoadedModel records it (`loaded_spec`): a
+    library name for timm and tv, a file's name for a model file or a state_dict (whose arch is
+    recorded beside it); None for what no loader took (predictions, an in-memory model)."""
+    for prefix in ("timm:", "tv:", *MODEL_FILE_PREFIXES):
+        if spec.startswith(prefix) and len(spec) > len(prefix):
+            return SPEC_PREFIXES[prefix], spec[len(prefix) :], None
+    matched = STATE_DICT_SPEC.fullmatch(spec)
+    if matched:
+        return "state-dict", matched["file"], matched["arch"]
+    return None
 
 
 def model_slug(spec: str) -> str:

@@ -5,5 +5,6 @@ write into it); `runs`, `sweep` and `sweep_data` are what `hsi eval` does for on
 worker processes or on Ray), `model_list` the models it is given. The Python API evaluates through
 the same pipeline: `inprocess` (`hsi.evaluate`), `external` (`hsi.open`, `hsi.score`) and `result`
 (the `hsi.Evaluation` they return). `verify_entry` (`hsi leaderboard verify`) re-scores an entry
-through `external`'s data. The top of `evaluation`: only the probes build on it.
+through `external`'s data, `rerun_entry` runs its model again (`--rerun`) and `verify_record`
+writes what was proved (`--record`). The top of `evaluation`: only the probes build on it.
 """

@@ -12,12 +12,13 @@ from there the rows are the rows a model run writes (`predict.scored_row`), anal
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from builder import __version__
 from builder.core.errors import UsageError
 from evaluation.analysis.bootstrap import BootstrapSettings
+from evaluation.model_formats.declared import declared_preprocessing, unknown_preprocessing
 from evaluation.predicting.given import GivenPredictions, prediction_rows, read_array, read_table
 from evaluation.predicting.predictions import PREDICTIONS_NAME, write_predictions
 
@@ -128,15 +129,26 @@ class Dataset:
         return stream(self.source, self._requested_config, self.split, **options)
 
     def eval(
-        self, predictions, *, outputs: str | None = None, bootstrap: BootstrapSettings | None = None
+        self,
+        predictions,
+        *,
+        outputs: str | None = None,
+        bootstrap: BootstrapSettings | None = None,
+        preprocessing: str | Mapping | None = None,
     ) -> Evaluation:
         """Score `predictions`: a DataFrame or a .csv/.parquet file keyed by sample (its columns:
         the evaluate guide's "From Python"), or an array in `keys` order: (N,) class indices or (N, 1000) scores
         (`outputs`: "probabilities" or "logits"; by default rows that are non-negative and sum to 1
-        are probabilities, others logits)."""
+        are probabilities, others logits).
+
+        `preprocessing` declares how the images were prepared for the model that made them, as
+        `hsi eval --preprocessing` does: "resize=256,crop_pct=0.875,size=224,..." or a mapping of
+        resize, crop_pct, size, interpolation, mean, std. It is recorded as declared, not checked;
+        without it the preprocessing is recorded as unknown."""
         import numpy as np
         import pandas as pd
 
+        declared = preprocessing_section(preprocessing)  # refused before any shard is read
         if isinstance(predictions, (pd.DataFrame, str, Path)):
             if outputs is not None:
                 raise UsageError("outputs= is for an array of scores, not a table of predictions")
@@ -147,20 +159,20 @@ class Dataset:
             raise UsageError(
                 f"predictions are a DataFrame, a .csv/.parquet path or an array, not a {type(predictions).__name__}"
             )
-        return self._score(given, bootstrap or BootstrapSettings())
+        return self._score(given, bootstrap or BootstrapSettings(), declared)
 
-    def _score(self, given: GivenPredictions, bootstrap: BootstrapSettings) -> Evaluation:
+    def _score(self, given: GivenPredictions, bootstrap: BootstrapSettings, preprocessing: dict) -> Evaluation:
         from .pipeline import analyse
 
         plan, (samples, errors) = self._verified()
         rows = prediction_rows(given, samples, errors, plan.wnids)
-        metadata = self._metadata(plan, given)
+        metadata = self._metadata(plan, given, preprocessing)
         with tempfile.TemporaryDirectory(prefix="hsi-score-") as tmp:
             path = write_predictions(Path(tmp) / PREDICTIONS_NAME, rows, errors, metadata)
             report = analyse(path, Path(tmp), bootstrap)
         return Evaluation(report, rows, errors, metadata, bootstrap)
 
-    def _metadata(self, plan, given: GivenPredictions) -> dict:
+    def _metadata(self, plan, given: GivenPredictions, preprocessing: dict) -> dict:
         from evaluation.predicting.predict import is_partial, source_display_name
 
         notes = [] if given.has_top5 else [NO_TOP5_NOTE]
@@ -172,8 +184,9 @@ class Dataset:
                 "checkpoint": given.checkpoint[0],
                 "checkpoint_sha256": given.checkpoint[1],
                 "declared_classes": None,
+                "identity": None,  # predictions made elsewhere: the model is not known here
             },
-            "preprocessing": {"description": "made by whoever made the predictions (not known here)", "cropped": False},
+            "preprocessing": preprocessing,
             "label_space": plan.space.to_json(),
             "data": {
                 "source": source_display_name(self.source),
@@ -191,6 +204,14 @@ class Dataset:
         }
 
 
+def preprocessing_section(declaration: str | Mapping | None, flag: str = "preprocessing=") -> dict:
+    """The preprocessing section of scored predictions: what their maker declares (checked field by
+    field, recorded as declared), else unknown."""
+    if declaration is None:
+        return unknown_preprocessing()
+    return declared_preprocessing(declaration, flag)
+
+
 def open_dataset(
     source, config: str | None = None, split: str | None = None, announce: Callable[[str], None] = print
 ) -> Dataset:
@@ -206,17 +227,20 @@ def score(
     split: str | None = None,
     outputs: str | None = None,
     bootstrap: BootstrapSettings | None = None,
+    preprocessing: str | Mapping | None = None,
     announce: Callable[[str], None] = print,
 ) -> Evaluation:
     """Score `predictions` (a DataFrame, a .csv or .parquet file, or an array in the data's key
     order) on `data` (a `Dataset` from `hsi.open`, a release folder, a composed dataset folder or
-    hf://): the metrics `hsi eval` gives the model that made them."""
+    hf://): the metrics `hsi eval` gives the model that made them. `preprocessing` declares how
+    their images were prepared (see `Dataset.eval`); without it, it is recorded as unknown."""
+    preprocessing_section(preprocessing)  # a bad declaration is refused before the data is opened
     if isinstance(data, Dataset):
         if config is not None or split is not None:
             raise UsageError("an opened Dataset has its config and split: pass config= and split= to hsi.open")
-        return data.eval(predictions, outputs=outputs, bootstrap=bootstrap)
+        return data.eval(predictions, outputs=outputs, bootstrap=bootstrap, preprocessing=preprocessing)
     dataset = Dataset(data, config, split, announce)
-    return dataset.eval(predictions, outputs=outputs, bootstrap=bootstrap)
+    return dataset.eval(predictions, outputs=outputs, bootstrap=bootstrap, preprocessing=preprocessing)
 
 
-__all__ = ["Dataset", "Evaluation", "open_dataset", "score"]
+__all__ = ["Dataset", "Evaluation", "open_dataset", "preprocessing_section", "score"]

@@ -23,6 +23,7 @@ import torch
 from builder.backends.code_trust import CodeTrust
 from builder.core.errors import UsageError
 from evaluation.analysis.bootstrap import BootstrapSettings
+from evaluation.model_formats.identity import SHA256, callable_identity, module_identity
 from evaluation.model_formats.models import (
     LoadedModel,
     ModelOptions,
@@ -80,10 +81,27 @@ def _size(value) -> tuple[int, int] | None:
     return size
 
 
-def as_loaded(model, options: ModelOptions, outputs: str = "logits", name: str | None = None) -> LoadedModel:
-    """A module, a numpy callable or a spec string as the `LoadedModel` the prediction path runs."""
+def _declared_sha256(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not SHA256.fullmatch(value.lower()):
+        raise UsageError(f"weights_sha256 is the 64 hex digits of a sha256, got {str(value)[:80]!r}")
+    return value.lower()
+
+
+def as_loaded(
+    model, options: ModelOptions, outputs: str = "logits", name: str | None = None, weights_sha256: str | None = None
+) -> LoadedModel:
+    """A module, a numpy callable or a spec string as the `LoadedModel` the prediction path runs; an
+    in-memory one with its identity (a module's fingerprint, a callable's declared weights sha256)."""
     if outputs not in OUTPUTS:
         raise UsageError(f"outputs must be one of {', '.join(OUTPUTS)}, got {outputs!r}")
+    declared = _declared_sha256(weights_sha256)
+    if declared is not None and (isinstance(model, (str, Path, torch.nn.Module)) or not callable(model)):
+        raise UsageError(
+            "weights_sha256 declares a numpy callable's weights; a module's are fingerprinted and a spec's file is "
+            "hashed: drop it"
+        )
     if isinstance(model, (str, Path)):
         return load_model(str(model), options)
     if isinstance(model, torch.nn.Module):
@@ -106,7 +124,9 @@ def as_loaded(model, options: ModelOptions, outputs: str = "logits", name: str |
             )
         else:
             pre = replace(apply_overrides(Preprocessing(), options), source="given to hsi.evaluate")
-        return LoadedModel(name or f"module:{type(model).__name__}", model, pre, options.classes)
+        loaded = LoadedModel(name or f"module:{type(model).__name__}", model, pre, options.classes)
+        loaded.identity = module_identity(model)
+        return loaded
     if callable(model):
         given = [key for key in ("mean", "std") if getattr(options, key) is not None]
         if given:
@@ -114,7 +134,9 @@ def as_loaded(model, options: ModelOptions, outputs: str = "logits", name: str |
         pre = apply_overrides(Preprocessing(**RAW_PIXELS), options)
         pre = replace(pre, source="uint8 NHWC canvas to a numpy callable, which normalises it itself")
         label = name or f"callable:{getattr(model, '__name__', type(model).__name__)}"
-        return LoadedModel(label, NumpyModel(model, outputs), pre, options.classes)
+        loaded = LoadedModel(label, NumpyModel(model, outputs), pre, options.classes)
+        loaded.identity = callable_identity(model, declared)
+        return loaded
     raise UsageError(
         f"hsi.evaluate takes a torch.nn.Module, a numpy callable or a model spec, not a {type(model).__name__}"
     )
@@ -136,6 +158,7 @@ def evaluate(
     trust_code: bool = False,
     outputs: str = "logits",
     name: str | None = None,
+    weights_sha256: str | None = None,
     batch_size: int = 64,
     workers: int = 2,
     device: str | None = None,
@@ -162,6 +185,12 @@ def evaluate(
 
     A `ts:FILE` spec is code: it loads only when its sha256 is in `trust_files` or with `trust_code`
     (its code then runs with your permissions), as `hsi eval --trust-file` / `--trust-code`.
+
+    Who the model is goes into the report: a spec's weights file and its sha256; a module's class and
+    the fingerprint of its state_dict (evaluation.model_formats.identity); a callable's name and, when
+    you give it, `weights_sha256` (the sha256 of its weights file, recorded as declared, not checked;
+    without it its weights are recorded as not known). An in-memory model is never said to carry
+    published weights.
     """
     from evaluation.predicting.data import default_split
 
@@ -174,7 +203,7 @@ def evaluate(
         crop_pct=crop_pct,
         trust=CodeTrust.of([trust_files] if isinstance(trust_files, str) else trust_files, trust_code, "trust_files"),
     )
-    loaded = as_loaded(model, options, outputs, name)
+    loaded = as_loaded(model, options, outputs, name, weights_sha256)
     if device is None:
         device = "cpu" if isinstance(loaded.module, NumpyModel) else "auto"
     settings = RunSettings(

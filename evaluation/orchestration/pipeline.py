@@ -50,6 +50,7 @@ from evaluation.ranking.entries import ENTRY_JSON, EntryInfo, carried_info, chec
 from evaluation.ranking.eval_reader import checked_report
 from evaluation.ranking.hub_results import report_results_file
 from evaluation.ranking.leaderboard import FAILED_JSON, already_evaluated, run_identity
+from evaluation.ranking.provenance import recorded_preprocessing
 from evaluation.ranking.report_fields import checked_model_only
 
 from . import eval_folder
@@ -117,6 +118,8 @@ def analyse(
     `folder` (a ModelFolder, or a plain folder its caller owns). `entry` describes the model for its
     entry, field by field over what the entry.json beside the predictions said of the same model."""
     frame, metadata = read_predictions(predictions_path)  # a table refused here leaves nothing behind
+    # an older table's section gets its status by the one rule (predictions made elsewhere: unknown)
+    metadata["preprocessing"] = recorded_preprocessing(metadata["preprocessing"], metadata["model"]["spec"])
     kept = carried_info(Path(predictions_path).parent / ENTRY_JSON, metadata["model"])  # a broken one: refused
     entry = (entry or EntryInfo()).over(kept)
     if isinstance(folder, ModelFolder):

@@ -1,5 +1,7 @@
 """`hsi leaderboard verify`: re-score a leaderboard entry from its predictions against the data it
-names, so that a submitted entry can be trusted without running the model.
+names. It proves that the entry's figures follow from its predictions and the data, not that a model
+made the predictions (evaluation.ranking.verification_record names what it checks and what not;
+`rerun_entry` runs the model again where its spec and weights are at hand).
 
 What is checked, in order (each difference is one `Mismatch`, naming the field, what the entry or
 the predictions claim and what was found):
@@ -44,9 +46,11 @@ from evaluation.ranking.entries import (
     one_line,
     same_number,
 )
-from evaluation.ranking.eval_reader import read_submission
+from evaluation.ranking.eval_reader import Submission, read_submission
+from evaluation.ranking.provenance import recorded_preprocessing
 
 ROW_LINES = 20  # tampered-row mismatches shown one a line; the rest are counted
+ROUNDING = 1e-6  # every figure is written rounded to 6 decimals
 MISSING = object()
 
 
@@ -71,13 +75,18 @@ class Mismatch:
 @dataclass
 class Verification:
     """What `verify_entry` found: the entry, the figures recomputed (None when the check stopped
-    before scoring), the mismatches and notes on what could not be re-scored."""
+    before scoring), the mismatches and notes on what could not be re-scored; and what a re-run
+    needs of it: the predictions file, its table and metadata, and the data as opened."""
 
     entry_file: Path
     entry: dict
     figures: dict | None = None
     mismatches: list[Mismatch] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    predictions_file: Path | None = None
+    frame: object = None  # the submitted predictions (a DataFrame, error rows too)
+    metadata: dict | None = None  # their run metadata
+    dataset: object = None  # the data as opened and proved (external.Dataset)
 
     @property
     def ok(self) -> bool:
@@ -122,21 +131,24 @@ def verify_entry(
     data=None,
     predictions: Path | None = None,
     announce: Callable[[str], None] = print,
+    submitted: Submission | None = None,
 ) -> Verification:
     """Re-score the entry at `entry_file` (an entry.json, or its folder) from its predictions (beside
     it, or `predictions`) on `data` (a release folder, a composed dataset folder or hf://; default:
-    the entry's own source when it is an hf:// address)."""
+    the entry's own source when it is an hf:// address). `submitted`: the entry and predictions
+    already found (by `read_submission`)."""
     from .external import Dataset
 
-    submitted = read_submission(Path(entry_file), predictions)
+    submitted = submitted or read_submission(Path(entry_file), predictions)
     path, entry, table = submitted.entry_file, submitted.entry, submitted.predictions_file
-    result = Verification(path, entry)
+    result = Verification(path, entry, predictions_file=table)
     digest = sha256_file(table)
     if digest != entry["predictions"]["sha256"]:
         result.mismatches.append(
             Mismatch("predictions.sha256", entry["predictions"]["sha256"], digest, found_by=table.name)
         )
     frame, metadata = read_predictions(table)
+    result.frame, result.metadata = frame, metadata
     result.mismatches += metadata_mismatches(entry, metadata)
     revision = entry["data"]
     if data is None:
@@ -148,6 +160,7 @@ def verify_entry(
             )
         data = revision["source"]
     dataset = Dataset(data, revision["config"], revision["split"], announce, limit=revision["limit"])
+    result.dataset = dataset
     for key, found in (("config", label(dataset.manifest.get("config"))), ("fingerprint", label(dataset.fingerprint))):
         if found != revision[key]:
             result.mismatches.append(Mismatch(f"data.{key}", revision[key], found, found_by="--data"))
@@ -174,12 +187,14 @@ def verify_entry(
 def metadata_mismatches(entry: dict, metadata: dict) -> list[Mismatch]:
     """The entry's description of the run against the run metadata its predictions file carries."""
     model, data = metadata["model"], metadata["data"]
-    space, pre = metadata["label_space"], metadata["preprocessing"]
+    space = metadata["label_space"]
+    pre = recorded_preprocessing(metadata["preprocessing"], model["spec"])
     checkpoint = model.get("checkpoint")
     pairs = [
         ("model.spec", entry["model"]["spec"], one_line(model["spec"])),
         ("model.weights.file", entry["model"]["weights"]["file"], one_line(checkpoint) if checkpoint else None),
         ("model.weights.sha256", entry["model"]["weights"]["sha256"], model.get("checkpoint_sha256")),
+        ("model.identity", entry["model"]["identity"], model.get("identity")),
         ("data.source", entry["data"]["source"], one_line(data["source"])),
         *((f"data.{key}", entry["data"][key], label(data.get(key))) for key in ("config", "split", "fingerprint")),
         ("data.limit", entry["data"]["limit"], data.get("limit")),
@@ -192,12 +207,8 @@ def metadata_mismatches(entry: dict, metadata: dict) -> list[Mismatch]:
             (f"label_space.{key}", entry["label_space"][key], space.get(key))
             for key in ("name", "classes", "description")
         ),
-        *(
-            (f"preprocessing.{key}", value, pre.get(key))
-            for key, value in entry["preprocessing"].items()
-            if key != "cropped"
-        ),
-        ("preprocessing.cropped", entry["preprocessing"]["cropped"], bool(pre.get("cropped"))),
+        # both read by the one rule, so an older entry and its older predictions still agree
+        *((f"preprocessing.{key}", value, pre.get(key)) for key, value in entry["preprocessing"].items()),
     ]
     return [
         Mismatch(name, claimed, found, found_by="predictions") for name, claimed, found in pairs if claimed != found
@@ -377,20 +388,31 @@ def _label(item: object, index: int) -> str:
     return str(item["group"]) if isinstance(item, dict) and isinstance(item.get("group"), str) else str(index)
 
 
-def compare(claimed, found, where: str, out: list[Mismatch], skip: tuple[str, ...] = ()) -> None:
+def compare(
+    claimed,
+    found,
+    where: str,
+    out: list[Mismatch],
+    skip: tuple[str, ...] = (),
+    tolerance: float = ROUNDING,
+    found_by: str = "recomputed",
+) -> None:
     """Append a Mismatch for every leaf of `claimed` that is not `found`'s (lists of groups matched
-    by group name, numbers within the rounding step)."""
+    by group name, numbers within `tolerance`: by default the 6-decimal rounding step)."""
     if isinstance(claimed, dict) and isinstance(found, dict):
         for key in sorted(set(claimed) | set(found), key=str):
             if key not in skip:
-                compare(claimed.get(key, MISSING), found.get(key, MISSING), f"{where}.{key}", out)
+                compare(
+                    claimed.get(key, MISSING), found.get(key, MISSING), f"{where}.{key}", out, (), tolerance, found_by
+                )
     elif isinstance(claimed, list) and isinstance(found, list):
         left = {_label(item, n): item for n, item in enumerate(claimed)}
         right = {_label(item, n): item for n, item in enumerate(found)}
         for label in [*left, *(label for label in right if label not in left)]:
-            compare(left.get(label, MISSING), right.get(label, MISSING), f"{where}[{printable(label)}]", out)
-    elif not same_number(claimed, found):
-        out.append(Mismatch(where, claimed, found))
+            item = f"{where}[{printable(label)}]"
+            compare(left.get(label, MISSING), right.get(label, MISSING), item, out, (), tolerance, found_by)
+    elif not same_number(claimed, found, tolerance):
+        out.append(Mismatch(where, claimed, found, found_by=found_by))
 
 
 __all__ = ["Mismatch", "Verification", "verify_entry", "compare"]

@@ -30,6 +30,7 @@ from builder.core.untrusted import read_parquet
 from .predictions import IMAGENET_CLASSES
 
 WHAT = "predictions file"
+GIVEN_SPEC_PREFIX = "predictions:"  # how reports name predictions made outside the toolkit: no model ran here
 PROBABILITY_FIELDS = ("prob_label", "prob_background_class", "prob_paired_class")
 ARRAY_OUTPUTS = ("logits", "probabilities")
 SUMS_TO_ONE = 1e-3  # float32 softmax rows sum to 1 well within this
@@ -66,9 +67,9 @@ def read_table(predictions) -> GivenPredictions:
     from evaluation.model_formats.models import sha256_of
 
     if isinstance(predictions, pd.DataFrame):
-        return checked_table(predictions, "predictions:DataFrame")
+        return checked_table(predictions, f"{GIVEN_SPEC_PREFIX}DataFrame")
     path = Path(predictions)
-    spec = f"predictions:{printable(path.name)}"
+    spec = f"{GIVEN_SPEC_PREFIX}{printable(path.name)}"
     if not path.is_file():
         raise InputError(f"{printable(str(path))}: no such {WHAT}")
     if path.suffix.lower() == ".csv":
@@ -148,7 +149,7 @@ def _from_vectors(frame, columns: set, index: dict[str, int], where: list[str], 
 def read_array(array, keys: list[str], outputs: str | None = None) -> GivenPredictions:
     """Predictions as an array in the order of `keys` (an opened dataset's samples)."""
     values = np.asarray(array)
-    spec = "predictions:array"
+    spec = f"{GIVEN_SPEC_PREFIX}array"
     if values.ndim not in (1, 2) or len(values) != len(keys):
         raise InputError(
             f"{spec}: shape {values.shape} for {len(keys)} samples; give (samples,) class indices or "

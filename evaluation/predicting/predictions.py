@@ -25,6 +25,8 @@ from pathlib import Path
 from builder.core.errors import printable
 from builder.core.untrusted import Fields, UntrustedInput, check_string, read_parquet
 from builder.formats.composites import COMPOSITE_FIELDS
+from evaluation.model_formats.identity import checked_identity
+from evaluation.model_formats.models import PREPROCESSING_STATUSES
 
 PREDICTIONS_NAME = "predictions.parquet"
 METADATA_KEY = b"hsi"
@@ -159,6 +161,7 @@ def check_run_metadata(meta: Fields) -> None:
     model.string("spec")
     model.string("checkpoint", None)
     model.string("checkpoint_sha256", None)
+    checked_identity(model)  # an in-memory model's, when it was one
     data = meta.object("data")
     for key in ("source", "split"):
         data.string(key)
@@ -170,7 +173,8 @@ def check_run_metadata(meta: Fields) -> None:
     space.string("description")
     preprocessing = meta.object("preprocessing")
     preprocessing.string("description")
-    if preprocessing.boolean("cropped", False):
+    preprocessing.string("status", None, choices=PREPROCESSING_STATUSES)  # null: written before it existed
+    if preprocessing.boolean("cropped", False):  # null: not known (predictions made elsewhere)
         preprocessing.number("crop_pct", low=0, high=1)
     for n, note in enumerate(meta.list("notes", [])):
         check_string(note, lambda problem, n=n: meta.error(problem, f"notes[{n}]"))

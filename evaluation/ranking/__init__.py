@@ -6,5 +6,8 @@ verify` re-scores), `hub_results` the Hub's evaluation-results file beside it, a
 leaderboard.md and .csv of an `hsi eval --out` folder and the check that skips a model already
 evaluated. `eval_reader` reads a finished evaluation folder (eval.json checked by `report_fields`,
 entry.json, predictions, plots) for the leaderboards, the site, `release --results` and `leaderboard
-verify`. Builds on `predicting` and `analysis`; runs no model.
+verify`. `provenance` is the one rule for what a result may claim of itself (its preprocessing's
+status: applied, declared or unknown; its weights), `verification_record` what `hsi leaderboard
+verify` proved (its checks by name, verification.json). Builds on `predicting` and `analysis`; runs
+no model.
 """

@@ -27,13 +27,16 @@ from typing import Any
 from builder.core.errors import UsageError, printable
 from builder.core.hashing import sha256_file
 from builder.core.untrusted import Fields, check_string, read_json, regular_file
+from evaluation.model_formats.identity import checked_identity
+from evaluation.model_formats.models import DECLARED, PREPROCESSING_STATUSES, UNKNOWN
 from evaluation.predicting.predictions import is_utf8
 
 from .hub_results import entry_results_file, eval_results, eval_results_text
+from .provenance import PREPROCESSING_KEYS, recorded_preprocessing
 
 ENTRY_JSON = "entry.json"
 ENTRY_SCHEMA = "hsi-leaderboard-entry"
-ENTRY_SCHEMA_VERSION = 1
+ENTRY_SCHEMA_VERSION = 2  # 2: preprocessing.status and .resize (cropped null when not known), model.identity
 WHAT = "leaderboard entry"
 MAX_TEXT = 300  # a name, an architecture, a training-data line: one line, not an essay
 MAX_RESAMPLES = 1_000_000  # what a verification may be asked to redo
@@ -47,6 +50,9 @@ DESCRIPTION = (
     ("paper", "--paper", "paper"),
     ("url", "--entry-url", "entry_url"),
 )
+# An entry's preprocessing: what evaluation.ranking.provenance records, less the loader's own words (source).
+PREPROCESSING_FIELDS = tuple(key for key in PREPROCESSING_KEYS if key != "source")
+PREPROCESSING_FIELDS_V1 = ("description", "cropped", "crop_pct", "input_size", "interpolation", "mean", "std")
 # Figures recomputed from the predictions; the others need the model (clean photos).
 REPORTED_ONLY = ("clean_top1",)
 
@@ -152,9 +158,10 @@ def carried_info(path: Path, model: dict) -> EntryInfo:
     if not path.exists() and not path.is_symlink():
         return EntryInfo()
     entry = read_entry(path)
-    same = (entry["model"]["spec"], entry["model"]["weights"]["sha256"]) == (
+    same = (entry["model"]["spec"], entry["model"]["weights"]["sha256"], entry["model"]["identity"]) == (
         one_line(model["spec"]),
         model.get("checkpoint_sha256"),
+        model.get("identity"),
     )
     return info_of(entry) if same else EntryInfo()
 
@@ -218,7 +225,7 @@ def headline_figures(metrics: dict, clean: dict | None = None) -> dict:
 def build_entry(report: dict, predictions: Path, info: EntryInfo) -> dict:
     """The entry of the evaluation `report` (an eval.json payload) scored from `predictions`."""
     model, data, metrics = report["model"], report["data"], report["metrics"]
-    pre = report["preprocessing"]
+    pre = recorded_preprocessing(report["preprocessing"], model["spec"])
     boot = metrics["bootstrap"]
     return {
         "schema": ENTRY_SCHEMA,
@@ -231,19 +238,12 @@ def build_entry(report: dict, predictions: Path, info: EntryInfo) -> dict:
                 "file": one_line(model["checkpoint"]) if model.get("checkpoint") else None,
                 "sha256": model.get("checkpoint_sha256"),
             },
+            "identity": model.get("identity"),  # an in-memory model's; None for a spec (its weights say it)
             "architecture": info.architecture,
             "training_data": info.training_data,
             "paper": info.paper,
         },
-        "preprocessing": {
-            "description": pre["description"],
-            "cropped": bool(pre.get("cropped")),
-            "crop_pct": pre.get("crop_pct"),
-            "input_size": pre.get("input_size"),
-            "interpolation": pre.get("interpolation"),
-            "mean": pre.get("mean"),
-            "std": pre.get("std"),
-        },
+        "preprocessing": {key: pre[key] for key in PREPROCESSING_FIELDS},
         "label_space": {key: report["label_space"][key] for key in ("name", "classes", "description")},
         "data": {
             "source": one_line(data["source"]),
@@ -318,9 +318,12 @@ def _estimate_fields(estimate: Fields, *, low: float, high: float) -> None:
     estimate.integer("sources", low=0)
 
 
-def _check_model(model: Fields) -> None:
-    model.only(("spec", "weights", "architecture", "training_data", "paper"))
+def _check_model(model: Fields, version: int) -> None:
+    keys = ("spec", "weights", "architecture", "training_data", "paper")
+    model.only((*keys, "identity") if version >= 2 else keys)
     _text(model, "spec", nullable=False, check=check_label)
+    if version >= 2 and _nullable(model, "identity"):
+        checked_identity(model)
     weights = model.object("weights").only(("file", "sha256"))
     _text(weights, "file", check=check_label)
     if _nullable(weights, "sha256"):
@@ -344,12 +347,22 @@ def _numbers(fields: Fields, key: str, count: int, *, low: float | None = None) 
             item.number(f"{key}[{n}]", low=low)
 
 
-def _check_preprocessing(pre: Fields) -> None:
-    pre.only(("description", "cropped", "crop_pct", "input_size", "interpolation", "mean", "std"))
+def _check_preprocessing(pre: Fields, version: int) -> None:
+    """The preprocessing an entry claims: in version 1 always a boolean crop; from version 2 its
+    status, and nothing but the description when it is unknown."""
+    pre.only(PREPROCESSING_FIELDS if version >= 2 else PREPROCESSING_FIELDS_V1)
     pre.string("description")
-    cropped = pre.boolean("cropped")
+    status = pre.string("status", choices=PREPROCESSING_STATUSES) if version >= 2 else None
+    if status == UNKNOWN:
+        claimed = [key for key in PREPROCESSING_FIELDS if key not in ("status", "description") and _nullable(pre, key)]
+        if claimed:
+            raise pre.error(f"claims {claimed[0]} of a preprocessing whose status is unknown; an unknown one is null")
+        return
+    cropped = pre.boolean("cropped") if status != DECLARED or _nullable(pre, "cropped") else None
     if cropped or _nullable(pre, "crop_pct"):
         pre.number("crop_pct", low=0, high=1)
+    if version >= 2 and _nullable(pre, "resize"):
+        pre.integer("resize", low=1)
     _numbers(pre, "input_size", 2)
     if _nullable(pre, "interpolation"):
         pre.string("interpolation")
@@ -471,8 +484,8 @@ def check_entry(entry: object, source: Path | str) -> dict:
     _text(top, "name", nullable=False)
     if top.has("url"):  # entries written before the field existed have none
         _text(top, "url", check=check_entry_url)
-    _check_model(top.object("model"))
-    _check_preprocessing(top.object("preprocessing"))
+    _check_model(top.object("model"), version)
+    _check_preprocessing(top.object("preprocessing"), version)
     space = top.object("label_space").only(("name", "classes", "description"))
     space.string("name")
     space.integer("classes", low=1, high=1000)
@@ -483,7 +496,12 @@ def check_entry(entry: object, source: Path | str) -> dict:
     predictions.string("sha256", pattern=SHA256)
     _check_bootstrap(top.object("bootstrap"))
     _check_figures(top.object("figures"))
-    return dict(top.data)
+    checked = dict(top.data)
+    checked["model"] = {"identity": None, **checked["model"]}  # version 1: no in-memory identity recorded
+    # read alike whatever its version: the preprocessing with its status (provenance's one rule)
+    pre = recorded_preprocessing(checked["preprocessing"], checked["model"]["spec"])
+    checked["preprocessing"] = {key: pre[key] for key in PREPROCESSING_FIELDS}
+    return checked
 
 
 def entry_path(path: Path) -> Path:

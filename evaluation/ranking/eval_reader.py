@@ -29,6 +29,7 @@ from evaluation.predicting.predictions import METADATA_KEY, PREDICTIONS_NAME, re
 
 from .entries import ENTRY_JSON, entry_path, read_entry
 from .report_fields import SHA256, checked_metrics, checked_run
+from .verification_record import Verified, read_verification
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 REVISION_KEYS = ("config", "split", "fingerprint")  # what makes two evaluations comparable
@@ -101,6 +102,13 @@ class EvaluatedModel:
                 f"{EVAL_JSON} reports: {UNEDITED}"
             )
         return entry
+
+    def read_verification(self, entry: dict | None) -> Verified | None:
+        """What `hsi leaderboard verify --record` proved of the folder's entry (`entry`, as
+        `read_entry` gave it): its verification.json, checked; None without an entry or a record."""
+        if entry is None:
+            return None
+        return read_verification(self.folder / ENTRY_JSON, entry)
 
     def training(self) -> dict | None:
         """{method, seed, checkpoint, checkpoint_sha256} when the predictions were made by an `hsi train`

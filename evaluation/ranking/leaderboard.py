@@ -28,9 +28,10 @@ from builder.core.markdown import code, inline
 from builder.core.owned import OwnedFolder
 from builder.core.untrusted import Fields, read_json
 from evaluation.analysis.report import EVAL_JSON, fmt, md_table
+from evaluation.model_formats.models import DECLARED
 
 from .eval_reader import EvaluatedModel, checked_report, model_folders
-from .preprocessing_status import preprocessing_status
+from .provenance import preprocessing_status
 from .ranks import (
     TIES,
     UNKNOWN_REASON,
@@ -54,8 +55,11 @@ def run_identity(report: dict) -> dict:
     data = report["data"]
     return {
         "data": {k: data.get(k) for k in (*DATA_KEYS, "limit")},
-        "model": {k: report["model"].get(k) for k in ("spec", "checkpoint_sha256")},
-        "preprocessing": {k: v for k, v in report["preprocessing"].items() if k != "description"},
+        "model": {k: report["model"].get(k) for k in ("spec", "checkpoint_sha256", "identity")},
+        # what was applied; the words, the status and the resize a crop implies change no number
+        "preprocessing": {
+            k: v for k, v in report["preprocessing"].items() if k not in ("description", "status", "resize")
+        },
         "label_space": report["label_space"].get("name"),
     }
 
@@ -131,7 +135,7 @@ def preprocessing_text(pre: dict, status: str) -> str:
     if status == UNKNOWN_STATUS:
         return "unknown"
     shown = "crop_pct " + str(pre["crop_pct"]) if pre.get("cropped") else "canvas as is"
-    return f"declared: {shown}" if status == "declared" else shown
+    return f"declared: {shown}" if status == DECLARED else shown
 
 
 def leaderboard_row(report: dict, folder_name: str, name: str | None = None) -> dict:

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-UNKNOWN_STATUS = "unknown"
+from evaluation.model_formats.models import UNKNOWN as UNKNOWN_STATUS  # the one vocabulary of statuses
+
 UNKNOWN_TITLE = "Unknown preprocessing (ranked apart)"
 UNKNOWN_REASON = (
     "These predictions were made outside the toolkit and do not declare how the images were preprocessed "

@@ -19,8 +19,10 @@ from pathlib import Path
 from builder.core.errors import HsiError
 from builder.core.names import check_config_name, check_path_component
 from builder.core.untrusted import Fields, check_integer, check_string
+from evaluation.model_formats.identity import checked_identity
+from evaluation.model_formats.models import APPLIED, PREPROCESSING_STATUSES, UNKNOWN
 
-from .preprocessing_status import PREPROCESSING_STATUSES, preprocessing_status
+from .provenance import preprocessing_status, recorded_preprocessing
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -236,6 +238,29 @@ def _input_size(pre: Fields) -> list[int] | None:
     return list(size)
 
 
+def _preprocessing(pre: Fields, spec: str) -> dict:
+    """The preprocessing as a page shows it: its status (evaluation.ranking.provenance's rule) and
+    the fields it claims; an unknown one claims none (an older file's `cropped: false` included)."""
+    recorded_status = pre.string("status", None, choices=PREPROCESSING_STATUSES)
+    status = preprocessing_status({"status": recorded_status}, spec)
+    if status == UNKNOWN:  # nothing but its status and its words
+        recorded = recorded_preprocessing({"status": recorded_status, "description": pre.string("description")}, spec)
+        return {"preprocessing": recorded["description"], "preprocessing_status": status} | dict.fromkeys(
+            ("cropped", "crop_pct", "input_size", "interpolation")
+        )
+    cropped = pre.raw("cropped", None)
+    if status == APPLIED or cropped is not None:  # a declaration may leave the crop undeclared
+        cropped = pre.boolean("cropped", False)
+    return {
+        "preprocessing": pre.string("description", None),
+        "preprocessing_status": status,
+        "cropped": cropped,
+        "crop_pct": pre.number("crop_pct", None, low=0, high=1),
+        "input_size": _input_size(pre),
+        "interpolation": pre.string("interpolation", None),
+    }
+
+
 def is_partial(report: dict) -> bool:
     """A `--limit` run over fewer samples than the split holds (older reports say only `limit`: any
     `--limit` run)."""
@@ -253,17 +278,12 @@ def checked_run(report: dict, where: Path) -> dict:
     data = top.object("data")
     data.boolean("partial", False)  # checked here, read by is_partial
     spec = model.string("spec")
-    status = pre.string("status", None, choices=PREPROCESSING_STATUSES)
     return {
         "spec": spec,
         "checkpoint": model.string("checkpoint", None),
         "checkpoint_sha256": model.string("checkpoint_sha256", None, pattern=SHA256),
-        "preprocessing": pre.string("description", None),
-        "preprocessing_status": preprocessing_status({"status": status}, spec),
-        "cropped": pre.boolean("cropped", False),
-        "crop_pct": pre.number("crop_pct", None, low=0, high=1),
-        "input_size": _input_size(pre),
-        "interpolation": pre.string("interpolation", None),
+        "identity": checked_identity(model),  # an in-memory model's class and weights, else None
+        **_preprocessing(pre, spec),
         "label_space": space.string("description", None) or space.string("name"),
         "label_space_name": space.string("name"),
         "classes": space.integer("classes", None, low=1),

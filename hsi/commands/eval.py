@@ -149,6 +149,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="score predictions made elsewhere on SOURCE: a CSV or parquet file of key and pred_class (0-999) or "
         "pred_wnid, optionally top5_class/top5_wnid (';'-separated) and probabilities",
     )
+    analysis.add_argument(
+        "--preprocessing",
+        metavar="FIELD=VALUE,...",
+        help="with --predictions: how the images were prepared for the model that made them, recorded as declared "
+        "(not checked): resize, crop_pct, size (S or HxW), interpolation, mean and std (R/G/B in [0, 1] units), e.g. "
+        "resize=256,crop_pct=0.875,size=224,interpolation=bicubic,mean=0.485/0.456/0.406,std=0.229/0.224/0.225 "
+        "(default: recorded as unknown)",
+    )
     analysis.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples for the intervals")
     analysis.add_argument("--seed", type=seed_int, default=0, help="bootstrap seed")
     analysis.add_argument(
@@ -264,6 +272,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             "--from recomputes an hsi eval predictions.parquet, --predictions scores a file made elsewhere: pass one"
         )
+    if args.preprocessing is not None and args.predictions is None:
+        raise UsageError(
+            "--preprocessing declares how predictions made elsewhere were prepared: pass it with --predictions FILE "
+            "(a model run records what it applies: --crop-pct, --input-size, --interpolation, --mean, --std)"
+        )
     if args.from_predictions is not None:
         return _run_from(args, bootstrap)
     if args.predictions is not None:
@@ -371,7 +384,8 @@ def _run_from(args: argparse.Namespace, bootstrap) -> int:
 # other one configures a model run (the model, its preprocessing, its batches, --limit, --clean,
 # --parts), which the file's predictions have replaced.
 PREDICTIONS_FLAGS = frozenset(
-    {"source", "config", "split", "out", "overwrite", "predictions", "bootstrap", "seed", "no_progress"}
+    {"source", "config", "split", "out", "overwrite", "predictions", "preprocessing", "bootstrap", "seed"}
+    | {"no_progress"}
     | {"entry_name", "architecture", "training_data", "paper", "entry_url"}
 )
 
@@ -391,9 +405,10 @@ def model_run_flags_given(args: argparse.Namespace) -> list[str]:
 
 def _run_predictions(args: argparse.Namespace, bootstrap) -> int:
     from evaluation.analysis.report import EVAL_MD
-    from evaluation.orchestration.external import score
+    from evaluation.orchestration.external import preprocessing_section, score
     from evaluation.orchestration.runs import save_scored
 
+    preprocessing_section(args.preprocessing, "--preprocessing")  # a bad declaration: one line, nothing written
     given = model_run_flags_given(args)
     if given:
         raise UsageError(
@@ -405,7 +420,13 @@ def _run_predictions(args: argparse.Namespace, bootstrap) -> int:
         raise UsageError("--predictions scores a file on a SOURCE: pass the release folder, dataset folder or hf://")
     info = entry_info(args)
     evaluation = score(
-        args.predictions, args.source, config=args.config, split=args.split, bootstrap=bootstrap, announce=_announce
+        args.predictions,
+        args.source,
+        config=args.config,
+        split=args.split,
+        bootstrap=bootstrap,
+        preprocessing=args.preprocessing,
+        announce=_announce,
     )
     folder, board = save_scored(evaluation, args.out, args.predictions, info, args.overwrite)
     print(

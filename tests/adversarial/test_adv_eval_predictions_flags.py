@@ -50,6 +50,7 @@ SCORING_FLAGS = {"-h", "--help", "--config", "--split", "--out", "--predictions"
 SCORING_FLAGS |= {"--overwrite"}  # #33: replaces another model's evaluation where the file's results go
 SCORING_FLAGS |= {
     "--no-progress",
+    "--preprocessing",
     "--from",
     "--entry-name",
     "--architecture",

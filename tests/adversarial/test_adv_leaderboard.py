@@ -13,6 +13,7 @@ import shutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from colour_entry import colour_entry
 from release_factory import composed_fingerprint, make_composed_dataset
 from tiny_models import MeanColour
 from trusted_code import trust_flags
@@ -32,23 +33,9 @@ MODEL = "ts_colour.pt"
 def evaluated(tmp_path_factory):
     """(model folder of an `hsi eval` run, its data, the same config composed with another seed)."""
     root = tmp_path_factory.mktemp("adv-leaderboard")
-    data = make_composed_dataset(root / "composed", splits={"test": 12}, shard_size=4)
+    folder, data, _ = colour_entry(root, "--entry-name", "Mean colour")
     other = make_composed_dataset(root / "other", splits={"test": 12}, shard_size=4, seed=1)
-    model = root / "colour.pt"
-    torch.jit.trace(MeanColour(), torch.rand(1, 3, 224, 224)).save(str(model))
-    argv = [
-        "eval",
-        str(data),
-        "--model",
-        f"ts:{model}",
-        *trust_flags(f"ts:{model}"),
-        "--out",
-        str(root / "out"),
-        "--workers",
-        "0",
-    ]
-    assert main([*argv, "--no-progress", "--bootstrap", "20", "--entry-name", "Mean colour"]) == 0
-    return root / "out" / MODEL, data, other
+    return folder, data, other
 
 
 @pytest.fixture
@@ -110,7 +97,7 @@ def test_a_true_entry_verifies(evaluated, submission, capsys):
     assert status == 0 and lines == [], err
     assert main(["leaderboard", "verify", str(submission), "--data", str(evaluated[1])]) == 0  # the folder works too
     printed = capsys.readouterr().out
-    assert printed.startswith("verified: Mean colour (ts:colour.pt) on hard-spurious-imagenet/test")
+    assert printed.startswith("re-scored: Mean colour (ts:colour.pt) on hard-spurious-imagenet/test")
     assert "12 samples (0 error rows)" in printed and "worst group" in printed
 
 

@@ -88,7 +88,7 @@ def test_the_entry_of_hsi_eval_verifies(evaluated, paper_set, capsys):
     capsys.readouterr()
     assert main(["leaderboard", "verify", str(evaluated / FOLDER), "--data", str(paper_set)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("verified: Planted corner (ts:planted_corner.pt)")
+    assert out.startswith("re-scored: Planted corner (ts:planted_corner.pt)")
     assert "worst group CoR 0.000" in out and "mismatch" not in out
 
 
@@ -151,7 +151,7 @@ def test_scored_predictions_and_save_write_entries_that_verify(evaluated, paper_
     assert entry["figures"]["by_group"] == original["by_group"]
     capsys.readouterr()
     assert main(["leaderboard", "verify", str(folder / "entry.json"), "--data", str(paper_set)]) == 0
-    assert capsys.readouterr().out.startswith("verified: My JAX model")
+    assert capsys.readouterr().out.startswith("re-scored: My JAX model")
 
     evaluation = hsi.score(table, paper_set, bootstrap=BootstrapSettings(resamples=100))
     saved = evaluation.save(
@@ -225,7 +225,7 @@ def test_models_yaml_describes_each_model_and_bad_descriptions_are_refused_befor
             lambda e: e["figures"]["top1"].update(value=1.5),
             "figures.top1.value: 1.5 is above the largest allowed value 1",
         ),
-        (lambda e: e.update(schema_version=2), "schema_version: 2 is newer than this toolkit reads (1)"),
+        (lambda e: e.update(schema_version=3), "schema_version: 3 is newer than this toolkit reads (2)"),
         (
             lambda e: e["predictions"].update(file="../x.parquet"),
             "predictions.file: '../x.parquet' is a path; an entry names a file beside it",
