@@ -58,6 +58,7 @@ def save_tiny_openclip(path: Path, seed: int = 0) -> Path:
     from safetensors.torch import save_file
 
     register_tiny_openclip(path.parent / "open_clip_configs")
+    path.parent.mkdir(parents=True, exist_ok=True)  # registering creates it only the first time in a process
     torch.manual_seed(seed)
     model = open_clip.create_model(TINY_ARCH)
     save_file({name: tensor.contiguous() for name, tensor in model.state_dict().items()}, str(path))

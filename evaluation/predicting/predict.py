@@ -144,6 +144,12 @@ class Classifier:
                 start += len(chunk)
         return torch.cat(parts).numpy()
 
+    def reference_probabilities(self, images):
+        """`probabilities` as B x K: a zero-shot model's first (reference) prompt set, whose
+        predictions fill the plain columns (the clean-photo and background passes, the probes)."""
+        probs = self.probabilities(images)
+        return probs[:, 0] if probs.ndim == 3 else probs
+
 
 @dataclass
 class PredictionRun:

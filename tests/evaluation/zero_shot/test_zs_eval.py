@@ -210,8 +210,8 @@ def test_the_text_classifier_cache_is_read_on_a_second_run_and_missed_for_new_te
     assert embedded[2:] == [["a sketch of a {}."]]
 
 
-def test_all_1000_classes_on_a_full_config_with_the_names_that_tie(paper_set, tiny_spec, tmp_path):
-    folder = run_cli(paper_set, tiny_spec, tmp_path / "run", "--templates", "simple")
+def test_all_1000_classes_on_a_full_config_with_the_names_that_tie(paper_set, flat_parts, tiny_spec, tmp_path):
+    folder = run_cli(paper_set, tiny_spec, tmp_path / "run", "--templates", "simple", "--parts", str(flat_parts[0]))
     report = json.loads((folder / "eval.json").read_text())
     assert report["label_space"] == {
         "classes": 1000,
@@ -222,6 +222,7 @@ def test_all_1000_classes_on_a_full_config_with_the_names_that_tie(paper_set, ti
     assert report["zero_shot"]["repeated_names"] == {"missile": [657, 744], "sunglasses": [836, 837]}
     assert any("sunglasses" in note and "tie" in note for note in report["notes"])
     assert report["paired_differences"] == [] and "removed_for_scale" not in report["zero_shot"]
+    assert report["background_only"]["images"] == len(flat_parts[1])  # the backgrounds pass: the reference set
 
 
 def test_an_hf_clip_folder_that_centre_crops_is_evaluated_with_its_crop_and_a_warning(ten_set, tmp_path):
