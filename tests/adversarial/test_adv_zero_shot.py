@@ -25,7 +25,6 @@ from builder.core.errors import HsiError
 from evaluation.analysis.bootstrap import BootstrapSettings
 from evaluation.zero_shot.published import simple_templates
 from evaluation.zero_shot.templates import MAX_FILE_BYTES
-from evaluation.zero_shot.text_cache import CACHE_VARIABLE
 from hsi.cli import main
 
 QUICK = {"bootstrap": BootstrapSettings(resamples=20), "announce": lambda _: None}
@@ -37,11 +36,6 @@ def world(tmp_path_factory) -> dict:
     dataset = make_composed_dataset(root / "data", splits={"test": 8}, shard_size=4)
     spec = tiny_openclip_spec(save_tiny_openclip(root / "tiny" / "tiny-clip.safetensors"))
     return {"root": root, "dataset": dataset, "spec": spec}
-
-
-@pytest.fixture(autouse=True)
-def _cache_in_tmp(tmp_path, monkeypatch):
-    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "zero-shot-cache"))
 
 
 def refused(capsys, args: list[str], out: Path, *needles: str) -> str:
@@ -165,15 +159,9 @@ def runs(world, tmp_path_factory) -> dict:
     import hsi
 
     root = tmp_path_factory.mktemp("adv-zero-shot-runs")
-    os.environ[CACHE_VARIABLE] = str(root / "cache")  # this module's runs never touch the user's cache
-    try:
-        twins = write(root / "twins.yaml", yaml.safe_dump({"one": ["a {}."], "two": ["the {}."]}))
-        assert (
-            main([*eval_args(world, root / "zs", str(twins)), "--workers", "0", "--bootstrap", "20", "--no-progress"])
-            == 0
-        )
-    finally:
-        del os.environ[CACHE_VARIABLE]
+    twins = write(root / "twins.yaml", yaml.safe_dump({"one": ["a {}."], "two": ["the {}."]}))
+    run = [*eval_args(world, root / "zs", str(twins)), "--workers", "0", "--bootstrap", "20", "--no-progress"]
+    assert main(run) == 0
     (zero_shot,) = (root / "zs").glob("*/predictions.parquet")
     answers = hsi.evaluate(
         lambda b: ["tench"] * len(b), world["dataset"], outputs="text", workers=0, progress=False, **QUICK
