@@ -35,10 +35,12 @@ def set_frame(frame: pd.DataFrame, name: str) -> pd.DataFrame:
 
 
 def _difference_cell(name: str, cell_a: pd.DataFrame, cell_b: pd.DataFrame, settings: BootstrapSettings) -> dict:
+    difference = rate_difference(name, cell_a, cell_b, "correct", settings).to_json()
+    difference["n"] = int(len(cell_a))  # the samples both sets classified, each counted once
     return {
         "set_top1": float(cell_a["correct"].mean()),
         "reference_top1": float(cell_b["correct"].mean()),
-        "difference": rate_difference(name, cell_a, cell_b, "correct", settings).to_json(),
+        "difference": difference,
     }
 
 

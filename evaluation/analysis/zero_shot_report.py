@@ -118,7 +118,7 @@ def answer_markdown(report: dict) -> list[str]:
     out = [
         "## Answers in words",
         "",
-        (f'Prompt: "{_text(prompt)}". ' if prompt else "Prompt: not known (answers from a file). ")
+        (f'Each image was asked: "{_text(prompt)}" ' if prompt else "The prompt is not known (answers from a file). ")
         + f"Answers were mapped by exact name over {_text(vocabulary.get('classes'))} classes "
         f"({_text(vocabulary.get('terms'))} names; vocabulary sha256 `{_text(vocabulary.get('sha256'))}`); an answer "
         "naming no class (unmapped) or several (ambiguous) counts as wrong.",
