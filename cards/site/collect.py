@@ -51,6 +51,8 @@ class ModelEval:
     predictions: object  # pandas DataFrame, every row (error rows too)
     plots: list[tuple[str, bytes]]  # (file name, PNG bytes), in eval.json's order
     entry: dict | None = None  # its leaderboard entry (evaluation.ranking.entries), when the folder has one
+    prompt_sets: dict | None = None  # a zero-shot model's (evaluation.ranking.prompt_fields)
+    answers: dict | None = None  # a vision-language model's answers in words
 
     @property
     def name(self) -> str:
@@ -87,6 +89,8 @@ def _model_eval(number: int, model: EvaluatedModel) -> ModelEval:
         predictions=model.read_predictions(),
         plots=[(name, data) for name, (_, data) in zip(names, model.plots())],
         entry=model.read_entry(),
+        prompt_sets=model.prompt_sets,
+        answers=model.answers,
     )
 
 
