@@ -6,7 +6,7 @@ random weights (speed does not depend on weight values), where the time goes, an
     python benchmarks/gpu_suite.py --device cpu                           # tiny models: a check in seconds
     python benchmarks/gpu_suite.py --only sd,detect --batch-size sd=8,detect=16
 
-Stages (`--only extract,sd,detect,eval`), each through the toolkit's own code path:
+Stages (`--only extract,sd,detect,eval,clip`), each through the toolkit's own code path:
   extract  SAM vit_h + big-lama as `hsi extract` runs them (benchmarks/extract_gpu.py's sweep at one
            batch size): decode, SAM encoder, SAM decoder, LaMa, encode. The figure is the model
            stages' rate (extract decodes and encodes in I/O threads beside the models); the serial
@@ -26,6 +26,11 @@ Stages (`--only extract,sd,detect,eval`), each through the toolkit's own code pa
   eval     resnet50 and ViT-B/16 (timm, random init) through `hsi eval`'s data path against their
            forward passes alone on the same batches held in memory (benchmarks/eval_speed.py's
            measurement); the figure is the eval path's images/s. Target: eval >= 0.9 of forward-only.
+  clip     CLIP ViT-B/32 zero-shot as `hsi eval --model openclip:ViT-B-32:FILE` runs it: the text
+           pass that builds the text classifiers (1000 classes x the 80 templates of openai,
+           simple and no-scale, into an empty cache, timed once), then the eval path against the
+           forward passes alone (the image tower and the three sets' logits), as the eval stage
+           measures them. Target: eval >= 0.9 of forward-only.
 
 The published configurations, built with the libraries' own classes, randomly initialised:
   - SD-1.5 inpainting: the unet/, vae/ and text_encoder/ config.json of
@@ -45,6 +50,11 @@ The published configurations, built with the libraries' own classes, randomly in
     class names, padded to BERT's 30,522 entries: prompts have about as many tokens as WordPiece gives.
   - SAM: segment-anything's registry (`sam_model_registry["vit_h"]()`); resnet50 and
     vit_base_patch16_224: timm, pretrained=False.
+  - CLIP ViT-B/32: open_clip's own `ViT-B-32` model config (`open_clip.create_model("ViT-B-32")`,
+    random init: a 12-layer ViT-B with 32 px patches at 224 px, a 12-layer text transformer of width
+    512 over 77 tokens, 512-dimensional embeddings, as Radford et al. 2021 describe ViT-B/32), saved
+    as a safetensors file and loaded by the spec's own loader. --tiny uses the tests' `hsi-tiny-clip`
+    over the synthetic set's own classes.
 
 --tiny (implied by --device cpu): the test suite's toy models (tests/tiny_*.py), small images, one
 or two iterations, so the CPU run takes seconds; its figures show the suite runs, they are not to
@@ -78,7 +88,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
-STAGES = ("extract", "sd", "detect", "eval")
+STAGES = ("extract", "sd", "detect", "eval", "clip")
 EXTRACT_TARGET = 28.0  # images/s, SAM vit_h + big-lama on one H200 (issue 26)
 EVAL_RATIO_TARGET = 0.9  # eval path / forward-only throughput
 CUDA_LIMIT_S = 8 * 60  # the whole suite on one H200
@@ -90,6 +100,7 @@ REQUIREMENTS = {
     "sd": ("torch", "diffusers", "transformers", "open_clip"),
     "detect": ("torch", "transformers"),
     "eval": ("torch", "timm"),
+    "clip": ("torch", "open_clip"),
 }
 INSTALL = {
     "segment_anything": "segment-anything",
@@ -166,6 +177,7 @@ GDINO_RESIZE = {"shortest_edge": 800, "longest_edge": 1333}
 
 EVAL_MODELS = ("resnet50", "vit_base_patch16_224")
 TINY_EVAL_MODELS = ("test_resnet", "test_vit")  # timm's own test models (160 px, under 1M parameters)
+CLIP_ARCH = "ViT-B-32"  # open_clip's config of CLIP ViT-B/32
 
 
 @dataclass(frozen=True)
@@ -185,7 +197,7 @@ def full_sizes() -> Sizes:
 
 
 def tiny_sizes() -> Sizes:
-    return Sizes(4, 4, 1, 2, 1, {"extract": 2, "sd": 2, "detect": 4, "eval": 8})
+    return Sizes(4, 4, 1, 2, 1, {"extract": 2, "sd": 2, "detect": 4, "eval": 8, "clip": 8})
 
 
 def scgs_defaults() -> argparse.Namespace:
@@ -211,6 +223,7 @@ def default_batch_sizes() -> dict[str, int]:
         "sd": scgs_defaults().sd_batch_size,
         "detect": default(GroundingDinoConfig, "batch_size"),
         "eval": default(RunSettings, "batch_size"),
+        "clip": default(RunSettings, "batch_size"),
     }
 
 
@@ -606,11 +619,91 @@ def bench_eval(ctx: Context) -> list[Row]:
     return rows
 
 
+# --- clip --------------------------------------------------------------------------------------
+
+
+def clip_weights(ctx: Context) -> tuple[str, str]:
+    """(spec, architecture) of random CLIP weights saved as a safetensors file: open_clip's ViT-B-32,
+    or for --tiny the tests' hsi-tiny-clip (its config file beside the weights)."""
+    import open_clip
+    import torch
+    from safetensors.torch import save_file
+
+    folder = ctx.folder / "clip"
+    folder.mkdir(parents=True, exist_ok=True)
+    if ctx.tiny:
+        from tiny_clip import TINY_ARCH, save_tiny_openclip, tiny_openclip_spec
+
+        return tiny_openclip_spec(save_tiny_openclip(folder / "tiny-clip.safetensors")), TINY_ARCH
+    torch.manual_seed(0)
+    model = open_clip.create_model(CLIP_ARCH)
+    path = folder / f"{CLIP_ARCH}_random_init.safetensors"
+    save_file({name: tensor.contiguous() for name, tensor in model.state_dict().items()}, str(path))
+    return f"openclip:{CLIP_ARCH}:{path}", CLIP_ARCH
+
+
+def bench_clip(ctx: Context) -> list[Row]:
+    from eval_speed import measure, synthetic_dataset
+
+    from evaluation.model_formats.models import ModelOptions, load_model
+    from evaluation.orchestration.external import open_dataset
+    from evaluation.orchestration.pipeline import RunSettings
+    from evaluation.zero_shot.text_cache import CACHE_VARIABLE
+
+    batch = ctx.sizes.batch["clip"]
+    dataset = synthetic_dataset(ctx.folder / "clip-data", ctx.sizes.eval_source_images)
+    spec, arch = clip_weights(ctx)
+    # the full run builds all 1000 classes' text classifiers, as on the paper's set; --tiny only the set's own
+    present = tuple(sorted(open_dataset(dataset, split="val", announce=lambda _: None).metadata["wnid"].unique()))
+    options = ModelOptions(classes=present if ctx.tiny else None, device=str(ctx.device))
+    previous = os.environ.get(CACHE_VARIABLE)
+    os.environ[CACHE_VARIABLE] = str(ctx.folder / "zero-shot-cache")  # empty: the text pass is timed; no user cache
+    try:
+        started = time.perf_counter()
+        loaded = load_model(spec, options)
+        ctx.sync()
+        text_s = time.perf_counter() - started
+    finally:
+        if previous is None:
+            del os.environ[CACHE_VARIABLE]
+        else:
+            os.environ[CACHE_VARIABLE] = previous
+    classes = len(loaded.module.label_space)
+    texts = classes * len({t for name in loaded.module.set_names for t in loaded.module.template_sets[name]})
+    print(f"  {arch}: text classifiers of {', '.join(loaded.module.set_names)}: {texts} texts in {text_s:.1f} s")
+    settings = RunSettings(
+        split="val", batch_size=batch, workers=ctx.eval_workers, device=str(ctx.device), progress=False
+    )
+    measured = measure(loaded, dataset, settings, ctx.device, ctx.sizes.eval_repeat)
+    forward, evaluated, data = (measured.rate(n) for n in ("forward", "eval_path", "data"))
+    print(
+        f"  {arch} zero-shot: {measured.images} images, batch {batch}: forward-only {forward:.1f}, eval path "
+        f"{evaluated:.1f}, data path alone {data:.1f} images/s; eval / forward-only {measured.ratio:.3f}"
+    )
+    return [
+        Row(
+            f"clip:{arch}",
+            evaluated,
+            f"{EVAL_RATIO_TARGET:g} x forward-only",
+            measured.ratio / EVAL_RATIO_TARGET,
+            f"eval / forward-only {measured.ratio:.3f}; {len(loaded.module.set_names)} prompt sets from one image "
+            f"pass; text pass {texts} texts {text_s:.1f} s",
+            {
+                "text pass": text_s,
+                "forward-only": min(measured.forward),
+                "eval path": min(measured.eval_path),
+                "data": min(measured.data),
+            },
+        )
+    ]
+
+
 BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "extract": bench_extract,
     "sd": bench_sd,
     "detect": bench_detect,
     "eval": bench_eval,
+    "clip": bench_clip,
 }
 
 

@@ -3,7 +3,10 @@
 - `hsi.open(source, config=None, split=None)` -> `hsi.Dataset`: one split's samples, metadata and groups,
   and `.eval(predictions)`;
 - `hsi.score(predictions, data)` -> `hsi.Evaluation`: predictions made anywhere, scored;
-- `hsi.evaluate(model, data, **settings)` -> `hsi.Evaluation`: a module, a numpy callable or a spec;
+- `hsi.evaluate(model, data, **settings)` -> `hsi.Evaluation`: a module, a numpy callable, a callable
+  answering in words (`outputs="text"`) or a spec;
+- `hsi.zero_shot_classifier(model, tokenizer, templates=..., classnames=None)` -> a module `hsi.evaluate`
+  takes: CLIP zero-shot logits over the data's classes, per prompt set when given several;
 - `hsi.stream(source, config, split, ...)`: the shards as a training stream.
 
 Each is loaded on first use, so `import hsi` stays light (no torch, no pandas). The package also
@@ -12,7 +15,7 @@ and holds no logic of its own, so the layers below never import a command."""
 
 from builder import __version__
 
-__all__ = ["__version__", "open", "Dataset", "score", "evaluate", "Evaluation", "stream"]
+__all__ = ["__version__", "open", "Dataset", "score", "evaluate", "Evaluation", "stream", "zero_shot_classifier"]
 
 # public name -> (module, attribute), imported when first used
 _LAZY = {
@@ -22,6 +25,7 @@ _LAZY = {
     "Evaluation": ("evaluation.orchestration.result", "Evaluation"),
     "evaluate": ("evaluation.orchestration.inprocess", "evaluate"),
     "stream": ("builder.formats.stream", "stream"),
+    "zero_shot_classifier": ("evaluation.zero_shot.classifier", "public_zero_shot_classifier"),
 }
 
 

@@ -24,3 +24,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _zero_shot_cache_in_tmp(tmp_path_factory):
+    """Text classifiers a test builds (zero-shot CLIP) go to a folder of the session, never to the
+    user's cache ($HF_HOME/hsi/zero-shot); a test that counts cache hits points it at its own."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HSI_ZERO_SHOT_CACHE", str(tmp_path_factory.mktemp("zero-shot-cache")))
+        yield

@@ -42,6 +42,15 @@ def register_tiny_openclip(folder: Path) -> str:
     return TINY_ARCH
 
 
+def tiny_openclip_spec(weights: Path) -> str:
+    """`openclip:CONFIG.json:FILE` for tiny weights saved at `weights`: the architecture's config file
+    is written beside them, so the spec loads in any process (open_clip registers it by its stem)."""
+    config = weights.parent / "open_clip_configs" / f"{TINY_ARCH}.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(json.dumps(OPENCLIP_CONFIG), "utf-8")
+    return f"openclip:{config}:{weights}"
+
+
 def save_tiny_openclip(path: Path, seed: int = 0) -> Path:
     """Random weights of `hsi-tiny-clip` (registered first) saved as a safetensors file at `path`."""
     import open_clip
@@ -49,6 +58,7 @@ def save_tiny_openclip(path: Path, seed: int = 0) -> Path:
     from safetensors.torch import save_file
 
     register_tiny_openclip(path.parent / "open_clip_configs")
+    path.parent.mkdir(parents=True, exist_ok=True)  # registering creates it only the first time in a process
     torch.manual_seed(seed)
     model = open_clip.create_model(TINY_ARCH)
     save_file({name: tensor.contiguous() for name, tensor in model.state_dict().items()}, str(path))

@@ -53,6 +53,8 @@ class ModelEval:
     plots: list[tuple[str, bytes]]  # (file name, PNG bytes), in eval.json's order
     entry: dict | None = None  # its leaderboard entry (evaluation.ranking.entries), when the folder has one
     verification: Verified | None = None  # what hsi leaderboard verify --record proved of the entry
+    prompt_sets: dict | None = None  # a zero-shot model's (evaluation.ranking.prompt_fields)
+    answers: dict | None = None  # a vision-language model's answers in words
 
     @property
     def name(self) -> str:
@@ -93,6 +95,8 @@ def _model_eval(number: int, model: EvaluatedModel) -> ModelEval:
         plots=plots,
         entry=entry,
         verification=model.read_verification(entry),
+        prompt_sets=model.prompt_sets,
+        answers=model.answers,
     )
 
 

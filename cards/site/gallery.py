@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from builder.core.classes import imagenet_classes
 from builder.core.rng import stable_rank
 from builder.core.taxonomy import group_sort_key
+from evaluation.analysis.answer_shares import shown_answer
 
 
 @dataclass(frozen=True)
@@ -78,12 +79,23 @@ def _top_probability(values) -> float | None:
     return _probability(values[0])
 
 
+def _predicted(row: dict) -> tuple[int | None, float | None, str]:
+    """(class, probability, note) of the prediction; an answer in words that named no single class
+    (pred_class -1) is no class, its note the answer's status and the answer itself."""
+    index = int(row["pred_class"])
+    status = row.get("answer_status")
+    if _missing(status):
+        return index, _top_probability(row.get("top5_prob")), ""
+    answer = shown_answer(row.get("pred_text")) or "no answer"
+    return (index if index >= 0 else None), None, f"{status}: {answer}"
+
+
 def thumbnail(row: dict) -> Thumbnail:
     """A predictions row as a labelled thumbnail."""
     background = "" if _missing(row.get("background")) else str(row["background"])
     labels = [
         ClassLabel("true", int(row["label_class"]), _probability(row.get("prob_label"))),
-        ClassLabel("predicted", int(row["pred_class"]), _top_probability(row.get("top5_prob"))),
+        ClassLabel("predicted", *_predicted(row)),
         ClassLabel(
             "background",
             _index(row.get("background_class_index")),

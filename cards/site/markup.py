@@ -76,6 +76,25 @@ def table(header: list[object] | None, rows: list[list[object]], class_: str | N
     return tag("div", tag("table", Html(head + tag("tbody", body)), class_=class_), class_="table")
 
 
+def grid(cells: list[dict], row_key: str, metric: str, tiers: dict | None = None) -> Html:
+    """A row per `row_key` value, a column per size; each cell its estimate (and tier)."""
+    sizes = sorted({c["size"] for c in cells})
+    order: list = []
+    for c in cells:
+        if c[row_key] not in order:
+            order.append(c[row_key])
+    by_cell = {(c[row_key], c["size"]): c[metric] for c in cells}
+    rows = []
+    for name in order:
+        row: list[object] = [name]
+        for size in sizes:
+            tier = (tiers or {}).get((name, size))
+            value = estimate(by_cell.get((name, size))) if (name, size) in by_cell else Html("")
+            row.append(Html(value + (tag("span", tier, class_="tier") if tier else "")))
+        rows.append(row)
+    return table([row_key, *[f"{s} px" for s in sizes]], rows)
+
+
 def section(title: object, *content: object, id_: str | None = None) -> Html:
     return tag("section", Html(tag("h2", title) + join(content)), id=id_)
 

@@ -18,7 +18,8 @@ from evaluation.ranking.verification_record import verification_words
 
 from .collect import ModelEval
 from .gallery import ClassLabel, GalleryCell, Thumbnail
-from .markup import Html, esc, estimate, image, join, link, number, page, section, table, tag, url
+from .markup import Html, esc, estimate, grid, image, join, link, number, page, section, table, tag, url
+from .prompt_sections import prompt_and_answer_sections
 
 # what a leaderboard entry says of the model, shown as text (a paper's address is not a link: the
 # site loads and links nothing outside itself)
@@ -160,25 +161,6 @@ def index_page(boards: list[Board], generator: str) -> str:
 # ---------------------------------------------------------------- a model's page
 
 
-def _grid(cells: list[dict], row_key: str, metric: str, tiers: dict | None = None) -> Html:
-    """A row per `row_key` value, a column per size; each cell its estimate (and tier)."""
-    sizes = sorted({c["size"] for c in cells})
-    order: list = []
-    for c in cells:
-        if c[row_key] not in order:
-            order.append(c[row_key])
-    by_cell = {(c[row_key], c["size"]): c[metric] for c in cells}
-    rows = []
-    for name in order:
-        row: list[object] = [name]
-        for size in sizes:
-            tier = (tiers or {}).get((name, size))
-            value = estimate(by_cell.get((name, size))) if (name, size) in by_cell else Html("")
-            row.append(Html(value + (tag("span", tier, class_="tier") if tier else "")))
-        rows.append(row)
-    return table([row_key, *[f"{s} px" for s in sizes]], rows)
-
-
 def _tiers(model: ModelEval) -> dict:
     """{(group, size): tier} as the samples' json names it (the metrics' by_tier counts the same rows)."""
     frame = model.predictions
@@ -255,9 +237,9 @@ def _metric_sections(model: ModelEval) -> list[Html]:
     out += [
         section(
             "Top-1 by group and size",
-            _grid(metrics["by_group_size"], "group", "top1", tiers),
+            grid(metrics["by_group_size"], "group", "top1", tiers),
             tag("h3", "Top-5 by group and size"),
-            _grid(metrics["by_group_size"], "group", "top5"),
+            grid(metrics["by_group_size"], "group", "top5"),
             id_="group-size",
         ),
         section(
@@ -294,7 +276,7 @@ def _metric_sections(model: ModelEval) -> list[Html]:
             )
         )
     out += [
-        section("Top-1 by position and size", _grid(metrics["by_position_size"], "position", "top1"), id_="positions"),
+        section("Top-1 by position and size", grid(metrics["by_position_size"], "position", "top1"), id_="positions"),
         section(
             "Background kinds",
             table(
@@ -527,6 +509,8 @@ CONTENTS = (  # a model page's sections, as its table of contents names them
     ("background-gap", "background gap"),
     ("neutral-controls", "neutral controls"),
     ("background-class", "background class"),
+    ("prompt-sets", "prompt sets"),
+    ("answers", "answers"),
     ("plots", "plots"),
     ("galleries", "failure galleries"),
 )
@@ -549,6 +533,7 @@ def model_page(
 ) -> str:
     """One model's page; `thumbs` maps a sample key to its URL components from this page."""
     body: list[Html] = [section("Run", _run_table(model), id_="run"), *_metric_sections(model)]
+    body += prompt_and_answer_sections(model)  # a zero-shot model's prompt sets, a VLM's answers
     if model.plots:
         images = join(image(name, "plots", name) for name, _ in model.plots)
         body.append(section("Plots written by hsi eval", tag("div", images, class_="plots"), id_="plots"))

@@ -10,6 +10,9 @@ from builder.core import markdown
 from evaluation.model_formats.identity import identity_words
 from evaluation.model_formats.models import APPLIED, DECLARED, UNKNOWN
 
+from .markdown_cells import fmt, text
+from .zero_shot_report import answer_markdown, prompt_set_markdown
+
 EVAL_JSON, EVAL_MD = "eval.json", "eval.md"
 REPORT_SCHEMA = "hsi-eval/1"
 
@@ -38,16 +41,6 @@ def write_json(path: Path, payload: dict) -> None:
     tmp.replace(path)
 
 
-def fmt(estimate: dict | None, digits: int = 3) -> str:
-    """'0.812 [0.790, 0.833]' (or 'n/a')."""
-    if not estimate or estimate.get("value") is None:
-        return "n/a"
-    text = f"{estimate['value']:.{digits}f}"
-    if estimate.get("low") is not None:
-        text += f" [{estimate['low']:.{digits}f}, {estimate['high']:.{digits}f}]"
-    return text
-
-
 def comparison_rows(rows: list[dict], labels: list[str], rates: list[str], difference: str) -> list[list]:
     """Table rows of paired cells (same position and size): the labels, the two top-1 rates and
     their difference with its interval."""
@@ -59,12 +52,6 @@ def comparison_rows(rows: list[dict], labels: list[str], rates: list[str], diffe
 
 def md_table(header: list[str], rows: list[list]) -> str:
     return markdown.table(header, rows)
-
-
-def text(value: object) -> str:
-    """A value from the data (a model spec, a group name, a note) as text that stays on its line:
-    `|` escaped, newlines folded, so no name can start a heading or a table row in eval.md."""
-    return markdown.inline(value, none="None")
 
 
 def _grid(rows: list[dict], row_key: str, column_key: str, metric: str = "top1") -> str:
@@ -277,7 +264,7 @@ def fill_tercile_markdown(section: dict | None) -> list[str]:
 
 
 def _extras_markdown(report: dict) -> str:
-    out = []
+    out = [*prompt_set_markdown(report), *answer_markdown(report)]
     clean = report.get("clean")
     if clean:
         out += [

@@ -13,6 +13,10 @@ Specs:
     onnx:FILE           an ONNX model run by onnxruntime, CPU or CUDA provider, external data refused
                         (evaluation.model_formats.onnx_files); same preprocessing
     FILE                a state_dict (or a checkpoint dict holding one) for the architecture --arch
+    openclip:ARCH[:TAG|FILE], hf-clip:ID|DIR
+                        zero-shot CLIP (evaluation.zero_shot.specs): logits over the data's label
+                        space (or --classes) for each prompt set of --templates, with the model's
+                        own preprocessing
 
 Each spec kind is a `classifier` entry of the one backend registry (`builder.backends.registry`),
 registered below. Weights are never substituted: a requested pretrained model that cannot be loaded is an error that
@@ -94,6 +98,10 @@ class ModelOptions:
     interpolation: str | None = None
     crop_pct: float | None = None
     trust: CodeTrust = CodeTrust()  # the TorchScript files the user trusts to run their code
+    # a zero-shot spec's prompt sets, resolved (None: openai, simple, no-scale); other models have none
+    template_sets: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+    data_classes: tuple[str, ...] | None = None  # the data's label wnids: a zero-shot model's default label space
+    device: str | None = None  # where a model computes at load time (a zero-shot text pass); None: the CPU
 
 
 @dataclass
@@ -107,6 +115,7 @@ class LoadedModel:
     notes: list[str] = field(default_factory=list)
     default_preprocessing: Preprocessing | None = None  # before any flag: the model's own data config
     identity: dict | None = None  # an in-memory model's (evaluation.model_formats.identity); None for a spec
+    zero_shot: dict | None = None  # a zero-shot model's record (evaluation.zero_shot.record.prompt_record)
 
     def describe(self) -> dict:
         return {
@@ -420,6 +429,28 @@ def _load_state_dict_file(path: Path, options: ModelOptions) -> LoadedModel:
     )
 
 
+def _load_zero_shot(spec: str, options: ModelOptions) -> LoadedModel:
+    """An `openclip:` or `hf-clip:` spec with its text classifiers built for the options' prompt sets,
+    over `--classes` or else the data's classes."""
+    from evaluation.zero_shot.specs import load_zero_shot_spec, spec_label_space
+
+    _refuse_weight_flags(options, spec, "a CLIP spec")
+    space, source = spec_label_space(options.classes, options.data_classes or ())
+    sets = dict(options.template_sets) if options.template_sets else None
+    built = load_zero_shot_spec(spec, sets, space, source, options.device)
+    pre = Preprocessing(**built.preprocessing)
+    return LoadedModel(
+        built.spec,
+        built.module,
+        pre,
+        built.classes,
+        built.checkpoint,
+        built.checkpoint_sha256,
+        built.notes,
+        zero_shot=built.record,
+    )
+
+
 @dataclass(frozen=True)
 class ClassifierSpec:
     """A classifier entry's config in the backend registry: what follows the spec's prefix (a timm
@@ -465,14 +496,41 @@ def _state_dict_classifier(spec: ClassifierSpec) -> LoadedModel:
     return _load_state_dict_file(path, spec.options)
 
 
-SPEC_PREFIXES = {"ts:": "ts", "ep:": "ep", "onnx:": "onnx", "tv:": "tv", "timm:": "timm"}
+@register_backend("classifier", "openclip", config_class=ClassifierSpec, requires=("torch", "open_clip"), extra="clip")
+def _openclip_classifier(spec: ClassifierSpec) -> LoadedModel:
+    return _load_zero_shot(f"openclip:{spec.target}", spec.options)
+
+
+# open_clip too: CLIP's published templates and class names come from its package
+@register_backend(
+    "classifier", "hf-clip", config_class=ClassifierSpec, requires=("torch", "transformers", "open_clip"), extra="clip"
+)
+def _hf_clip_classifier(spec: ClassifierSpec) -> LoadedModel:
+    return _load_zero_shot(f"hf-clip:{spec.target}", spec.options)
+
+
+SPEC_PREFIXES = {
+    "ts:": "ts",
+    "ep:": "ep",
+    "onnx:": "onnx",
+    "tv:": "tv",
+    "timm:": "timm",
+    "openclip:": "openclip",
+    "hf-clip:": "hf-clip",
+}
+ZERO_SHOT_KINDS = ("openclip", "hf-clip")
 MODEL_FILE_PREFIXES = ("ts:", "ep:", "onnx:")  # files with no data config: the flags are their preprocessing
 MODEL_FILE_KINDS = {"ts": "a TorchScript file", "ep": "a torch.export program", "onnx": "an ONNX model"}
 
 
+def is_zero_shot_spec(spec: str) -> bool:
+    """Whether `spec` names a zero-shot CLIP model (`openclip:`, `hf-clip:`), which takes prompt sets."""
+    return classifier_entry(spec)[0] in ZERO_SHOT_KINDS
+
+
 def classifier_entry(spec: str) -> tuple[str, str]:
     """(registry name, target) of a model spec: `ts:FILE`, `ep:FILE`, `onnx:FILE`, `tv:NAME`,
-    `timm:NAME`, a state_dict FILE, or a bare timm name."""
+    `timm:NAME`, `openclip:...`, `hf-clip:...`, a state_dict FILE, or a bare timm name."""
     for prefix, name in SPEC_PREFIXES.items():
         if spec.startswith(prefix):
             return name, spec[len(prefix) :]
@@ -498,7 +556,12 @@ def check_spec(spec: str, options: ModelOptions = ModelOptions()) -> None:
     model so before the first one runs; what only loading finds (weights that are not offline, a
     damaged file) is that model's failure."""
     name, target = classifier_entry(spec)
-    if name == "timm":
+    if name in ZERO_SHOT_KINDS:
+        from evaluation.zero_shot.clip_models import check_clip_spec
+
+        _refuse_weight_flags(options, spec, "a CLIP spec")
+        check_clip_spec(spec)
+    elif name == "timm":
         _known_timm_name(target)
     elif name == "tv":
         _tv_weights(target)
@@ -535,6 +598,10 @@ def loaded_spec(spec: str, options: ModelOptions = ModelOptions()) -> str:
     name, target = classifier_entry(spec)
     if name in ("timm", "tv"):
         return f"{name}:{target}"
+    if name in ZERO_SHOT_KINDS:
+        from evaluation.zero_shot.specs import recorded_spec
+
+        return recorded_spec(spec, os.environ)
     if name == "state-dict":
         arch = options.arch or ""
         return arch if arch.startswith("tv:") else f"{Path(target).name} (timm:{arch.removeprefix('timm:')})"
@@ -579,6 +646,10 @@ def count_outputs(module, preprocessing: Preprocessing, spec: str = "the model")
             raise forward_failed(spec, blank.shape, exc) from None
     if isinstance(out, (tuple, list)):
         out = out[0]
+    if isinstance(out, dict) and out:  # a zero-shot model's logits per prompt set: each has the same classes
+        out = next(iter(out.values()))
+    if not isinstance(out, torch.Tensor):
+        raise ModelError(f"the model returns a {type(out).__name__}, not (batch, classes) logits")
     if out.ndim != 2:
         raise ModelError(f"the model returns a tensor of shape {tuple(out.shape)}, not (batch, classes) logits")
     return int(out.shape[1])

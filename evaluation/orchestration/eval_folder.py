@@ -4,6 +4,7 @@ goes through a link, no user's file is replaced, and a re-run removes only its o
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -17,9 +18,12 @@ from evaluation.model_formats.models import (
     LoadedModel,
     ModelOptions,
     Preprocessing,
+    is_zero_shot_spec,
     loaded_spec,
     model_slug,
 )
+from evaluation.zero_shot.record import record_set_names
+from evaluation.zero_shot.templates import DEFAULT_SETS
 
 EVAL_KIND = "eval"  # the OwnedFolder kind of `hsi eval --out`
 
@@ -53,11 +57,23 @@ def _preprocessing_parts(loaded: LoadedModel) -> list[str]:
     return parts
 
 
+def _prompt_parts(set_names: tuple[str, ...] | None) -> list[str]:
+    """A zero-shot model's prompt sets when they are not the default ones (openai, simple, no-scale)."""
+    if not set_names or tuple(set_names) == tuple(DEFAULT_SETS):
+        return []
+    joined = "_".join(set_names)
+    if len(joined) > 60:  # many or long names: their digest keeps the folder name short
+        joined = hashlib.sha256("\0".join(set_names).encode("utf-8")).hexdigest()[:12]
+    return [model_slug(f"prompts-{joined}")]
+
+
 def folder_name(loaded: LoadedModel, label_space: str = "imagenet", limit: int | None = None) -> str:
-    """`<model>` for a default run; `<model>-crop0.875`, `<model>-subset`, `<model>-limit240`... when
-    the preprocessing, the label space or `--limit` differ, so runs that give other numbers never
-    share a folder (nor replace each other's report and leaderboard row)."""
-    return _joined([model_slug(loaded.spec), *_preprocessing_parts(loaded)], label_space, limit)
+    """`<model>` for a default run; `<model>-crop0.875`, `<model>-subset`, `<model>-limit240`,
+    `<model>-prompts-simple`... when the preprocessing, the label space, `--limit` or a zero-shot
+    model's prompt sets differ, so runs that give other numbers never share a folder (nor replace
+    each other's report and leaderboard row)."""
+    sets = record_set_names(loaded.zero_shot) if loaded.zero_shot else None
+    return _joined([model_slug(loaded.spec), *_preprocessing_parts(loaded), *_prompt_parts(sets)], label_space, limit)
 
 
 def spec_folder_name(spec: str, options: ModelOptions, label_space: str = "imagenet", limit: int | None = None) -> str:
@@ -65,7 +81,9 @@ def spec_folder_name(spec: str, options: ModelOptions, label_space: str = "image
     as far as the spec and options tell without the model (a crop, the label space, `--limit`; not
     the parts that compare flags with the model's own data config)."""
     crop = [f"crop{_number(options.crop_pct)}"] if options.crop_pct is not None else []
-    return _joined([model_slug(loaded_spec(spec, options)), *crop], label_space, limit)
+    sets = tuple(name for name, _ in options.template_sets) if options.template_sets else None
+    prompts = _prompt_parts(sets) if is_zero_shot_spec(spec) else []
+    return _joined([model_slug(loaded_spec(spec, options)), *crop, *prompts], label_space, limit)
 
 
 MAX_SCORED_NAME = 100  # a folder named after an entry's name (up to 300 characters) stays a short name

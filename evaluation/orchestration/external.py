@@ -178,6 +178,14 @@ class Dataset:
         notes = [] if given.has_top5 else [NO_TOP5_NOTE]
         if given.note:
             notes.append(given.note)
+        space, answers = plan.space.to_json(), {}
+        if given.texts is not None:  # answers in words, mapped into the data's classes
+            from evaluation.predicting.text_answers import ANSWERS_NOTE, answer_space, answers_record
+            from evaluation.zero_shot.answers import AnswerVocabulary
+
+            space = answer_space(plan.wnids).to_json()
+            answers = {"answers": answers_record(AnswerVocabulary(plan.wnids), None, f"the pred_text of {given.spec}")}
+            notes.append(ANSWERS_NOTE)
         return {
             "model": {
                 "spec": given.spec,
@@ -187,7 +195,7 @@ class Dataset:
                 "identity": None,  # predictions made elsewhere: the model is not known here
             },
             "preprocessing": preprocessing,
-            "label_space": plan.space.to_json(),
+            "label_space": space,
             "data": {
                 "source": source_display_name(self.source),
                 "config": plan.manifest.get("config"),
@@ -201,6 +209,7 @@ class Dataset:
             "run": {"scored_from": given.spec},
             "toolkit": {"name": "hard-spurious-imagenet", "version": __version__},
             "notes": notes,
+            **answers,
         }
 
 

@@ -8,6 +8,11 @@ intervals and reports as `hsi eval`.
 
 A callable is wrapped in a parameter-free module: the `Classifier` normalises with mean 0 and
 std 1/255, which leaves the canvas's own pixel values, and the wrapper hands them back as uint8.
+
+A zero-shot classifier (`hsi.zero_shot_classifier`) is a module that knows its classes and prompt
+sets, and, built on an open_clip model, its preprocessing. A callable that answers in words
+(`outputs="text"`, a vision-language model asked `VLM_PROMPT`) has its answers mapped to classes
+(`predicting.text_answers`).
 """
 
 from __future__ import annotations
@@ -29,18 +34,23 @@ from evaluation.model_formats.models import (
     ModelOptions,
     Preprocessing,
     apply_overrides,
+    is_zero_shot_spec,
     load_model,
     parse_floats,
     timm_preprocessing,
 )
 from evaluation.predicting.predict import plan_run, verify_plan
 from evaluation.predicting.predictions import PREDICTIONS_NAME, write_predictions
+from evaluation.zero_shot.classifier import is_zero_shot_module
+from evaluation.zero_shot.templates import template_sets_from
 
+from .answering import evaluate_answers
 from .eval_folder import PlainFolder
+from .model_setup import options_for_run
 from .pipeline import RunSettings, analyse, composites_of_rows, model_only_passes, predictions_for, requested_passes
 from .result import Evaluation
 
-OUTPUTS = ("logits", "probabilities")
+OUTPUTS = ("logits", "probabilities", "text")
 RAW_PIXELS = {"mean": (0.0, 0.0, 0.0), "std": (1 / 255,) * 3}  # the Classifier then leaves pixels as they are
 
 
@@ -104,6 +114,10 @@ def as_loaded(
         )
     if isinstance(model, (str, Path)):
         return load_model(str(model), options)
+    if isinstance(model, torch.nn.Module) and is_zero_shot_module(model):
+        loaded = zero_shot_loaded(model, options, name)
+        loaded.identity = module_identity(model)  # its image and text towers' weights, as any module's
+        return loaded
     if isinstance(model, torch.nn.Module):
         try:
             model.eval()
@@ -142,6 +156,33 @@ def as_loaded(
     )
 
 
+def zero_shot_loaded(module, options: ModelOptions, name: str | None = None) -> LoadedModel:
+    """A zero-shot classifier module as a LoadedModel: its classes (unless `classes` names others)
+    and prompt sets, and its preprocessing: `mean`/`std` when given, else the open_clip model's own."""
+    from evaluation.zero_shot.clip_models import module_preprocessing
+    from evaluation.zero_shot.record import prompt_record
+    from evaluation.zero_shot.specs import ALL_CLASSES, clip_notes
+
+    module.eval()
+    own = module_preprocessing(module.encoders.model)
+    if options.mean is not None and options.std is not None:
+        pre = replace(apply_overrides(Preprocessing(), options), source="given to hsi.evaluate")
+    elif own is not None:
+        pre = apply_overrides(Preprocessing(**own.preprocessing_fields()), options)
+    else:
+        raise UsageError(
+            f"the zero-shot classifier's {type(module.encoders.model).__name__} carries no preprocessing (a "
+            "transformers CLIPModel keeps it in its image processor): pass mean=processor.image_mean, "
+            "std=processor.image_std and input_size=processor.crop_size['height']"
+        )
+    classes = len(module.label_space)
+    record = prompt_record(module, ALL_CLASSES if classes == 1000 else f"the {classes} classes given to the classifier")
+    declared = None if record["label_space"]["all_imagenet"] else module.wnids
+    label = name or f"zero-shot:{type(module.encoders.model).__name__}"
+    notes = clip_notes(record, own if pre.crop_pct is not None else None)
+    return LoadedModel(label, module, pre, options.classes or declared, notes=notes, zero_shot=record)
+
+
 def evaluate(
     model,
     data,
@@ -170,6 +211,7 @@ def evaluate(
     parts: str | Path | None = None,
     progress: bool = True,
     bootstrap: BootstrapSettings | None = None,
+    templates: str | Sequence[str] | None = None,
     announce: Callable[[str], None] = print,
 ) -> Evaluation:
     """Evaluate `model` on `data` (a release folder, a composed folder or hf://) as `hsi eval` does.
@@ -183,6 +225,12 @@ def evaluate(
     `clean` (an ImageNet root, its `clean_split`) adds the clean-photo pass and `parts` (an
     extract's parts folder) the bare-background pass, as `hsi eval --clean` and `--parts` do.
 
+    Zero-shot CLIP: a module from `hsi.zero_shot_classifier` (its prompt sets and classes are its
+    own), or a spec `openclip:ARCH[:TAG|FILE]` / `hf-clip:ID|DIR` with `templates` (as `hsi eval
+    --templates`: "openai,simple,no-scale", the default, or a YAML file's sets). A callable with
+    `outputs="text"` answers in words (a vision-language model asked `VLM_PROMPT`): it gets uint8
+    NHWC batches of the canvas as it is and returns one string per image.
+
     A `ts:FILE` spec is code: it loads only when its sha256 is in `trust_files` or with `trust_code`
     (its code then runs with your permissions), as `hsi eval --trust-file` / `--trust-code`.
 
@@ -194,6 +242,50 @@ def evaluate(
     """
     from evaluation.predicting.data import default_split
 
+    if outputs == "text":
+        model_flags = {
+            "mean": mean,
+            "std": std,
+            "input_size": input_size,
+            "interpolation": interpolation,
+            "crop_pct": crop_pct,
+            "classes": classes,
+            "clean": clean,
+            "parts": parts,
+            "templates": templates,
+            "device": device,
+            "amp": amp or None,
+            "trust_code": trust_code or None,
+            "trust_files": trust_files or None,
+            "label_space": None if label_space == "imagenet" else label_space,
+        }
+        refused = [key for key, value in model_flags.items() if value is not None]
+        if refused:
+            raise UsageError(
+                "outputs='text' sends the canvas as it is to a callable that answers in words: drop "
+                + ", ".join(refused)
+            )
+        return evaluate_answers(
+            model,
+            data,
+            config,
+            split or default_split(data, config),
+            name,
+            batch_size,
+            workers,
+            limit,
+            progress,
+            bootstrap or BootstrapSettings(),
+            announce,
+        )
+    sets = None
+    if templates is not None:
+        if not isinstance(model, (str, Path)):
+            raise UsageError(
+                "templates= sets the prompt sets of a zero-shot spec (openclip:, hf-clip:); a module's prompt sets are "
+                "its own (hsi.zero_shot_classifier(model, tokenizer, templates=...))"
+            )
+        sets = tuple(template_sets_from(templates).items())
     options = ModelOptions(
         classes=tuple(classes) if classes else None,
         mean=_triple(mean, "mean"),
@@ -202,7 +294,14 @@ def evaluate(
         interpolation=interpolation,
         crop_pct=crop_pct,
         trust=CodeTrust.of([trust_files] if isinstance(trust_files, str) else trust_files, trust_code, "trust_files"),
+        template_sets=sets,
     )
+    if isinstance(model, (str, Path)):
+        if sets is not None and not is_zero_shot_spec(str(model)):
+            raise UsageError(f"templates= is for zero-shot specs (openclip:, hf-clip:), not {model}")
+        if is_zero_shot_spec(str(model)):  # its text classifiers cover the data's classes
+            split = split or default_split(data, config)
+            options = options_for_run(str(model), options, data, config, split, device or "auto")
     loaded = as_loaded(model, options, outputs, name, weights_sha256)
     if device is None:
         device = "cpu" if isinstance(loaded.module, NumpyModel) else "auto"

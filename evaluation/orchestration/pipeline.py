@@ -24,9 +24,11 @@ from pathlib import Path
 from builder.core.errors import HsiError
 from builder.core.owned import OwnedFolder, OwnedFolderError
 from builder.core.untrusted import read_json
+from evaluation.analysis.answer_shares import answer_section
 from evaluation.analysis.bootstrap import BootstrapSettings
 from evaluation.analysis.metrics import clean_drop, compute_metrics
 from evaluation.analysis.plots import write_plots
+from evaluation.analysis.prompt_sets import prompt_identity, prompt_set_sections
 from evaluation.analysis.report import EVAL_JSON, EVAL_MD, build_report, render_markdown, write_json
 from evaluation.model_formats.models import LoadedModel, ModelError
 from evaluation.predicting.extra_sets import (
@@ -52,6 +54,7 @@ from evaluation.ranking.hub_results import report_results_file
 from evaluation.ranking.leaderboard import FAILED_JSON, already_evaluated, run_identity
 from evaluation.ranking.provenance import recorded_preprocessing
 from evaluation.ranking.report_fields import checked_model_only
+from evaluation.zero_shot.record import run_prompt_identity
 
 from . import eval_folder
 from .eval_folder import EVAL_KIND, FolderRecord, ModelFolder, PlainFolder
@@ -127,7 +130,8 @@ def analyse(
     else:
         folder = PlainFolder(Path(folder))
     metrics = compute_metrics(frame, label_space_size=metadata["label_space"]["classes"], settings=bootstrap)
-    extras = dict(extras or {})
+    # a zero-shot model's prompt sets and a VLM's answers: recomputed from the table like the rest
+    extras = {**prompt_set_sections(frame, metadata, bootstrap), **answer_section(frame, metadata), **(extras or {})}
     files = {"predictions": Path(predictions_path).name}
     # The entry is checked before anything is written: a refused run leaves no eval.json (nothing that
     # `release --results` would publish) and no plots of a report that was never written.
@@ -250,8 +254,18 @@ def requested_passes(settings: RunSettings) -> list[str]:
     ]
 
 
+def evaluation_identity(report: dict) -> dict:
+    """What makes two evaluations the same (`leaderboard.run_identity`), and for a zero-shot model its
+    prompt sets: other templates, class names or label space make another evaluation."""
+    identity = run_identity(report)
+    prompts = prompt_identity(report)
+    if prompts is not None:
+        identity["prompt_sets"] = prompts
+    return identity
+
+
 def _differences(previous: dict, identity: dict) -> str:
-    earlier = run_identity(previous)
+    earlier = evaluation_identity(previous)
     return ", ".join(key.replace("_", " ") for key in identity if earlier.get(key) != identity[key])
 
 
@@ -313,7 +327,7 @@ def model_work(
     previous = checked_report(path / EVAL_JSON) if (path / EVAL_JSON).exists() else None
     work = ModelWork(loaded.spec, name, loaded.describe(), identity, EVALUATED, previous)
     if previous is not None and not settings.overwrite:
-        if run_identity(previous) != identity:
+        if evaluation_identity(previous) != identity:
             raise _other_evaluation(path, loaded.spec, previous, identity)
         missing = [section for section in requested_passes(settings) if not previous.get(section)]
         if not missing:
@@ -371,7 +385,7 @@ def write_work(
     kept = carried_info(folder.path / ENTRY_JSON, work.model)  # read (and checked) before any write
     description = (entry or EntryInfo()).over(kept)
     if current != work.previous and current is not None and not settings.overwrite:
-        if run_identity(current) != work.identity:
+        if evaluation_identity(current) != work.identity:
             raise _other_evaluation(folder.path, work.spec, current, work.identity)
         announce(f"{work.spec}: already evaluated on this data revision in {work.name}/ by this run")
         work = replace(work, action=SKIPPED, previous=current)
@@ -486,7 +500,11 @@ def planned_identity(loaded: LoadedModel, source, settings: RunSettings, manifes
         "preprocessing": loaded.preprocessing.to_json(),
         "label_space": {"name": label_space_name},
     }
-    return run_identity(report)
+    identity = run_identity(report)
+    prompts = run_prompt_identity(loaded.zero_shot)
+    if prompts is not None:
+        identity["prompt_sets"] = prompts
+    return identity
 
 
 def load_existing(folder: Path) -> dict:

@@ -35,6 +35,7 @@ from evaluation.predicting.verified_shards import remember_proofs
 from evaluation.ranking.leaderboard import FAILED_JSON, failure_record
 
 from .eval_folder import FolderRecord, folder_name, spec_folder_name
+from .model_setup import options_for_run
 from .pipeline import EvalResult, ModelWork, RunSettings, model_work, write_work
 
 
@@ -116,7 +117,10 @@ def compute_model(
     stage, spec = "load", loaded_spec(task.spec, task.options)  # as reports name it: a file by its name only
     name = spec_folder_name(task.spec, task.options, settings.label_space, settings.limit)
     try:
-        loaded = load_model(task.spec, task.options)
+        options = options_for_run(
+            task.spec, task.options, task.source, settings.config, settings.split, settings.device
+        )
+        loaded = load_model(task.spec, options)
         stage, spec, name = "evaluate", loaded.spec, folder_name(loaded, settings.label_space, settings.limit)
         out = owned if owned is not None else task.out
         if out is None:  # a programming error: a worker is always handed the folder's record

@@ -46,7 +46,7 @@ def _classify(
     batch: list = []
 
     def flush():
-        probs = classifier.probabilities(preprocess_arrays([im for _, _, im in batch], pre))
+        probs = classifier.reference_probabilities(preprocess_arrays([im for _, _, im in batch], pre))
         predicted = classifier.class_index[probs.argmax(1)]
         done(len(batch))
         for (item_id, label, _), p in zip(batch, predicted):

@@ -8,9 +8,13 @@ as an array in the order of an opened dataset's samples (`hsi.open(...).eval(arr
   `top5_prob`, the probabilities `prob_label`, `prob_background_class`, `prob_paired_class`, or a
   whole 1000-way vector per sample in `probs` (parquet or DataFrame only), from which all of those
   follow.
+- answers in words: a `pred_text` column (instead of a predicted class), each answer mapped to a
+  class of the data's label space by name (predicting.text_answers); an empty or missing answer
+  maps to nothing. Non-text cells are refused.
 - an array: (N,) predicted class indices, or (N, 1000) scores over the ImageNet classes in index
   order: probabilities when every row is non-negative and sums to 1 (within 1e-3), otherwise
-  logits, turned into probabilities by a softmax; `outputs=` says which and is then checked.
+  logits, turned into probabilities by a softmax; `outputs=` says which and is then checked; or
+  (N,) answers in words (strings, None for no answer).
 
 Every refusal is one line naming the column, the row and its key.
 """
@@ -54,6 +58,7 @@ class GivenPredictions:
     vectors: np.ndarray | None = None  # N x 1000 probabilities
     checkpoint: tuple[str | None, str | None] = (None, None)  # (file name, sha256)
     note: str | None = None  # how an array was read (logits or probabilities)
+    texts: list[str | None] | None = None  # answers in words, mapped to classes when the data is known
 
     @property
     def has_top5(self) -> bool:
@@ -98,10 +103,13 @@ def checked_table(frame, spec: str) -> GivenPredictions:
     where = [f"{spec}: row {n} ({shown(key, quote=False)})" for n, key in enumerate(keys, start=1)]
     if "probs" in columns:
         return _from_vectors(frame, columns, index, where, spec)
+    if "pred_text" in columns:
+        return _from_texts(frame, columns, index, where, spec)
     kinds = [name for name in ("pred_class", "pred_wnid") if name in columns]
     if len(kinds) != 1:
         raise InputError(
-            f"{spec}: give the predicted class as one column, pred_class (0-999) or pred_wnid, or a 1000-way probs"
+            f"{spec}: give the predicted class as one column, pred_class (0-999) or pred_wnid, or a 1000-way probs, "
+            "or answers in words as pred_text"
         )
     by_wnid = kinds[0] == "pred_wnid"
     pred = [_class(value, by_wnid, f"{where[n]}: {kinds[0]}") for n, value in enumerate(frame[kinds[0]])]
@@ -146,10 +154,37 @@ def _from_vectors(frame, columns: set, index: dict[str, int], where: list[str], 
     return _vectors_given(spec, index, vectors)
 
 
+def _from_texts(frame, columns: set, index: dict[str, int], where: list[str], spec: str) -> GivenPredictions:
+    """A `pred_text` column of answers in words: the classes follow from mapping them."""
+    extra = sorted(columns & {"pred_class", "pred_wnid", "top5_class", "top5_wnid", "top5_prob", *PROBABILITY_FIELDS})
+    if extra:
+        raise InputError(f"{spec}: pred_text is the answer, mapped to a class by name; drop {', '.join(extra)}")
+    texts = [_text(value, f"{where[n]}: pred_text") for n, value in enumerate(frame["pred_text"])]
+    return GivenPredictions(spec, index, [], texts=texts)
+
+
+def _text(value, what: str) -> str | None:
+    """An answer as given: text, or None for a missing one (empty, null, NaN); anything else is refused."""
+    if isinstance(value, str):
+        return value or None
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    raise InputError(f"{what}: {shown(value)} is not text; an answer in words is a string (empty for none)")
+
+
 def read_array(array, keys: list[str], outputs: str | None = None) -> GivenPredictions:
     """Predictions as an array in the order of `keys` (an opened dataset's samples)."""
-    values = np.asarray(array)
     spec = f"{GIVEN_SPEC_PREFIX}array"
+    if _is_texts(array):
+        if outputs is not None:
+            raise InputError(f"{spec}: outputs= is for a (samples, {IMAGENET_CLASSES}) array, not answers in words")
+        if len(array) != len(keys):
+            raise InputError(
+                f"{spec}: {len(array)} answers for {len(keys)} samples; give one a sample, in the dataset's key order"
+            )
+        texts = [_text(v, f"{spec}: sample {n} ({printable(keys[n])})") for n, v in enumerate(list(array))]
+        return GivenPredictions(spec, keyed(keys, spec), [], texts=texts)
+    values = np.asarray(array)
     if values.ndim not in (1, 2) or len(values) != len(keys):
         raise InputError(
             f"{spec}: shape {values.shape} for {len(keys)} samples; give (samples,) class indices or "
@@ -180,6 +215,17 @@ def read_array(array, keys: list[str], outputs: str | None = None) -> GivenPredi
     given = _vectors_given(spec, index, scores)
     given.note = note
     return given
+
+
+def _is_texts(array) -> bool:
+    """A one-dimensional sequence whose items are text (or missing): answers in words."""
+    if isinstance(array, np.ndarray):
+        return array.ndim == 1 and (array.dtype.kind == "U" or (array.dtype.kind == "O" and _has_text(array)))
+    return isinstance(array, (list, tuple)) and _has_text(array)
+
+
+def _has_text(items) -> bool:
+    return any(isinstance(item, str) for item in items)
 
 
 def _vectors_given(spec: str, index: dict[str, int], vectors: np.ndarray) -> GivenPredictions:
@@ -234,6 +280,14 @@ def prediction_rows(given: GivenPredictions, samples: list[dict], errors: list[d
             f"{given.spec}: no prediction for sample {printable(missing[0])}"
             + (f" ({len(missing)} samples have none)" if len(missing) > 1 else "")
         )
+    if given.texts is not None:
+        from evaluation.zero_shot.answers import AnswerVocabulary
+
+        from .text_answers import answer_rows
+
+        ordered = sorted(samples, key=lambda s: s["key"])
+        answers = [given.texts[given.index[s["key"]]] for s in ordered]
+        return answer_rows(answers, ordered, wnids, AnswerVocabulary(wnids))
     rows = []
     for sample in samples:
         at = given.index[sample["key"]]

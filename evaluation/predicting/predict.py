@@ -4,6 +4,10 @@ Before any work: the source's manifest is read, the model's output size is measu
 input and matched to a label space (or refused). Then batches come from the DataLoader's workers,
 are normalised on the device and classified; a CUDA out-of-memory error halves the batch, says so,
 and retries the same images.
+
+A zero-shot model scores several prompt sets from one image pass: its module returns logits per
+set ({set: logits}); the first set fills the prediction columns, and every set (the first too) its
+own columns `<column>__<set>` (evaluation.zero_shot.record).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from builder.core.errors import HsiError, InputError
 from evaluation.model_formats.forward_checks import check_finite, forward_failed
 from evaluation.model_formats.labels import LabelSpace, config_wnids, resolve_label_space
 from evaluation.model_formats.models import LoadedModel, Preprocessing, count_outputs
+from evaluation.zero_shot.record import SET_COLUMNS, record_set_names, set_column
 
 from .data import EvalBatches, SourceSplit, make_loader, read_dataset_manifest
 from .verified_shards import VERIFIED, verify_stream
@@ -89,6 +94,8 @@ class Classifier:
         self.column_of[self.class_index] = np.arange(len(self.class_index))
         self.max_batch: int | None = None
         self.announce = announce
+        # a zero-shot model's prompt sets: its probabilities are B x sets x K, the first set's first
+        self.set_names = record_set_names(loaded.zero_shot) if loaded.zero_shot else None
 
     def _forward(self, images):
         torch = self.torch
@@ -99,11 +106,18 @@ class Classifier:
             out = self.module(x)
         if isinstance(out, (tuple, list)):
             out = out[0]
-        return out.float().index_select(1, self.outputs).softmax(1)
+        if self.set_names is not None:
+            out = out if isinstance(out, dict) else {self.set_names[0]: out}  # a one-set module's logits
+            return torch.stack([self._scored(out[name]) for name in self.set_names], dim=1)
+        return self._scored(out)
+
+    def _scored(self, logits):
+        return logits.float().index_select(1, self.outputs).softmax(1)
 
     def probabilities(self, images):
-        """Softmax over the scored outputs, B x K on the CPU; halves the batch on CUDA OOM. A model
-        that raises, or returns NaN, is one line naming it and the input shape (a ForwardFailed)."""
+        """Softmax over the scored outputs, B x K on the CPU (B x sets x K for a zero-shot model's
+        prompt sets); halves the batch on CUDA OOM. A model that raises, or returns NaN, is one line
+        naming it and the input shape (a ForwardFailed)."""
         torch = self.torch
         step = self.max_batch or len(images)
         parts, start = [], 0
@@ -125,10 +139,16 @@ class Classifier:
                     raise
                 except Exception as exc:  # noqa: BLE001 - whatever the model raises is its failure
                     raise forward_failed(self.spec, chunk.shape, exc) from None
-                check_finite(probs, self.spec, chunk.shape)
+                check_finite(probs.flatten(1), self.spec, chunk.shape)
                 parts.append(probs)
                 start += len(chunk)
         return torch.cat(parts).numpy()
+
+    def reference_probabilities(self, images):
+        """`probabilities` as B x K: a zero-shot model's first (reference) prompt set, whose
+        predictions fill the plain columns (the clean-photo and background passes, the probes)."""
+        probs = self.probabilities(images)
+        return probs[:, 0] if probs.ndim == 3 else probs
 
 
 @dataclass
@@ -145,7 +165,20 @@ def _class_or_none(value) -> int | None:
 
 
 def prediction_rows(probs: np.ndarray, rows: list[dict], classifier: Classifier, wnids: tuple[str, ...]) -> list[dict]:
-    """One output row per sample: its metadata, top-5 classes and the probabilities that matter."""
+    """One output row per sample: its metadata, top-5 classes and the probabilities that matter;
+    for prompt sets (B x sets x K), the first set's in the plain columns and each set's in its own."""
+    if probs.ndim == 3:
+        out = set_rows(probs[:, 0], rows, classifier, wnids)
+        for index, name in enumerate(classifier.set_names or ()):
+            scored = out if index == 0 else set_rows(probs[:, index], rows, classifier, wnids)
+            for row, row_of_set in zip(out, scored):
+                row.update({set_column(column, name): row_of_set[column] for column in SET_COLUMNS})
+        return out
+    return set_rows(probs, rows, classifier, wnids)
+
+
+def set_rows(probs: np.ndarray, rows: list[dict], classifier: Classifier, wnids: tuple[str, ...]) -> list[dict]:
+    """The rows of one B x K probability matrix."""
     k = min(TOP_K, probs.shape[1])
     top = np.argsort(-probs, axis=1, kind="stable")[:, :k]
     out = []
@@ -301,6 +334,8 @@ def run_predictions(
         "toolkit": {"name": "hard-spurious-imagenet", "version": __version__},
         "notes": list(loaded.notes),
     }
+    if loaded.zero_shot:
+        metadata["zero_shot"] = loaded.zero_shot
     return PredictionRun(rows, metadata, errors, seconds, classifier)
 
 

@@ -15,6 +15,11 @@ ImageNet-1k's 0-999 (the space every label space maps into), every probability a
 finite number in [0, 1], no sample key appears twice, and `correct` / `correct_top5` are not taken
 from the table but derived again from pred_class, top5_class and label_class. Whatever breaks a rule
 is one line naming the file, the column and the first offending row.
+
+Two kinds of run add columns, named by their metadata: a zero-shot model's prompt sets
+(`zero_shot`: each set's prediction columns `<column>__<set>`, evaluation.zero_shot.record) and
+answers in words (`answers`: `pred_text`, the answer as given, and `answer_status`, mapped,
+unmapped or ambiguous; an answer that maps to no single class has pred_class -1 and counts wrong).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from builder.core.untrusted import Fields, UntrustedInput, check_string, read_pa
 from builder.formats.composites import COMPOSITE_FIELDS
 from evaluation.model_formats.identity import checked_identity
 from evaluation.model_formats.models import PREPROCESSING_STATUSES
+from evaluation.zero_shot.answers import ANSWER_STATUSES, MAPPED, NO_CLASS
+from evaluation.zero_shot.record import SET_COLUMNS, checked_set_names, record_set_names, set_column
 
 PREDICTIONS_NAME = "predictions.parquet"
 METADATA_KEY = b"hsi"
@@ -50,9 +57,12 @@ LATER_COLUMNS = ("background_fill_score",)
 DERIVED_COLUMNS = ("correct", "correct_top5")  # never read from a table: derived from the classes
 ROW_COLUMNS = ("key", "status", "label_class", "pred_class")  # what any reader of the rows needs
 OK_ROW_VALUES = ("key", "label_class", "pred_class", "top5_class")  # what an ok row must hold for an analysis
+ANSWER_COLUMNS = ("pred_text", "answer_status")  # a run of answers in words
+MAX_ANSWER_CHARACTERS = 1000  # an answer is stored up to here: far past any class name, short of an essay
 
 
-def predictions_schema():
+def predictions_schema(extra: tuple[str, ...] = ()):
+    """The table's columns; `extra`: the columns a run adds (`extra_columns`), after the prediction's."""
     import pyarrow as pa
 
     prediction = [
@@ -76,7 +86,21 @@ def predictions_schema():
     meta = [(name, arrow[kind]) for name, (kind, _, _) in COMPOSITE_FIELDS.items()]
     clash = {name for name, _ in prediction} & {name for name, _ in meta}
     assert not clash, f"prediction columns shadow sample fields: {clash}"
-    return pa.schema([*prediction, *meta, ("extra_json", pa.string())])
+    types = dict(prediction)
+    added = [(name, types[name.split("__", 1)[0]] if "__" in name else pa.string()) for name in extra]
+    return pa.schema([*prediction, *added, *meta, ("extra_json", pa.string())])
+
+
+def extra_columns(set_names: tuple[str, ...], answers: bool) -> tuple[str, ...]:
+    """The columns of each prompt set (`<column>__<set>`) and of answers in words, in table order."""
+    columns = tuple(set_column(column, name) for name in set_names for column in SET_COLUMNS)
+    return columns + (ANSWER_COLUMNS if answers else ())
+
+
+def run_columns(metadata: dict) -> tuple[str, ...]:
+    """The extra columns of a run this process made, from its metadata."""
+    sets = record_set_names(metadata["zero_shot"]) if metadata.get("zero_shot") else ()
+    return extra_columns(sets, bool(metadata.get("answers")))
 
 
 PREDICTION_COLUMNS = (
@@ -98,9 +122,9 @@ PREDICTION_COLUMNS = (
 )
 
 
-def flatten_row(row: dict) -> dict:
+def flatten_row(row: dict, extra: tuple[str, ...] = ()) -> dict:
     meta = row.get("meta") or {}
-    flat = {name: row.get(name) for name in PREDICTION_COLUMNS}
+    flat = {name: row.get(name) for name in (*PREDICTION_COLUMNS, *extra)}
     for name in COMPOSITE_FIELDS:
         flat[name] = meta.get(name)
     extra = {k: v for k, v in meta.items() if k not in COMPOSITE_FIELDS}
@@ -122,8 +146,9 @@ def write_predictions(path: Path, rows: list[dict], errors: list[dict], metadata
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = predictions_schema()
-    records = [flatten_row(r) for r in rows] + [flatten_row(error_row(e)) for e in errors]
+    extra = run_columns(metadata)
+    schema = predictions_schema(extra)
+    records = [flatten_row(r, extra) for r in rows] + [flatten_row(error_row(e), extra) for e in errors]
     table = pa.Table.from_pylist(records, schema=schema)
     table = table.replace_schema_metadata({METADATA_KEY: json.dumps(metadata, sort_keys=True).encode("utf-8")})
     path = Path(path)
@@ -138,7 +163,8 @@ def read_predictions(path: Path):
     """(pandas DataFrame, metadata dict) of a predictions file, for an analysis: every column of the
     schema, complete ok rows, and the run's metadata that the reports are rendered from."""
     table = PredictionsTable(path)
-    every = tuple(name for name in predictions_schema().names if name not in (*DERIVED_COLUMNS, *LATER_COLUMNS))
+    schema = predictions_schema(table.extra)
+    every = tuple(name for name in schema.names if name not in (*DERIVED_COLUMNS, *LATER_COLUMNS))
     frame = table.frame(required=every, ok_values=OK_ROW_VALUES)
     for name in LATER_COLUMNS:
         if name not in frame:
@@ -202,6 +228,10 @@ class PredictionsTable:
         if not is_utf8(self.metadata):
             raise self.error(f"its '{METADATA_KEY.decode()}' schema metadata holds text that is not UTF-8")
         self.keys: list | None = None
+        meta = Fields(self.metadata, self.where, METADATA_KEY.decode())
+        self.set_names = checked_set_names(meta.object("zero_shot")) if meta.has("zero_shot") else ()
+        self.answers = meta.has("answers")
+        self.extra = extra_columns(self.set_names, self.answers)
 
     def error(self, problem: str, column: str | None = None) -> UntrustedInput:
         return UntrustedInput(f"{self.where}: {'column ' + column + ': ' if column else ''}{problem}")
@@ -224,7 +254,7 @@ class PredictionsTable:
             )
         if len(set(names)) != len(names):
             raise self.error(f"{WHAT} names a column twice")
-        schema = predictions_schema()
+        schema = predictions_schema(self.extra)
         columns = {}
         # the key first, so that every later message can name the offending row's sample
         for name in sorted(names, key=lambda name: name != "key"):
@@ -254,10 +284,14 @@ class PredictionsTable:
                     at = _first(pc.and_(ok, pc.is_null(columns[name])))
                     if at is not None:
                         raise self.error(f"{self.row(at)} is an ok row without a value", name)
-        for name in CLASS_COLUMNS:
+        answered = ("pred_class", "top5_class") if self.answers else ()  # -1: an answer naming no single class
+        for name in (*CLASS_COLUMNS, *self._set_columns(("pred_class", "top5_class"))):
             if name in columns:
-                self._check_range(name, columns[name], 0, IMAGENET_CLASSES - 1, "an ImageNet-1k class index 0-999")
-        for name in PROBABILITY_COLUMNS:
+                low, expected = (NO_CLASS, "a class index 0-999, or -1") if name in answered else (0, "")
+                self._check_range(
+                    name, columns[name], low, IMAGENET_CLASSES - 1, expected or "an ImageNet-1k class index 0-999"
+                )
+        for name in (*PROBABILITY_COLUMNS, *self._set_columns(PROBABILITY_COLUMNS)):
             if name in columns:
                 self._check_range(name, columns[name], 0.0, 1.0 + 1e-6, "a probability in [0, 1]")
         for name in FILL_SCORE_COLUMNS:
@@ -267,6 +301,39 @@ class PredictionsTable:
             self._check_unique_keys()
         if "top5_class" in columns and "pred_class" in columns:
             self._check_top5(columns["top5_class"], columns["pred_class"])
+        for name in self.set_names:
+            top5, pred = set_column("top5_class", name), set_column("pred_class", name)
+            if top5 in columns and pred in columns:
+                self._check_top5(columns[top5], columns[pred], top5)
+        if self.answers and "answer_status" in columns and "pred_class" in columns:
+            self._check_answers(columns["answer_status"], columns["pred_class"])
+
+    def _set_columns(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(set_column(column, name) for name in self.set_names for column in names)
+
+    def _check_answers(self, status, pred) -> None:
+        """Every ok row's answer_status is mapped, unmapped or ambiguous, and its pred_class is -1
+        exactly when the answer is not mapped."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        ok = pc.fill_null(pc.equal(self.table.column("status"), "ok"), False)
+        known = pc.is_in(status, value_set=pa.array(ANSWER_STATUSES))
+        at = _first(pc.and_(ok, pc.invert(pc.fill_null(known, False))))
+        if at is not None:
+            value = printable(repr(status[at].as_py()))
+            raise self.error(
+                f"{self.row(at)} holds {value}, which is not one of {', '.join(ANSWER_STATUSES)}", "answer_status"
+            )
+        mapped = pc.equal(status, MAPPED)
+        no_class = pc.equal(pred, NO_CLASS)
+        at = _first(pc.and_(ok, pc.not_equal(mapped, pc.invert(no_class))))
+        if at is not None:
+            raise self.error(
+                f"{self.row(at)}: pred_class {pred[at].as_py()} does not fit its answer_status {status[at].as_py()!r} "
+                "(-1 exactly when the answer is not mapped)",
+                "pred_class",
+            )
 
     def _check_range(self, name: str, column, low, high, expected: str) -> None:
         import pyarrow as pa
@@ -296,19 +363,18 @@ class PredictionsTable:
                 )
             seen[key] = index
 
-    def _check_top5(self, top5, pred) -> None:
+    def _check_top5(self, top5, pred, column: str = "top5_class") -> None:
         import pyarrow.compute as pc
 
         lengths = pc.list_value_length(top5)
         at = _first(pc.or_(pc.less(lengths, 1), pc.greater(lengths, 5)))
         if at is not None:
-            raise self.error(f"{self.row(at)} lists {lengths[at].as_py()} classes; top-5 lists 1 to 5", "top5_class")
+            raise self.error(f"{self.row(at)} lists {lengths[at].as_py()} classes; top-5 lists 1 to 5", column)
         first = pc.list_element(top5, 0)  # every list holds one class at least (checked above)
         at = _first(pc.not_equal(first, pred))
         if at is not None:
-            raise self.error(
-                f"{self.row(at)}: pred_class {pred[at].as_py()} is not the first of its top5_class", "top5_class"
-            )
+            predicted = column.replace("top5_class", "pred_class")
+            raise self.error(f"{self.row(at)}: {predicted} {pred[at].as_py()} is not the first of its {column}", column)
 
     def _derived(self, columns: dict) -> dict:
         """correct and correct_top5 from the classes (null on error rows and where a class is missing);

@@ -126,7 +126,7 @@ class ProbeModel:
         import torch
 
         x = torch.as_tensor(images, dtype=torch.float32) * 255.0  # Classifier normalises 0-255 inputs
-        scored = self.classifier.probabilities(x)
+        scored = self.classifier.reference_probabilities(x)  # a zero-shot model: its reference prompt set
         full = np.zeros((len(scored), 1000), np.float32)
         full[:, self.classifier.class_index] = scored
         return full

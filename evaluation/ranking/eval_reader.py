@@ -28,6 +28,7 @@ from evaluation.analysis.report import EVAL_JSON, REPORT_SCHEMA
 from evaluation.predicting.predictions import METADATA_KEY, PREDICTIONS_NAME, read_predictions
 
 from .entries import ENTRY_JSON, entry_path, read_entry
+from .prompt_fields import checked_prompt_fields
 from .report_fields import SHA256, checked_metrics, checked_run
 from .verification_record import Verified, read_verification
 
@@ -51,6 +52,8 @@ class EvaluatedModel:
     metrics: dict  # report_fields.checked_metrics
     predictions_file: Path  # the table eval.json names, in the folder (not yet read)
     plot_files: tuple[str, ...]  # the plots eval.json lists, relative to the folder (not yet read)
+    prompt_sets: dict | None = None  # a zero-shot model's prompt sets and their differences (prompt_fields)
+    answers: dict | None = None  # a vision-language model's answers in words (prompt_fields)
 
     @property
     def spec(self) -> str:
@@ -208,14 +211,15 @@ def checked_files(report: dict, where: Path) -> tuple[str, list[str]]:
     return predictions, plots
 
 
-def _checked(path: Path) -> tuple[dict, dict, dict, str, list[str]]:
-    """(eval.json, its run, its metrics, its predictions file name, its plots) at `path`, every field
-    any reader of it uses checked."""
+def _checked(path: Path) -> tuple[dict, dict, dict, str, list[str], dict | None, dict | None]:
+    """(eval.json, its run, its metrics, its predictions file name, its plots, its prompt sets, its
+    answers) at `path`, every field any reader of it uses checked."""
     report = read_json(path, "eval report")
     top = Fields(report, path)
     if top.raw("schema", None) != REPORT_SCHEMA:
         raise top.error(f"not an hsi eval report (schema is not {REPORT_SCHEMA!r}; write it with hsi eval)", "schema")
-    return report, checked_run(report, path), checked_metrics(report, path), *checked_files(report, path)
+    run, metrics = checked_run(report, path), checked_metrics(report, path)
+    return report, run, metrics, *checked_files(report, path), *checked_prompt_fields(report, path)
 
 
 def checked_report(path: Path) -> dict:
@@ -227,8 +231,8 @@ def checked_report(path: Path) -> dict:
 def read_model_folder(folder: Path) -> EvaluatedModel:
     """The model folder `folder` (holding an eval.json), its eval.json checked."""
     folder = Path(folder)
-    report, run, metrics, predictions, plots = _checked(folder / EVAL_JSON)
-    return EvaluatedModel(folder, report, run, metrics, folder / predictions, tuple(plots))
+    report, run, metrics, predictions, plots, prompt_sets, answers = _checked(folder / EVAL_JSON)
+    return EvaluatedModel(folder, report, run, metrics, folder / predictions, tuple(plots), prompt_sets, answers)
 
 
 def model_folders(root: Path) -> list[EvaluatedModel]:

@@ -13,6 +13,11 @@ that answer in words.
 - `clip_models`: the model specs `openclip:ARCH[:PRETRAINED|FILE]` and `hf-clip:ID|DIR`, with the
   model's own preprocessing as plain fields.
 - `answers`: free-text answers mapped to classes by exact match on names and WordNet synonyms.
+- `specs`: a CLIP spec as the evaluation's classifier (text classifiers over the label space, on the
+  run's device, with what the run records of it); `record`: that record (prompt sets, class names,
+  label space) and the per-set prediction columns it names.
+
+The lowest layer of `evaluation`: nothing here imports another evaluation subpackage.
 
 Importing this package imports nothing heavy; torch, open_clip and transformers are imported by the
 modules that need them.

@@ -19,6 +19,8 @@ a set holding only the machine, "crane" is the machine.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ from .published import clip_class_names
 
 VLM_PROMPT = "What is the main object in this image? Answer with its name only."
 MAPPED, UNMAPPED, AMBIGUOUS = "mapped", "unmapped", "ambiguous"
+ANSWER_STATUSES = (MAPPED, UNMAPPED, AMBIGUOUS)
 NO_CLASS = -1
 ARTICLES = ("a", "an", "the")
 TRAILING_PUNCTUATION = ".,;:!?"
@@ -81,6 +84,16 @@ class AnswerVocabulary:
                 if term:
                     terms.setdefault(term, set()).add(index)
         self.terms = {term: tuple(sorted(indices)) for term, indices in terms.items()}
+
+    def describe(self) -> dict:
+        """What a run records of the vocabulary: its classes, its terms and their sha256 (a digest of
+        the sorted term -> classes table, so a changed synonym list shows in the record)."""
+        table = json.dumps(sorted(self.terms.items()), ensure_ascii=False)
+        return {
+            "classes": len(self.label_space),
+            "terms": len(self.terms),
+            "sha256": hashlib.sha256(table.encode("utf-8")).hexdigest(),
+        }
 
     def map(self, answer: str | None) -> MappedAnswer:
         """The class `answer` names; no answer (None) is unmapped."""

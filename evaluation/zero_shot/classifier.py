@@ -103,6 +103,11 @@ class ZeroShotSetsClassifier(_ZeroShotBase):
         ).eval()
 
 
+def is_zero_shot_module(module) -> bool:
+    """Whether `module` is a zero-shot classifier of this package (one prompt set or several)."""
+    return isinstance(module, _ZeroShotBase)
+
+
 def _prepared(model, tokenizer, classnames, label_space) -> tuple[ClipEncoders, tuple[int, ...], tuple[str, ...]]:
     encoders = clip_encoders(model, tokenizer)
     encoders.eval()  # dropout off: the text classifier must not depend on chance
@@ -155,3 +160,26 @@ def zero_shot_classifiers(
     weights = {name: classifier.weights for name, classifier in built.items()}
     keys = {name: classifier.key for name, classifier in built.items()}
     return ZeroShotSetsClassifier(encoders, weights, indices, names, sets, keys).eval()
+
+
+def public_zero_shot_classifier(
+    model,
+    tokenizer,
+    templates: str | Sequence[str] | Mapping[str, Sequence[str]] = "openai",
+    classnames: Sequence[str] | Mapping[int | str, str] | None = None,
+    label_space: Sequence[int | str] | None = None,
+    cache_dir: Path | str | None | bool = None,
+) -> ZeroShotClassifier | ZeroShotSetsClassifier:
+    """`hsi.zero_shot_classifier`: a module that `hsi.evaluate` takes, from preprocessed images to
+    logits over `label_space` (None: all 1000 classes, in index order).
+
+    templates: one prompt set (`"openai"`, `"simple"`, `"no-scale"`, a YAML file of one set, or a
+        list of templates with `{}` where the class name goes) gives one set's logits; several
+        (`"openai,simple,no-scale"`, a YAML file of several, or a mapping {name: templates}) give
+        logits per set from one image pass, and `hsi.evaluate` reports each set and their
+        differences. classnames: None, the curated names CLIP's authors published; or a list or a
+        mapping (`class_names.class_names_for`). cache_dir: see `zero_shot_classifier`."""
+    several = isinstance(templates, Mapping) or (isinstance(templates, str) and len(template_sets_from(templates)) > 1)
+    if several:
+        return zero_shot_classifiers(model, tokenizer, templates, classnames, label_space, cache_dir)
+    return zero_shot_classifier(model, tokenizer, templates, classnames, label_space, cache_dir)

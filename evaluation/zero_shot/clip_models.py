@@ -8,6 +8,9 @@ Specs:
                          weights_only=True: tensors only, never unpickled code); a known tag wins
                          over a file of the same name (write ./openai for the file)
     openclip:ARCH        ARCH with the weights file $HSI_OPENCLIP_WEIGHTS names
+    openclip:CONFIG.json:...
+                         an architecture of one's own: open_clip's model config file, registered
+                         under its stem (recorded by that name)
     hf-clip:DIR          a transformers `CLIPModel` saved with save_pretrained, with its tokenizer and
                          image processor config, in a local folder
     hf-clip:ID           the same from the local Hub cache (or downloaded, unless HF_HUB_OFFLINE=1)
@@ -32,7 +35,7 @@ from pathlib import Path
 
 from builder.backends.torch_base import checkpoint_sha256, weight_files_sha256
 from builder.core.errors import UsageError, first_few, printable, shown
-from builder.core.untrusted import UntrustedInput, load_torch, regular_file
+from builder.core.untrusted import UntrustedInput, load_torch, read_json, regular_file
 
 OPENCLIP_PREFIX = "openclip:"
 HF_CLIP_PREFIX = "hf-clip:"
@@ -111,6 +114,32 @@ def load_clip(spec: str) -> LoadedClip:
     raise ClipModelError(f"{shown(spec)} is not a CLIP spec (openclip:ARCH[:TAG|FILE] or hf-clip:ID|DIR)")
 
 
+def check_clip_spec(spec: str) -> None:
+    """Refuse now what loading `spec` would refuse before reading any weights: an unknown
+    architecture, a weights file that is missing (or a link), no weights named and no
+    $HSI_OPENCLIP_WEIGHTS, an unknown tag, an `hf-clip:` path that is a file or a missing folder."""
+    if spec.startswith(OPENCLIP_PREFIX):
+        import open_clip
+
+        arch, weights = _openclip_parts(spec)
+        _known_arch(arch)
+        if weights is not None and open_clip.get_pretrained_cfg(arch, weights):
+            return  # a tag: whether its weights are cached is found when loading
+        resolve_openclip_weights(arch, weights)  # a file or the variable's: checked, not read
+    elif spec.startswith(HF_CLIP_PREFIX):
+        target = spec[len(HF_CLIP_PREFIX) :]
+        path = Path(target).expanduser()
+        if path.exists() and not path.is_dir():
+            raise ClipModelError(f"hf-clip:{shown(target, quote=False)} is a file; hf-clip takes a folder or a hub id")
+        if not path.exists() and (path.is_absolute() or target.startswith((".", "~")) or target.count("/") > 1):
+            raise ClipModelError(
+                f"hf-clip:{shown(target, quote=False)}: no such folder (a hub id is ORG/NAME; a folder is one saved "
+                "with save_pretrained)"
+            )
+    else:
+        raise ClipModelError(f"{shown(spec)} is not a CLIP spec (openclip:ARCH[:TAG|FILE] or hf-clip:ID|DIR)")
+
+
 # ---- open_clip ----------------------------------------------------------------------------------
 
 
@@ -126,7 +155,33 @@ def _openclip_parts(spec: str) -> tuple[str, str | None]:
     arch, _, weights = rest.partition(":")
     if not arch:
         raise ClipModelError(f"{shown(spec)} names no architecture: openclip:ARCH[:TAG|FILE], e.g. ViT-B-32")
-    return arch, weights or None
+    return registered_arch(arch), weights or None
+
+
+def registered_arch(arch: str) -> str:
+    """`arch` itself, or for a model config file (ARCH.json, open_clip's format: embed_dim,
+    vision_cfg, text_cfg) its stem, once the file is registered with open_clip's add_model_config,
+    so an architecture of one's own loads as open_clip's do."""
+    if not arch.endswith(".json"):
+        return arch
+    import open_clip
+
+    path = Path(arch).expanduser()
+    try:
+        config = read_json(path, "model config (openclip:CONFIG.json)")  # refuses links and non-JSON
+    except UntrustedInput as error:
+        raise ClipModelError(str(error)) from None
+    missing = [
+        key for key in ("embed_dim", "vision_cfg", "text_cfg") if not isinstance(config, dict) or key not in config
+    ]
+    if missing:
+        raise ClipModelError(
+            f"{printable(str(path))}: an open_clip model config holds embed_dim, vision_cfg and text_cfg; "
+            f"it lacks {', '.join(missing)}"
+        )
+    if path.stem not in open_clip.list_models():
+        open_clip.add_model_config(path)
+    return path.stem
 
 
 def _known_arch(arch: str) -> None:
@@ -282,6 +337,25 @@ def _tensors_only(path: Path, arch: str) -> None:
 
 
 def _openclip_preprocessing(config: dict, arch: str, weights: OpenClipWeights) -> ClipPreprocessing:
+    origin = f"the pretrained config of {weights.tag}" if weights.tag else "open_clip's defaults (a file carries none)"
+    return preprocessing_of(config, f"open_clip preprocess config of {arch}, from {origin}")
+
+
+def module_preprocessing(model) -> ClipPreprocessing | None:
+    """The preprocessing an open_clip model carries (open_clip.create_model sets it); None for any
+    other model (a transformers CLIPModel's lives in its image processor, not in the model)."""
+    if not (hasattr(model, "encode_image") and hasattr(model, "visual")):
+        return None
+    import open_clip
+
+    config = dict(open_clip.get_model_preprocess_cfg(model))
+    if not all(key in config for key in ("size", "mean", "std")):
+        return None
+    return preprocessing_of(config, "open_clip preprocess config the model carries")
+
+
+def preprocessing_of(config: dict, source: str) -> ClipPreprocessing:
+    """open_clip's preprocess config (size, resize_mode, interpolation, mean, std) as plain fields."""
     size = config["size"]
     height, width = (size, size) if isinstance(size, int) else tuple(size)
     mode = config.get("resize_mode", "shortest")
@@ -290,14 +364,13 @@ def _openclip_preprocessing(config: dict, arch: str, weights: OpenClipWeights) -
     else:  # "shortest" covers the input and centre-crops; "longest" fits it and pads
         side = max(height, width) if mode == "shortest" else min(height, width)
         resize = (side, side)
-    origin = f"the pretrained config of {weights.tag}" if weights.tag else "open_clip's defaults (a file carries none)"
     return ClipPreprocessing(
         resize,
         (height, width),
         config.get("interpolation", "bicubic"),
         tuple(config["mean"]),
         tuple(config["std"]),
-        f"open_clip preprocess config of {arch}, from {origin}",
+        source,
     )
 
 

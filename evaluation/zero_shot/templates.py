@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from builder.core.errors import UsageError, first_few, printable, shown
-from builder.core.untrusted import UntrustedInput, describe, read_yaml
+from builder.core.untrusted import UntrustedInput, describe, read_yaml, regular_file
 
 from .published import PLACEHOLDER, openai_templates, simple_templates
 
@@ -36,6 +36,8 @@ YAML_SUFFIXES = (".yaml", ".yml")
 SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 MAX_TEMPLATE_CHARACTERS = 300  # far above any published template (~40), far below a pasted essay
 MAX_TEMPLATES = 1000  # per set; the largest published ensemble has 80
+MAX_SETS = 32  # in one run: far above any comparison a report can show
+MAX_FILE_BYTES = 4 << 20  # a template file: room for several full sets, refused before it is read
 
 _SIZE = "names the object's size, which this benchmark varies on purpose"
 _CROPPED = "names framing: a cropped photo, where the object is cut by the frame"
@@ -131,8 +133,13 @@ def read_template_file(path: Path | str) -> dict[str, tuple[str, ...]]:
     """The prompt sets of a YAML file: a list of templates (named after the file's stem) or a
     mapping from set names to lists. Every problem is one line naming the file and the entry."""
     path = Path(path)
-    data = read_yaml(path, "template file")  # refuses links, folders, non-UTF-8 and syntax errors
     where = printable(str(path))
+    size = regular_file(path, "template file").stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise UntrustedInput(
+            f"{where}: template file is {size} bytes, more than {MAX_FILE_BYTES}; no prompt set needs it"
+        )
+    data = read_yaml(path, "template file")  # refuses links, folders, non-UTF-8 and syntax errors
 
     def refusal(key: str):
         def error(problem: str, index: int | None = None) -> UntrustedInput:
@@ -185,6 +192,8 @@ def resolve_template_sets(spec: str | Sequence[str] = DEFAULT_SETS) -> dict[str,
         if twice:
             raise TemplateSetError(f"--templates names the prompt set {first_few(twice)} twice")
         sets.update(found)
+        if len(sets) > MAX_SETS:
+            raise TemplateSetError(f"--templates names more than {MAX_SETS} prompt sets; compare fewer in one run")
     return sets
 
 
@@ -206,13 +215,17 @@ def templates_from(value: str | Sequence[str]) -> tuple[str, tuple[str, ...]]:
 
 
 def template_sets_from(value: str | Sequence[str] | Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:
-    """The prompt sets `zero_shot_classifiers` scores: a `--templates` value, or {name: templates}."""
+    """The prompt sets `zero_shot_classifiers` scores: a `--templates` value, or {name: templates}
+    (a built-in name only for that set's own templates, as `resolve_template_sets` gives them)."""
     if not isinstance(value, Mapping):
         return resolve_template_sets(value)
     if not value:
         raise TemplateSetError("template_sets is empty; name at least one prompt set")
     sets = {}
     for name, templates in value.items():
+        if name in BUILT_IN_SETS and tuple(templates) == built_in_set(name):
+            sets[name] = built_in_set(name)  # a built-in set as resolve_template_sets gives it
+            continue
         check_set_name(name, lambda problem: TemplateSetError(f"template_sets: {problem}"))
         sets[name] = check_templates(
             templates,

@@ -37,7 +37,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, eval_only: bool) -> Non
     models.add_argument(
         "--model",
         help="timm:NAME (or a bare timm name), tv:NAME, ts:FILE (TorchScript: code, loaded only with --trust-file "
-        "or --trust-code), ep:FILE (torch.export .pt2), onnx:FILE, or a state_dict FILE with --arch",
+        "or --trust-code), ep:FILE (torch.export .pt2), onnx:FILE, a state_dict FILE with --arch, or zero-shot CLIP: "
+        "openclip:ARCH[:TAG|FILE] (weights from the Hub cache by tag, a file, or $HSI_OPENCLIP_WEIGHTS) or "
+        "hf-clip:ID|DIR (a transformers CLIPModel)",
     )
     models.add_argument(
         "--models",
@@ -56,6 +58,14 @@ def add_model_arguments(parser: argparse.ArgumentParser, eval_only: bool) -> Non
     )
     add_trust_flags(models)  # ts: files are code: loaded only when trusted
     if eval_only:
+        models.add_argument(
+            "--templates",
+            metavar="SETS",
+            help="the prompt sets a zero-shot model (openclip:, hf-clip:) scores from one pass over the images, "
+            "comma-separated: openai (CLIP's 80 ImageNet templates), simple (its 7), no-scale (the 80 without the 8 "
+            "that name scale or framing), or a YAML file of one's own sets; the first fills the prediction columns, "
+            "each is reported with its difference from the first (default: openai,simple,no-scale)",
+        )
         models.add_argument(
             "--label-space",
             choices=("imagenet", "subset"),
@@ -209,7 +219,7 @@ def model_entries(args: argparse.Namespace) -> list[dict]:
     return listed_models(args.model, args.models, bool(args.checkpoint or args.arch or args.classes))
 
 
-def model_options(entry: dict, args: argparse.Namespace):
+def model_options(entry: dict, args: argparse.Namespace, template_sets: dict | None = None):
     from builder.backends.code_trust import CodeTrust
     from evaluation.model_formats.models import ModelOptions, parse_floats, read_classes_file
 
@@ -232,6 +242,7 @@ def model_options(entry: dict, args: argparse.Namespace):
         trust=CodeTrust.of(args.trust_file or (), args.trust_code).with_files(
             entry.get("trusted_sha256") or (), "trusted_sha256"
         ),
+        template_sets=tuple(template_sets.items()) if template_sets else None,
     )
 
 
@@ -266,6 +277,7 @@ def _announce(text: str) -> None:
 def run(args: argparse.Namespace) -> int:
     require_extra("eval", "models", "torch", "timm", "pyarrow", "scipy")
     from evaluation.analysis.bootstrap import BootstrapSettings
+    from evaluation.zero_shot.templates import resolve_template_sets
 
     bootstrap = BootstrapSettings(resamples=args.bootstrap, seed=args.seed)
     if args.from_predictions is not None and args.predictions is not None:
@@ -302,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
         check_ray_available()
 
     from evaluation.analysis.report import EVAL_MD
-    from evaluation.model_formats.models import check_spec, check_trust
+    from evaluation.model_formats.models import check_spec, check_trust, is_zero_shot_spec
     from evaluation.orchestration.pipeline import RunSettings
     from evaluation.orchestration.runs import eval_folder, evaluate_all
     from evaluation.orchestration.sweep import ModelsFailed
@@ -319,8 +331,13 @@ def run(args: argparse.Namespace) -> int:
         files = "eval.json, entry.json, predictions.parquet, plots/"
         print(f"  reports: {result.folder / EVAL_MD} and {files}", flush=True)
 
+    template_sets = resolve_template_sets(args.templates) if args.templates is not None else None  # files read once
     with eval_folder(args.out) as owned:
         entries = model_entries(args)
+        if template_sets is not None and not any(is_zero_shot_spec(entry["model"]) for entry in entries):
+            raise UsageError(
+                "--templates sets the prompt sets of zero-shot models (openclip:, hf-clip:); none is given"
+            )
         settings = options_from(
             args,
             RunSettings,
@@ -332,7 +349,7 @@ def run(args: argparse.Namespace) -> int:
             part=None,  # the whole data: a sweep of one model over workers sets each worker's part
         )
         infos = entry_infos(entries, args)  # checked before any model loads
-        specs = [(entry["model"], model_options(entry, args)) for entry in entries]
+        specs = [(entry["model"], model_options(entry, args, template_sets)) for entry in entries]
         for spec, options in specs:  # an untrusted ts: file, before any worker or actor starts
             check_trust(spec, options)
         if len(specs) > 1:  # a sweep refuses a mistyped spec now, not after the models before it

@@ -44,6 +44,7 @@ MODEL_RUN_FLAGS = {
     "--parts": ["parts"],
     "--trust-file": ["0" * 64],
     "--trust-code": [],
+    "--templates": ["simple"],
 }
 # what scoring a file reads (and --from, the other input, refused beside it on its own)
 SCORING_FLAGS = {"-h", "--help", "--config", "--split", "--out", "--predictions", "--bootstrap", "--seed"}

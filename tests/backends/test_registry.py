@@ -187,7 +187,7 @@ def test_classifier_specs_resolve_through_the_one_registry(monkeypatch):
     import evaluation.model_formats.models as models
     from builder.backends.registry import BackendUnavailable, available, entry
 
-    assert available("classifier") == ["ep", "onnx", "state-dict", "timm", "ts", "tv"]
+    assert available("classifier") == ["ep", "hf-clip", "onnx", "openclip", "state-dict", "timm", "ts", "tv"]
     specs = ("ts:m.pt", "ep:m.pt2", "onnx:m.onnx", "tv:resnet18", "timm:vit_b", "resnet50", "w/best.pt")
     assert [models.classifier_entry(s) for s in specs] == [
         ("ts", "m.pt"),
@@ -198,6 +198,9 @@ def test_classifier_specs_resolve_through_the_one_registry(monkeypatch):
         ("timm", "resnet50"),
         ("state-dict", "w/best.pt"),
     ]
+    # a zero-shot spec's weights file may hold a path: its prefix names the kind, never the path
+    assert models.classifier_entry("openclip:ViT-B-32:w/x.safetensors") == ("openclip", "ViT-B-32:w/x.safetensors")
+    assert models.classifier_entry("hf-clip:org/name") == ("hf-clip", "org/name")
     assert entry("classifier", "timm").requires == ("torch", "timm")
     with pytest.raises(BackendUnavailable, match="unknown classifier 'tflite'"):
         entry("classifier", "tflite")

@@ -16,7 +16,7 @@ import pytest
 from tiny_models import write_tiny_lama
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_suite.py"
-EXPECTED_ROWS = ["extract", "sd", "detect", "eval:test_resnet", "eval:test_vit"]
+EXPECTED_ROWS = ["extract", "sd", "detect", "eval:test_resnet", "eval:test_vit", "clip:hsi-tiny-clip"]
 FIGURE_ROW = re.compile(r"^(?P<stage>\S+)\s+(?P<figure>\S+)\s{2}(?P<target>.{20}) +(?P<ratio>\S+) +(?P<wall>[0-9.]*)  ")
 SKIP_ROW = re.compile(r"^(?P<stage>\S+)\s+skipped: (?P<why>.+) (is|are) not installed$")
 # module -> the name a skip prints for it
@@ -71,8 +71,11 @@ def test_cpu_mode_times_every_stage_and_prints_the_summary(tmp_path):
         if row.startswith("eval:") and not SKIP_ROW.match(row):
             ratio = float(FIGURE_ROW.match(row)["ratio"])
             assert ratio > 0 and "eval / forward-only " in row, row
+        if row.startswith("clip:") and not SKIP_ROW.match(row):  # the tiny CLIP's forward is too fast for a ratio
+            assert "eval / forward-only " in row and "3 prompt sets from one image pass" in row, row
     # where the time goes, per stage
-    for part in ("sam_enc ", "lama ", "unet ", "ms per UNet step", "processor + post-processing", "data path alone"):
+    parts = ("sam_enc ", "lama ", "unet ", "ms per UNet step", "processor + post-processing", "data path alone")
+    for part in (*parts, "text classifiers of openai, simple, no-scale: 160 texts"):
         assert part in result.stdout, part
     assert "WARNING" not in result.stdout  # the time limit is the GPU's; a CPU run never warns
 
@@ -103,6 +106,6 @@ def test_batch_sizes_and_stages_parse_as_documented():
             suite.parse_batch_sizes(bad)
     with pytest.raises(Exception, match="--only"):
         suite.parse_stages("extract,train")
-    # the defaults are the commands' own: hsi extract 8, hsi scgs --sd-batch-size 4, validate 8, eval 64
-    assert suite.default_batch_sizes() == {"extract": 8, "sd": 4, "detect": 8, "eval": 64}
+    # the defaults are the commands' own: hsi extract 8, hsi scgs --sd-batch-size 4, validate 8, eval 64 (clip too)
+    assert suite.default_batch_sizes() == {"extract": 8, "sd": 4, "detect": 8, "eval": 64, "clip": 64}
     assert suite.scgs_defaults().steps == 30

@@ -1,8 +1,10 @@
 """The world the documentation's examples assume, built once per session: a working directory that
 holds the release `hard-spurious-imagenet` (the paper's config and the -10 subset, validated),
 `predictions.csv` for it, a tiny classifier as `model.pt` (TorchScript) and as `model.pt2`
-(`torch.export`, any batch size), and `DIR`, the paper's config as `hsi export` image folders. Each
-test gets its own copy as its working directory, with `data` naming the release, as the README says."""
+(`torch.export`, any batch size), a tiny random CLIP as `tiny-clip.safetensors` (open_clip's
+`hsi-tiny-clip`, registered for the session), and `DIR`, the paper's config as `hsi export` image
+folders. Each test gets its own copy as its working directory, with `data` naming the release, as
+the README says."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pandas as pd
 import pytest
 import torch
 from parts_factory import compose_quietly, distinct_color, fake_images, write_parts
+from tiny_clip import save_tiny_openclip
 from torch import nn
 from trusted_code import trust_flags
 
@@ -28,7 +31,7 @@ WNIDS = ("n01443537", "n02437312", "n02134084")  # goldfish, Arabian camel, ice 
 RELEASE = "hard-spurious-imagenet"  # the name the docs load it by, from its parent folder
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 # what the examples' working directory holds, beside the release
-FILES = ("predictions.csv", "model.pt", "model.pt2", "DIR")
+FILES = ("predictions.csv", "model.pt", "model.pt2", "DIR", "tiny-clip.safetensors")
 
 
 class BackgroundReader(nn.Module):
@@ -85,6 +88,7 @@ def doc_examples(tmp_path_factory) -> Examples:
     assert main(["release", "--out", str(root / RELEASE), str(paper), str(ten), "--version", "v1.0.0"]) == 0
     assert main(["export", str(paper), "--imagefolder", str(root / "DIR")]) == 0
     save_models(root)
+    save_tiny_openclip(root / "tiny-clip.safetensors")  # and registers hsi-tiny-clip with open_clip, for zero-shot.md
     mean, std = (",".join(map(str, v)) for v in (IMAGENET_MEAN, IMAGENET_STD))
     out = build / "eval"
     model = f"ts:{root / 'model.pt'}"
