@@ -130,7 +130,7 @@ def test_odd_answers_are_stored_and_shown_escaped_and_non_text_is_refused(world,
     for bad, kind in ((7, "7"), (["tench"], "['tench']"), (b"tench", "b'tench'")):
         values = list(hostile)
         values[2] = bad
-        with pytest.raises(HsiError, match=r"row 2 \(.*\): pred_text: .* is not text") as caught:
+        with pytest.raises(HsiError, match=r"row 3 \(.*\): pred_text: .* is not text") as caught:
             hsi.score(
                 pd.DataFrame({"key": keys, "pred_text": pd.Series(values, dtype=object)}), world["dataset"], **QUICK
             )
@@ -203,7 +203,7 @@ LYING_TABLES = [
     (
         "zero_shot",
         {"columns": lambda t: {"pred_class__two": pa.array([1001] * t.num_rows, pa.int64())}},
-        "column pred_class__two: row 0",
+        "column pred_class__two: row 1",
     ),
     (
         "zero_shot",

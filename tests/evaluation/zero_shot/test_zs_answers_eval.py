@@ -121,7 +121,7 @@ def test_an_answer_naming_two_classes_is_ambiguous_and_counts_wrong(paper_set, t
         )
         == 0
     )
-    report = json.loads((out / "predictions_answers.csv" / "eval.json").read_text())
+    report = json.loads((out / "answers" / "eval.json").read_text())
     assert report["answers"]["overall"]["ambiguous"] == len(keys) and report["metrics"]["overall"]["top1"]["value"] == 0
-    frame, _ = read_predictions(out / "predictions_answers.csv" / "predictions.parquet")
+    frame, _ = read_predictions(out / "answers" / "predictions.parquet")
     assert set(frame["pred_class"]) == {-1} and set(frame["answer_status"]) == {"ambiguous"}
