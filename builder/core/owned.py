@@ -47,6 +47,13 @@ def _sha256(path: Path) -> str:
     return sha256_file(path)
 
 
+def owns_recorded(root: Path, files: dict[str, str], relative: str) -> bool:
+    """Whether `relative` (below `root`) is a file the record `files` ({path: sha256}) lists: a plain
+    file, not a link, its bytes unchanged since they were recorded."""
+    target = root / relative
+    return relative in files and target.is_file() and not target.is_symlink() and _sha256(target) == files[relative]
+
+
 def _show(path: Path | str) -> str:
     return printable(str(path))
 
@@ -162,13 +169,7 @@ class OwnedFolder:
 
     def owns(self, relative: str) -> bool:
         """A file this command wrote here, unchanged since."""
-        target = self.root / relative
-        return (
-            relative in self.files
-            and target.is_file()
-            and not target.is_symlink()
-            and (_sha256(target) == self.files[relative])
-        )
+        return owns_recorded(self.root, self.files, relative)
 
     def listed(self, prefix: str = "") -> list[str]:
         """The recorded files below `prefix` (a folder path ending in '/', or '' for all)."""

@@ -11,8 +11,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.core.hashing import sha256_file
-from builder.core.owned import FolderView, OwnedFolder
+from builder.core.owned import FolderView, OwnedFolder, owns_recorded
 from evaluation.model_formats.models import (
     MODEL_FILE_PREFIXES,
     LoadedModel,
@@ -173,13 +172,7 @@ class FolderRecord:
 
     def owns(self, relative: str) -> bool:
         """As `OwnedFolder.owns`: recorded, a plain file, its bytes unchanged since."""
-        target = self.root / relative
-        return (
-            relative in self.files
-            and target.is_file()
-            and not target.is_symlink()
-            and sha256_file(target) == self.files[relative]
-        )
+        return owns_recorded(self.root, self.files, relative)
 
 
 class PlainFolder:
