@@ -30,6 +30,11 @@ ORG, NAME = "lab", "hard-spurious-imagenet"
 CONFIG = "hard-spurious-imagenet"
 
 
+# No proxy: urllib.request.urlopen keeps the opener of its first call, proxies read from the environment
+# then, and another test in this worker may have made that call under a monkeypatched dead proxy.
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -84,7 +89,7 @@ def olah_server(tmp_path):
             if process.poll() is not None:
                 pytest.fail(f"olah exited with {process.returncode}: {log.read_text(errors='replace')[-3000:]}")
             try:
-                with urllib.request.urlopen(f"http://{netloc}/api/datasets/{ORG}/absent/refs", timeout=2):
+                with DIRECT.open(f"http://{netloc}/api/datasets/{ORG}/absent/refs", timeout=2):
                     break
             except urllib.error.HTTPError:
                 break  # it answers (a 404 for an absent repo): up
