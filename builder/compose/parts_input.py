@@ -113,7 +113,7 @@ def scan_members(members: Sequence[TarMember]) -> tuple[dict[str, list[str]], di
         elif info.issparse():
             problem = "is a sparse member"
         if problem:
-            key = parts[-1].partition(".")[0] or name
+            key = member_key(name)
             found.setdefault(key, []).append(f"member {name!r} {problem}")
     return found, json_members
 
@@ -121,12 +121,19 @@ def scan_members(members: Sequence[TarMember]) -> tuple[dict[str, list[str]], di
 def check_sample_count(parts_dir: Path, stats: ShardStats, members: Sequence[TarMember]) -> None:
     """The shard's samples (its members' distinct keys) are the number its manifest entry says:
     a manifest with true hashes and false counts would be copied into the composed manifest."""
-    problem = stats.count_problem(len({member.name.partition(".")[0] for member in members}))
+    keys = {member_key(member.name) for member in members}
+    problem = stats.count_problem(len(keys))
     if problem:
         raise InputError(
             f"parts shard {problem} ({parts_dir}/_info.json): the manifest does not describe its shards; "
             "rebuild the parts with hsi extract --overwrite"
         )
+
+
+def member_key(name: str) -> str:
+    """The sample a member belongs to: its base name up to the first dot (a member with a folder
+    or `..` in its name is still its sample's, and becomes that sample's row)."""
+    return name.replace("\\", "/").split("/")[-1].partition(".")[0] or name
 
 
 def is_plain_key(key: str | None) -> bool:
