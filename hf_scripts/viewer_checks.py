@@ -158,7 +158,7 @@ def refused_member(tar: tarfile.TarFile, info: tarfile.TarInfo, seen: set[str]) 
         return None
     handle = tar.extractfile(info)
     found = content_problem(info.name, handle.read()) if handle is not None else None
-    return found[1].removeprefix(f"member {shown(info.name)} ") if found else None
+    return found[1].removeprefix(f"member {shown(info.name)} ").split(";")[0] if found else None
 
 
 def viewed_samples(
@@ -177,12 +177,11 @@ def viewed_samples(
                     findings.add(f"{where}: members that are not regular files", f"{shard}:{printable(name)}")
                     continue
                 refused = refused_member(tar, info, seen)
-                if refused:
+                if refused:  # named, and its json left unparsed; its extension still counts for the sample
                     findings.add(
                         f"{where}: members the shard reader refuses (the release was not written by this toolkit)",
                         f"{shard}:{printable(name)} {refused}",
                     )
-                    continue
                 split = first_dot_split(name)
                 if split is None:
                     findings.add(
@@ -203,7 +202,7 @@ def viewed_samples(
                     current = ViewedSample(shard=shard, key=key)
                 current.extensions.add(extension)
                 current.end = start + info.offset_data + info.size
-                if extension == "json":
+                if extension == "json" and not refused:
                     meta = read_json_member(tar, info)
                     if meta is not None:
                         current.json_kinds = {str(k): json_kind(v) for k, v in meta.items()}

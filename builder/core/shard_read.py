@@ -367,7 +367,7 @@ def iter_shard(source: Path | BinaryIO, handler: ReadErrorHandler = raise_read_e
                 current_key, members = key, {}
             data = tar.extractfile(info)
             members[ext] = data.read() if data else b""
-            bad_content = content_problem(ext, members[ext])
+            bad_content = content_problem(info.name, members[ext])
             if bad_content:
                 del members[ext]
                 handler(ShardReadError(bad_content[0], bad_content[1], label, key))
