@@ -279,3 +279,21 @@ def test_tarfile_is_not_the_judge_of_duplicates(tmp_path):
         assert tar.extractfile("a.json").read() == b"2"
     with pytest.raises(ShardReadError, match="appears twice"):
         reader_members(path)
+
+
+# -- the one writer's lock: `hsi validate` writes its report into a folder -------------------------------------
+
+
+def test_validate_takes_the_folder_lock_a_compose_holds(tmp_path, capsys):
+    from release_factory import make_composed_dataset
+
+    from builder.core.locks import exclusive_folder
+
+    dataset = make_composed_dataset(tmp_path / "out")
+    before = {p.name: p.read_bytes() for p in dataset.iterdir() if p.is_file()}
+    with exclusive_folder(dataset):  # a compose (or another validate) still writing it
+        line = one_line_refusal(capsys, ["validate", dataset, "--no-previews"])
+    assert f"{dataset} is being written by another hsi run" in line
+    assert {p.name: p.read_bytes() for p in dataset.iterdir() if p.is_file()} == before
+    assert main(["validate", str(dataset), "--no-previews"]) in (0, 1)  # released: it runs and reports
+    assert (dataset / "validation.json").read_bytes() != before["validation.json"]
