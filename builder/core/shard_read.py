@@ -203,42 +203,41 @@ _NPY_MAGIC = b"\x93NUMPY"
 
 
 def npy_problem(head: bytes, member_bytes: int, member: str) -> str | None:
-    """Why a `.npy` member must not be loaded, from its first bytes `head` (at least its header,
-    `NPY_MAX_HEADER` + 12 bytes are enough) and its size: not a plain npy header (version 1 or 2,
-    no Python objects), or a shape whose bytes are not exactly those the member holds after its
-    header (np.load would allocate the declared shape first: a header declaring 100000 x 100000 x 3
-    asks for 28 GiB). None for a member np.load can read within its own size."""
-    where = f"member {shown(member)}"
-    if not head.startswith(_NPY_MAGIC) or len(head) < 10:
-        return f"{where} is not a NumPy .npy array (no npy header)"
-    major = head[6]
-    if major not in (1, 2):
-        return f"{where} is a .npy of version {major}; only versions 1 and 2 are read"
-    fixed = 10 if major == 1 else 12
+    """Why a `.npy` member must not be handed to np.load, from its first bytes `head` (its header:
+    `NPY_MAX_HEADER` + 12 bytes are enough) and its size: a header longer than `NPY_MAX_HEADER`, or
+    a shape needing more bytes than the member holds after its header (np.load allocates the
+    declared shape before reading: a header declaring 100000 x 100000 x 3 asks for 28 GiB). None
+    otherwise; a member that is not an npy at all, or a malformed header, is left to np.load, which
+    refuses it with a ValueError within the member's own size (readers make that a row)."""
+    if not head.startswith(_NPY_MAGIC) or len(head) < 10 or head[6] not in (1, 2, 3):
+        return None
+    fixed = 10 if head[6] == 1 else 12
+    if len(head) < fixed:
+        return None
     header_bytes = int.from_bytes(head[8:fixed], "little")
     if header_bytes > NPY_MAX_HEADER:
-        return f"{where} has a {header_bytes}-byte npy header, over the {NPY_MAX_HEADER}-byte limit"
-    if len(head) < fixed + header_bytes:
-        return f"{where}: its npy header ends early"
-    reader = npy_format.read_array_header_1_0 if major == 1 else npy_format.read_array_header_2_0
+        return f"member {shown(member)} has a {header_bytes}-byte npy header, over the {NPY_MAX_HEADER}-byte limit"
+    # version 3 differs from 2 only in allowing utf-8 in the header, which these parsers need not read
+    reader = npy_format.read_array_header_1_0 if head[6] == 1 else npy_format.read_array_header_2_0
     try:
         shape, _, dtype = reader(io.BytesIO(head[8 : fixed + header_bytes]), max_header_size=NPY_MAX_HEADER)
-    except (ValueError, SyntaxError, TypeError) as exc:
-        return f"{where} has a malformed npy header ({shown(str(exc), quote=False)})"
-    if dtype.hasobject:
-        return f"{where} holds Python objects; arrays in shards hold numbers"
+    except (ValueError, SyntaxError, TypeError, UnicodeDecodeError):
+        return None
     declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
     present = member_bytes - fixed - header_bytes
-    if declared != present:
+    if declared > present:
         return (
-            f"{where} declares shape {shown(tuple(shape))} of {dtype} ({declared} bytes) but holds {present} "
-            "bytes of data (it was not written by this toolkit); restore the shard or rebuild it"
+            f"member {shown(member)} declares shape {shown(tuple(shape))} of {dtype} ({declared} bytes) but holds "
+            f"{present} bytes of data (it was not written by this toolkit); restore the shard or rebuild it"
         )
     return None
 
 
 def npy_member_problem(data: bytes, member: str) -> str | None:
     return npy_problem(data[: NPY_MAX_HEADER + 12], len(data), member)
+
+
+_DECODED_KINDS = ("json", ".npy")
 
 
 def content_problem(name: str, data: bytes) -> tuple[str, str] | None:
@@ -249,7 +248,7 @@ def content_problem(name: str, data: bytes) -> tuple[str, str] | None:
         return ("deep-json", problem) if problem else None
     if name.endswith(".npy"):
         problem = npy_member_problem(data, name)
-        return ("bad-array", problem) if problem else None
+        return ("oversized-array", problem) if problem else None
     return None
 
 
@@ -265,7 +264,7 @@ def _source_bytes(source: Path | BinaryIO) -> int | None:
 
 class ShardReadError(ShardFormatError):
     """One problem met while reading a shard: `reason` (unreadable-shard, unsafe-member,
-    oversized-member, duplicate-member, deep-json, bad-array), the shard's file name, the key or
+    oversized-member, duplicate-member, deep-json, oversized-array), the shard's file name, the key or
     member name where known, and a `detail` that does not repeat the shard (the message does)."""
 
     def __init__(self, reason: str, detail: str, shard: str, key: str | None = None, *, fatal: bool = False) -> None:
@@ -356,21 +355,25 @@ def iter_shard(source: Path | BinaryIO, handler: ReadErrorHandler = raise_read_e
             if too_big:
                 handler(ShardReadError("oversized-member", too_big, label, key))
                 continue
-            if info.name in seen or (key != current_key and key in finished):
-                handler(duplicate_member(label, info.name) if info.name in seen else split_sample(label, info.name))
+            if info.name in seen:
+                handler(duplicate_member(label, info.name))
                 continue
-            seen.add(info.name)
             if key != current_key:
+                if key in finished:
+                    handler(split_sample(label, info.name))
+                    continue
                 if current_key is not None:
                     finished.add(current_key)
                     yield current_key, members
                 current_key, members = key, {}
+            seen.add(info.name)
             data = tar.extractfile(info)
             members[ext] = data.read() if data else b""
-            bad_content = content_problem(info.name, members[ext])
-            if bad_content:
-                del members[ext]
-                handler(ShardReadError(bad_content[0], bad_content[1], label, key))
+            if ext.endswith(_DECODED_KINDS):  # json and npy: bounded before any reader decodes them
+                bad_content = content_problem(info.name, members[ext])
+                if bad_content:
+                    del members[ext]
+                    handler(ShardReadError(bad_content[0], bad_content[1], label, key))
     except (tarfile.TarError, OSError) as exc:
         handler(ShardReadError("unreadable-shard", f"tar stream breaks off: {exc}", label, current_key, fatal=True))
         current_key = None  # the sample being read at the break may lack members: it is not yielded

@@ -126,7 +126,7 @@ def index_parts_shard(
                     head = os.pread(handle.fileno(), min(info.size, NPY_MAX_HEADER + 12), info.offset_data)
                     bad_array = npy_problem(head, info.size, info.name)
                     if bad_array:
-                        raise ShardReadError("bad-array", bad_array, path.name, key)
+                        raise ShardReadError("oversized-array", bad_array, path.name, key)
     refs = []
     for key in sorted(set(found) | set(metas)):
         places = found.get(key, {})
