@@ -298,3 +298,32 @@ def test_validate_takes_the_folder_lock_a_compose_holds(tmp_path, capsys):
     assert {p.name: p.read_bytes() for p in dataset.iterdir() if p.is_file()} == before
     assert main(["validate", str(dataset), "--no-previews"]) in (0, 1)  # released: it runs and reports
     assert (dataset / "validation.json").read_bytes() != before["validation.json"]
+
+
+# -- validate and eval: the same refusals as rows -----------------------------------------------------------------
+
+
+def test_validate_reports_each_refused_member_as_a_failure_row(tmp_path, capsys):
+    from release_factory import make_composed_dataset
+
+    dataset = make_composed_dataset(tmp_path / "out", splits={"test": 8})
+    members = tar_members(dataset / "test-00000.tar")  # test_000000 .. test_000003
+    late = [(name, data) for name, data in members if name.startswith("test_000000.")]
+    write_tar(dataset / "test-00000.tar", [*deep_json(members[:3]), *members[3:], *late])
+    assert main(["validate", str(dataset), "--no-previews"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert f"test-00000.tar/test_000000: deep-json: member 'test_000000.json' nests deeper than {MAX_JSON_DEPTH}" in err
+    assert "test-00000.tar/test_000000: duplicate-member: member 'test_000000.cls' appears twice" in err
+
+
+def test_eval_makes_a_shard_with_a_duplicated_member_an_unreadable_shard_row(tmp_path):
+    from evaluation.predicting.data import EvalBatches, SourceSplit
+
+    v1, _ = two_releases(tmp_path)
+    rewrite_release_shard(v1, "test-00000.tar", doubled_json)
+    batches = EvalBatches(SourceSplit(str(v1), "hard-spurious-imagenet", "test"), None, batch_size=4)
+    rows, errors = batches.records()
+    assert [(e["shard"], e["reason"]) for e in errors] == [("test-00000.tar", "unreadable-shard")]
+    assert "member 'test_000000.json' appears twice" in errors[0]["detail"]
+    assert sorted(r["key"] for r in rows) == ["test_000002", "test_000003", "test_000004"]  # the other shards
