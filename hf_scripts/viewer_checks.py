@@ -35,8 +35,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.core.errors import printable
+from builder.core.errors import printable, shown
 from builder.core.manifest import COMPOSITES, MANIFEST_NAME, PARTS, Manifest
+from builder.core.shard_read import MAX_MEMBER_BYTES, content_problem, nests_deeper
 from builder.formats.composites import COMPOSITE_MEMBERS
 from builder.formats.parts import PARTS_MEMBERS, PARTS_MEMBERS_V1
 
@@ -135,11 +136,29 @@ def read_json_member(tar: tarfile.TarFile, info: tarfile.TarInfo) -> dict | None
     handle = tar.extractfile(info)
     if handle is None or info.size > JSON_LIMIT:
         return None
+    data = handle.read()
+    if nests_deeper(data):  # the reader's findings name it; parsing it would recurse past Python's limit
+        return None
     try:
-        value = json.loads(handle.read())
+        value = json.loads(data)
     except (ValueError, UnicodeDecodeError):
         return None
     return value if isinstance(value, dict) else None
+
+
+def refused_member(tar: tarfile.TarFile, info: tarfile.TarInfo, seen: set[str]) -> str | None:
+    """What the one shard reader (builder.core.shard_read) refuses in a member before `load_dataset`
+    reads it (its webdataset builder dies in a traceback on a name present twice, and numpy
+    allocates whatever an npy header declares): a duplicate name, a json nested too deep, an npy
+    whose header declares more than it holds. None for a member it reads."""
+    if info.name in seen:
+        return "appears twice"
+    seen.add(info.name)
+    if not info.name.endswith(("json", ".npy")) or info.size > MAX_MEMBER_BYTES:
+        return None
+    handle = tar.extractfile(info)
+    found = content_problem(info.name, handle.read()) if handle is not None else None
+    return found[1].removeprefix(f"member {shown(info.name)} ").split(";")[0] if found else None
 
 
 def viewed_samples(
@@ -149,6 +168,7 @@ def viewed_samples(
     up to the first dot), reporting into `findings` each member whose key holds a dot, each name
     without an extension and a shard that does not read as a tar."""
     current: ViewedSample | None = None
+    seen: set[str] = set()
     try:
         with tarfile.open(path, mode="r:") as tar:
             for info in tar:
@@ -156,6 +176,12 @@ def viewed_samples(
                 if not info.isfile():
                     findings.add(f"{where}: members that are not regular files", f"{shard}:{printable(name)}")
                     continue
+                refused = refused_member(tar, info, seen)
+                if refused:  # named, and its json left unparsed; its extension still counts for the sample
+                    findings.add(
+                        f"{where}: members the shard reader refuses (the release was not written by this toolkit)",
+                        f"{shard}:{printable(name)} {refused}",
+                    )
                 split = first_dot_split(name)
                 if split is None:
                     findings.add(
@@ -176,7 +202,7 @@ def viewed_samples(
                     current = ViewedSample(shard=shard, key=key)
                 current.extensions.add(extension)
                 current.end = start + info.offset_data + info.size
-                if extension == "json":
+                if extension == "json" and not refused:
                     meta = read_json_member(tar, info)
                     if meta is not None:
                         current.json_kinds = {str(k): json_kind(v) for k, v in meta.items()}

@@ -91,16 +91,35 @@ class TrainSamples(SplitReader):
         yield from items
 
 
-def verify_training_data(samples: TrainSamples, manifest: dict, split: str, val: SourceSplit, announce) -> None:
-    """Prove every shard of the train split (which `samples` then reads from the proved files) and of
-    the validation split against the manifest's sha256, as `hsi eval` proves what it reads: before the
-    first step of a run and of a resumed one, so changed bytes under an unchanged manifest are
-    never trained or selected on."""
-    refused = "no training step was taken"
-    verify_stream(samples.stream, manifest, split, announce=announce, command="hsi train", refused=refused)
-    if val.split != split:
-        checked = stream(val.source, val.config, val.split)
-        verify_stream(checked, manifest, val.split, announce=announce, command="hsi train", refused=refused)
+def verify_training_data(
+    samples: TrainSamples, manifest: dict, split: str, val: SourceSplit, announce, test: SourceSplit | None = None
+) -> None:
+    """Prove every shard of the train split (which `samples` then reads from the proved files), of
+    the validation split and of the `test` split against the manifest's sha256, as `hsi eval`
+    proves what it reads: before the first step of a run and of a resumed one, so changed bytes
+    under an unchanged manifest are never trained on, selected on or scored."""
+    verify_stream(samples.stream, manifest, split, announce=announce, command="hsi train", refused=REFUSED)
+    prove_splits(val.source, val.config, [val.split] + ([test.split] if test else []), manifest, announce, {split})
+
+
+REFUSED = "no training step was taken"
+
+
+def prove_splits(
+    source, config: str | None, splits: Sequence[str], manifest: dict, announce, proved: set[str] | None = None
+) -> None:
+    """Prove the shards of each of `splits` (each once; those in `proved` are skipped) against the
+    manifest's sha256 before any of them is read; a split the manifest lacks is left to the reader
+    that needs it (which refuses it)."""
+    done = set(proved or ())
+    listed = manifest.get("splits") if isinstance(manifest, Mapping) else None
+    for name in splits:
+        if name in done or not isinstance(listed, Mapping) or name not in listed:
+            continue
+        done.add(name)
+        verify_stream(
+            stream(source, config, name), manifest, name, announce=announce, command="hsi train", refused=REFUSED
+        )
 
 
 @dataclass

@@ -487,7 +487,8 @@ def _fit(
         repeats=repeats,
     )
     val = SourceSplit(settings.source, settings.config, settings.val_split)
-    verify_training_data(data, manifest, settings.train_split, val, announce)  # before any write or step
+    test = SourceSplit(settings.source, settings.config, settings.test_split)
+    verify_training_data(data, manifest, settings.train_split, val, announce, test)  # before any write or step
     module.to(device)
     if cuda and settings.channels_last:
         module.to(memory_format=torch.channels_last)

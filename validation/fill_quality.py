@@ -24,7 +24,7 @@ import numpy as np
 from builder.core import markdown
 from builder.core.manifest import MANIFEST_NAME, Manifest
 from builder.core.records import Issue
-from builder.core.shard_read import member_problem, tar_members
+from builder.core.shard_read import ShardReadError, json_member_problem, member_problem, tar_members
 from builder.formats.fill_scores import (
     POOR_SCORE,
     SCORE_NAMES,
@@ -154,6 +154,9 @@ def _shard_parts(path: Path, split: str, rows: list[Issue]):
     except (tarfile.TarError, OSError, EOFError) as exc:
         rows.append(failure("unreadable-shard", f"not a readable tar: {exc}", split, path.name))
         return
+    except ShardReadError as exc:  # a member name present twice
+        rows.append(failure(exc.reason, exc.detail, split, path.name, exc.key))
+        return
     metas: dict[str, bytes] = {}
     places: dict[str, list[tuple[str, int, int]]] = {}
     with open(path, "rb", buffering=0) as handle:
@@ -167,6 +170,10 @@ def _shard_parts(path: Path, split: str, rows: list[Issue]):
             elif ext in _PIXEL_MEMBERS:
                 places.setdefault(key, []).append((ext, info.offset_data, info.size))
     for key in sorted(metas):
+        deep = json_member_problem(metas[key], f"{key}.json")
+        if deep:
+            rows.append(failure("deep-json", deep, split, path.name, key))
+            continue
         try:
             meta = json.loads(metas[key])
         except ValueError as exc:

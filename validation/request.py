@@ -14,6 +14,7 @@ from pathlib import Path
 
 from builder.compose.parts_input import verify_parts_shards
 from builder.core.errors import InputError, UsageError
+from builder.core.locks import exclusive_folder
 from builder.core.manifest import COMPOSITES, MANIFEST_NAME, PARTS, Manifest, ManifestError, format_of
 from builder.core.ray_runner import check_ray_available
 from builder.core.stage import RUNNERS
@@ -207,8 +208,14 @@ def stage_of(folder: Path) -> str | None:
 
 
 def run_validation(request: ValidationRequest, warn: Callable[[str], None] | None = None) -> ValidationReport:
-    warn = warn or (lambda text: print(text, file=sys.stderr))
+    """Carry out a checked request, holding the report folder's lock (the one every writing command
+    takes: a compose still writing the dataset, or another validate into it, is refused at once)."""
     request.check()
+    with exclusive_folder(request.report_dir):
+        return _run_locked(request, warn or (lambda text: print(text, file=sys.stderr)))
+
+
+def _run_locked(request: ValidationRequest, warn: Callable[[str], None]) -> ValidationReport:
     detection = run_detection(request, warn) if request.detection is not None else None
     scores = None
     if request.scores is not None:

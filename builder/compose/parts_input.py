@@ -6,7 +6,11 @@ would write composites that cannot be trusted:
 - a shard name that is not `<split>-NNNNN.tar` in one path component, a shard listed twice, a shard
   that is missing, not a regular file, or outside the parts folder;
 - a shard whose size or sha256 differs from the parts manifest: it was changed after extract wrote
-  it (bit flips in a `canvas.npy` would otherwise give different composites with "errors: 0").
+  it (bit flips in a `canvas.npy` would otherwise give different composites with "errors: 0");
+- a shard holding another number of samples than the manifest says (true hashes, false counts);
+- a shard with a member name present twice, a json nested too deep or a `canvas.npy` whose header
+  declares more than it holds (`builder.core.shard_read`: which copy, or what allocation, would be
+  the reader's guess).
   Refusing is safer than skipping its images: a corrupted shard usually means a damaged copy, and a
   run that quietly drops a shard's images would publish a smaller benchmark.
 
@@ -25,7 +29,7 @@ from pathlib import Path
 
 from builder.core.errors import InputError
 from builder.core.hashing import sha256_file
-from builder.core.manifest import PARTS, Manifest
+from builder.core.manifest import PARTS, Manifest, ShardStats
 from builder.core.records import Issue
 from builder.core.shard_read import TarMember, tar_members
 from builder.formats.parts_index import PartsRef, index_parts_shard
@@ -109,9 +113,27 @@ def scan_members(members: Sequence[TarMember]) -> tuple[dict[str, list[str]], di
         elif info.issparse():
             problem = "is a sparse member"
         if problem:
-            key = parts[-1].partition(".")[0] or name
+            key = member_key(name)
             found.setdefault(key, []).append(f"member {name!r} {problem}")
     return found, json_members
+
+
+def check_sample_count(parts_dir: Path, stats: ShardStats, members: Sequence[TarMember]) -> None:
+    """The shard's samples (its members' distinct keys) are the number its manifest entry says:
+    a manifest with true hashes and false counts would be copied into the composed manifest."""
+    keys = {member_key(member.name) for member in members}
+    problem = stats.count_problem(len(keys))
+    if problem:
+        raise InputError(
+            f"parts shard {problem} ({parts_dir}/_info.json): the manifest does not describe its shards; "
+            "rebuild the parts with hsi extract --overwrite"
+        )
+
+
+def member_key(name: str) -> str:
+    """The sample a member belongs to: its base name up to the first dot (a member with a folder
+    or `..` in its name is still its sample's, and becomes that sample's row)."""
+    return name.replace("\\", "/").split("/")[-1].partition(".")[0] or name
 
 
 def is_plain_key(key: str | None) -> bool:
@@ -126,10 +148,11 @@ def index_checked_parts(
     issues: list[Issue] = []
     for split in splits:
         refs: list[PartsRef] = []
-        for filename in manifest.splits[split].filenames:
+        for position, filename in enumerate(manifest.splits[split].filenames):
             path = Path(parts_dir) / filename
             try:
                 members = tar_members(path)  # one pass over the headers serves both readings
+                check_sample_count(parts_dir, manifest.splits[split].shards[position], members)
                 unsafe, json_members = scan_members(members)
                 shard_refs, shard_issues = index_parts_shard(path, split, members)
             except (tarfile.TarError, OSError, EOFError) as exc:

@@ -65,6 +65,14 @@ class ShardStats:
     def to_json(self) -> dict:
         return {"filename": self.filename, "num_samples": self.num_samples, "bytes": self.bytes, "sha256": self.sha256}
 
+    def count_problem(self, found: int) -> str | None:
+        """What is wrong when the shard, read, holds `found` samples: the count is taken from the
+        shard, and a manifest that says otherwise is not the shard's (its sha256 can be true while
+        its counts are not). None when they agree."""
+        if found == self.num_samples:
+            return None
+        return f"{self.filename} holds {found} samples but its manifest says {self.num_samples}"
+
 
 @dataclass(frozen=True)
 class ErrorCounts:

@@ -64,7 +64,9 @@ VALIDATION_REASONS: dict[str, tuple[str, str]] = {
     "unreadable-shard": ("failed", "a shard is not a readable tar, or its stream breaks off"),
     "unsafe-member": ("failed", "a tar member is not a regular file with a safe key.ext name"),
     "oversized-member": ("failed", "a tar member is larger than any sample member can be"),
-    "duplicate-member": ("failed", "a member name appears twice in a shard"),
+    "duplicate-member": ("failed", "a member name appears twice in a shard, or a sample's members are not together"),
+    "deep-json": ("failed", "a json member nests deeper than any sample json does (64 levels)"),
+    "oversized-array": ("failed", "an npy member's header declares more bytes than the member holds"),
     "duplicate-key": ("failed", "a sample key appears twice in the dataset"),
     # one sample
     "members": ("failed", "a sample does not have exactly the members of its format"),

@@ -196,12 +196,13 @@ def decode_composite_json(members: Mapping[str, bytes]) -> dict:
 def iter_composite_json(shard: Path) -> Iterator[dict]:
     """The json member of every sample of a composite shard compose just wrote, read without the
     images (compose's manifest summarises its backgrounds' fill scores from them)."""
-    from builder.core.shard_read import tar_members
+    from builder.core.shard_read import load_json_member, tar_members
 
     with open(shard, "rb", buffering=0) as handle:
         for member in tar_members(shard):
             if member.name.endswith(".json"):
-                yield json.loads(os.pread(handle.fileno(), member.size, member.offset_data))
+                data = os.pread(handle.fileno(), member.size, member.offset_data)
+                yield load_json_member(data, shard.name, member.name)
 
 
 def decode_label(members: Mapping[str, bytes]) -> int:

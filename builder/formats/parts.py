@@ -36,7 +36,7 @@ from PIL import Image
 from builder.core.classes import class_of
 from builder.core.manifest import Manifest
 from builder.core.records import Box
-from builder.core.shard_read import iter_shard, tar_members
+from builder.core.shard_read import iter_shard, load_json_member, npy_member_problem, tar_members
 from builder.formats.png import open_png
 
 PARTS_SCHEMA_VERSION = 2
@@ -71,6 +71,9 @@ def decode_canvas(data: bytes) -> np.ndarray:
     if len(data) == len(_CANVAS_NPY_HEADER) + _CANVAS_PIXEL_BYTES and data.startswith(_CANVAS_NPY_HEADER):
         # the header encode_canvas writes: the pixels follow it (np.load would parse it with ast, 10x slower)
         return np.frombuffer(data, np.uint8, offset=len(_CANVAS_NPY_HEADER)).reshape(_CANVAS_SHAPE).copy()
+    problem = npy_member_problem(data, "canvas.npy")
+    if problem:  # before np.load allocates the shape its header declares
+        raise ValueError(problem)
     array = np.load(io.BytesIO(data), allow_pickle=False)
     if array.dtype != np.uint8 or array.shape != _CANVAS_SHAPE:
         raise ValueError(f"canvas.npy holds {array.dtype} {array.shape}, expected uint8 {_CANVAS_SHAPE}")
@@ -273,4 +276,5 @@ def iter_parts_json(shard: Path) -> Iterator[dict]:
     with open(shard, "rb", buffering=0) as handle:
         for member in tar_members(shard):
             if member.name.endswith(".json"):
-                yield json.loads(os.pread(handle.fileno(), member.size, member.offset_data))
+                data = os.pread(handle.fileno(), member.size, member.offset_data)
+                yield load_json_member(data, shard.name, member.name)

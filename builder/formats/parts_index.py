@@ -19,7 +19,15 @@ from builder.core.classes import class_of
 from builder.core.config import ConfigError
 from builder.core.manifest import MANIFEST_NAME
 from builder.core.records import Issue
-from builder.core.shard_read import TarMember, member_problem, tar_members
+from builder.core.shard_read import (
+    NPY_MAX_HEADER,
+    ShardReadError,
+    TarMember,
+    json_member_problem,
+    member_problem,
+    npy_problem,
+    tar_members,
+)
 from builder.formats.fill_scores import SCORE_NAMES, check_fill_scores
 from builder.formats.parts import decode_mask, decode_png_checked, object_window, stored_crop_box
 
@@ -80,7 +88,9 @@ def index_parts_shard(
     path: Path, split: str, members: Sequence[TarMember] | None = None
 ) -> tuple[list[PartsRef], list[Issue]]:
     """Read only the `json` members of one parts shard; note where the image members are.
-    `members`: the shard's member list when the caller has it already (one header pass)."""
+    `members`: the shard's member list when the caller has it already (one header pass).
+    A json nested too deep or a `canvas.npy` whose header declares more than it holds is refused
+    (`ShardReadError`, naming shard and member); other problems of a sample are rows."""
     if members is None:
         members = tar_members(path, mode="r")
     found: dict[str, dict[str, tuple[int, int]]] = {}
@@ -106,8 +116,17 @@ def index_parts_shard(
                 continue
             if ext == "json":
                 metas[key] = os.pread(handle.fileno(), info.size, info.offset_data) if info.isfile() else b""
+                deep = json_member_problem(metas[key], info.name)
+                if deep:  # refused, not a row: Python's parser would recurse past its limit
+                    raise ShardReadError("deep-json", deep, path.name, key)
             elif ext in NEEDED_MEMBERS or ext in OPTIONAL_MEMBERS:
                 found.setdefault(key, {})[ext] = (info.offset_data, info.size)
+                if ext.endswith(".npy") and info.isfile():
+                    # the header bounded here, before compose allocates what it declares
+                    head = os.pread(handle.fileno(), min(info.size, NPY_MAX_HEADER + 12), info.offset_data)
+                    bad_array = npy_problem(head, info.size, info.name)
+                    if bad_array:
+                        raise ShardReadError("oversized-array", bad_array, path.name, key)
     refs = []
     for key in sorted(set(found) | set(metas)):
         places = found.get(key, {})

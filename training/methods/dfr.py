@@ -24,9 +24,19 @@ from pathlib import Path
 import numpy as np
 
 from evaluation.predicting.data import EvalBatches, SourceSplit, make_loader
+from training.data import prove_splits
 from training.folder import RunFolder, run_folder
 from training.groups import balanced_indices, check_groups_cover, groups_of
-from training.loop import FitResult, TrainError, TrainSettings, fit, is_main_process, load_finished_run, resolve_device
+from training.loop import (
+    FitResult,
+    TrainError,
+    TrainSettings,
+    fit,
+    is_main_process,
+    load_finished_run,
+    resolve_device,
+    train_manifest,
+)
 from training.methods.options import MethodOptions, RunControl
 
 SCALERS = ("train", "heldout")
@@ -172,6 +182,9 @@ def _train_dfr(
     out.check_writable(DFR_NAME)
     if erm_run is not None:
         erm = load_finished_run(settings, erm_run, "--erm-run")
+        # no fit proves the data here: the splits the head is fitted on and scored on, before any is read
+        splits = [settings.val_split, settings.train_split, settings.test_split]
+        prove_splits(settings.source, settings.config, splits, train_manifest(settings), control.announce)
     else:
         erm = fit(settings, out.child("erm"), **control.fit_keywords())
     k = len(erm.wnids)
