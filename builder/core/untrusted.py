@@ -68,13 +68,18 @@ def _refuse_constant(name: str) -> float:
     raise json.JSONDecodeError(f"{name} is not a JSON number", name, 0)
 
 
-def read_yaml(path: Path, what: str = "YAML file") -> Any:
-    """The parsed YAML (safe loader) of a plain file, or one line naming the file and the line."""
+def read_yaml(path: Path, what: str = "YAML file", max_bytes: int | None = None) -> Any:
+    """The parsed YAML (safe loader) of a plain file, or one line naming the file and the line. A key
+    given twice in one mapping is refused (YAML would keep the last silently); a file past
+    `max_bytes` is refused before it is read."""
     import yaml
 
     path = regular_file(path, what)
+    size = path.stat().st_size
+    if max_bytes is not None and size > max_bytes:
+        raise UntrustedInput(f"{_where(path)}: {what} is {size} bytes, more than {max_bytes}; none needs that many")
     try:
-        return yaml.safe_load(path.read_bytes().decode("utf-8"))
+        return yaml.load(path.read_bytes().decode("utf-8"), Loader=_unique_keys_loader())
     except UnicodeDecodeError:
         raise UntrustedInput(f"{_where(path)}: {what} is not UTF-8 text") from None
     except yaml.YAMLError as error:
@@ -84,6 +89,29 @@ def read_yaml(path: Path, what: str = "YAML file") -> Any:
         raise UntrustedInput(f"{_where(path)}: {what} is not valid YAML ({problem}{at})") from None
     except RecursionError:
         raise UntrustedInput(f"{_where(path)}: {what} nests too deeply") from None
+
+
+def _unique_keys_loader() -> Any:
+    """yaml's SafeLoader, refusing a mapping that names a key twice (one line, naming the key and its line)."""
+    import yaml
+
+    class UniqueKeysLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    repeated = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: the safe loader's own error says so
+                    break
+                if repeated:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {shown(key)} is given twice", key_node.start_mark
+                    )
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeysLoader
 
 
 def read_parquet(path: Path, what: str = "parquet table"):
