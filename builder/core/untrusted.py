@@ -157,6 +157,16 @@ def load_torch(path: Path, what: str = "checkpoint", hint: str = "") -> Any:
         raise UntrustedInput(f"{_where(path)}: {what} is truncated or not a torch file ({first}){tail}") from None
 
 
+def load_torch_bytes(data: bytes) -> Any:
+    """`torch.load(weights_only=True)` of bytes already read (a record inside an archive): tensors and
+    plain types only; the caller says in one line what its errors mean."""
+    import io
+
+    import torch
+
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
 _NO_DEFAULT = object()
 
 

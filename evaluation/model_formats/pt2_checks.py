@@ -34,6 +34,8 @@ import re
 import zipfile
 from typing import Any
 
+from builder.core.untrusted import load_torch_bytes
+
 from .model_files import ModelFile
 
 MODEL = "model"  # torch.export.save's one program name; torch.export.load returns only this one
@@ -477,7 +479,6 @@ def _check_example_inputs(reader) -> None:
     that refuses, with the full one: prove here that the restricted one reads them."""
     import pickle
 
-    import torch
     from torch.export.pt2_archive import constants as layout
 
     name = layout.SAMPLE_INPUTS_FILENAME_FORMAT.format(MODEL)
@@ -485,7 +486,7 @@ def _check_example_inputs(reader) -> None:
     if not data:
         return
     try:
-        inputs = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        inputs = load_torch_bytes(data)  # the restricted unpickler only
     except (pickle.UnpicklingError, RuntimeError, ValueError, EOFError, TypeError, AttributeError) as exc:
         reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
         raise Refused(f"{name} needs more than tensors and plain values to unpickle ({reason})") from None
