@@ -243,8 +243,9 @@ def safetensors_header(path: Path, what: str) -> dict:
         raise LoaderRefused(f"{where}: {what} has a header that is not JSON") from None
     if not isinstance(header, dict):
         raise LoaderRefused(f"{where}: {what} has a header that is not a JSON object")
-    if len(header) > MAX_TENSORS + 1:  # the tensors and one __metadata__
-        raise LoaderRefused(f"{where}: {what} declares {len(header)} tensors, more than {MAX_TENSORS}")
+    tensors = len(header) - ("__metadata__" in header)
+    if tensors > MAX_TENSORS:
+        raise LoaderRefused(f"{where}: {what} declares {tensors} tensors, more than {MAX_TENSORS}")
     data_bytes = size - 8 - length
     for name, entry in header.items():
         if name == "__metadata__":
