@@ -203,7 +203,7 @@ def read_state_dict(path: Path) -> dict:
     try:
         state = load_torch(path, "SAM checkpoint")  # weights_only: tensors and plain values, one line
     except UntrustedInput as exc:
-        raise CHECKPOINT.unusable(path, str(exc)) from None
+        raise CHECKPOINT.unusable(path, f"not a readable torch checkpoint: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any failure to unpickle means an unusable file
         reason = f"not a readable torch checkpoint: {type(exc).__name__}: {first_line(exc)}"
         raise CHECKPOINT.unusable(path, reason) from None

@@ -148,13 +148,25 @@ def load_torch(path: Path, what: str = "checkpoint", hint: str = "") -> Any:
             for line in lines
             if "Unsupported global" in line
         ]
-        first = printable((named or lines or ["it holds objects"])[0])[:160]
-        raise UntrustedInput(
-            f"{_where(path)}: {what} holds more than tensors and plain values, and is never unpickled ({first}){tail}"
-        ) from None
+        if named:
+            first = printable(named[0])[:160]
+            holds = f"{what} holds more than tensors and plain values, and is never unpickled"
+            raise UntrustedInput(f"{_where(path)}: {holds} ({first}){tail}") from None
+        # torch's text around the reason advises turning weights_only off: only the reason is kept
+        reason = printable(_unpickler_reason(lines))[:160]
+        raise UntrustedInput(f"{_where(path)}: {what} is truncated or not a torch file ({reason}){tail}") from None
     except (RuntimeError, EOFError, OSError, ValueError, KeyError, AttributeError, IndexError) as error:
         first = printable(str(error).splitlines()[0])[:160] if str(error) else type(error).__name__
         raise UntrustedInput(f"{_where(path)}: {what} is truncated or not a torch file ({first}){tail}") from None
+
+
+def _unpickler_reason(lines: list[str]) -> str:
+    """The reason torch's restricted unpickler gives (the text after "WeightsUnpickler error:")."""
+    for n, line in enumerate(lines):
+        if "WeightsUnpickler error:" in line:
+            after = line.split("WeightsUnpickler error:", 1)[1].strip()
+            return after or (lines[n + 1] if n + 1 < len(lines) else "unreadable")
+    return "unreadable"
 
 
 def load_torch_bytes(data: bytes) -> Any:
