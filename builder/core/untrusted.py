@@ -141,32 +141,35 @@ def load_torch(path: Path, what: str = "checkpoint", hint: str = "") -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        # torch's first line invites loading the file unsafely; the line that names the refused global says why
-        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        named = [
-            line.split("error:", 1)[-1].split(" was not an allowed global")[0].strip()
-            for line in lines
-            if "Unsupported global" in line
-        ]
-        if named:
-            first = printable(named[0])[:160]
-            holds = f"{what} holds more than tensors and plain values, and is never unpickled"
-            raise UntrustedInput(f"{_where(path)}: {holds} ({first}){tail}") from None
         # torch's text around the reason advises turning weights_only off: only the reason is kept
-        reason = printable(_unpickler_reason(lines))[:160]
-        raise UntrustedInput(f"{_where(path)}: {what} is truncated or not a torch file ({reason}){tail}") from None
+        reason = _unpickler_reason([line.strip() for line in str(error).splitlines() if line.strip()])
+        if reason.startswith("Unsupported operand") or reason == "unreadable":
+            raise UntrustedInput(
+                f"{_where(path)}: {what} is truncated or not a torch file ({printable(reason)[:160]}){tail}"
+            ) from None
+        holds = f"{what} holds more than tensors and plain values, and is never unpickled"
+        raise UntrustedInput(f"{_where(path)}: {holds} ({printable(reason)[:160]}){tail}") from None
     except (RuntimeError, EOFError, OSError, ValueError, KeyError, AttributeError, IndexError) as error:
         first = printable(str(error).splitlines()[0])[:160] if str(error) else type(error).__name__
         raise UntrustedInput(f"{_where(path)}: {what} is truncated or not a torch file ({first}){tail}") from None
 
 
 def _unpickler_reason(lines: list[str]) -> str:
-    """The reason torch's restricted unpickler gives (the text after "WeightsUnpickler error:")."""
+    """Why torch's restricted unpickler refused a file: the global it names, else the text after
+    "WeightsUnpickler error:", else the first line that is not torch's advice."""
+    named = [
+        line.split("error:", 1)[-1].split(" was not an allowed global")[0].strip()
+        for line in lines
+        if "Unsupported global" in line
+    ]
+    if named:
+        return named[0]
     for n, line in enumerate(lines):
         if "WeightsUnpickler error:" in line:
             after = line.split("WeightsUnpickler error:", 1)[1].strip()
             return after or (lines[n + 1] if n + 1 < len(lines) else "unreadable")
-    return "unreadable"
+    advice = ("Weights only load failed", "Please file an issue", "Check the documentation")
+    return next((line for line in lines if not line.startswith(advice)), "unreadable")
 
 
 def load_torch_bytes(data: bytes) -> Any:

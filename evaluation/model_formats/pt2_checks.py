@@ -330,9 +330,11 @@ def check_expression(text: str) -> None:
         if token is None:
             raise Refused(f"symbolic-shape expression {text[:60]!r} holds {text[position : position + 10]!r}")
         # a whole-number literal is bounded by its value below; a decimal one, or a string, by its text
-        for number in (token.group("number"), (token.group("string") or "''")[1:-1]):
-            if number and not IDENTIFIER.match(number) and not (number.isdigit() and number is token.group("number")):
-                _check_number_text(number, text)
+        literal, string = token.group("number"), (token.group("string") or "''")[1:-1]
+        if literal and not literal.isdigit():
+            _check_number_text(literal, text)
+        if string and not IDENTIFIER.match(string):
+            _check_number_text(string, text)
         name = token.group("name")
         if name is not None:
             rest = text[token.end() :].lstrip()
