@@ -326,3 +326,30 @@ def test_an_arch_state_dict_holding_an_object_is_one_plain_line(world, tmp_path,
     err = refused(capfd, world, str(weights), tmp_path / "out", "weights.pt", extra=("--arch", "resnet18"))
     assert "weights_only" not in err and "never unpickled" in err
     assert not marker.exists()
+
+
+def test_an_ep_program_declaring_a_huge_static_input_is_refused_before_allocating(world, tmp_path, capfd):
+    """The input size an `ep:` file fixes is read from its graph: a side of 100,000 pixels would be a
+    120 GB blank input for the first forward pass."""
+    import zipfile
+
+    import torch
+
+    class Mean(torch.nn.Module):
+        def forward(self, x):
+            return x.mean((2, 3)).repeat(1, 4)
+
+    plain = tmp_path / "plain.pt2"
+    torch.export.save(torch.export.export(Mean(), (torch.rand(1, 3, 8, 8),)), str(plain))
+    huge = tmp_path / "huge.pt2"
+    with zipfile.ZipFile(plain) as source, zipfile.ZipFile(huge, "w") as target:
+        for name in source.namelist():
+            data = source.read(name)
+            if name.endswith("models/model.json"):
+                program = json.loads(data)
+                for value in program["graph_module"]["graph"]["tensor_values"].values():
+                    if [size.get("as_int") for size in value["sizes"]] == [1, 3, 8, 8]:
+                        value["sizes"][2] = value["sizes"][3] = {"as_int": 100_000}
+                data = json.dumps(program).encode()
+            target.writestr(name, data)
+    refused(capfd, world, f"ep:{huge}", tmp_path / "out", "input side of 1 to 8192 pixels, got 100000")
