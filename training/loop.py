@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from builder.backends import loader_gate as gate
 from builder.core.errors import InputError, UsageError
 from builder.core.untrusted import Fields
 from evaluation.model_formats.labels import config_wnids
@@ -195,7 +196,7 @@ def build_model(settings: TrainSettings, num_classes: int, canvas: int | None):
     else:
         if not timm.is_model(name):
             raise TrainError(f"timm has no model {name!r} (see timm.list_models())")
-        module = timm.create_model(name, pretrained=False, num_classes=num_classes)
+        module = gate.timm_model(name, pretrained=False, num_classes=num_classes)
         pre = timm_preprocessing(module)
     side = settings.input_size or canvas
     if side:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from builder.backends.base import BackendInfo, Detector
+from builder.backends.loader_gate import hf_from_pretrained
 from builder.backends.registry import BackendUnavailable, from_setting, register_backend
 from builder.backends.torch_base import (
     HubModelSource,
@@ -102,8 +103,8 @@ def make_grounding_dino(config: GroundingDinoConfig) -> GroundingDino:
     from transformers import AutoProcessor, GroundingDinoForObjectDetection
 
     try:
-        processor = AutoProcessor.from_pretrained(folder)
-        model = GroundingDinoForObjectDetection.from_pretrained(folder).eval()
+        processor = hf_from_pretrained(AutoProcessor, folder)
+        model = hf_from_pretrained(GroundingDinoForObjectDetection, folder).eval()
     except (OSError, ValueError) as exc:
         raise BackendUnavailable(
             f"{config.model_id!r} does not hold a transformers Grounding DINO model: {exc}"

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from builder.backends.base import BackendInfo, Masker
+from builder.backends.loader_gate import first_line, sam_model
 from builder.backends.registry import BackendUnavailable, from_setting, register_backend
 from builder.backends.torch_base import (
     CheckpointConfig,
@@ -197,14 +198,15 @@ def build_sam(arch: SamArchitecture):
 
 
 def read_state_dict(path: Path) -> dict:
-    import torch
+    from builder.core.untrusted import UntrustedInput, load_torch
 
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = load_torch(path, "SAM checkpoint")  # weights_only: tensors and plain values, one line
+    except UntrustedInput as exc:
+        raise CHECKPOINT.unusable(path, f"not a readable torch checkpoint: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any failure to unpickle means an unusable file
-        raise CHECKPOINT.unusable(
-            path, f"not a readable torch checkpoint: {type(exc).__name__}: {str(exc)[:200]}"
-        ) from None
+        reason = f"not a readable torch checkpoint: {type(exc).__name__}: {first_line(exc)}"
+        raise CHECKPOINT.unusable(path, reason) from None
     if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
         state = state["model"]  # training checkpoints wrap the weights
     if not isinstance(state, dict):
@@ -214,8 +216,6 @@ def read_state_dict(path: Path) -> dict:
 
 def load_sam(path: Path, model: str):
     """Build the SAM `model` names (or the file's own architecture for `auto`) and load `path`."""
-    from segment_anything import sam_model_registry
-
     if model not in SAM_MODELS:
         raise BackendUnavailable(f"--sam-model must be one of {', '.join(SAM_MODELS)}, got {model!r}")
     state = read_state_dict(path)
@@ -232,7 +232,7 @@ def load_sam(path: Path, model: str):
     elif official_name(arch) != model:
         raise CHECKPOINT.unusable(path, f"--sam-model {model} was asked for but the file holds {holds}")
     else:
-        sam = sam_model_registry[model]()
+        sam = sam_model(model)
     try:
         sam.load_state_dict(state, strict=True)
     except RuntimeError as exc:

@@ -41,6 +41,7 @@ import numpy as np
 from PIL import Image
 
 from builder.backends.base import BackendInfo
+from builder.backends.loader_gate import hf_from_pretrained
 from builder.backends.registry import BackendUnavailable, from_setting, register_backend
 from builder.backends.torch_base import (
     AdaptiveBatch,
@@ -219,7 +220,8 @@ class SdInpainter:
             # No safety checker: it replaces an image it flags with a black one, which in a training
             # set is a silent corruption (and it is a second large model). The generated images are
             # checked by the label check and shown in the card's preview sheet instead.
-            pipeline = StableDiffusionInpaintPipeline.from_pretrained(
+            pipeline = hf_from_pretrained(
+                StableDiffusionInpaintPipeline,
                 folder,
                 dtype=torch_dtype,
                 safety_checker=None,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from builder.backends.base import BackendInfo
+from builder.backends.loader_gate import LoaderRefused, hub_snapshot, model_folder
 from builder.backends.registry import BackendUnavailable, from_setting
 from builder.core.hashing import sha256_file
 
@@ -127,12 +128,12 @@ class HubModelSource:
         )
 
     def locate(self, model_id: str) -> Path:
-        if self.is_local(model_id):
-            return Path(model_id).expanduser()
+        if self.is_local(model_id) or Path(model_id).expanduser().is_symlink():
+            return model_folder(Path(model_id).expanduser(), f"{self.what} ({self.flag})")  # no link, no code
         try:
-            from huggingface_hub import snapshot_download
-
-            return Path(snapshot_download(model_id, allow_patterns=list(self.patterns)))
+            return hub_snapshot(model_id, list(self.patterns))
+        except LoaderRefused:
+            raise
         except Exception as exc:  # the hub client raises many kinds; all mean "not available here"
             raise BackendUnavailable(
                 f"cannot load {self.what} {model_id!r}: it is neither a local folder nor available from the "

@@ -68,13 +68,18 @@ def _refuse_constant(name: str) -> float:
     raise json.JSONDecodeError(f"{name} is not a JSON number", name, 0)
 
 
-def read_yaml(path: Path, what: str = "YAML file") -> Any:
-    """The parsed YAML (safe loader) of a plain file, or one line naming the file and the line."""
+def read_yaml(path: Path, what: str = "YAML file", max_bytes: int | None = None) -> Any:
+    """The parsed YAML (safe loader) of a plain file, or one line naming the file and the line. A key
+    given twice in one mapping is refused (YAML would keep the last silently); a file past
+    `max_bytes` is refused before it is read."""
     import yaml
 
     path = regular_file(path, what)
+    size = path.stat().st_size
+    if max_bytes is not None and size > max_bytes:
+        raise UntrustedInput(f"{_where(path)}: {what} is {size} bytes, more than {max_bytes}; none needs that many")
     try:
-        return yaml.safe_load(path.read_bytes().decode("utf-8"))
+        return yaml.load(path.read_bytes().decode("utf-8"), Loader=_unique_keys_loader())
     except UnicodeDecodeError:
         raise UntrustedInput(f"{_where(path)}: {what} is not UTF-8 text") from None
     except yaml.YAMLError as error:
@@ -84,6 +89,29 @@ def read_yaml(path: Path, what: str = "YAML file") -> Any:
         raise UntrustedInput(f"{_where(path)}: {what} is not valid YAML ({problem}{at})") from None
     except RecursionError:
         raise UntrustedInput(f"{_where(path)}: {what} nests too deeply") from None
+
+
+def _unique_keys_loader() -> Any:
+    """yaml's SafeLoader, refusing a mapping that names a key twice (one line, naming the key and its line)."""
+    import yaml
+
+    class UniqueKeysLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    repeated = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: the safe loader's own error says so
+                    break
+                if repeated:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {shown(key)} is given twice", key_node.start_mark
+                    )
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeysLoader
 
 
 def read_parquet(path: Path, what: str = "parquet table"):
@@ -113,20 +141,45 @@ def load_torch(path: Path, what: str = "checkpoint", hint: str = "") -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        # torch's first line invites loading the file unsafely; the line that names the refused global says why
-        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        named = [
-            line.split("error:", 1)[-1].split(" was not an allowed global")[0].strip()
-            for line in lines
-            if "Unsupported global" in line
-        ]
-        first = printable((named or lines or ["it holds objects"])[0])[:160]
-        raise UntrustedInput(
-            f"{_where(path)}: {what} holds more than tensors and plain values, and is never unpickled ({first}){tail}"
-        ) from None
+        # torch's text around the reason advises turning weights_only off: only the reason is kept
+        reason = _unpickler_reason([line.strip() for line in str(error).splitlines() if line.strip()])
+        if reason.startswith("Unsupported operand") or reason == "unreadable":
+            raise UntrustedInput(
+                f"{_where(path)}: {what} is truncated or not a torch file ({printable(reason)[:160]}){tail}"
+            ) from None
+        holds = f"{what} holds more than tensors and plain values, and is never unpickled"
+        raise UntrustedInput(f"{_where(path)}: {holds} ({printable(reason)[:160]}){tail}") from None
     except (RuntimeError, EOFError, OSError, ValueError, KeyError, AttributeError, IndexError) as error:
         first = printable(str(error).splitlines()[0])[:160] if str(error) else type(error).__name__
         raise UntrustedInput(f"{_where(path)}: {what} is truncated or not a torch file ({first}){tail}") from None
+
+
+def _unpickler_reason(lines: list[str]) -> str:
+    """Why torch's restricted unpickler refused a file: the global it names, else the text after
+    "WeightsUnpickler error:", else the first line that is not torch's advice."""
+    named = [
+        line.split("error:", 1)[-1].split(" was not an allowed global")[0].strip()
+        for line in lines
+        if "Unsupported global" in line
+    ]
+    if named:
+        return named[0]
+    for n, line in enumerate(lines):
+        if "WeightsUnpickler error:" in line:
+            after = line.split("WeightsUnpickler error:", 1)[1].strip()
+            return after or (lines[n + 1] if n + 1 < len(lines) else "unreadable")
+    advice = ("Weights only load failed", "Please file an issue", "Check the documentation")
+    return next((line for line in lines if not line.startswith(advice)), "unreadable")
+
+
+def load_torch_bytes(data: bytes) -> Any:
+    """`torch.load(weights_only=True)` of bytes already read (a record inside an archive): tensors and
+    plain types only; the caller says in one line what its errors mean."""
+    import io
+
+    import torch
+
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
 
 
 _NO_DEFAULT = object()

@@ -32,6 +32,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from builder.backends import loader_gate as gate
 from builder.backends.code_trust import CodeTrust, check_trusted, load_torchscript
 from builder.backends.registry import make_backend, register_backend
 from builder.core.errors import HsiError, UsageError, first_few
@@ -41,7 +42,7 @@ from .forward_checks import forward_failed
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
-MAX_INPUT_SIDE = 8192  # far above any ImageNet model's input, far below what overflows a tensor's size
+MAX_INPUT_SIDE = gate.MAX_INPUT_SIDE  # far above any ImageNet model's input, far below what overflows a tensor's size
 # What a result may say of its preprocessing: the toolkit ran the model and applied it, whoever made
 # the predictions declared it (not checked), or nothing is known (nothing was declared).
 APPLIED, DECLARED, UNKNOWN = "applied", "declared", "unknown"
@@ -235,8 +236,6 @@ def _known_timm_name(name: str) -> None:
 
 
 def _load_timm(name: str, options: ModelOptions) -> LoadedModel:
-    import timm
-
     _known_timm_name(name)
     kwargs: dict = {}
     checkpoint = sha = None
@@ -249,12 +248,13 @@ def _load_timm(name: str, options: ModelOptions) -> LoadedModel:
             kwargs["num_classes"] = options.num_classes
         kwargs["pretrained_cfg_overlay"] = overlay
         sha = sha256_of(checkpoint)
+        _read_state_dict(checkpoint)  # tensors only, read by the one reader before timm reads the file
     try:
-        model = timm.create_model(name, pretrained=True, **kwargs)
+        model = gate.timm_model(name, pretrained=True, **kwargs)
     except (OSError, RuntimeError) as exc:  # LocalEntryNotFoundError and FileNotFoundError are OSErrors
         if options.checkpoint is not None:
             raise ModelError(
-                f"cannot load --checkpoint {checkpoint.name} into timm:{name}: {str(exc).splitlines()[0]} "
+                f"cannot load --checkpoint {checkpoint.name} into timm:{name}: {gate.first_line(exc)} "
                 "(pass --num-classes when its classifier is not 1000-way)"
             ) from None
         raise ModelError(
@@ -289,12 +289,14 @@ def _tv_preprocessing(weights) -> Preprocessing:
 
 
 def _read_state_dict(path: Path) -> dict:
-    import torch
+    from builder.core.untrusted import UntrustedInput, load_torch
 
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # pickle, zip and tensor errors all mean "not a state_dict file"
-        raise ModelError(f"{path.name} is not a readable state_dict file: {exc}") from None
+    try:  # weights_only, one line: never torch's advice to turn weights_only off, nor its colours
+        state = load_torch(path, "state_dict file", "save the model's state_dict (tensors only) with torch.save")
+    except UntrustedInput as exc:
+        raise ModelError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - pickle, zip and tensor errors all mean "not a state_dict file"
+        raise ModelError(f"{path.name} is not a readable state_dict file: {gate.first_line(exc)}") from None
     for key in ("state_dict", "model", "state_dict_ema"):
         if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]
@@ -305,19 +307,17 @@ def _read_state_dict(path: Path) -> dict:
 
 
 def _load_tv(name: str, options: ModelOptions) -> LoadedModel:
-    import torchvision
-
     weights = _tv_weights(name)
     if options.checkpoint is not None:
         checkpoint = _checkpoint_file(options.checkpoint)
-        model = torchvision.models.get_model(name, weights=None, num_classes=options.num_classes or 1000)
+        model = gate.torchvision_model(name, weights=None, num_classes=options.num_classes or 1000)
         _strict_load(model, _read_state_dict(checkpoint), checkpoint.name)
         loaded = LoadedModel(
             f"tv:{name}", model, _tv_preprocessing(weights), options.classes, checkpoint.name, sha256_of(checkpoint)
         )
     else:
         try:
-            model = torchvision.models.get_model(name, weights=weights)
+            model = gate.torchvision_model(name, weights=weights)
         except OSError as exc:  # URLError when offline
             raise ModelError(
                 f"the weights {weights} of tv:{name} are not available offline ({exc}). They are published at "
@@ -336,7 +336,7 @@ def _strict_load(model, state: dict, name: str) -> None:
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         raise ModelError(
-            f"{name} does not fit the architecture: {str(exc).splitlines()[0]} "
+            f"{name} does not fit the architecture: {gate.first_line(exc)} "
             "(pass --num-classes when the checkpoint's classifier is not 1000-way)"
         ) from None
 
@@ -412,17 +412,16 @@ def _state_dict_file(path: Path) -> None:
 
 
 def _load_state_dict_file(path: Path, options: ModelOptions) -> LoadedModel:
-    import timm
-
     _require_arch(path, options)
     if options.arch.startswith("tv:"):
         return _load_tv(options.arch[3:], replace(options, checkpoint=path))
     arch = options.arch.removeprefix("timm:")
+    state = _read_state_dict(path)  # before the model is built: a file that is no state_dict costs nothing
     try:
-        model = timm.create_model(arch, pretrained=False, num_classes=options.num_classes or 1000)
+        model = gate.timm_model(arch, pretrained=False, num_classes=options.num_classes or 1000)
     except RuntimeError as exc:
-        raise ModelError(f"--arch {arch}: {exc}") from None
-    _strict_load(model, _read_state_dict(path), path.name)
+        raise ModelError(f"--arch {arch}: {gate.first_line(exc)}") from None
+    _strict_load(model, state, path.name)
     model.eval()
     return LoadedModel(
         f"{path.name} (timm:{arch})", model, timm_preprocessing(model), options.classes, path.name, sha256_of(path)
@@ -635,15 +634,18 @@ def count_outputs(module, preprocessing: Preprocessing, spec: str = "the model")
     model that fails on it is one line naming `spec`, the input shape and the cause."""
     import torch
 
-    h, w = preprocessing.input_size
-    blank = torch.zeros(1, 3, h, w)
+    try:  # a size from a file (a processor config, an ep: file's shape, an entry under --rerun): bounded first
+        h, w = gate.check_input_size(tuple(preprocessing.input_size), f"{spec}'s input size")
+    except gate.LoaderRefused as refusal:
+        raise ModelError(str(refusal)) from None
     with torch.no_grad():
         try:
+            blank = torch.zeros(1, 3, h, w)
             out = module(blank)
         except HsiError:  # a model file's own refusal (an input size it does not take) says it already
             raise
         except Exception as exc:  # noqa: BLE001 - whatever the model raises is its failure, in one line
-            raise forward_failed(spec, blank.shape, exc) from None
+            raise forward_failed(spec, (1, 3, h, w), exc) from None
     if isinstance(out, (tuple, list)):
         out = out[0]
     if isinstance(out, dict) and out:  # a zero-shot model's logits per prompt set: each has the same classes

@@ -34,6 +34,8 @@ import re
 import zipfile
 from typing import Any
 
+from builder.core.untrusted import load_torch_bytes
+
 from .model_files import ModelFile
 
 MODEL = "model"  # torch.export.save's one program name; torch.export.load returns only this one
@@ -85,6 +87,15 @@ MAX_INTEGER = 2**63
 MAX_EXPONENT = 64
 MAX_VALUE_BITS = 4096
 SYMBOL_BITS = 64
+# sympify turns every number it reads (a literal, or a string handed to Integer, Rational or Float)
+# into an exact or arbitrary-precision value: `Float('1e-999999999')` or a precision of 10**8 bits
+# computes for ever. A number is at most MAX_NUMBER_DIGITS digits with a decimal exponent of at most
+# MAX_DECIMAL_EXPONENT; a precision (Float's `precision`, `dps`) at most MAX_PRECISION bits.
+MAX_NUMBER_DIGITS = 40
+MAX_DECIMAL_EXPONENT = 64
+MAX_PRECISION = 1024
+NUMBER_TEXT = re.compile(r"[+-]?(?P<digits>[0-9]*\.?[0-9]*)(?:[eE](?P<exponent>[+-]?[0-9]+))?\Z")
+PRECISION_KEYWORDS = {"precision", "dps", "prec"}
 POWER_FUNCTIONS = {"Pow", "PowByNatural", "FloatPow"}  # (base, exponent)
 
 # pytree node types a classifier's inputs and outputs are made of (a defaultdict or an enum would
@@ -318,6 +329,12 @@ def check_expression(text: str) -> None:
         token = EXPRESSION_TOKEN.match(text, position)
         if token is None:
             raise Refused(f"symbolic-shape expression {text[:60]!r} holds {text[position : position + 10]!r}")
+        # a whole-number literal is bounded by its value below; a decimal one, or a string, by its text
+        literal, string = token.group("number"), (token.group("string") or "''")[1:-1]
+        if literal and not literal.isdigit():
+            _check_number_text(literal, text)
+        if string and not IDENTIFIER.match(string):
+            _check_number_text(string, text)
         name = token.group("name")
         if name is not None:
             rest = text[token.end() :].lstrip()
@@ -328,14 +345,31 @@ def check_expression(text: str) -> None:
     bound_expression(text)
 
 
+def _check_number_text(number: str, text: str) -> None:
+    """A number as sympify would read it (a literal, or a string given to a number constructor):
+    plain decimal digits, at most MAX_NUMBER_DIGITS of them, a decimal exponent within
+    MAX_DECIMAL_EXPONENT. Anything else in a string (underscores, a second sign) is refused too."""
+    matched = NUMBER_TEXT.match(number)
+    if matched is None or not any(c.isdigit() for c in matched["digits"]):
+        raise Refused(f"symbolic-shape expression {text[:60]!r} holds {number[:40]!r}, which is not a plain number")
+    exponent = int(matched["exponent"] or 0) if len(matched["exponent"] or "") <= 8 else MAX_DECIMAL_EXPONENT + 1
+    if len(matched["digits"]) > MAX_NUMBER_DIGITS or abs(exponent) > MAX_DECIMAL_EXPONENT:
+        raise Refused(
+            f"symbolic-shape expression {text[:60]!r} holds the number {number[:40]!r} (at most {MAX_NUMBER_DIGITS} "
+            f"digits and a decimal exponent within {MAX_DECIMAL_EXPONENT}): sympy would compute it for ever"
+        )
+
+
 def bound_expression(text: str) -> None:
     """Refuse an expression (already in the grammar) whose value sympy could not compute quickly: an
-    integer beyond 64 bits, an exponent that is not a whole number up to MAX_EXPONENT, or a value
-    that could exceed MAX_VALUE_BITS bits. Parsing with `ast` evaluates nothing."""
+    integer beyond 64 bits, an exponent that is not a whole number up to MAX_EXPONENT, a precision
+    beyond MAX_PRECISION bits, or a value that could exceed MAX_VALUE_BITS bits. The text is read as
+    sympify reads it (`^` is a power there: its parser's convert_xor), with `ast`, which evaluates
+    nothing."""
     import ast
 
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        tree = ast.parse(text.strip().replace("^", "**"), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # too deep, or not Python at all
         raise Refused(
             f"symbolic-shape expression {text[:60]!r} is not a plain expression (or nests too deeply)"
@@ -374,6 +408,11 @@ def _value_bits(node, text: str) -> int:
         return 1
     if isinstance(node, ast.Call):
         name = node.func.id if isinstance(node.func, ast.Name) else ""
+        for keyword in node.keywords:
+            if keyword.arg in PRECISION_KEYWORDS:
+                _bounded_precision(keyword.value, text)
+        if name == "Float" and len(node.args) > 1:  # Float(value, precision) by position
+            _bounded_precision(node.args[1], text)
         arguments = [*node.args, *(keyword.value for keyword in node.keywords)]
         if name in POWER_FUNCTIONS and len(node.args) == 2:
             return _power_bits(node.args[0], node.args[1], text)
@@ -386,6 +425,13 @@ def _value_bits(node, text: str) -> int:
     if isinstance(node, (ast.Tuple, ast.List)):
         return max((_value_bits(element, text) for element in node.elts), default=1)
     raise Refused(f"symbolic-shape expression {text[:60]!r} holds a {type(node).__name__}")
+
+
+def _bounded_precision(node, text: str) -> None:
+    import ast
+
+    if not (isinstance(node, ast.Constant) and type(node.value) is int and 0 <= node.value <= MAX_PRECISION):
+        raise Refused(f"symbolic-shape expression {text[:60]!r} asks for a precision beyond {MAX_PRECISION} bits")
 
 
 def _power_bits(base, exponent, text: str) -> int:
@@ -436,7 +482,6 @@ def _check_example_inputs(reader) -> None:
     that refuses, with the full one: prove here that the restricted one reads them."""
     import pickle
 
-    import torch
     from torch.export.pt2_archive import constants as layout
 
     name = layout.SAMPLE_INPUTS_FILENAME_FORMAT.format(MODEL)
@@ -444,7 +489,7 @@ def _check_example_inputs(reader) -> None:
     if not data:
         return
     try:
-        inputs = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        inputs = load_torch_bytes(data)  # the restricted unpickler only
     except (pickle.UnpicklingError, RuntimeError, ValueError, EOFError, TypeError, AttributeError) as exc:
         reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
         raise Refused(f"{name} needs more than tensors and plain values to unpickle ({reason})") from None

@@ -47,6 +47,10 @@ ENTRY_KEYS = (
 )
 SIZE = re.compile(r"\d+(,\d+){0,2}")  # S, H,W or 3,H,W, as --input-size takes it
 WHAT = "--models list"
+# A listing of a whole zoo is a few KB: these bound a stranger's file before it is parsed, and the
+# models it may name before any is checked.
+MAX_LIST_BYTES = 1 << 20
+MAX_MODELS = 1000
 
 
 def model_entries(model: str | None, models: str | None, one_model_flags: bool = False) -> list[dict]:
@@ -70,11 +74,13 @@ def model_entries(model: str | None, models: str | None, one_model_flags: bool =
 
 def read_model_list(path: Path) -> list[dict]:
     """The entries of a models.yaml: a non-empty list of specs or mappings, every field checked."""
-    listed = read_yaml(path, WHAT)
+    listed = read_yaml(path, WHAT, max_bytes=MAX_LIST_BYTES)
     if not isinstance(listed, list) or not listed:
         raise UntrustedInput(
             f"{path}: {WHAT} must hold a non-empty YAML list of specs or mappings, got {describe(listed)}"
         )
+    if len(listed) > MAX_MODELS:
+        raise UntrustedInput(f"{path}: {WHAT} names {len(listed)} models, more than {MAX_MODELS}; split it")
     return [_entry(item, path, n) for n, item in enumerate(listed)]
 
 

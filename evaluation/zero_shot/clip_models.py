@@ -27,15 +27,14 @@ warn when it centre-crops the canvas.
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from builder.backends import loader_gate as gate
 from builder.backends.torch_base import checkpoint_sha256, weight_files_sha256
 from builder.core.errors import UsageError, first_few, printable, shown
-from builder.core.untrusted import UntrustedInput, load_torch, read_json, regular_file
+from builder.core.untrusted import UntrustedInput, load_torch, regular_file
 
 OPENCLIP_PREFIX = "openclip:"
 HF_CLIP_PREFIX = "hf-clip:"
@@ -129,6 +128,8 @@ def check_clip_spec(spec: str) -> None:
     elif spec.startswith(HF_CLIP_PREFIX):
         target = spec[len(HF_CLIP_PREFIX) :]
         path = Path(target).expanduser()
+        if path.is_symlink() or path.is_dir():
+            hf_clip_folder(target)  # a link, or a folder holding one, code or an unknown config key: refused now
         if path.exists() and not path.is_dir():
             raise ClipModelError(f"hf-clip:{shown(target, quote=False)} is a file; hf-clip takes a folder or a hub id")
         if not path.exists() and (path.is_absolute() or target.startswith((".", "~")) or target.count("/") > 1):
@@ -164,24 +165,8 @@ def registered_arch(arch: str) -> str:
     so an architecture of one's own loads as open_clip's do."""
     if not arch.endswith(".json"):
         return arch
-    import open_clip
-
-    path = Path(arch).expanduser()
-    try:
-        config = read_json(path, "model config (openclip:CONFIG.json)")  # refuses links and non-JSON
-    except UntrustedInput as error:
-        raise ClipModelError(str(error)) from None
-    missing = [
-        key for key in ("embed_dim", "vision_cfg", "text_cfg") if not isinstance(config, dict) or key not in config
-    ]
-    if missing:
-        raise ClipModelError(
-            f"{printable(str(path))}: an open_clip model config holds embed_dim, vision_cfg and text_cfg; "
-            f"it lacks {', '.join(missing)}"
-        )
-    if path.stem not in open_clip.list_models():
-        open_clip.add_model_config(path)
-    return path.stem
+    # refuses links, non-JSON, unknown keys (tokenizer_kwargs beyond the tokenizer's own options) and huge sizes
+    return gate.register_open_clip_config(Path(arch).expanduser(), "model config (openclip:CONFIG.json)")
 
 
 def _known_arch(arch: str) -> None:
@@ -248,11 +233,8 @@ def _weights_file(arch: str, given: str, origin: str) -> OpenClipWeights:
 
 
 def _tag_file(arch: str, tag: str) -> OpenClipWeights:
-    import open_clip
-
     try:
-        with _quiet_logs():
-            path = open_clip.download_pretrained(open_clip.get_pretrained_cfg(arch, tag))
+        path = gate.open_clip_pretrained_file(arch, tag)
     except Exception as error:  # noqa: BLE001 - the hub client and urllib raise many kinds; all mean "not here"
         raise ClipModelError(
             f"the weights of openclip:{arch}:{tag} are not available here ({type(error).__name__}): "
@@ -262,18 +244,6 @@ def _tag_file(arch: str, tag: str) -> OpenClipWeights:
     if not path:
         raise ClipModelError(f"open_clip's tag {tag} of {arch} names no weights file: {published_weights(arch)}")
     return OpenClipWeights(Path(path), tag, tag)
-
-
-@contextlib.contextmanager
-def _quiet_logs():
-    """open_clip and the hub client log their failures on the root logger before raising; the error
-    raised here says it in one line, so their log lines are held back while they work."""
-    previous = logging.root.manager.disable
-    logging.disable(logging.ERROR)
-    try:
-        yield
-    finally:
-        logging.disable(previous)
 
 
 def _load_openclip(arch: str, given: str | None) -> LoadedClip:
@@ -291,10 +261,9 @@ def _load_openclip(arch: str, given: str | None) -> LoadedClip:
         source = str(weights.path)
     _tensors_only(weights.path.resolve(), arch)  # a Hub cache entry is a link to its blob; a FILE is checked not to be
     try:
-        with _quiet_logs():
-            model = open_clip.create_model(
-                arch, pretrained=source, require_pretrained=True, weights_only=True, device="cpu", **options
-            )
+        model = gate.open_clip_model(arch, pretrained=source, require_pretrained=True, device="cpu", **options)
+    except gate.LoaderRefused:
+        raise
     except Exception as error:  # noqa: BLE001 - torch, safetensors and open_clip raise many kinds; one line each
         raise ClipModelError(
             f"cannot load {weights.path.name} into openclip:{arch} ({type(error).__name__}: {_first_line(error)}); "
@@ -302,11 +271,12 @@ def _load_openclip(arch: str, given: str | None) -> LoadedClip:
         ) from None
     model.eval()
     try:
-        tokenizer = open_clip.get_tokenizer(arch)
+        tokenizer = gate.open_clip_tokenizer(arch)
     except Exception as error:  # noqa: BLE001 - an HF tokenizer of a text tower may be missing offline
         raise ClipModelError(
             f"the tokenizer of openclip:{arch} is not available ({_first_line(error)}); {HUB_HINT}"
         ) from None
+    _pads(tokenizer, f"openclip:{arch}")
     return LoadedClip(
         f"{OPENCLIP_PREFIX}{arch}:{weights.name}",
         "open_clip",
@@ -322,8 +292,9 @@ def _load_openclip(arch: str, given: str | None) -> LoadedClip:
 def _tensors_only(path: Path, arch: str) -> None:
     """Refuse a torch file that holds more than tensors and plain values before open_clip reads it:
     open_clip retries a load that fails with TypeError without weights_only, which would run a
-    crafted file's code. A safetensors file holds tensors by its format."""
+    crafted file's code. A safetensors file holds tensors by its format; its header is bounded."""
     if path.suffix == ".safetensors":
+        gate.check_weight_file(path, "the weights file")
         return
     try:
         load_torch(path, "the weights file", published_weights(arch))
@@ -380,21 +351,24 @@ def preprocessing_of(config: dict, source: str) -> ClipPreprocessing:
 def hf_clip_folder(target: str) -> Path:
     """The local folder of `hf-clip:target`: the folder itself, or the hub id's cached snapshot."""
     path = Path(target).expanduser()
-    if path.is_dir():
+    what = f"the model folder of hf-clip:{shown(target, quote=False)}"
+    if path.is_symlink() or path.is_dir():
+        gate.check_hf_clip_folder(path, what)  # the folder and every file in it plain, configs allowlisted
         return path
     if path.exists():
         raise ClipModelError(f"hf-clip:{shown(target, quote=False)} is a file; hf-clip takes a folder or a hub id")
     try:
-        from huggingface_hub import snapshot_download
-
-        with _quiet_logs():
-            return Path(snapshot_download(target, allow_patterns=list(HUB_FILES)))
+        folder = gate.hub_snapshot(target, list(HUB_FILES))
+    except gate.LoaderRefused:
+        raise
     except Exception as error:  # noqa: BLE001 - the hub client raises many kinds; all mean "not here"
         raise ClipModelError(
             f"hf-clip:{shown(target, quote=False)} is neither a local folder nor in the Hugging Face Hub cache "
             f"({type(error).__name__}): pass a folder saved with save_pretrained (model, tokenizer and image "
             f"processor), or the id of weights published at https://huggingface.co/{printable(target)}; {HUB_HINT}"
         ) from None
+    gate.check_hf_clip_folder(folder, what, cache_entry=folder.parents[1])
+    return folder
 
 
 def _load_hf_clip(target: str) -> LoadedClip:
@@ -403,7 +377,7 @@ def _load_hf_clip(target: str) -> LoadedClip:
     folder = hf_clip_folder(target)
     what = f"hf-clip:{shown(target, quote=False)}"
     try:
-        model, info = CLIPModel.from_pretrained(folder, local_files_only=True, output_loading_info=True)
+        model, info = gate.hf_from_pretrained(CLIPModel, folder, local_files_only=True, output_loading_info=True)
     except Exception as error:  # noqa: BLE001 - config, weights and safetensors errors: one line each
         raise ClipModelError(
             f"{what}: cannot load a CLIPModel ({type(error).__name__}: {_first_line(error)})"
@@ -416,13 +390,14 @@ def _load_hf_clip(target: str) -> LoadedClip:
         )
     model.eval()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        processor = AutoImageProcessor.from_pretrained(folder, local_files_only=True)
+        tokenizer = gate.hf_from_pretrained(AutoTokenizer, folder, local_files_only=True)
+        processor = gate.hf_from_pretrained(AutoImageProcessor, folder, local_files_only=True)
     except Exception as error:  # noqa: BLE001 - a folder without tokenizer or preprocessor files
         raise ClipModelError(
             f"{what}: the folder lacks the model's tokenizer or image processor config ({_first_line(error)}); "
             "save them with it (CLIPProcessor.save_pretrained)"
         ) from None
+    _pads(tokenizer, what)
     name = folder.name if Path(target).expanduser().is_dir() else target
     return LoadedClip(
         f"{HF_CLIP_PREFIX}{name}",
@@ -456,6 +431,15 @@ def _hf_preprocessing(processor, name: str) -> ClipPreprocessing:
     )
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return printable(text.splitlines()[0])[:200] if text else type(error).__name__
+def _pads(tokenizer, what: str) -> None:
+    """Refuse a Hugging Face tokenizer without a pad token: every prompt is padded to the context
+    length, and transformers would fail there with a traceback mid-run."""
+    inner = getattr(tokenizer, "tokenizer", tokenizer)  # open_clip's HFTokenizer wraps the transformers one
+    if hasattr(inner, "pad_token_id") and inner.pad_token_id is None:
+        raise ClipModelError(
+            f"{what}: its tokenizer ({type(inner).__name__}) has no pad token, and every prompt is padded to the "
+            "context length; use a tokenizer that defines one"
+        )
+
+
+_first_line = gate.first_line

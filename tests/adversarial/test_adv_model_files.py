@@ -430,6 +430,13 @@ UNBOUNDED_ARCHIVES = {
     ),
     "deep nesting": (expression("(" * 3000 + "s0" + ")" * 3000), "is not a plain expression (or nests too deeply)"),
     "a huge JSON integer": (program_edit(huge_size), "hint holds an integer of 401 digits, beyond 64 bits"),
+    # sympify reads ^ as a power (convert_xor), and makes exact or arbitrary-precision numbers of text
+    "a power tower written with carets": (expression("9^9^9^9"), "raises to a power that is not a whole number"),
+    "a rational of a huge exponent": (expression("Rational('1e99999999')"), "holds the number '1e99999999'"),
+    "a float of a huge exponent": (expression("Float('1e999999999')"), "holds the number '1e999999999'"),
+    "a float of a tiny exponent": (expression("Float('1e-999999999')"), "holds the number '1e-999999999'"),
+    "a tiny decimal literal": (expression("Mul(1e-99999999, s0)"), "holds the number '1e-99999999'"),
+    "a huge precision": (expression("Float('1.5', precision=100000000)"), "precision beyond 1024 bits"),
 }
 
 
