@@ -33,6 +33,8 @@ from builder.formats.parts import PARTS_MEMBERS, PARTS_MEMBERS_V1
 from cards.croissant import release_croissant_problems
 from cards.hub_benchmark import eval_yaml_problems
 from cards.release import RELEASE_META
+from cards.release_fields import previous_release_problems, record_field_problems
+from cards.signature import SIGNATURE, SignerCheck, check_signature, signature_problems
 from cards.summary import CardError
 from hf_scripts.viewer_checks import viewer_problems
 
@@ -221,11 +223,42 @@ def recorded_file_problems(
             problems.append(
                 f"{printable(path)}: sha256 differs from {RELEASE_META}'s record (changed since `hsi release` wrote it)"
             )
-    for path in sorted(present - set(files) - {RELEASE_META}):
+    for path in sorted(present - set(files) - {RELEASE_META, SIGNATURE}):  # the two files that cannot list themselves
         problems.append(
             f"{printable(path)}: in the revision but not part of the release ({RELEASE_META} does not list it)"
         )
     return problems
+
+
+# -- the record's own fields, its previous release, its signature ------------------------------------
+
+
+def record_problems(
+    release: dict, card: str | None, previous: tuple[dict, str] | None
+) -> tuple[list[str], list[str]]:
+    """(report lines, problems) of `_release.json`'s fields besides configs and files
+    (cards.release_fields): each against the card and the toolkit's rules, `previous` against the
+    previous release's own record when it is at hand (`previous`: (its record, where it was read)),
+    else listed as not checked."""
+    problems = record_field_problems(release, card)
+    kept = release.get("previous")
+    if previous is not None:
+        return [f"previous: compared with {previous[1]}"], problems + previous_release_problems(release, *previous)
+    if kept is None:
+        return [], problems
+    return [
+        f"not checked: previous ({printable(str(kept.get('version')))}) against that release itself "
+        "(a folder: give --previous FOLDER; the Hub: the repo has no such tag)"
+    ], problems
+
+
+def release_signature_problems(
+    release: dict, card: str | None, folder: Path, present: set[str], request: SignerCheck, cache_links: bool = False
+) -> tuple[list[str], list[str]]:
+    """(report lines, problems) of the release's signature (cards.signature) in `folder`, the
+    revision's files (`cache_links`: huggingface_hub's snapshot folder, its files links to its blobs)."""
+    signature = folder / SIGNATURE if SIGNATURE in present else None
+    return signature_problems(release, card, signature, request, lambda: check_signature(folder, request, cache_links))
 
 
 # -- the manifest's fingerprint ---------------------------------------------------------------------
