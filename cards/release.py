@@ -437,22 +437,29 @@ def check_release_record(data: object, source: Path | str) -> dict:
     return record
 
 
-def published_base(previous_release: Path | None, replaced: dict | None, version: str | None) -> dict | None:
+def load_previous_release(previous_release: Path) -> dict:
+    """The record of `--previous FOLDER`: a published (versioned) release whose card and files vouch
+    for its record (check_previous_release)."""
+    meta = read_release_meta(previous_release)
+    if meta is None:
+        raise ReleaseError(f"--previous {previous_release} is not a release folder (no {RELEASE_META})")
+    if meta.get("version") is None:
+        raise ReleaseError(
+            f"--previous {previous_release} is an unversioned build, not a published release; "
+            "give the folder of the last release made with --version"
+        )
+    check_previous_release(Path(previous_release), meta)
+    return meta
+
+
+def published_base(previous_release: dict | None, replaced: dict | None, version: str | None) -> dict | None:
     """The last *published* release (one whose `_release.json` has a version) to compare against:
-    `previous_release` when given; else the folder being overwritten when it holds another version;
+    `previous_release` (the record load_previous_release read) when given; else the folder being
+    overwritten when it holds another version;
     else (an unversioned folder, or the same version rebuilt) the release that folder was compared
     against, recorded in its `previous` field. The folder being replaced is never its own base."""
     if previous_release is not None:
-        meta = read_release_meta(previous_release)
-        if meta is None:
-            raise ReleaseError(f"--previous {previous_release} is not a release folder (no {RELEASE_META})")
-        if meta.get("version") is None:
-            raise ReleaseError(
-                f"--previous {previous_release} is an unversioned build, not a published release; "
-                "give the folder of the last release made with --version"
-            )
-        check_previous_release(Path(previous_release), meta)
-        return meta
+        return previous_release
     if replaced is None:
         return None
     if replaced.get("version") is not None and replaced.get("version") != version:
@@ -460,7 +467,7 @@ def published_base(previous_release: Path | None, replaced: dict | None, version
     return replaced.get("previous")
 
 
-def check_previous_release(folder: Path, record: dict) -> None:
+def check_previous_release(folder: Path, record: dict, flag: str = "--previous") -> None:
     """Refuse a previous release whose record its own card and files do not vouch for: its card must
     be the one its `files` record names, and every field the card renders (changelog, tool) must be
     what the record says (cards.release_fields); else an edited changelog would be carried into the
@@ -469,13 +476,13 @@ def check_previous_release(folder: Path, record: dict) -> None:
     recorded = (record.get("files") or {}).get("README.md")
     if card_path.is_symlink() or not card_path.is_file() or recorded is None or sha256_file(card_path) != recorded:
         raise ReleaseError(
-            f"--previous {folder}: its README.md is missing or not the card its {RELEASE_META} records; give the "
+            f"{flag} {folder}: its README.md is missing or not the card its {RELEASE_META} records; give the "
             "previous release as `hsi release` wrote it (`hsi verify` says what changed)"
         )
     problems = record_field_problems(record, card_path.read_text("utf-8", errors="replace"))
     if problems:
         raise ReleaseError(
-            f"--previous {folder}: {problems[0]}{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}; "
+            f"{flag} {folder}: {problems[0]}{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}; "
             "its record was changed after `hsi release` wrote it (`hsi verify` lists what)"
         )
 
@@ -522,6 +529,7 @@ def build_release(
     check_release_folder(release_dir, overwrite)
     inputs = [load_release_input(Path(d)) for d in dataset_dirs]
     parts = load_parts_input(Path(parts_dir)) if parts_dir is not None else None
+    previous = load_previous_release(Path(previous_release)) if previous_release is not None else None
     with exclusive_folder(release_dir):  # two releases into one --out: the second is refused, never both written
         recover_leftovers(release_dir)
         check_release_folder(release_dir, overwrite)
@@ -532,7 +540,7 @@ def build_release(
             version=version,
             changes=changes,
             default_config=default_config,
-            previous_release=previous_release,
+            previous_release=previous,
             results_dirs=results_dirs,
             title=title,
             description=description,
@@ -567,7 +575,7 @@ def _build_release(
     version: str | None,
     changes: list[str] | tuple[str, ...],
     default_config: str | None,
-    previous_release: Path | None,
+    previous_release: dict | None,
     results_dirs: list[Path] | tuple[Path, ...],
     title: str | None,
     description: str | None,
@@ -593,6 +601,8 @@ def _build_release(
         (announce or (lambda _line: None))(note)
 
     replaced = read_release_meta(release_dir) if release_dir.exists() else None
+    if previous_release is None and replaced is not None and replaced.get("files") is not None:
+        check_previous_release(release_dir, replaced, "--out")  # its changelog may become this one's
     previous = published_base(previous_release, replaced, version)
     configs_meta = {
         i.config: {"fingerprint": i.manifest.get("fingerprint"), "splits": shard_index(i.manifest)}

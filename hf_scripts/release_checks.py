@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from builder.compose.stage import compose_settings
+from builder.core.classes import label_space_problem
 from builder.core.config import fingerprint
 from builder.core.errors import printable
 from builder.core.manifest import COMPOSITES, MANIFEST_NAME, PARTS, Manifest
@@ -32,7 +33,7 @@ from builder.formats.composites import COUNT_KINDS, check_composite_json, count_
 from builder.formats.parts import PARTS_MEMBERS, PARTS_MEMBERS_V1
 from cards.croissant import release_croissant_problems
 from cards.hub_benchmark import eval_yaml_problems
-from cards.release import RELEASE_META
+from cards.release import RELEASE_META, subset_wnids
 from cards.release_fields import previous_release_problems, record_field_problems
 from cards.signature import SIGNATURE, SignerCheck, check_signature, signature_problems
 from cards.summary import CardError
@@ -284,6 +285,15 @@ def recomputed_fingerprint(manifest: Manifest) -> str | None:
     if manifest.settings is not None:
         return fingerprint(manifest.settings)
     return None
+
+
+def label_space_problems(config: str, manifest: Manifest) -> list[str]:
+    """A line when a composed config's class names are not ImageNet's for its label space
+    (builder.core.classes.label_space_problem; the spec's subset, if any, names it)."""
+    if manifest.holds != COMPOSITES:
+        return []
+    problem = label_space_problem(manifest.class_names, subset_wnids((manifest.spec or {}).get("subset")))
+    return [f"{manifest_path(config)}: {printable(problem)}"] if problem else []
 
 
 def fingerprint_problems(config: str, manifest: Manifest, recorded: str | None) -> list[str]:

@@ -28,6 +28,7 @@ from hf_scripts.release_checks import (
     config_read_back,
     fetched,
     fingerprint_problems,
+    label_space_problems,
     record_problems,
     recorded_file_problems,
     release_document_problems,
@@ -89,6 +90,7 @@ def _verify_release(
         except ManifestError as exc:
             raise ManifestError(f"{repo_id}@{version}/{path}: {exc}") from None
         problems += fingerprint_problems(config, manifests[config], listed["fingerprint"])
+        problems += label_space_problems(config, manifests[config])
     # what the revision holds and the card reads, against what the release records (hf_scripts.release_checks)
     present = set(api.list_repo_files(repo_id, repo_type=REPO_TYPE, revision=commit))
     listed_shards = release_shards(release)

@@ -27,6 +27,7 @@ from hf_scripts.release_checks import (
     card_problems,
     config_read_back,
     fingerprint_problems,
+    label_space_problems,
     manifest_path,
     record_problems,
     recorded_file_problems,
@@ -79,6 +80,7 @@ def verify_folder(
         # read through the untrusted-input layer: a linked manifest is refused, never followed
         manifests[config] = Manifest.from_json(read_json(folder / manifest_path(config), manifest_path(config)))
         problems += fingerprint_problems(config, manifests[config], listed["fingerprint"])
+        problems += label_space_problems(config, manifests[config])
     problems += recorded_file_problems(
         release, present, lambda path: sha256_file(folder / path), release_shards(release)
     )
