@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import re
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.core.errors import HsiError, printable
+from builder.core.hashing import sha256_file
 from builder.core.untrusted import Fields, UntrustedInput, read_json, regular_file
 
 SIGNATURE = "release.sig"
@@ -31,6 +33,7 @@ PASSWORD_VARIABLE = "HSI_SIGNING_KEY_PASSWORD"  # an encrypted private key's pas
 KEY_CURVES = ("secp256r1", "secp384r1", "secp521r1")  # model-signing's key signer takes these only
 MAX_KEY_BYTES = 64 * 1024
 FINGERPRINT = re.compile(r"[0-9a-f]{64}")
+GIT_PATHS = (".git", ".gitattributes", ".github", ".gitignore")  # model-signing's hashing leaves these out
 INSTALL_HINT = "pip install 'hard-spurious-imagenet[sign]'"
 
 
@@ -79,7 +82,8 @@ def _check_curve(public_key, where: str) -> None:
     if not isinstance(public_key, ec.EllipticCurvePublicKey) or public_key.curve.name not in KEY_CURVES:
         kind = getattr(getattr(public_key, "curve", None), "name", None) or type(public_key).__name__
         raise SignatureError(
-            f"{where} is a {kind} key; OpenSSF Model Signing signs with an elliptic-curve key on P-256, P-384 or "
+            f"{where} is a key of type {kind.removesuffix('PublicKey')}; OpenSSF Model Signing signs with an "
+            "elliptic-curve key on P-256, P-384 or "
             "P-521 (e.g. `openssl ecparam -name prime256v1 -genkey -noout -out key.pem`)"
         )
 
@@ -288,8 +292,39 @@ def check_signature(folder: Path, request: SignerCheck, follow_cache_links: bool
             config.use_sigstore_verifier(identity=str(request.identity), oidc_issuer=str(request.issuer))
         config.verify(folder, folder / SIGNATURE)
     except Exception as exc:  # model-signing raises ValueError, cryptography InvalidSignature, sigstore its own
-        return f"{SIGNATURE}: the signature does not check ({type(exc).__name__}: {_one_line(exc)})"
+        return f"{SIGNATURE}: the signature does not check: {_mismatch(exc, folder, follow_cache_links)}"
     return None
+
+
+def _mismatch(exc: Exception, folder: Path, cache_links: bool) -> str:
+    """What a failed check found, in words. On a manifest mismatch the signature itself checked (the
+    library compares manifests only after that), so its signed statement names each file's sha256:
+    compared here with the folder's files, it says which changed, which are not signed, which are gone."""
+    if not str(exc).startswith("Signature mismatch"):
+        return f"{type(exc).__name__}: {_one_line(exc)}"
+    try:
+        bundle = folder / SIGNATURE
+        bundle = bundle.resolve() if cache_links else bundle  # huggingface_hub's link to its blob
+        statement = json.loads(base64.b64decode(read_json(bundle, SIGNATURE)["dsseEnvelope"]["payload"]))
+        signed = {r["name"]: r["digest"] for r in statement["predicate"]["resources"]}
+    except (UntrustedInput, ValueError, KeyError, TypeError):
+        return _one_line(exc)
+    present = {}
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder).as_posix()
+        if relative == SIGNATURE or relative.split("/")[0] in GIT_PATHS or not path.is_file():
+            continue
+        if cache_links or not path.is_symlink():
+            present[relative] = sha256_file(path.resolve())
+    found = []
+    for label, names in (
+        ("changed since it was signed", [n for n in sorted(signed) if n in present and present[n] != signed[n]]),
+        ("not signed", sorted(set(present) - set(signed))),
+        ("signed but absent", sorted(set(signed) - set(present))),
+    ):
+        if names:
+            found.append(f"{label}: {', '.join(printable(n) for n in names[:10])}")
+    return "; ".join(found) or _one_line(exc)
 
 
 def signature_problems(

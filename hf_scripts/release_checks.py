@@ -259,6 +259,8 @@ def release_signature_problems(
     """(report lines, problems) of the release's signature (cards.signature) in `folder`, the
     revision's files (`cache_links`: huggingface_hub's snapshot folder, its files links to its blobs)."""
     signature = folder / SIGNATURE if SIGNATURE in present else None
+    if signature is not None and cache_links:
+        signature = signature.resolve()  # huggingface_hub's link to the blob it downloaded: the blob is read
     return signature_problems(release, card, signature, request, lambda: check_signature(folder, request, cache_links))
 
 

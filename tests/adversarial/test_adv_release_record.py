@@ -343,8 +343,10 @@ def test_class_names_edited_in_a_released_folder_fail_verify(tmp_path, capsys):
     (v1 / "_release.json").write_text(json.dumps(record, sort_keys=True, indent=2))
     status, _out, problems = verify_lines([str(v1)], capsys)
     assert status == 1
-    assert f"data/{NAME}/_info.json: class_names[0] 'cat' is not an ImageNet class name in index order after the " \
+    assert (
+        f"data/{NAME}/_info.json: class_names[0] 'cat' is not an ImageNet class name in index order after the "
         "ones before it; a label space is ImageNet's classes (all 1000, a subset's, or a selection)" in problems
+    )
 
 
 def test_the_record_reader_refuses_unknown_keys_at_every_level(tmp_path):
