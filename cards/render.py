@@ -23,6 +23,7 @@ from cards.parts_card import (
     parts_section,
 )
 from cards.scgs import scgs_section
+from cards.signature import signature_section
 from cards.summary import (
     CITATION,
     DATASET_NAME,
@@ -357,7 +358,6 @@ def more_information(name: str, parts: PartsSummary | None) -> str:
 
 
 CHANGELOG_HEADING = "## Changelog\n\n"  # the card's last section: `hsi verify` compares it with _release.json
-SIGNATURE_HEADING = "## Signature\n\n"
 
 
 def changelog_markdown(changelog: list[ChangelogEntry]) -> str:
@@ -374,18 +374,6 @@ def changelog_markdown(changelog: list[ChangelogEntry]) -> str:
 def toolkit_sentence(version: str) -> str:
     """The licence section's sentence naming the toolkit's version (`_release.json`'s `tool`)."""
     return f"The toolkit that built them ({DATASET_NAME} {version}) is open source."
-
-
-def signature_section(signer: dict) -> str:
-    """The card's Signature section for the release record's `signer` (cards.signature)."""
-    from cards.signature import SIGNATURE, signer_words
-
-    return (
-        f"{SIGNATURE_HEADING}The release is signed with "
-        "[OpenSSF Model Signing](https://github.com/sigstore/model-transparency): "
-        f"`{SIGNATURE}` holds a signature over the sha256 of every other file, made {signer_words(signer)}. Check it "
-        "with `hsi verify` and `--signer` (the signer's public key) or `--signer-identity` (a Sigstore identity)."
-    )
 
 
 def render_body(
@@ -442,7 +430,7 @@ def render_body(
         f"## Licence\n\n{licence} {toolkit_sentence(__version__)}",
         "## Citation\n\n" + code_block(CITATION, "bibtex"),
         *closing_sections(configs, parts, more_information(name, parts)),
-        *([signature_section(signer)] if signer else []),
+        *([signature_section(signer)] if signer else []),  # cards.signature
         CHANGELOG_HEADING + changelog_markdown(changelog),
     ]
     return "\n\n".join(sections) + "\n"

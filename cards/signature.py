@@ -61,6 +61,19 @@ def signer_words(signer: dict) -> str:
     return "with Sigstore's keyless signing (the signer's identity is in the signature's certificate)"
 
 
+SIGNATURE_HEADING = "## Signature\n\n"
+
+
+def signature_section(signer: dict) -> str:
+    """The card's Signature section for the release record's `signer` (cards.signature)."""
+    return (
+        f"{SIGNATURE_HEADING}The release is signed with "
+        "[OpenSSF Model Signing](https://github.com/sigstore/model-transparency): "
+        f"`{SIGNATURE}` holds a signature over the sha256 of every other file, made {signer_words(signer)}. Check it "
+        "with `hsi verify` and `--signer` (the signer's public key) or `--signer-identity` (a Sigstore identity)."
+    )
+
+
 def public_key_fingerprint(public_key) -> str:
     """The sha256 of the public key's PEM (SubjectPublicKeyInfo): the key hint model-signing records."""
     from cryptography.hazmat.primitives import serialization
@@ -338,8 +351,6 @@ def signature_problems(
     the revision has none), `record` the release record, `card` its text; `check` runs
     check_signature when `request` asks for a signer. The record's `signer`, the card's Signature
     section and the signature file must name the same signer."""
-    from cards.render import signature_section
-
     recorded = record.get("signer")
     problems = []
     if card is not None and recorded and signature_section(recorded) not in card:

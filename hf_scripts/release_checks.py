@@ -379,6 +379,20 @@ def parts_sample_problem(sample: Mapping) -> bool:
     return any(sample.get(name) is None for name in required)
 
 
+def part_meaning_problems(sample: Mapping) -> list[str]:
+    """What a streamed part's members say against its json (validation.integrity.meaning)."""
+    from validation.integrity.meaning import check_part_meaning
+
+    sizes = {
+        name: value.size
+        for name, value in sample.items()
+        if name.endswith(".png") and isinstance(getattr(value, "size", None), tuple)
+    }
+    # the declared features give every field: a part stored without `crop_box` streams it as None
+    meta = {key: value for key, value in sample["json"].items() if not (key == "crop_box" and value is None)}
+    return check_part_meaning(meta, sizes, sample.get("cls"))
+
+
 def config_read_back(
     config: str,
     manifest: Manifest,
@@ -413,11 +427,15 @@ def streamed_split_problems(config: str, split: str, manifest: Manifest, samples
     config's samples are counted and each checked for every member of its schema."""
     entry = manifest.splits[split]
     count, bad, tally = 0, 0, SampleTally(config, split, manifest)
-    parts = manifest.holds == PARTS
+    parts, meaningless, first = manifest.holds == PARTS, 0, None
     for sample in samples:
         count += 1
         if parts:
-            bad += parts_sample_problem(sample)
+            broken = parts_sample_problem(sample)
+            bad += broken
+            found = [] if broken else part_meaning_problems(sample)
+            meaningless += bool(found)
+            first = first or (found and f"{printable(str(sample.get('__key__')))}: {printable(found[0])}")
             continue
         bad += bool(check_composite_json(sample["json"]))
         tally.add(sample["json"])
@@ -426,5 +444,9 @@ def streamed_split_problems(config: str, split: str, manifest: Manifest, samples
         problems.append(f"{config}/{split}: streamed {count} samples, the manifest says {entry.num_samples}")
     if bad:
         problems.append(f"{config}/{split}: {bad} samples' json departs from the schema")
+    if meaningless:
+        problems.append(
+            f"{config}/{split}: {meaningless} parts are not what their json says (first: {str(first)[:300]})"
+        )
     problems += tally.problems()
     return f"{config}/{split}: {len(entry.shards)} shards hashed, {count} samples streamed", problems
