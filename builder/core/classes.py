@@ -54,9 +54,12 @@ def label_space_problem(class_names: object, subset_wnids: object = None) -> str
     if not isinstance(class_names, (list, tuple)) or not all(isinstance(n, str) for n in class_names):
         return "class_names is not a list of strings"
     if subset_wnids is not None:
+        wnids = list(subset_wnids) if isinstance(subset_wnids, (list, tuple)) else None
+        if wnids is None or not all(isinstance(w, str) for w in wnids):
+            return "the spec's subset does not list its classes' wnids"
         try:
-            expected = [class_of(wnid).name for wnid in sorted(subset_wnids)]
-        except (KeyError, TypeError):
+            expected = [class_of(wnid).name for wnid in sorted(wnids)]
+        except KeyError:
             return "the spec's subset names a wnid that is not ImageNet's"
         if list(class_names) != expected:
             return f"class_names are not the names of the spec's subset classes ({len(expected)} in wnid order)"

@@ -270,33 +270,6 @@ def test_a_release_into_an_out_another_run_writes_is_refused(tmp_path, capsys):
     assert main(["release", str(dataset), "--out", str(out)]) == 0
 
 
-def test_two_releases_at_once_into_one_out_never_both_write(tmp_path):
-    dataset = make_composed_dataset(tmp_path / "ds", splits={"test": 40}, shard_size=2)
-    out = tmp_path / "rel" / NAME
-    code = (
-        "import sys\nfrom hsi.cli import main\n"
-        "sys.exit(main(['release', sys.argv[1], '--out', sys.argv[2], '--overwrite', '--change', sys.argv[3]]))"
-    )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    runs = [
-        subprocess.Popen(
-            [sys.executable, "-c", code, str(dataset), str(out), f"run {n}"],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for n in range(2)
-    ]
-    results = [(run.wait(timeout=300), run.stdout.read(), run.stderr.read()) for run in runs]
-    written = [r for r in results if r[0] == 0]
-    assert written and all("release written to" in r[1] for r in written)
-    for status, _out, err in results:
-        assert status == 0 or (status == 2 and "is being written by another hsi run" in err), err
-    # whichever runs won, the folder is one release that verifies
-    assert main(["verify", str(out)]) == 0
-
-
 # -- class names -----------------------------------------------------------------------------------
 
 
@@ -373,3 +346,17 @@ def test_the_record_reader_refuses_unknown_keys_at_every_level(tmp_path):
         with pytest.raises(HsiError) as error:
             read_release_record(path)
         assert f"_release.json: {where}" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_subset_label_space_is_exactly_its_classes_names():
+    from builder.core.classes import class_of, label_space_problem
+
+    wnids = ["n02437312", "n01443537"]  # Arabian camel, goldfish: labelled in wnid order
+    names = [class_of(w).name for w in sorted(wnids)]
+    assert label_space_problem(names, wnids) is None
+    assert label_space_problem(names[::-1], wnids) == (
+        "class_names are not the names of the spec's subset classes (2 in wnid order)"
+    )
+    assert label_space_problem(names, ["n99999999"]) == "the spec's subset names a wnid that is not ImageNet's"
+    assert label_space_problem(names, [1, 2]) == "the spec's subset does not list its classes' wnids"
+    assert label_space_problem("tench", None) == "class_names is not a list of strings"
