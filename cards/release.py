@@ -26,14 +26,17 @@ import json
 import os
 import re
 import shutil
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from builder import __version__
-from builder.core.errors import HsiError, first_few
+from builder.core.classes import label_space_problem
+from builder.core.errors import HsiError, first_few, shown
 from builder.core.folders import own_preview_names, read_json_dict, refuse_foreign, stray_entries
 from builder.core.hashing import sha256_file
+from builder.core.locks import exclusive_folder
 from builder.core.manifest import COMPOSITES, MANIFEST_NAME, Manifest, ManifestError, format_of, write_json_atomic
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
 from builder.core.shard_read import iter_shard
@@ -48,8 +51,16 @@ from cards.hub_benchmark import (
     release_tasks,
 )
 from cards.parts_card import PARTS_CONFIG, PARTS_DATA_DIR, PartsSummary
+from cards.release_fields import (
+    RELEASE_META,
+    VERSION_PATTERN,
+    base_record,
+    describe_changes,
+    record_field_problems,
+)
 from cards.render import render_card, table
 from cards.results import RELEASE_PLOT_SUFFIX, RESULTS_DIR, copy_plots, load_results, render_results, select_results
+from cards.signature import SIGNATURE, ReleaseSigner, check_recorded_signer, sign_folder
 from cards.summary import (
     DATASET_NAME,
     DEFAULT_CONFIG,
@@ -59,11 +70,9 @@ from cards.summary import (
     is_paper_benchmark,
 )
 
-RELEASE_META = "_release.json"
 VALIDATION_JSON = "validation.json"
 VALIDATION_MD = "validation.md"
 PREVIEWS_DIR = "previews"
-VERSION_PATTERN = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -81,6 +90,23 @@ class ReleaseInput:
     @property
     def config(self) -> str:
         return self.manifest["config"]
+
+
+# a line break, a control or format character (bidi overrides, zero-width marks) or a separator
+REFUSED_TEXT = ("Cc", "Cf", "Cs", "Zl", "Zp")
+
+
+def check_card_text(flag: str, text: str) -> str:
+    """`text` (a --title, --description or --change) if it is one line of printable text: the card
+    and the changelog render it as written, so a line break or a control character would change what
+    the card says around it (and fail the release's own verify later)."""
+    for position, char in enumerate(text):
+        if unicodedata.category(char) in REFUSED_TEXT:
+            raise ReleaseError(
+                f"{flag} {shown(text)} holds {shown(char)} (character {position + 1}); give one line of "
+                "printable text, without line breaks or control characters"
+            )
+    return text
 
 
 def parse_version(version: str) -> tuple[int, int, int]:
@@ -104,6 +130,15 @@ def check_version_bump(previous: str | None, version: str | None, data_changed: 
         raise ReleaseError(f"version {version} is older than the previous release {previous}")
 
 
+def subset_wnids(subset: object) -> list | None:
+    """The foreground wnids of a spec's `subset` (its `pairs`' keys), which name the label space; None
+    when the spec has no subset."""
+    if not isinstance(subset, dict):
+        return None
+    pairs = subset.get("pairs")
+    return list(pairs) if isinstance(pairs, dict) else []
+
+
 def load_release_input(dataset_dir: Path) -> ReleaseInput:
     """Read a composed dataset's manifest and validation report, refusing anything not releasable."""
     dataset_dir = Path(dataset_dir)
@@ -118,6 +153,10 @@ def load_release_input(dataset_dir: Path) -> ReleaseInput:
         if key not in manifest:
             raise ReleaseError(f"{dataset_dir}: manifest lacks {key!r}")
     check_release_names(dataset_dir, manifest)
+    subset = (manifest.get("spec") or {}).get("subset") if isinstance(manifest.get("spec"), dict) else None
+    problem = label_space_problem(manifest["class_names"], subset_wnids(subset))
+    if problem:
+        raise ReleaseError(f"{dataset_dir}/{MANIFEST_NAME}: {problem}; compose the dataset again")
     report_path = dataset_dir / VALIDATION_JSON
     if not report_path.is_file():
         raise ReleaseError(f"{dataset_dir}: no {VALIDATION_JSON}; run `hsi validate {dataset_dir}` first")
@@ -306,32 +345,6 @@ def shard_index(manifest: dict) -> dict:
     return {split: entry["shards"] for split, entry in sorted(manifest["splits"].items())}
 
 
-def describe_changes(previous: dict | None, configs: dict[str, dict]) -> list[str]:
-    """Readable lines saying which configs and splits changed since the previous release."""
-    if previous is None:
-        return []
-    lines = []
-    before = previous.get("configs", {})
-    for name in sorted(set(before) | set(configs)):
-        if name not in configs:
-            lines.append(f"removed config {name}")
-        elif name not in before:
-            lines.append(f"added config {name}")
-        else:
-            old, new = before[name]["splits"], configs[name]["splits"]
-            for split in sorted(set(old) | set(new)):
-                if split not in new:
-                    lines.append(f"{name}: removed split {split}")
-                elif split not in old:
-                    lines.append(f"{name}: added split {split}")
-                elif old[split] != new[split]:
-                    count = lambda shards: sum(s["num_samples"] for s in shards)  # noqa: E731
-                    lines.append(
-                        f"{name}/{split}: samples changed ({count(old[split])} -> {count(new[split])} samples)"
-                    )
-    return lines
-
-
 def read_release_meta(release_dir: Path) -> dict | None:
     """The release's `_release.json`, checked field by field (read_release_record), or None when the
     folder has none."""
@@ -359,7 +372,7 @@ def _name(fields: Fields, field: str, name: object, check: Callable[[object], st
 def _record_configs(configs: Fields) -> dict:
     checked = {}
     for config in configs.data:
-        entry = configs.object(_name(configs, str(config), config, check_config_name))
+        entry = configs.object(_name(configs, str(config), config, check_config_name)).only(("fingerprint", "splits"))
         splits = entry.object("splits")
         listed = {}
         for split in splits.data:
@@ -373,7 +386,7 @@ def _record_configs(configs: Fields) -> dict:
                     "bytes": shard.integer("bytes", low=0),
                     "sha256": shard.string("sha256", pattern=SHA256),
                 }
-                for shard in splits.objects(split)
+                for shard in (s.only(("filename", "num_samples", "bytes", "sha256")) for s in splits.objects(split))
             ]
         checked[config] = {"fingerprint": entry.string("fingerprint", None), "splits": listed}
     return checked
@@ -382,7 +395,7 @@ def _record_configs(configs: Fields) -> dict:
 def _record_changelog(fields: Fields) -> list[dict]:
     return [
         {
-            "version": entry.string("version"),
+            "version": entry.only(("version", "changes")).string("version"),
             "changes": [
                 check_string(line, lambda problem, n=n, e=entry: e.error(problem, f"changes[{n}]"))
                 for n, line in enumerate(entry.list("changes", []))
@@ -392,8 +405,13 @@ def _record_changelog(fields: Fields) -> list[dict]:
     ]
 
 
+# every key `hsi release` writes; any other is refused by name (nothing in a release goes unread)
+RECORD_FIELDS = ("files", "name", "version", "default_config", "configs", "changelog", "previous", "tool", "signer")
+
+
 def check_release_record(data: object, source: Path | str) -> dict:
-    top = Fields(data, source)
+    top = Fields(data, source).only(RECORD_FIELDS)
+    tool = top.object("tool", None).only(("name", "version"))
     record = {
         "name": top.string("name", None),
         "version": top.string("version", None, pattern=VERSION_PATTERN),
@@ -401,10 +419,11 @@ def check_release_record(data: object, source: Path | str) -> dict:
         "configs": _record_configs(top.object("configs")),
         "changelog": _record_changelog(top),
         "previous": None,
-        "tool": dict(top.object("tool", None).data),
+        "tool": {key: tool.string(key) for key in ("name", "version") if key in tool.data},
+        "signer": check_recorded_signer(top),
     }
     if top.has("previous"):
-        previous = top.object("previous")
+        previous = top.object("previous").only(("version", "configs", "changelog"))
         record["previous"] = {
             "version": previous.string("version", None, pattern=VERSION_PATTERN),
             "configs": _record_configs(previous.object("configs", None)),
@@ -418,21 +437,29 @@ def check_release_record(data: object, source: Path | str) -> dict:
     return record
 
 
-def published_base(previous_release: Path | None, replaced: dict | None, version: str | None) -> dict | None:
+def load_previous_release(previous_release: Path) -> dict:
+    """The record of `--previous FOLDER`: a published (versioned) release whose card and files vouch
+    for its record (check_previous_release)."""
+    meta = read_release_meta(previous_release)
+    if meta is None:
+        raise ReleaseError(f"--previous {previous_release} is not a release folder (no {RELEASE_META})")
+    if meta.get("version") is None:
+        raise ReleaseError(
+            f"--previous {previous_release} is an unversioned build, not a published release; "
+            "give the folder of the last release made with --version"
+        )
+    check_previous_release(Path(previous_release), meta)
+    return meta
+
+
+def published_base(previous_release: dict | None, replaced: dict | None, version: str | None) -> dict | None:
     """The last *published* release (one whose `_release.json` has a version) to compare against:
-    `previous_release` when given; else the folder being overwritten when it holds another version;
+    `previous_release` (the record load_previous_release read) when given; else the folder being
+    overwritten when it holds another version;
     else (an unversioned folder, or the same version rebuilt) the release that folder was compared
     against, recorded in its `previous` field. The folder being replaced is never its own base."""
     if previous_release is not None:
-        meta = read_release_meta(previous_release)
-        if meta is None:
-            raise ReleaseError(f"--previous {previous_release} is not a release folder (no {RELEASE_META})")
-        if meta.get("version") is None:
-            raise ReleaseError(
-                f"--previous {previous_release} is an unversioned build, not a published release; "
-                "give the folder of the last release made with --version"
-            )
-        return meta
+        return previous_release
     if replaced is None:
         return None
     if replaced.get("version") is not None and replaced.get("version") != version:
@@ -440,11 +467,24 @@ def published_base(previous_release: Path | None, replaced: dict | None, version
     return replaced.get("previous")
 
 
-def base_record(base: dict | None) -> dict | None:
-    """What a release keeps of its base, so that a rebuild of it compares against the same one."""
-    if base is None:
-        return None
-    return {"version": base.get("version"), "configs": base.get("configs", {}), "changelog": base.get("changelog", [])}
+def check_previous_release(folder: Path, record: dict, flag: str = "--previous") -> None:
+    """Refuse a previous release whose record its own card and files do not vouch for: its card must
+    be the one its `files` record names, and every field the card renders (changelog, tool) must be
+    what the record says (cards.release_fields); else an edited changelog would be carried into the
+    next release, card and all."""
+    card_path = folder / "README.md"
+    recorded = (record.get("files") or {}).get("README.md")
+    if card_path.is_symlink() or not card_path.is_file() or recorded is None or sha256_file(card_path) != recorded:
+        raise ReleaseError(
+            f"{flag} {folder}: its README.md is missing or not the card its {RELEASE_META} records; give the "
+            "previous release as `hsi release` wrote it (`hsi verify` says what changed)"
+        )
+    problems = record_field_problems(record, card_path.read_text("utf-8", errors="replace"))
+    if problems:
+        raise ReleaseError(
+            f"{flag} {folder}: {problems[0]}{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}; "
+            "its record was changed after `hsi release` wrote it (`hsi verify` lists what)"
+        )
 
 
 def build_release(
@@ -461,24 +501,57 @@ def build_release(
     description: str | None = None,
     announce: Callable[[str], None] | None = None,
     parts_dir: Path | None = None,
+    sign: ReleaseSigner | None = None,
 ) -> Path:
     """Gather validated composed datasets into the release folder `release_dir` and return it.
 
     The folder's name is the dataset name users load (`load_dataset("hard-spurious-imagenet")` from
     its parent). `previous_release`, else the folder being overwritten when it holds another published
-    version, supplies the changelog so far (see `published_base`).
+    version, supplies the changelog so far (see `published_base`); a previous release whose record
+    departs from its own card is refused rather than copied forward.
     `results_dirs`: `hsi eval` outputs whose reports become the card's Results section.
-    `title`/`description`: the card's heading and introduction (by default they say whether the
-    configs are the paper's benchmark or a custom build). `announce` receives notes (a partial
-    evaluation left out of the card). `parts_dir`: the parts `hsi extract` wrote, added as the
-    `parts` config (checked first as compose checks them), so the release can be composed from.
+    `title`/`description`/`changes`: the card's heading, introduction and this version's changelog lines,
+    each one line of printable text (by default they say whether the configs are the paper's benchmark
+    or a custom build). `announce` receives notes (a partial evaluation left out of the card).
+    `parts_dir`: the parts `hsi extract` wrote, added as the `parts` config (checked first as compose
+    checks them), so the release can be composed from. `sign`: the signer (cards.signature) whose
+    detached signature over every file's sha256 the folder then holds. The folder's lock
+    (builder.core.locks) is held from the first look at `release_dir` to the last rename.
     """
     release_dir = Path(release_dir)
     if version is not None:
         parse_version(version)
-    recover_leftovers(release_dir)
+    for flag, text in [("--title", title), ("--description", description), *(("--change", c) for c in changes)]:
+        if text is not None:
+            check_card_text(flag, text)
     if not dataset_dirs:
         raise ReleaseError("give at least one composed dataset folder")
+    check_release_folder(release_dir, overwrite)
+    inputs = [load_release_input(Path(d)) for d in dataset_dirs]
+    parts = load_parts_input(Path(parts_dir)) if parts_dir is not None else None
+    previous = load_previous_release(Path(previous_release)) if previous_release is not None else None
+    with exclusive_folder(release_dir):  # two releases into one --out: the second is refused, never both written
+        recover_leftovers(release_dir)
+        check_release_folder(release_dir, overwrite)
+        return _build_release(
+            release_dir,
+            inputs,
+            parts,
+            version=version,
+            changes=changes,
+            default_config=default_config,
+            previous_release=previous,
+            results_dirs=results_dirs,
+            title=title,
+            description=description,
+            announce=announce,
+            sign=sign,
+        )
+
+
+def check_release_folder(release_dir: Path, overwrite: bool) -> None:
+    """Refuse an `--out` that may not be written: one that exists without --overwrite, a link, a
+    folder that is not a release, or a release holding files `hsi release` did not write."""
     if release_dir.exists() and not overwrite:
         raise ReleaseError(f"{release_dir} exists; use --overwrite to replace it")
     if release_dir.is_symlink():  # the swap below would replace the link and leave the release behind it
@@ -492,7 +565,23 @@ def build_release(
         )
     if release_dir.exists():
         refuse_foreign(release_dir, foreign_release_entries(release_dir), "--out", ReleaseError)
-    inputs = [load_release_input(Path(d)) for d in dataset_dirs]
+
+
+def _build_release(
+    release_dir: Path,
+    inputs: list[ReleaseInput],
+    parts: PartsInput | None,
+    *,
+    version: str | None,
+    changes: list[str] | tuple[str, ...],
+    default_config: str | None,
+    previous_release: dict | None,
+    results_dirs: list[Path] | tuple[Path, ...],
+    title: str | None,
+    description: str | None,
+    announce: Callable[[str], None] | None,
+    sign: ReleaseSigner | None,
+) -> Path:
     names = [i.config for i in inputs]
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
@@ -502,7 +591,6 @@ def build_release(
             f"a composed config is named {PARTS_CONFIG!r}, the name of the release's parts config; rename it "
             "(hsi compose --name) and compose again"
         )
-    parts = load_parts_input(Path(parts_dir)) if parts_dir is not None else None
     default = default_config or (DEFAULT_CONFIG if DEFAULT_CONFIG in names else names[0])
     if default not in names:
         raise ReleaseError(f"default config {default!r} is not among the datasets' configs {names}")
@@ -513,6 +601,8 @@ def build_release(
         (announce or (lambda _line: None))(note)
 
     replaced = read_release_meta(release_dir) if release_dir.exists() else None
+    if previous_release is None and replaced is not None and replaced.get("files") is not None:
+        check_previous_release(release_dir, replaced, "--out")  # its changelog may become this one's
     previous = published_base(previous_release, replaced, version)
     configs_meta = {
         i.config: {"fingerprint": i.manifest.get("fingerprint"), "splits": shard_index(i.manifest)}
@@ -541,8 +631,17 @@ def build_release(
         summaries.sort(key=lambda s: not s.default)
         parts_summary = _stage_parts(staging, parts) if parts is not None else None
         section = render_results(results, copy_plots(results, staging), table) if results else None
+        signer = sign.record() if sign is not None else None
         card = render_card(
-            summaries, changelog, version, section, title, description, name=release_dir.name, parts=parts_summary
+            summaries,
+            changelog,
+            version,
+            section,
+            title,
+            description,
+            name=release_dir.name,
+            parts=parts_summary,
+            signer=signer,
         )
         (staging / "README.md").write_text(card, "utf-8")
         manifests = {i.config: i.manifest for i in inputs} | ({PARTS_CONFIG: parts.manifest} if parts else {})
@@ -566,8 +665,11 @@ def build_release(
                 "changelog": [{"version": e.version, "changes": list(e.changes)} for e in changelog],
                 "previous": base_record(previous),
                 "tool": {"name": DATASET_NAME, "version": __version__},
+                **({"signer": signer} if signer else {}),
             },
         )
+        if sign is not None:  # last: the signature covers every file above, _release.json included
+            sign_folder(staging, release_dir.name, sign)
         if release_dir.exists():
             # A kill between these renames leaves the old release as `.NAME.PID.old`, which the next
             # run puts back (recover_leftovers): the history is never lost.
@@ -645,7 +747,7 @@ def foreign_release_entries(release_dir: Path) -> list[str]:
         )
 
     def own_file(relative: str) -> bool:
-        return relative == RELEASE_META or (in_layout(relative) and unchanged(relative))
+        return relative in (RELEASE_META, SIGNATURE) or (in_layout(relative) and unchanged(relative))
 
     def own_folder(relative: str) -> bool:
         top, _, config = relative.partition("/")

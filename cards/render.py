@@ -23,6 +23,7 @@ from cards.parts_card import (
     parts_section,
 )
 from cards.scgs import scgs_section
+from cards.signature import signature_section
 from cards.summary import (
     CITATION,
     DATASET_NAME,
@@ -356,6 +357,25 @@ def more_information(name: str, parts: PartsSummary | None) -> str:
     return "\n".join(lines)
 
 
+CHANGELOG_HEADING = "## Changelog\n\n"  # the card's last section: `hsi verify` compares it with _release.json
+
+
+def changelog_markdown(changelog: list[ChangelogEntry]) -> str:
+    """The card's changelog, below its heading: each version and its lines."""
+    return (
+        "\n".join(
+            f"- **{e.version}**" + ("".join(f"\n  - {line}" for line in e.changes) if e.changes else "")
+            for e in changelog
+        )
+        or "- first release"
+    )
+
+
+def toolkit_sentence(version: str) -> str:
+    """The licence section's sentence naming the toolkit's version (`_release.json`'s `tool`)."""
+    return f"The toolkit that built them ({DATASET_NAME} {version}) is open source."
+
+
 def render_body(
     configs: list[ConfigSummary],
     changelog: list[ChangelogEntry],
@@ -365,6 +385,7 @@ def render_body(
     description: str | None = None,
     name: str = DATASET_NAME,
     parts: PartsSummary | None = None,
+    signer: dict | None = None,
 ) -> str:
     default = next(c.name for c in configs if c.default)
     groups = sorted_groups({g for c in configs for g in c.groups})
@@ -406,17 +427,11 @@ def render_body(
     sections += [
         "## Usage\n\n" + usage(default, configs, name, parts),
         *creation_sections(configs, parts),
-        f"## Licence\n\n{licence} The toolkit that built them ({DATASET_NAME} {__version__}) is open source.",
+        f"## Licence\n\n{licence} {toolkit_sentence(__version__)}",
         "## Citation\n\n" + code_block(CITATION, "bibtex"),
         *closing_sections(configs, parts, more_information(name, parts)),
-        "## Changelog\n\n"
-        + (
-            "\n".join(
-                f"- **{e.version}**" + ("".join(f"\n  - {line}" for line in e.changes) if e.changes else "")
-                for e in changelog
-            )
-            or "- first release"
-        ),
+        *([signature_section(signer)] if signer else []),  # cards.signature
+        CHANGELOG_HEADING + changelog_markdown(changelog),
     ]
     return "\n\n".join(sections) + "\n"
 
@@ -430,14 +445,16 @@ def render_card(
     description: str | None = None,
     name: str = DATASET_NAME,
     parts: PartsSummary | None = None,
+    signer: dict | None = None,
 ) -> str:
     """The full README.md text, checked with datasets' parsers; raises CardError if it would not load.
     `results`: the rendered Results section (cards.results), if any. `title`/`description` replace
     the heading and introduction, which otherwise say whether this is the paper's benchmark. `name`:
-    the release folder's name, which the usage snippets load. `parts`: the release's parts config, if any."""
+    the release folder's name, which the usage snippets load. `parts`: the release's parts config, if any.
+    `signer`: the release record's signer (cards.signature), named in a Signature section."""
     from huggingface_hub import DatasetCard
 
-    body = render_body(configs, list(changelog), version, results, title, description, name, parts)
+    body = render_body(configs, list(changelog), version, results, title, description, name, parts, signer)
     text = f"---\n{dump_metadata(card_metadata(configs, title, parts))}---\n\n{body}"
     check_card(text, configs, parts)
     DatasetCard(text)  # huggingface_hub's own parse of the header, as the Hub does on upload

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from builder.compose.stage import compose_settings
+from builder.core.classes import label_space_problem
 from builder.core.config import fingerprint
 from builder.core.errors import printable
 from builder.core.manifest import COMPOSITES, MANIFEST_NAME, PARTS, Manifest
@@ -32,7 +33,9 @@ from builder.formats.composites import COUNT_KINDS, check_composite_json, count_
 from builder.formats.parts import PARTS_MEMBERS, PARTS_MEMBERS_V1
 from cards.croissant import release_croissant_problems
 from cards.hub_benchmark import eval_yaml_problems
-from cards.release import RELEASE_META
+from cards.release import RELEASE_META, subset_wnids
+from cards.release_fields import previous_release_problems, record_field_problems
+from cards.signature import SIGNATURE, SignerCheck, check_signature, signature_problems
 from cards.summary import CardError
 from hf_scripts.viewer_checks import viewer_problems
 
@@ -221,11 +224,44 @@ def recorded_file_problems(
             problems.append(
                 f"{printable(path)}: sha256 differs from {RELEASE_META}'s record (changed since `hsi release` wrote it)"
             )
-    for path in sorted(present - set(files) - {RELEASE_META}):
+    for path in sorted(present - set(files) - {RELEASE_META, SIGNATURE}):  # the two files that cannot list themselves
         problems.append(
             f"{printable(path)}: in the revision but not part of the release ({RELEASE_META} does not list it)"
         )
     return problems
+
+
+# -- the record's own fields, its previous release, its signature ------------------------------------
+
+
+def record_problems(
+    release: dict, card: str | None, previous: tuple[dict, str] | None
+) -> tuple[list[str], list[str]]:
+    """(report lines, problems) of `_release.json`'s fields besides configs and files
+    (cards.release_fields): each against the card and the toolkit's rules, `previous` against the
+    previous release's own record when it is at hand (`previous`: (its record, where it was read)),
+    else listed as not checked."""
+    problems = record_field_problems(release, card)
+    kept = release.get("previous")
+    if previous is not None:
+        return [f"previous: compared with {previous[1]}"], problems + previous_release_problems(release, *previous)
+    if kept is None:
+        return [], problems
+    return [
+        f"not checked: previous ({printable(str(kept.get('version')))}) against that release itself "
+        "(a folder: give --previous FOLDER; the Hub: the repo has no such tag)"
+    ], problems
+
+
+def release_signature_problems(
+    release: dict, card: str | None, folder: Path, present: set[str], request: SignerCheck, cache_links: bool = False
+) -> tuple[list[str], list[str]]:
+    """(report lines, problems) of the release's signature (cards.signature) in `folder`, the
+    revision's files (`cache_links`: huggingface_hub's snapshot folder, its files links to its blobs)."""
+    signature = folder / SIGNATURE if SIGNATURE in present else None
+    if signature is not None and cache_links:
+        signature = signature.resolve()  # huggingface_hub's link to the blob it downloaded: the blob is read
+    return signature_problems(release, card, signature, request, lambda: check_signature(folder, request, cache_links))
 
 
 # -- the manifest's fingerprint ---------------------------------------------------------------------
@@ -251,6 +287,15 @@ def recomputed_fingerprint(manifest: Manifest) -> str | None:
     if manifest.settings is not None:
         return fingerprint(manifest.settings)
     return None
+
+
+def label_space_problems(config: str, manifest: Manifest) -> list[str]:
+    """A line when a composed config's class names are not ImageNet's for its label space
+    (builder.core.classes.label_space_problem; the spec's subset, if any, names it)."""
+    if manifest.holds != COMPOSITES:
+        return []
+    problem = label_space_problem(manifest.class_names, subset_wnids((manifest.spec or {}).get("subset")))
+    return [f"{manifest_path(config)}: {printable(problem)}"] if problem else []
 
 
 def fingerprint_problems(config: str, manifest: Manifest, recorded: str | None) -> list[str]:
@@ -334,6 +379,20 @@ def parts_sample_problem(sample: Mapping) -> bool:
     return any(sample.get(name) is None for name in required)
 
 
+def part_meaning_problems(sample: Mapping) -> list[str]:
+    """What a streamed part's members say against its json (validation.integrity.meaning)."""
+    from validation.integrity.meaning import check_part_meaning
+
+    sizes = {
+        name: value.size
+        for name, value in sample.items()
+        if name.endswith(".png") and isinstance(getattr(value, "size", None), tuple)
+    }
+    # the declared features give every field: a part stored without `crop_box` streams it as None
+    meta = {key: value for key, value in sample["json"].items() if not (key == "crop_box" and value is None)}
+    return check_part_meaning(meta, sizes, sample.get("cls"))
+
+
 def config_read_back(
     config: str,
     manifest: Manifest,
@@ -368,11 +427,15 @@ def streamed_split_problems(config: str, split: str, manifest: Manifest, samples
     config's samples are counted and each checked for every member of its schema."""
     entry = manifest.splits[split]
     count, bad, tally = 0, 0, SampleTally(config, split, manifest)
-    parts = manifest.holds == PARTS
+    parts, meaningless, first = manifest.holds == PARTS, 0, None
     for sample in samples:
         count += 1
         if parts:
-            bad += parts_sample_problem(sample)
+            broken = parts_sample_problem(sample)
+            bad += broken
+            found = [] if broken else part_meaning_problems(sample)
+            meaningless += bool(found)
+            first = first or (found and f"{printable(str(sample.get('__key__')))}: {printable(found[0])}")
             continue
         bad += bool(check_composite_json(sample["json"]))
         tally.add(sample["json"])
@@ -381,5 +444,9 @@ def streamed_split_problems(config: str, split: str, manifest: Manifest, samples
         problems.append(f"{config}/{split}: streamed {count} samples, the manifest says {entry.num_samples}")
     if bad:
         problems.append(f"{config}/{split}: {bad} samples' json departs from the schema")
+    if meaningless:
+        problems.append(
+            f"{config}/{split}: {meaningless} parts are not what their json says (first: {str(first)[:300]})"
+        )
     problems += tally.problems()
     return f"{config}/{split}: {len(entry.shards)} shards hashed, {count} samples streamed", problems

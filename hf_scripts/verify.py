@@ -20,6 +20,7 @@ from builder.core.untrusted import UntrustedInput, read_json
 from cards.croissant import CROISSANT_NAME
 from cards.hub_benchmark import EVAL_YAML
 from cards.release import check_release_record
+from cards.signature import SIGNATURE, SignerCheck
 from hf_scripts.publish import REPO_TYPE, PublishError, check_repo_id, hub_errors, release_shards, version_tags
 from hf_scripts.release_checks import (
     card_problems,
@@ -27,16 +28,22 @@ from hf_scripts.release_checks import (
     config_read_back,
     fetched,
     fingerprint_problems,
+    label_space_problems,
+    record_problems,
     recorded_file_problems,
     release_document_problems,
+    release_signature_problems,
 )
 
 
-def verify_release(api, repo_id: str, version: str, cache_dir: str | None = None) -> tuple[list[str], list[str]]:
-    """(report lines, problems) for the tagged version of `repo_id`."""
+def verify_release(
+    api, repo_id: str, version: str, cache_dir: str | None = None, signer: SignerCheck | None = None
+) -> tuple[list[str], list[str]]:
+    """(report lines, problems) for the tagged version of `repo_id`; `signer`: the key or identity
+    its signature must check against."""
     check_repo_id(repo_id)
     with hub_errors(api, "verifying", repo_id):
-        return _verify_release(api, repo_id, version, cache_dir)
+        return _verify_release(api, repo_id, version, cache_dir, signer or SignerCheck())
 
 
 def read_downloaded_json(local: str | Path, label: str) -> object:
@@ -50,7 +57,9 @@ def read_downloaded_json(local: str | Path, label: str) -> object:
         raise UntrustedInput(str(exc).replace(str(blob), label, 1)) from None
 
 
-def _verify_release(api, repo_id: str, version: str, cache_dir: str | None) -> tuple[list[str], list[str]]:
+def _verify_release(
+    api, repo_id: str, version: str, cache_dir: str | None, signer: SignerCheck
+) -> tuple[list[str], list[str]]:
     from datasets import load_dataset
     from huggingface_hub import hf_hub_download
 
@@ -59,9 +68,9 @@ def _verify_release(api, repo_id: str, version: str, cache_dir: str | None) -> t
         raise PublishError(f"{repo_id} has no tag {version}; it has {sorted(tags) or 'none'}")
     commit = tags[version]
 
-    def fetch(path):
+    def fetch(path, revision=commit):
         return hf_hub_download(
-            repo_id, path, repo_type=REPO_TYPE, revision=commit, token=api.token, cache_dir=cache_dir
+            repo_id, path, repo_type=REPO_TYPE, revision=revision, token=api.token, cache_dir=cache_dir
         )
 
     def fetch_json(path):
@@ -81,6 +90,7 @@ def _verify_release(api, repo_id: str, version: str, cache_dir: str | None) -> t
         except ManifestError as exc:
             raise ManifestError(f"{repo_id}@{version}/{path}: {exc}") from None
         problems += fingerprint_problems(config, manifests[config], listed["fingerprint"])
+        problems += label_space_problems(config, manifests[config])
     # what the revision holds and the card reads, against what the release records (hf_scripts.release_checks)
     present = set(api.list_repo_files(repo_id, repo_type=REPO_TYPE, revision=commit))
     listed_shards = release_shards(release)
@@ -94,6 +104,16 @@ def _verify_release(api, repo_id: str, version: str, cache_dir: str | None) -> t
     problems += release_document_problems(
         release, manifests, card, croissant, fetched(fetch, EVAL_YAML) if EVAL_YAML in present else None
     )
+    # `previous` against the previous version's own record, read at its tag when the repo has it
+    kept = (release.get("previous") or {}).get("version")
+    before = None
+    if kept in tags and kept != version:
+        where = f"{repo_id}@{kept}/_release.json"
+        before = (check_release_record(read_downloaded_json(fetch("_release.json", tags[kept]), where), where), where)
+    found_lines, found = record_problems(release, card, before)
+    lines += found_lines
+    problems += found
+    record_lines = len(lines)  # the signature's lines follow these, before each config's
 
     def stream(config: str, split: str):
         return load_dataset(repo_id, config, split=split, streaming=True, revision=commit, token=api.token)
@@ -118,4 +138,8 @@ def _verify_release(api, repo_id: str, version: str, cache_dir: str | None) -> t
         found_lines, found = config_read_back(config, manifest, splits, local_shards, config in exact, stream)
         lines += found_lines
         problems += found
-    return lines, problems
+    # every file of the revision is downloaded by now: huggingface_hub's snapshot folder of the commit
+    # holds them (its links into its blob store), which the signature is checked against
+    snapshot = Path(fetch(SIGNATURE)).parent if SIGNATURE in present else Path(fetch("_release.json")).parent
+    found_lines, found = release_signature_problems(release, card, snapshot, present, signer, cache_links=True)
+    return lines[:record_lines] + found_lines + lines[record_lines:], problems + found

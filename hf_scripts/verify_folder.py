@@ -20,15 +20,19 @@ from builder.core.untrusted import read_json
 from cards.croissant import CROISSANT_NAME
 from cards.hub_benchmark import EVAL_YAML
 from cards.release import RELEASE_META, read_release_meta
+from cards.signature import SignerCheck
 from hf_scripts.publish import PublishError, release_shards
 from hf_scripts.release_checks import (
     CARD,
     card_problems,
     config_read_back,
     fingerprint_problems,
+    label_space_problems,
     manifest_path,
+    record_problems,
     recorded_file_problems,
     release_document_problems,
+    release_signature_problems,
 )
 
 GIT_DIR = ".git"  # a mirror checkout's repository, not a file of the revision
@@ -54,9 +58,12 @@ def folder_files(folder: Path) -> tuple[set[str], list[str]]:
     return present, problems
 
 
-def verify_folder(folder: Path, version: str | None = None) -> tuple[list[str], list[str]]:
+def verify_folder(
+    folder: Path, version: str | None = None, signer: SignerCheck | None = None, previous: Path | None = None
+) -> tuple[list[str], list[str]]:
     """(report lines, problems) for the release folder `folder`; `version`, if given, must be the one
-    its `_release.json` names."""
+    its `_release.json` names; `signer`, the key or identity its signature must check against;
+    `previous`, the previous release's folder, which its `previous` record must match."""
     from datasets import load_dataset
 
     folder = Path(folder)
@@ -73,6 +80,7 @@ def verify_folder(folder: Path, version: str | None = None) -> tuple[list[str], 
         # read through the untrusted-input layer: a linked manifest is refused, never followed
         manifests[config] = Manifest.from_json(read_json(folder / manifest_path(config), manifest_path(config)))
         problems += fingerprint_problems(config, manifests[config], listed["fingerprint"])
+        problems += label_space_problems(config, manifests[config])
     problems += recorded_file_problems(
         release, present, lambda path: sha256_file(folder / path), release_shards(release)
     )
@@ -83,6 +91,17 @@ def verify_folder(folder: Path, version: str | None = None) -> tuple[list[str], 
     problems += release_document_problems(
         release, manifests, card, croissant, folder / EVAL_YAML if EVAL_YAML in present else None
     )
+    before = None
+    if previous is not None:
+        before = read_release_meta(previous) if Path(previous).is_dir() else None
+        if before is None:
+            raise PublishError(f"--previous {previous} is not a release folder (no {RELEASE_META})")
+    found_lines, found = record_problems(release, card, (before, f"--previous {previous}") if before else None)
+    lines += found_lines
+    problems += found
+    found_lines, found = release_signature_problems(release, card, folder, present, signer or SignerCheck())
+    lines += found_lines
+    problems += found
 
     def stream(config: str, split: str):
         return load_dataset(str(folder), config, split=split, streaming=True)

@@ -43,3 +43,32 @@ def class_of(wnid: str) -> ImageNetClass:
 
 def is_known_wnid(wnid: str) -> bool:
     return wnid in classes_by_wnid()
+
+
+def label_space_problem(class_names: object, subset_wnids: object = None) -> str | None:
+    """Why `class_names` (a manifest's, one per label) are not ImageNet's for the label space, or None.
+
+    A label space is ImageNet's classes in index order: all 1000, a subset's classes (`subset_wnids`,
+    the spec's foreground wnids: exactly their names, sorted by wnid as compose labels them), or a
+    selection of them; so each name is an ImageNet name, at most once per class, in index order."""
+    if not isinstance(class_names, (list, tuple)) or not all(isinstance(n, str) for n in class_names):
+        return "class_names is not a list of strings"
+    if subset_wnids is not None:
+        wnids = list(subset_wnids) if isinstance(subset_wnids, (list, tuple)) else None
+        if wnids is None or not all(isinstance(w, str) for w in wnids):
+            return "the spec's subset does not list its classes' wnids"
+        try:
+            expected = [class_of(wnid).name for wnid in sorted(wnids)]
+        except KeyError:
+            return "the spec's subset names a wnid that is not ImageNet's"
+        if list(class_names) != expected:
+            return f"class_names are not the names of the spec's subset classes ({len(expected)} in wnid order)"
+        return None
+    names = iter(c.name for c in imagenet_classes())
+    for position, name in enumerate(class_names):
+        if not any(name == known for known in names):  # consumes the table: a subsequence, in index order
+            return (
+                f"class_names[{position}] {shown(name)} is not an ImageNet class name in index order after "
+                "the ones before it; a label space is ImageNet's classes (all 1000, a subset's, or a selection)"
+            )
+    return None

@@ -57,6 +57,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--description", default=None, help="the card's introduction (default: rendered from the configs' specs)"
     )
     parser.add_argument(
+        "--sign",
+        default=None,
+        metavar="KEY|sigstore",
+        help="sign the release folder with OpenSSF Model Signing (release.sig, over every file's sha256): KEY is an "
+        "elliptic-curve private key in PEM (P-256/384/521; an encrypted one's password in HSI_SIGNING_KEY_PASSWORD), "
+        "`sigstore` signs keyless through Sigstore (online); needs the `sign` extra",
+    )
+    parser.add_argument(
         "--results",
         nargs="+",
         type=Path,
@@ -70,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from cards.release import build_release
+    from cards.signature import signer_from_option, signer_words
 
+    signer = signer_from_option(args.sign) if args.sign is not None else None  # refused before anything is read
     release = build_release(
         args.out,
         args.datasets,
@@ -83,7 +93,9 @@ def run(args: argparse.Namespace) -> int:
         title=args.title,
         description=args.description,
         parts_dir=args.parts,
+        sign=signer,
         announce=lambda note: print(f"hsi release: note: {note}", file=sys.stderr),
     )
-    print(f"release written to {release} (load it with load_dataset({release.name!r}) from {release.parent})")
+    signed = f", signed {signer_words(signer.record())}" if signer is not None else ""
+    print(f"release written to {release}{signed} (load it with load_dataset({release.name!r}) from {release.parent})")
     return 0

@@ -16,15 +16,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="release_version",
         help="the tag to verify, vMAJOR.MINOR.PATCH (needed for a Hub repo; for a folder, the version it must hold)",
     )
+    parser.add_argument(
+        "--signer",
+        type=Path,
+        default=None,
+        metavar="PUBKEY",
+        help="the public key (PEM) the release must be signed with (`hsi release --sign KEY`): its release.sig must "
+        "sign every file; without it verify only says who signed, or that the release is unsigned",
+    )
+    parser.add_argument(
+        "--signer-identity",
+        default=None,
+        metavar="IDENTITY",
+        help="the Sigstore identity (e.g. an e-mail) a keyless signature must name (online; with --signer-issuer)",
+    )
+    parser.add_argument(
+        "--signer-issuer", default=None, metavar="URL", help="the OIDC issuer of --signer-identity"
+    )
+    parser.add_argument(
+        "--previous",
+        type=Path,
+        default=None,
+        metavar="FOLDER",
+        help="for a release folder: the previous release's folder, which its `previous` record must match "
+        "(on the Hub the previous version's tag is read)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from builder.core.errors import RunFailed, UsageError
+    from cards.signature import SignerCheck
 
+    signer = SignerCheck(args.signer, args.signer_identity, args.signer_issuer).check_options()
     if Path(args.repo).is_dir():
         from hf_scripts.verify_folder import verify_folder
 
-        lines, problems = verify_folder(Path(args.repo), args.release_version)
+        lines, problems = verify_folder(Path(args.repo), args.release_version, signer, args.previous)
         label = args.repo
     else:
         from huggingface_hub import HfApi
@@ -33,7 +60,9 @@ def run(args: argparse.Namespace) -> int:
 
         if args.release_version is None:
             raise UsageError(f"give the tag of {args.repo} to verify with --version vMAJOR.MINOR.PATCH")
-        lines, problems = verify_release(HfApi(), args.repo, args.release_version)
+        if args.previous is not None:
+            raise UsageError("--previous is for a release folder; on the Hub the previous version's tag is read")
+        lines, problems = verify_release(HfApi(), args.repo, args.release_version, signer=signer)
         label = f"{args.repo}@{args.release_version}"
     print("\n".join(lines))
     if problems:

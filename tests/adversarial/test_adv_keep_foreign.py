@@ -187,7 +187,8 @@ def test_release_overwrite_refuses_while_the_release_holds_a_users_file(tmp_path
     )
     assert "move them out of the folder first, or choose another --out" in message
     assert tree(release) == before
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # nothing staged
+    # nothing staged (the lock file of the first release stays, as every folder's lock does)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [f".{release.name}.lock"]
     for name in planted:
         (release / name).unlink()
     (release / "drafts").rmdir()

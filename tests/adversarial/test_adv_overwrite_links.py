@@ -183,7 +183,9 @@ def test_a_release_folder_that_is_a_link_is_refused_and_left_as_it_was(tmp_path)
     with pytest.raises(ReleaseError, match=r"linked is a link \(to .*\): --overwrite only replaces a real release"):
         build_release(link, [dataset], overwrite=True, version="v1.0.0")
     assert link.is_symlink() and tree(release) == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["hard-spurious-imagenet", "linked", "sets"]
+    # the first release's lock file stays beside it, as every folder's lock does
+    names = ["hard-spurious-imagenet", "linked", "sets", ".hard-spurious-imagenet.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
 
 
 def test_scgs_sheets_are_never_drawn_through_a_linked_previews_folder(tmp_path):

@@ -144,3 +144,61 @@ def check_meaning(key: str, meta: dict, spec: dict) -> list[tuple[str, str]]:
             )
         )
     return problems
+
+
+def _box_problem(box: object, width: int, height: int) -> str | None:
+    """Why `box` ([x0, y0, x1, y1], inclusive corners) does not lie in a width x height image, or None."""
+    if not isinstance(box, (list, tuple)) or len(box) != 4 or not all(type(v) is int for v in box):
+        return f"{box!r} is not four integers"
+    x0, y0, x1, y1 = box
+    if not (0 <= x0 <= x1 < width and 0 <= y0 <= y1 < height):
+        return f"{list(box)} does not lie in the {width}x{height} image"
+    return None
+
+
+def check_part_meaning(meta: dict, sizes: dict[str, tuple[int, int]], cls: object) -> list[str]:
+    """What a parts sample says against what it is (the parts contract, builder.formats.parts): its
+    class is ImageNet's (wnid, index, name, `cls`), its boxes lie in the source image and the object
+    box is the one it points at, the full-resolution members are the image's size and crop.png and
+    mask.png the object's region. `sizes`: {member: (width, height)} of its PNGs."""
+    from builder.core.classes import class_of, is_known_wnid
+    from builder.formats.parts import check_crop_size
+
+    problems = []
+    wnid = meta.get("wnid")
+    if not isinstance(wnid, str) or not is_known_wnid(wnid):
+        problems.append(f"wnid {wnid!r} is not an ImageNet-1k wnid")
+    else:
+        known = class_of(wnid)
+        if (meta.get("class_index"), meta.get("class_name")) != (known.index, known.name):
+            problems.append(
+                f"class_index {meta.get('class_index')!r} and class_name {meta.get('class_name')!r} are not "
+                f"{wnid}'s ({known.index}, {known.name!r})"
+            )
+        if cls != known.index:
+            problems.append(f"cls {cls!r} is not {wnid}'s class index {known.index}")
+    width, height = meta.get("width"), meta.get("height")
+    if type(width) is not int or type(height) is not int or width < 1 or height < 1:
+        return [*problems, f"width {width!r} and height {height!r} are not an image's size"]
+    boxes = meta.get("boxes") or []
+    corners = [[b.get(k) for k in ("x0", "y0", "x1", "y1")] if isinstance(b, dict) else b for b in boxes]
+    for n, box in enumerate(corners):
+        problem = _box_problem(box, width, height)
+        if problem:
+            problems.append(f"boxes[{n}] {problem}")
+    index = meta.get("object_box_index")
+    if type(index) is not int or not 0 <= index < len(corners):
+        problems.append(f"object_box_index {index!r} names none of its {len(corners)} boxes")
+    elif list(meta.get("object_box") or []) != corners[index]:
+        problems.append(f"object_box {meta.get('object_box')!r} is not boxes[{index}]")
+    for member in ("background.png", "erase.png", "fill.png"):
+        if member in sizes and sizes[member] != (width, height):
+            problems.append(f"{member} is {sizes[member][0]}x{sizes[member][1]}, the image is {width}x{height}")
+    if "crop.png" in sizes and not problems:
+        try:
+            check_crop_size(meta, *sizes["crop.png"])
+        except (ValueError, TypeError, KeyError) as exc:
+            problems.append(str(exc))
+        if sizes.get("mask.png") != sizes["crop.png"]:
+            problems.append(f"mask.png is {sizes.get('mask.png')}, crop.png is {sizes['crop.png']}")
+    return problems
