@@ -311,7 +311,8 @@ class SamMasker(TorchBackend, Masker):
         side = self.arch.image_size
         prepared = []
         for image in images:
-            pixels = torch.from_numpy(np.ascontiguousarray(image))
+            # torch wants writable memory; a decoded image may be a read-only view (the copy is cheap next to the encoder)
+            pixels = torch.from_numpy(image if image.flags.writeable else image.copy())
             if device.type == "cuda":
                 pixels = pixels.pin_memory().to(device, non_blocking=True)
             size = ResizeLongestSide.get_preprocess_shape(image.shape[0], image.shape[1], side)
