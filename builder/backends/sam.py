@@ -311,7 +311,7 @@ class SamMasker(TorchBackend, Masker):
         side = self.arch.image_size
         prepared = []
         for image in images:
-            # torch wants writable memory; a decoded image may be a read-only view (the copy is cheap next to the encoder)
+            # torch wants writable memory; a decoded image may be a read-only view (a cheap copy)
             pixels = torch.from_numpy(image if image.flags.writeable else image.copy())
             if device.type == "cuda":
                 pixels = pixels.pin_memory().to(device, non_blocking=True)
