@@ -490,8 +490,8 @@ def bench_extract(ctx: Context) -> list[Row]:
             model,
             f"{EXTRACT_TARGET:g} images/s",
             model / EXTRACT_TARGET,
-            f"{sam_name} + {'LaMa' if with_lama else 'no LaMa (upper bound)'} ({masker.precision}), batch {batch}, "
-            "model stages; "
+            f"{sam_name} + {'LaMa' if with_lama else 'no LaMa (upper bound)'}, encoder {masker.precision}, "
+            f"batch {batch}, model stages; "
             f"serial {serial:.2f}",
             dict(totals),
         )
@@ -919,6 +919,9 @@ def build_parser() -> argparse.ArgumentParser:
         "peak GPU memory included)",
     )
     parser.add_argument(
+        "--strict", action="store_true", help="a skipped stage is a failure (exit 1), as it always is on CUDA"
+    )
+    parser.add_argument(
         "--preflight",
         action="store_true",
         help="print each stage's missing imports and the package versions found, then stop (exit 1 if any is missing)",
@@ -979,8 +982,8 @@ def main(argv=None) -> int:
     if args.json:
         write_figures(args.json, name, tiny, started, rows, ctx, finished=True)
     skipped = [r.stage for r in rows if r.skipped]
-    if skipped and device.type == "cuda":  # a GPU window is too rare to leave a stage unmeasured
-        print(f"gpu_suite: stages skipped on CUDA: {', '.join(skipped)} (run --preflight; carry the missing wheels)")
+    if skipped and (device.type == "cuda" or args.strict):  # a GPU window is too rare to leave a stage unmeasured
+        print(f"gpu_suite: stages skipped: {', '.join(skipped)} (run --preflight; carry the missing wheels)")
         return 1
     return 1 if any(r.failed for r in rows) else 0
 
