@@ -316,6 +316,7 @@ class Context:
     folder: Path  # scratch space, removed at the end
     eval_workers: int
     notes: dict = field(default_factory=dict)  # per stage: what ran (precision, which LaMa), for the JSON
+    compile_encoder: bool = False  # extract: torch.compile SAM's encoder (`hsi extract --compile-encoder`)
 
     @property
     def on_cuda(self) -> bool:
@@ -474,11 +475,15 @@ def bench_extract(ctx: Context) -> list[Row]:
     data = extract_gpu.synth_jpegs(
         ctx.sizes.extract_images, extract_gpu.SMALL_SIZES if ctx.tiny else extract_gpu.REAL_SIZES
     )
+    masker.compile_encoder = ctx.compile_encoder
     print(f"  {sam_name} (random init, encoder in {masker.precision}), {lama_note}; {len(data)} images, batch {batch}")
     dilation = ExtractConfig.__dataclass_fields__["dilation"].default  # `hsi extract`'s
     extract_gpu.run_sweep(batch, data[:batch], masker, inpainter, ctx.sync, dilation)  # warm-up: kernels, allocator
     totals = extract_gpu.run_sweep(batch, data, masker, inpainter, ctx.sync, dilation)
     serial, model = extract_gpu.extract_rates(totals, len(data))
+    if ctx.compile_encoder:  # compiled in the warm-up, so the timed runs exclude it
+        ctx.notes["extract"]["encoder_compile_s"] = round(masker.compile_seconds, 2)
+        print(f"  SAM encoder compiled (torch.compile) in {masker.compile_seconds:.1f} s, apart from the timed runs")
     print(
         "  " + ", ".join(f"{part} {totals[part]:.2f} s" for part in extract_gpu.STAGES if part != "lama" or inpainter)
     )
@@ -919,6 +924,9 @@ def build_parser() -> argparse.ArgumentParser:
         "peak GPU memory included)",
     )
     parser.add_argument(
+        "--compile-encoder", action="store_true", help="extract: torch.compile SAM's encoder (compile time shown apart)"
+    )
+    parser.add_argument(
         "--strict", action="store_true", help="a skipped stage is a failure (exit 1), as it always is on CUDA"
     )
     parser.add_argument(
@@ -967,6 +975,7 @@ def main(argv=None) -> int:
 
         trust = CodeTrust.of(args.trust_file, args.trust_code)
         ctx = Context(device, tiny, sizes, args.lama_checkpoint, trust, Path(folder), workers)
+        ctx.compile_encoder = args.compile_encoder
         for stage in args.only:
             print(f"== {stage}", flush=True)
             stage_rows = run_stage(stage, ctx)

@@ -71,3 +71,13 @@ def test_sam_runs_its_encoder_in_bf16_and_its_decoder_in_float32(tiny_sam_path, 
         encoded[name + "_mask"] = masks[0]
     assert encoded["fp32"] == torch.float32 and encoded["bf16"] == torch.bfloat16
     assert encoded["fp32_mask"].shape == encoded["bf16_mask"].shape == (90, 120)
+
+
+@pytest.mark.slow
+def test_a_compiled_encoder_gives_the_same_masks_and_its_compile_time_apart(tiny_sam_path):
+    make = partial(cpu_backend, "masker", "sam", SamConfig, model="auto", checkpoint=str(tiny_sam_path))
+    plain, compiled = make(), make(compile_encoder=True)
+    image = np.random.default_rng(1).integers(0, 256, (90, 120, 3), dtype=np.uint8)
+    boxes = [[Box(10, 10, 60, 80, "n01440764")]]
+    assert np.array_equal(plain.masks_batch([image], boxes)[0][0], compiled.masks_batch([image], boxes)[0][0])
+    assert compiled.compile_seconds > 0 and plain.compile_seconds == 0
