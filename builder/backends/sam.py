@@ -116,7 +116,9 @@ OFFICIAL = {
     "vit_l": (1024, 24, (5, 11, 17, 23)),
     "vit_b": (768, 12, (2, 5, 8, 11)),
 }
-SAM_DECODER_HEADS = 8  # every SAM's two-way transformer; head counts are invisible in shapes
+SAM_DECODER_HEADS = 8
+# Hinted batches kept: extract hints batch k + 1 just before it masks batch k, so two are pending
+AHEAD_KEPT = 2  # every SAM's two-way transformer; head counts are invisible in shapes
 
 
 def _count(state: dict, prefix: str) -> int:
@@ -276,12 +278,13 @@ class SamMasker(TorchBackend, Masker):
         self.compile_encoder = compile_encoder
         self.encoder = None  # the (compiled) image encoder of this process, made on first use
         self.compile_seconds = 0.0
-        self.ahead: tuple[list, Future] | None = None  # (images, their preparation) of the next batch
+        # (images, their preparation) of the batches hinted ahead, oldest first; at most AHEAD_KEPT
+        self.ahead: list[tuple[list, Future]] = []
         self.preparer: ThreadPoolExecutor | None = None
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state.update(encoder=None, ahead=None, preparer=None)  # threads and compiled graphs stay in their process
+        state.update(encoder=None, ahead=[], preparer=None)  # threads and compiled graphs stay in their process
         return state
 
     def info(self) -> BackendInfo:
@@ -327,12 +330,14 @@ class SamMasker(TorchBackend, Masker):
         takes the result. Any other call prepares its own, so this changes speed only."""
         if self.preparer is None:
             self.preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sam-prepare")
-        self.ahead = (list(images), self.preparer.submit(self.prepare, list(images)))
+        self.ahead = [*self.ahead, (list(images), self.preparer.submit(self.prepare, list(images)))][-AHEAD_KEPT:]
 
     def prepared(self, images: Sequence[np.ndarray]) -> list[tuple[Any, tuple[int, int]]]:
-        ahead, self.ahead = self.ahead, None
-        if ahead is not None and len(ahead[0]) == len(images) and all(a is b for a, b in zip(ahead[0], images)):
-            return ahead[1].result()
+        """`images` prepared: by the thread when they were hinted (the hint is used up), else here."""
+        for index, (hinted, preparation) in enumerate(self.ahead):
+            if len(hinted) == len(images) and all(a is b for a, b in zip(hinted, images)):
+                del self.ahead[index]
+                return preparation.result()
         return self.prepare(images)
 
     def image_encoder(self):

@@ -199,13 +199,31 @@ def test_prepared_ahead_gives_the_masks_of_a_batch_prepared_in_place(masker):
     in_place = masker.masks_batch(images, boxes)
     masker.prepare_ahead(images)
     ahead = masker.masks_batch(images, boxes)
-    assert masker.ahead is None  # taken
+    assert masker.ahead == []  # taken
     masker.prepare_ahead(images[:1])  # a hint for other images is not used for these
     again = masker.masks_batch(images[1:], boxes[1:])
     for a, b in zip(in_place, ahead):
         assert all(np.array_equal(x, y) for x, y in zip(a, b))
     for a, b in zip(in_place[1:], again):
         assert all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def test_in_extracts_order_every_batch_is_prepared_once_by_the_thread(masker, monkeypatch):
+    """Extract hints batch k + 1, then masks batch k: each batch must be prepared once, in the
+    thread (a hint dropped by the call for the batch before it was the bug this guards)."""
+    import threading
+
+    images, boxes = images_and_boxes()
+    batches = [(images[i : i + 1], boxes[i : i + 1]) for i in range(len(images))]
+    real, where = masker.prepare, []
+    monkeypatch.setattr(masker, "prepare", lambda chunk: where.append(threading.current_thread().name) or real(chunk))
+    masker.prepare_ahead(batches[0][0])
+    for index, (chunk, chunk_boxes) in enumerate(batches):
+        if index + 1 < len(batches):
+            masker.prepare_ahead(batches[index + 1][0])
+        masker.masks_batch(chunk, chunk_boxes)
+    assert len(where) == len(batches) and all(name.startswith("sam-prepare") for name in where)
+    assert masker.ahead == []
 
 
 def test_sam_is_built_on_the_meta_device_with_no_random_initialisation(tiny_sam_path, monkeypatch):
