@@ -4,7 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint docs clean
+.PHONY: demo test lint docs clean gpu-kit
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,5 +38,11 @@ docs: $(VENV)/.docs-installed
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 	@echo "docs: docs/_build/html/index.html"
 
+# The wheels a lent GPU machine lacks (Python 3.12, no package index), read from an environment with every
+# extra installed: .gpu-kit/ (KIT.md says what and why). KIT_PYTHON=path/to/python to use another one.
+KIT_PYTHON ?= $(BIN)/python
+gpu-kit:
+	$(KIT_PYTHON) benchmarks/gpu_kit.py --out .gpu-kit
+
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache docs/_build
+	rm -rf $(VENV) demo-output .pytest_cache docs/_build .gpu-kit

@@ -7,8 +7,8 @@
 What is measured, per batch size, over the same synthetic images (seeded gradients and noise,
 JPEG-encoded at ImageNet's common sizes, 500 x 375 and friends, one or two boxes each):
   decode   JPEG bytes -> RGB (PIL), as extract's decode does
-  sam_enc  SAM image encoder (the model's own preprocessing included), batched
-  sam_dec  prompt encoder + mask decoder per image (all its boxes at once) + upscaling to full size
+  sam_enc  SAM's upload, resize, normalise and pad on the device, and its image encoder, batched
+  sam_dec  prompt encoder + mask decoder (every box of the batch in one call) + upscaling to full size
   lama     big-lama on the dilated union mask at full resolution, batched by padded size
   encode   the parts members (crop, mask, background, erase PNGs and the canvas-sized background)
 Model stages are timed with CUDA synchronisation. decode and encode are CPU work that extract runs
@@ -129,9 +129,7 @@ def run_sweep(batch: int, data, masker, inpainter, sync, dilation: int) -> dict:
         images = timer("decode", lambda: [np.asarray(Image.open(io.BytesIO(b)).convert("RGB")) for b, _ in chunk])
         boxes = [b for _, b in chunk]
         features, sizes = timer("sam_enc", masker.embed, images)
-        masks = timer(
-            "sam_dec", lambda: [masker.decode(f, s, i, b) for f, s, i, b in zip(features, sizes, images, boxes)]
-        )
+        masks = timer("sam_dec", masker.decode_batch, features, sizes, images, boxes)
         erase = [dilate(np.logical_or.reduce(m), dilation) for m in masks]
         backgrounds = timer("lama", inpainter.inpaint_batch, images, erase) if inpainter is not None else images
 

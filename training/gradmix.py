@@ -129,12 +129,29 @@ def summed_map(activations, gradients, size):
     return total
 
 
-def loss_maps(loss, activations, size):
-    """Summed LayerCAM of the training `loss` w.r.t. the recorded activations (no parameter .grad)."""
+# fp16 gradients of a batch-mean loss w.r.t. a stage's activations sit near 1e-8, below fp16's
+# smallest subnormal (6e-8): taken of the loss times 2**24 they keep their digits. Each layer's
+# LayerCAM is min-max normalised over the batch, so a power-of-two scale cancels (as GradScaler's does).
+HALF_GRADIENT_SCALE = 2.0**24
+
+
+def activation_gradients(loss, activations) -> list:
+    """d loss / d activations (no parameter .grad), scaled where the activations are float16 so
+    that none underflows: 2**24 first, 16 times smaller until every gradient is finite."""
     import torch
 
-    gradients = torch.autograd.grad(loss, activations, retain_graph=True)
-    return summed_map([a.detach() for a in activations], [g.detach() for g in gradients], size).detach()
+    scale = HALF_GRADIENT_SCALE if any(a.dtype == torch.float16 for a in activations) else 1.0
+    while True:
+        gradients = torch.autograd.grad(loss * scale if scale != 1.0 else loss, activations, retain_graph=True)
+        if scale == 1.0 or all(bool(torch.isfinite(g).all()) for g in gradients):
+            return [g.detach() for g in gradients]
+        scale = max(1.0, scale / 16)
+
+
+def loss_maps(loss, activations, size):
+    """Summed LayerCAM of the training `loss` w.r.t. the recorded activations (no parameter .grad)."""
+    gradients = activation_gradients(loss, activations)
+    return summed_map([a.detach() for a in activations], gradients, size).detach()
 
 
 def sample_area(generator, area: tuple[float, float]) -> float:
@@ -269,9 +286,10 @@ class Mixer:
         return (view.weights * per_sample.float()).mean()
 
 
-def step_generator(seed: int, epoch: int, step: int):
+def step_generator(seed: int, epoch: int, step: int, rank: tuple = ()):
+    """The step's draws; `rank` is ("rank", r) on a DDP rank (each its own boxes), () alone."""
     import torch
 
     from training.data import derived_seed
 
-    return torch.Generator().manual_seed(derived_seed(seed, "gradmix", epoch, step))
+    return torch.Generator().manual_seed(derived_seed(seed, "gradmix", epoch, step, *rank))

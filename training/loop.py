@@ -67,6 +67,7 @@ from training.state import (
 __all__ = ["BEST", "LAST", "SETTINGS_NAME", "FitResult", "TrainError", "TrainSettings", "fit", "rng_states"]
 
 SELECT = ("worst-group", "mean")
+AMPS = ("fp16", "bf16", "off")  # --amp's dtypes; off: --no-amp
 
 # Settings that do not change the weights, so a resume may change them. Where the data is (`source`,
 # the `config` flag) is not compared: what it is, the manifest's identity (`data_identity`), is.
@@ -117,7 +118,7 @@ class TrainSettings:
     shuffle_buffer: int = 2000
     input_size: int | None = None  # default: the config's canvas
     device: str = "auto"
-    amp: bool = True
+    amp: str = "fp16"  # AMPS: mixed precision on CUDA (bf16 needs no loss scaling); off: float32
     channels_last: bool = True
     workers: int = 0
     progress: bool = False
@@ -127,6 +128,10 @@ class TrainSettings:
             raise TrainError(f"--optimizer must be sgd or adamw, got {self.optimizer!r}")
         if self.schedule not in ("cosine", "step", "constant"):
             raise TrainError(f"--schedule must be cosine, step or constant, got {self.schedule!r}")
+        if isinstance(self.amp, bool):  # the settings of runs from before --amp took a dtype
+            object.__setattr__(self, "amp", "fp16" if self.amp else "off")
+        if self.amp not in AMPS:
+            raise TrainError(f"--amp must be one of {', '.join(AMPS)}, got {self.amp!r}")
         if self.select not in SELECT:
             raise TrainError(f"--select must be one of {', '.join(SELECT)}, got {self.select!r}")
         if self.epochs < 1 or self.batch_size < 1 or not (math.isfinite(self.lr) and self.lr > 0):
@@ -171,12 +176,33 @@ class FitResult:
     epoch_seconds: list[float | None] = field(default_factory=list)
 
 
+# cuBLAS is deterministic only with a fixed workspace, read when CUDA's first cuBLAS handle is made
+# (torch's reproducibility notes): set before any CUDA work, unless the user chose one.
+CUBLAS_WORKSPACE = ":4096:8"
+
+
+def ask_cuda_determinism() -> None:
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+
+
+def rank_key() -> tuple:
+    """("rank", r) under DDP, so each rank draws its own augmentation, boxes and dropout; () alone,
+    so a one-process run draws what it always drew."""
+    dist = distributed()
+    return ("rank", dist.get_rank()) if dist is not None and dist.get_world_size() > 1 else ()
+
+
 def seed_everything(seed: int) -> None:
+    """Python, numpy and torch (CPU and every CUDA device) from `seed`, one stream per DDP rank;
+    deterministic algorithms. DDP makes every rank start from rank 0's weights."""
     import torch
 
-    random.seed(seed)
-    np.random.seed(seed % (1 << 32))
-    torch.manual_seed(seed)
+    ask_cuda_determinism()
+    rank = rank_key()
+    ranked = derived_seed(seed, "torch", *rank) if rank else seed
+    random.seed(ranked)
+    np.random.seed(ranked % (1 << 32))
+    torch.manual_seed(ranked)
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.benchmark = False
 
@@ -466,6 +492,7 @@ def _fit(
     from torch.utils.data import DataLoader
 
     out = folder.path
+    ask_cuda_determinism()  # before CUDA initialises
     device = init_distributed(resolve_device(settings.device))
     cuda = device.type == "cuda"
     seed_everything(settings.seed)
@@ -495,7 +522,9 @@ def _fit(
         module.to(memory_format=torch.channels_last)
     optimizer = make_optimizer(settings, module.parameters())
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda e: lr_factor(settings, e))
-    scaler = torch.amp.GradScaler("cuda", enabled=cuda and settings.amp)
+    amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(settings.amp)
+    use_amp = cuda and amp_dtype is not None
+    scaler = torch.amp.GradScaler("cuda", enabled=use_amp and amp_dtype == torch.float16)  # bf16 needs none
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=settings.label_smoothing)
     mean = torch.tensor(pre.mean, device=device).view(1, 3, 1, 1) * 255
     std = torch.tensor(pre.std, device=device).view(1, 3, 1, 1) * 255
@@ -525,7 +554,8 @@ def _fit(
             collate_fn=collate_train,
             pin_memory=cuda,
         )
-        generator = torch.Generator().manual_seed(derived_seed(settings.seed, "augment", epoch))
+        rank = rank_key()
+        generator = torch.Generator().manual_seed(derived_seed(settings.seed, "augment", epoch, *rank))
         wrong, losses, seen = [], [], 0
         last_epoch = epoch == settings.epochs - 1
         join = net.join() if dist is not None else _nothing()
@@ -537,14 +567,20 @@ def _fit(
                 if cuda and settings.channels_last:
                     x = x.contiguous(memory_format=torch.channels_last)
                 y = batch.labels.to(device, non_blocking=True)
-                autocast = lambda: torch.autocast(device.type, enabled=cuda and settings.amp)  # noqa: E731
+                autocast = lambda: torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp)  # noqa: E731
                 with autocast(), mixer.recording() if mixer else _nothing():
                     logits = net(x)
                     loss = criterion(logits, y)
                 clean_loss = loss
                 if mixer is not None:
                     loss = loss + mixer.extra_loss(
-                        net, x, y, loss, step_generator(settings.seed, epoch, step), autocast, settings.label_smoothing
+                        net,
+                        x,
+                        y,
+                        loss,
+                        step_generator(settings.seed, epoch, step, rank),
+                        autocast,
+                        settings.label_smoothing,
                     )
                 if record_errors and last_epoch:
                     miss = (logits.argmax(1) != y).cpu().numpy()
@@ -555,7 +591,7 @@ def _fit(
                 scaler.scale(loss).backward()
                 scaler.step(optimizer)
                 scaler.update()
-                losses.append(float(clean_loss.detach()))
+                losses.append(clean_loss.detach())  # no host sync per step: read once per epoch
                 seen += len(batch.keys)
         epoch_seconds.append(time.perf_counter() - started)
         scheduler.step()
@@ -575,7 +611,7 @@ def _fit(
                 check_groups_cover(settings.val_split, scores["groups"], train_groups_seen)
             record = {
                 "epoch": epoch + 1,
-                "loss": float(np.mean(losses)),
+                "loss": float(np.mean(torch.stack(losses).double().cpu().numpy())),
                 "samples": seen,
                 "lr": optimizer.param_groups[0]["lr"],
                 "val": scores,

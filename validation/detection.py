@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from builder.backends.base import BackendInfo, Detector
+from builder.backends.torch_base import device_type_named
 from builder.backends.torch_threads import threads_setting, use_stage_threads
 from builder.core.classes import class_of, is_known_wnid
 from builder.core.errors import HsiError, RunFailed
@@ -294,7 +295,10 @@ def report_info(provenance: dict, box_threshold: float, text_threshold: float, b
         "box_threshold": box_threshold,
         "text_threshold": text_threshold,
         "batch_size": batch_size,
-        "torch": threads_setting(),  # every worker's intra-op threads: the scores do not depend on --workers
+        # every worker's intra-op threads (the scores do not depend on --workers), device type and precision
+        "torch": threads_setting(
+            device_type_named(provenance["device"]) if provenance.get("device") else None, provenance.get("precision")
+        ),
     }
 
 

@@ -193,7 +193,11 @@ class ScgsStage(Stage):
             "generation": asdict(models.generation),
             "schema_version": composites.SCHEMA_VERSION,
             "augment_schema_version": AUGMENT_SCHEMA_VERSION,
-            "torch": threads_setting(),  # every process's intra-op threads: another count rounds otherwise
+            # every process's intra-op threads, the device type and the generator's dtype: each rounds otherwise
+            "torch": threads_setting(
+                device_kind(str(models.classifier.device)),
+                PRECISION_OF_DTYPE.get(models.inpainter.dtype, models.inpainter.dtype),
+            ),
         }
 
     # --- the Stage interface ----------------------------------------------------------------
@@ -292,6 +296,10 @@ class ScgsStage(Stage):
             "per_class": per_class,
             "label_check": kept_shares(check_counts, names),
         }
+
+
+# SD's dtype names (builder.backends.sd_inpaint) as the settings' precision names them
+PRECISION_OF_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 
 
 def device_kind(device: str) -> str:

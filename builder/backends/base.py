@@ -43,6 +43,10 @@ class Masker(ABC):
     def masks_batch(self, images: Sequence[np.ndarray], boxes: Sequence[Sequence[Box]]) -> list[list[np.ndarray]]:
         """For each image (H x W x 3 uint8) and its boxes, one H x W bool mask per box, in order."""
 
+    def prepare_ahead(self, images: Sequence[np.ndarray]) -> None:  # noqa: B027 - optional hook
+        """A hint: `images` are the next batch's; a model masker may start readying them (upload,
+        resize) while the current batch runs. Never changes a mask."""
+
 
 @dataclass(frozen=True)
 class InpaintFallback:

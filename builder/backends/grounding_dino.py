@@ -22,6 +22,7 @@ from builder.backends.torch_base import (
     HubModelSource,
     TorchBackend,
     check_device_name,
+    math_mode,
     resolve_device,
     weight_files_sha256,
 )
@@ -59,7 +60,13 @@ class GroundingDino(TorchBackend, Detector):
 
     def info(self) -> BackendInfo:
         return self.provenance(
-            {"source": self.source, "weights_sha256": self.weights_sha256, "device": self.device_name}
+            # strict float32 (cuDNN's default TF32 convolutions off): the boxes' IoUs are scores
+            {
+                "source": self.source,
+                "weights_sha256": self.weights_sha256,
+                "device": self.device_name,
+                "precision": "fp32",
+            }
         )
 
     def detect(
@@ -82,7 +89,7 @@ class GroundingDino(TorchBackend, Detector):
             padding=True,
         )
         inputs = {name: value.to(device) for name, value in inputs.items()}
-        with torch.inference_mode():
+        with torch.inference_mode(), math_mode(device, "fp32", autocast_bf16=False):
             outputs = self.model(**inputs)
         results = self.processor.post_process_grounded_object_detection(
             outputs,

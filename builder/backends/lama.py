@@ -36,6 +36,7 @@ from builder.backends.torch_base import (
     CheckpointSource,
     TorchBackend,
     count_parameters,
+    math_mode,
 )
 
 PAD_MULTIPLE = 8
@@ -123,9 +124,17 @@ def accepts_batches(model) -> bool:
 class LamaInpainter(TorchBackend, Inpainter):
     name = "lama"
 
-    def __init__(self, model, checkpoint: Path, sha256: str, device: str, batch_size: int) -> None:
-        super().__init__(model, checkpoint.name, sha256, device, batch_size, "LaMa")
+    def __init__(
+        self, model, checkpoint: Path, sha256: str, device: str, batch_size: int, precision: str | None = None
+    ) -> None:
+        super().__init__(model, checkpoint.name, sha256, device, batch_size, "LaMa", precision)
         self.model = model
+
+    @property
+    def math(self) -> str:
+        """LaMa's own math: float32, with TF32 matmuls and convolutions on CUDA unless --precision
+        fp32. Never bf16: its Fourier units' FFTs lose too much there."""
+        return "tf32" if self.device_type == "cuda" and self.precision != "fp32" else "fp32"
 
     def info(self) -> BackendInfo:
         return self.provenance(
@@ -134,6 +143,7 @@ class LamaInpainter(TorchBackend, Inpainter):
                 "pad_mode": PAD_MODE,
                 "rounding": "nearest",
                 "parameters": count_parameters(self.model),
+                "precision": self.math,
             }
         )
 
@@ -146,8 +156,10 @@ class LamaInpainter(TorchBackend, Inpainter):
         masks = torch.from_numpy(np.stack([mask for _, mask in padded])).to(device)
         images = images.permute(0, 3, 1, 2).float().div(255.0)
         masks = masks.unsqueeze(1).float()
-        with torch.inference_mode():
-            out = self.model(images, masks)
+        # no TorchScript profiling and fusion: it would re-specialise on every new photo size on CUDA
+        with torch.inference_mode(), torch.jit.optimized_execution(False):
+            with math_mode(device, self.math, autocast_bf16=False):
+                out = self.model(images, masks)
         out = out.mul(255.0).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
         return list(out)
 
@@ -185,4 +197,4 @@ def make_lama_inpainter(config: LamaConfig) -> LamaInpainter:
             flush=True,
         )
         batch_size = 1
-    return LamaInpainter(model, path, sha256, config.device, batch_size)
+    return LamaInpainter(model, path, sha256, config.device, batch_size, config.precision)

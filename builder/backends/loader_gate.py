@@ -114,8 +114,8 @@ def torchvision_model(name: str, **kwargs: Any) -> Any:
 
 
 def sam_model(name: str) -> Any:
-    """segment-anything's registered architecture `name`, randomly initialised (no checkpoint path:
-    the weights are read as tensors by the caller and loaded with load_state_dict)."""
+    """segment-anything's registered architecture `name` with no checkpoint path: the caller reads the
+    weights as tensors and loads them with load_state_dict (and may build it on the meta device)."""
     from segment_anything import sam_model_registry
 
     with library_call():

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -42,6 +43,7 @@ from builder.backends.torch_base import (
     TorchBackend,
     checkpoint_sha256,
     count_parameters,
+    math_mode,
 )
 from builder.core.records import Box
 
@@ -62,6 +64,7 @@ class SamConfig(CheckpointConfig):
     source: ClassVar[CheckpointSource] = CHECKPOINT
     checkpoint: str | None = CHECKPOINT.config_field()
     model: str = from_setting("sam_model", "vit_h")  # one of SAM_MODELS
+    compile_encoder: bool = from_setting("compile_encoder", False)  # torch.compile the encoder (its input is fixed)
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,9 @@ OFFICIAL = {
     "vit_l": (1024, 24, (5, 11, 17, 23)),
     "vit_b": (768, 12, (2, 5, 8, 11)),
 }
-SAM_DECODER_HEADS = 8  # every SAM's two-way transformer; head counts are invisible in shapes
+SAM_DECODER_HEADS = 8
+# Hinted batches kept: extract hints batch k + 1 just before it masks batch k, so two are pending
+AHEAD_KEPT = 2  # every SAM's two-way transformer; head counts are invisible in shapes
 
 
 def _count(state: dict, prefix: str) -> int:
@@ -216,6 +221,8 @@ def read_state_dict(path: Path) -> dict:
 
 def load_sam(path: Path, model: str):
     """Build the SAM `model` names (or the file's own architecture for `auto`) and load `path`."""
+    import torch
+
     if model not in SAM_MODELS:
         raise BackendUnavailable(f"--sam-model must be one of {', '.join(SAM_MODELS)}, got {model!r}")
     state = read_state_dict(path)
@@ -227,29 +234,59 @@ def load_sam(path: Path, model: str):
         official_name(arch)
         or f"a non-standard SAM (embed_dim {arch.embed_dim}, depth {arch.depth}, input {arch.image_size})"
     )
-    if model == "auto":
-        sam = build_sam(arch)
-    elif official_name(arch) != model:
+    if model != "auto" and official_name(arch) != model:
         raise CHECKPOINT.unusable(path, f"--sam-model {model} was asked for but the file holds {holds}")
-    else:
-        sam = sam_model(model)
+    # Built on the meta device: no random initialisation (seconds for vit_h) of weights the checkpoint
+    # replaces; the file's tensors are assigned. SAM's pixel mean and std are not in the state_dict
+    # and its constructor makes them on the CPU whatever the default device, so they stay real.
+    with torch.device("meta"):
+        sam = build_sam(arch) if model == "auto" else sam_model(model)
     try:
-        sam.load_state_dict(state, strict=True)
+        sam.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as exc:
         raise CHECKPOINT.unusable(path, f"its weights do not fit {model}: {str(exc)[:300]}") from None
+    left = [name for name, tensor in [*sam.named_parameters(), *sam.named_buffers()] if tensor.is_meta]
+    if left:
+        raise CHECKPOINT.unusable(path, f"it leaves {', '.join(left[:3])} unset")
     return sam.eval(), arch
 
 
 class SamMasker(TorchBackend, Masker):
+    """Per batch: the images go to the device as uint8 (from pinned memory on CUDA) and are
+    resized, normalised and padded there; the encoder runs under `--precision` (bf16 autocast on
+    CUDA by default), the mask decoder in float32 on float32 features, once for every box of the
+    batch, and the masks come back in one device-to-host copy. `prepare_ahead` readies the next
+    batch in a thread while this one runs."""
+
     name = "sam"
 
     def __init__(
-        self, sam, arch: SamArchitecture, model: str, checkpoint: Path, sha256: str, device: str, batch_size: int
+        self,
+        sam,
+        arch: SamArchitecture,
+        model: str,
+        checkpoint: Path,
+        sha256: str,
+        device: str,
+        batch_size: int,
+        precision: str | None = None,
+        compile_encoder: bool = False,
     ) -> None:
-        super().__init__(sam, checkpoint.name, sha256, device, batch_size, "the SAM image encoder")
+        super().__init__(sam, checkpoint.name, sha256, device, batch_size, "the SAM image encoder", precision)
         self.sam = sam
         self.arch = arch
         self.model = model
+        self.compile_encoder = compile_encoder
+        self.encoder = None  # the (compiled) image encoder of this process, made on first use
+        self.compile_seconds = 0.0
+        # (images, their preparation) of the batches hinted ahead, oldest first; at most AHEAD_KEPT
+        self.ahead: list[tuple[list, Future]] = []
+        self.preparer: ThreadPoolExecutor | None = None
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.update(encoder=None, ahead=[], preparer=None)  # threads and compiled graphs stay in their process
+        return state
 
     def info(self) -> BackendInfo:
         return self.provenance(
@@ -260,67 +297,155 @@ class SamMasker(TorchBackend, Masker):
                 "box_prompt": "voc-inclusive",
                 "selection": "highest-predicted-iou",
                 "mask_threshold": float(self.sam.mask_threshold),
+                # the encoder's math (the mask decoder always runs in float32) and how it resizes
+                "precision": self.precision,
+                "resize": "torch-bilinear-antialias",
             }
         )
 
-    def _input(self, image: np.ndarray):
-        """The resized (long side = encoder size) image as a 3 x h x w float tensor, and (h, w)."""
+    def prepare(self, images: Sequence[np.ndarray]) -> list[tuple[Any, tuple[int, int]]]:
+        """Each image as the encoder takes it (3 x S x S, normalised and padded, on the device) and
+        its resized (h, w). The resize is segment-anything's own for tensors (`apply_image_torch`:
+        bilinear, antialiased), run where the encoder runs."""
         import torch
+        import torch.nn.functional as F
         from segment_anything.utils.transforms import ResizeLongestSide
 
-        resized = ResizeLongestSide(self.arch.image_size).apply_image(image)
-        tensor = torch.as_tensor(resized).permute(2, 0, 1).contiguous().float()
-        return tensor, tuple(resized.shape[:2])
+        device = self.ready()
+        side = self.arch.image_size
+        prepared = []
+        for image in images:
+            # torch wants writable memory; a decoded image may be a read-only view (a cheap copy)
+            pixels = torch.from_numpy(image if image.flags.writeable else image.copy())
+            if device.type == "cuda":
+                pixels = pixels.pin_memory().to(device, non_blocking=True)
+            size = ResizeLongestSide.get_preprocess_shape(image.shape[0], image.shape[1], side)
+            resized = F.interpolate(
+                pixels.permute(2, 0, 1).unsqueeze(0).float(), size, mode="bilinear", align_corners=False, antialias=True
+            )
+            prepared.append((self.sam.preprocess(resized[0]), tuple(size)))
+        return prepared
+
+    def prepare_ahead(self, images: Sequence[np.ndarray]) -> None:
+        """Start preparing `images` (the next batch) in a thread; `masks_batch` of the same images
+        takes the result. Any other call prepares its own, so this changes speed only."""
+        if self.preparer is None:
+            self.preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sam-prepare")
+        self.ahead = [*self.ahead, (list(images), self.preparer.submit(self.prepare, list(images)))][-AHEAD_KEPT:]
+
+    def prepared(self, images: Sequence[np.ndarray]) -> list[tuple[Any, tuple[int, int]]]:
+        """`images` prepared: by the thread when they were hinted (the hint is used up), else here."""
+        for index, (hinted, preparation) in enumerate(self.ahead):
+            if len(hinted) == len(images) and all(a is b for a, b in zip(hinted, images)):
+                del self.ahead[index]
+                return preparation.result()
+        return self.prepare(images)
+
+    def image_encoder(self):
+        if self.encoder is None:
+            self.encoder = self.sam.image_encoder
+            if self.compile_encoder:
+                import time
+
+                import torch
+
+                started = time.perf_counter()
+                compiled = torch.compile(self.sam.image_encoder)
+                side = self.arch.image_size
+                with torch.inference_mode(), math_mode(self.ready(), self.precision, autocast_bf16=True):
+                    compiled(torch.zeros((1, 3, side, side), device=self.ready()))  # compile now, timed apart
+                self.compile_seconds = time.perf_counter() - started
+                self.encoder = compiled
+        return self.encoder
 
     def embed(self, images: Sequence[np.ndarray]):
-        """Image embeddings (B x C x g x g) and each image's resized (h, w)."""
+        """Image embeddings (B x C x g x g, float32) and each image's resized (h, w)."""
         import torch
 
         device = self.ready()
-        prepared = [self._input(image) for image in images]
+        prepared = self.prepared(images)
+        encoder, precision = self.image_encoder(), self.precision
 
         def encode(chunk):
-            batch = torch.stack([self.sam.preprocess(t.to(device)) for t, _ in chunk])
-            with torch.inference_mode():
-                return list(self.sam.image_encoder(batch))
+            batch = torch.stack([tensor for tensor, _ in chunk])
+            with torch.inference_mode(), math_mode(device, precision, autocast_bf16=True):
+                features = encoder(batch)
+            return list(features.float())  # the decoder takes float32 features
 
         features = self.batch.run(prepared, encode)
         return features, [size for _, size in prepared]
 
-    def decode(
-        self, features, input_size: tuple[int, int], image: np.ndarray, boxes: Sequence[Box]
-    ) -> list[np.ndarray]:
-        """One boolean mask per box: of the multimask outputs, the one with the highest predicted IoU."""
+    def decode_batch(self, features, sizes, images: Sequence[np.ndarray], boxes: Sequence[Sequence[Box]]):
+        """One boolean mask per box of every image: all boxes in one mask-decoder call, all masks in
+        one device-to-host copy. Of the multimask outputs, each box keeps the one with the highest
+        predicted IoU."""
         import torch
         from segment_anything.utils.transforms import ResizeLongestSide
 
         device = self.ready()
-        original = image.shape[:2]
-        prompt = np.array([box.as_list() for box in boxes], dtype=np.float64)
-        prompt = ResizeLongestSide(self.arch.image_size).apply_boxes(prompt, original)
-        with torch.inference_mode():
+        resize = ResizeLongestSide(self.arch.image_size)
+        prompts, owner = [], []
+        for index, (image, image_boxes) in enumerate(zip(images, boxes)):
+            if image_boxes:
+                prompt = np.array([box.as_list() for box in image_boxes], dtype=np.float64)
+                prompts.append(resize.apply_boxes(prompt, image.shape[:2]))
+                owner += [index] * len(image_boxes)
+        if not prompts:
+            return [[] for _ in images]
+        with torch.inference_mode(), math_mode(device, "fp32", autocast_bf16=False):
             sparse, dense = self.sam.prompt_encoder(
-                points=None, boxes=torch.as_tensor(prompt, dtype=torch.float32, device=device), masks=None
+                points=None,
+                boxes=torch.as_tensor(np.concatenate(prompts), dtype=torch.float32, device=device),
+                masks=None,
             )
-            low_res, iou = self.sam.mask_decoder(
-                image_embeddings=features.unsqueeze(0),
-                image_pe=self.sam.prompt_encoder.get_dense_pe(),
-                sparse_prompt_embeddings=sparse,
-                dense_prompt_embeddings=dense,
-                multimask_output=True,
-            )
+            owners = torch.as_tensor(owner, device=device)
+            low_res, iou = decode_boxes(self.sam, torch.stack(list(features))[owners], sparse, dense)
             best = select_by_iou(low_res, iou)
-            masks = self.sam.postprocess_masks(best, input_size, original) > self.sam.mask_threshold
-        return [m for m in masks[:, 0].cpu().numpy()]
+            flat = []
+            for index, image in enumerate(images):
+                mine = best[owners == index]
+                if len(mine):
+                    masks = self.sam.postprocess_masks(mine, sizes[index], image.shape[:2]) > self.sam.mask_threshold
+                    flat.append(masks[:, 0].reshape(-1))
+            host = torch.cat(flat).cpu().numpy()  # the batch's one copy back
+        result, offset = [], 0
+        for image, image_boxes in zip(images, boxes):
+            height, width = image.shape[:2]
+            count = len(image_boxes)
+            block = host[offset : offset + count * height * width].reshape(count, height, width)
+            result.append(list(block))
+            offset += count * height * width
+        return result
 
     def masks_batch(self, images: Sequence[np.ndarray], boxes: Sequence[Sequence[Box]]) -> list[list[np.ndarray]]:
         if not images:
             return []
         features, sizes = self.embed(images)
-        return [
-            self.decode(feature, size, image, image_boxes) if image_boxes else []
-            for feature, size, image, image_boxes in zip(features, sizes, images, boxes)
-        ]
+        return self.decode_batch(features, sizes, images, boxes)
+
+
+def decode_boxes(sam, embeddings, sparse, dense):
+    """SAM's mask decoder for N boxes, each with its own image embedding (N x C x g x g): the same
+    modules and steps as `MaskDecoder.predict_masks`, which takes one image for all its prompts, so
+    that the boxes of several images share one call. Returns N x K mask logits and N x K IoUs."""
+    import torch
+
+    decoder = sam.mask_decoder
+    tokens = torch.cat([decoder.iou_token.weight, decoder.mask_tokens.weight], dim=0)
+    tokens = torch.cat([tokens.unsqueeze(0).expand(sparse.size(0), -1, -1), sparse], dim=1)
+    src = embeddings + dense
+    positions = sam.prompt_encoder.get_dense_pe().expand(len(src), -1, -1, -1)
+    batch, channels, height, width = src.shape
+    hidden, src = decoder.transformer(src, positions, tokens)
+    iou_token = hidden[:, 0, :]
+    mask_tokens = hidden[:, 1 : 1 + decoder.num_mask_tokens, :]
+    upscaled = decoder.output_upscaling(src.transpose(1, 2).view(batch, channels, height, width))
+    hyper = torch.stack([mlp(mask_tokens[:, i, :]) for i, mlp in enumerate(decoder.output_hypernetworks_mlps)], dim=1)
+    b, c, h, w = upscaled.shape
+    masks = (hyper @ upscaled.view(b, c, h * w)).view(b, -1, h, w)
+    iou = decoder.iou_prediction_head(iou_token)
+    # multimask output: the masks after the first (the single-mask token), as predict_masks' caller keeps
+    return masks[:, 1:], iou[:, 1:]
 
 
 def select_by_iou(low_res_masks, iou_predictions):
@@ -337,4 +462,14 @@ def make_sam_masker(config: SamConfig) -> SamMasker:
     """Factory for `--masker sam`: every check that can fail happens here, before any work."""
     path = config.locate()
     sam, arch = load_sam(path, config.model)
-    return SamMasker(sam, arch, config.model, path, checkpoint_sha256(path), config.device, config.batch_size)
+    return SamMasker(
+        sam,
+        arch,
+        config.model,
+        path,
+        checkpoint_sha256(path),
+        config.device,
+        config.batch_size,
+        config.precision,
+        config.compile_encoder,
+    )

@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -50,6 +51,93 @@ def resolve_device(name: str):
                 f"--device {name} was asked for but torch sees {torch.cuda.device_count()} CUDA device(s)"
             )
     return device
+
+
+def check_gpu_indexes(indexes: Sequence[int], flag: str = "--gpus") -> None:
+    """Refuse GPU indexes this machine does not have (`--gpus 0` with no GPU must never run on the
+    CPU instead), in one line, before any model loads."""
+    if not indexes:
+        return
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    missing = [index for index in indexes if index < 0 or index >= count]
+    if missing:
+        seen = f"torch sees {count} CUDA device(s)" if count else "torch sees no CUDA device"
+        raise BackendUnavailable(
+            f"{flag} {','.join(map(str, indexes))} names GPU(s) {','.join(map(str, missing))}, but {seen}: "
+            f"pass indexes below {count}" + (" or leave --gpus out to run on the CPU" if not count else "")
+        )
+
+
+def run_device_type(name: str, cluster_gpus: int | None = None) -> str:
+    """ "cuda" or "cpu": where a run with `--device name` does its model work, checked before any
+    model loads. `cluster_gpus` is a Ray cluster's GPU count (None: this machine's CUDA decides)."""
+    check_device_name(name)
+    if name == "cpu":
+        return "cpu"
+    if cluster_gpus is not None:
+        if name == "auto":
+            return "cuda" if cluster_gpus else "cpu"
+        if not cluster_gpus:
+            raise BackendUnavailable(f"--device {name} was asked for but the Ray cluster has no GPU: pass --device cpu")
+        return "cuda"
+    if name == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    resolve_device(name)  # refuses a CUDA device this machine lacks
+    return "cuda"
+
+
+def device_type_named(name: str) -> str:
+    """ "cuda" or "cpu" for a --device value, without refusing: `auto` asks this machine."""
+    if name == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if name.startswith("cuda") else "cpu"
+
+
+# The math a torch backend runs in. bf16: autocast to bfloat16 where a backend allows it (SAM's
+# image encoder), TF32 matmuls elsewhere; tf32: float32 tensors, TF32 matmuls and convolutions
+# (CUDA only); fp32: strict float32 (TF32 off, also for cuDNN, whose default allows it).
+PRECISIONS = ("bf16", "tf32", "fp32")
+
+
+def resolve_precision(precision: str | None, device_type: str) -> str:
+    """`--precision`, or its default on `device_type`: bf16 on CUDA, fp32 on the CPU."""
+    if precision is None:
+        return "bf16" if device_type == "cuda" else "fp32"
+    if precision not in PRECISIONS:
+        raise BackendUnavailable(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "tf32" and device_type != "cuda":
+        raise BackendUnavailable("--precision tf32 is a CUDA math mode: on the CPU pass fp32 (or bf16)")
+    return precision
+
+
+@contextmanager
+def math_mode(device, precision: str, autocast_bf16: bool) -> Iterator[None]:
+    """Run a block in `precision` on `device`: TF32 allowed on CUDA unless fp32 (restored after);
+    with `autocast_bf16`, bf16 autocast under `--precision bf16` (a backend's choice: only where its
+    ops keep their accuracy)."""
+    import torch
+
+    cuda = getattr(device, "type", str(device)) == "cuda"
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) if cuda else None
+    if cuda:
+        allowed = precision != "fp32"
+        torch.backends.cuda.matmul.allow_tf32 = allowed
+        torch.backends.cudnn.allow_tf32 = allowed
+    try:
+        if autocast_bf16 and precision == "bf16":
+            with torch.autocast("cuda" if cuda else "cpu", dtype=torch.bfloat16):
+                yield
+        else:
+            yield
+    finally:
+        if before is not None:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
 @dataclass(frozen=True)
@@ -104,6 +192,11 @@ class CheckpointConfig:
     checkpoint: str | None = None  # None: the source's environment variable
     device: str = "auto"
     batch_size: int = 8
+    precision: str | None = None  # PRECISIONS; None: bf16 on CUDA, fp32 on the CPU
+
+    def __post_init__(self) -> None:
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise BackendUnavailable(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
 
     def locate(self) -> Path:
         """The checkpoint file, after checking the device name: both refuse before any work."""
@@ -262,16 +355,34 @@ class TorchBackend:
     name: ClassVar[str]
 
     def __init__(
-        self, module, checkpoint_name: str, sha256: str | None, device: str, batch_size: int, batch_what: str
+        self,
+        module,
+        checkpoint_name: str,
+        sha256: str | None,
+        device: str,
+        batch_size: int,
+        batch_what: str,
+        precision: str | None = None,
     ) -> None:
         self.placement = ProcessLocalModel(module, device)
         self.batch = AdaptiveBatch(batch_size, batch_what)
         self.checkpoint_name = checkpoint_name
         self.sha256 = sha256
+        self.precision_asked = precision
 
     def ready(self):
         """The model's device, after moving the model there if this process has not used it yet."""
         return self.placement.ready()
+
+    @property
+    def device_type(self) -> str:
+        """ "cuda" or "cpu": where this backend runs (a Ray driver may name CUDA it lacks itself)."""
+        return device_type_named(self.placement.device_name)
+
+    @property
+    def precision(self) -> str:
+        """The math this backend runs in (PRECISIONS): --precision, else its device type's default."""
+        return resolve_precision(self.precision_asked, self.device_type)
 
     def provenance(self, params: dict) -> BackendInfo:
         return BackendInfo(self.name, params, checkpoint=self.checkpoint_name, checkpoint_sha256=self.sha256)

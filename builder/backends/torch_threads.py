@@ -24,9 +24,17 @@ from contextlib import contextmanager
 STAGE_INTRA_OP_THREADS = 1
 
 
-def threads_setting() -> dict:
-    """What a stage records in its settings (and manifest) about its torch threads."""
-    return {"intra_op_threads": STAGE_INTRA_OP_THREADS}
+def threads_setting(device_type: str | None = None, precision: str | None = None) -> dict:
+    """What a stage records in its settings (and manifest) about its torch math: the threads, and
+    where given the device type ("cpu", "cuda") and precision (builder.backends.torch_base's
+    PRECISIONS, or a generator's dtype): CPU and CUDA, float32 and bf16 round differently, so a
+    folder begun under one is refused under another instead of mixed."""
+    setting: dict = {"intra_op_threads": STAGE_INTRA_OP_THREADS}
+    if device_type is not None:
+        setting["device_type"] = device_type
+    if precision is not None:
+        setting["precision"] = precision
+    return setting
 
 
 def _torch():

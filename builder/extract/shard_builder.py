@@ -25,6 +25,7 @@ from builder.backends import BackendUnavailable, Inpainter, Masker, backend_conf
 from builder.backends.base import InpaintFallback
 from builder.backends.code_trust import CodeTrust
 from builder.backends.registry import SETTING
+from builder.backends.torch_base import PRECISIONS
 from builder.backends.torch_threads import runs_torch, use_stage_threads
 from builder.core.config import ConfigError, fingerprint
 from builder.core.errors import RunFailed
@@ -88,12 +89,18 @@ class ExtractConfig:
     trusted_sha256: tuple[str, ...] = ()
     trust_code: bool = False
     device: str = "auto"
+    # the models' math (bf16, tf32, fp32; None: bf16 on CUDA, fp32 on the CPU) and whether SAM's
+    # encoder is compiled (speed only); extract pins the precision before anything loads
+    precision: str | None = None
+    compile_encoder: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.trusted_sha256, str) or not isinstance(self.trusted_sha256, (list, tuple)):
             raise ConfigError(f"trusted_sha256 takes a list of sha256s, got {self.trusted_sha256!r}")
         trusted = CodeTrust.of(self.trusted_sha256, where="trusted_sha256 (--trust-file)").sha256s
         object.__setattr__(self, "trusted_sha256", tuple(sorted(trusted)))
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.object_box not in OBJECT_BOX_RULES:
             raise ConfigError(f"--object-box must be one of {', '.join(OBJECT_BOX_RULES)}, got {self.object_box!r}")
         if self.dilation < 0:
@@ -486,7 +493,9 @@ class ExtractShardBuilder:
                     writer.write(*encoded.popleft().result())
                     written += 1
 
-            for batch in self.decoded_batches(pool, plan.items):
+            for batch, following in with_next(self.decoded_batches(pool, plan.items)):
+                if following:  # the masker readies the next batch (upload, resize) while this one runs
+                    masker.prepare_ahead([item.image for item, _ in following if item is not None])
                 for _, found in batch:
                     issues.extend(found)
                 decoded = [item for item, _ in batch if item is not None]
@@ -508,6 +517,15 @@ class ExtractShardBuilder:
             stats = writer.close()
         issues.sort(key=lambda issue: issue.sort_key)
         return ShardResult(stats, issues, {"images": len(plan.items), "samples": written})
+
+
+def with_next(batches: Iterator[list]) -> Iterator[tuple[list, list | None]]:
+    """Each batch with the one after it (None after the last): decoding stays two batches ahead."""
+    current = next(batches, None)
+    while current is not None:
+        following = next(batches, None)
+        yield current, following
+        current = following
 
 
 def config_from_mapping(values: dict) -> ExtractConfig:

@@ -12,13 +12,21 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar
 
+from builder.backends.registry import entry
+from builder.backends.torch_base import (
+    check_device_name,
+    check_gpu_indexes,
+    device_type_named,
+    resolve_precision,
+    run_device_type,
+)
 from builder.backends.torch_threads import runs_torch, stage_threads, threads_setting
 from builder.core.config import SettingsMismatch, canonical_json, drop_settings, fingerprint, load_settings
-from builder.core.errors import RunFailed
+from builder.core.errors import RunFailed, UsageError
 from builder.core.folders import check_writable_folder
 from builder.core.manifest import ERRORS_NAME, PARTS, ErrorCounts, Manifest, SplitEntry
 from builder.core.records import Issue, count_by_reason
@@ -90,8 +98,9 @@ class ExtractStage(Stage):
         self.backends = describe_backends(masker, inpainter)
         settings = config.output_settings(self.backends, listing_digest(listing.records))
         self.uses_torch = runs_torch(masker, inpainter)
-        if self.uses_torch:  # SAM and LaMa round their sums by the thread count (absent: a classical run)
-            settings["torch"] = threads_setting()
+        if self.uses_torch:  # SAM and LaMa round their sums by the thread count, device type and precision
+            device_type = device_type_named(config.device)
+            settings["torch"] = threads_setting(device_type, resolve_precision(config.precision, device_type))
         self._settings = json_ready(settings)
         self._threads = ExitStack()
         self._plans = plan_shards(config.split, listing.records, config.shard_size)
@@ -255,9 +264,57 @@ def run_extract(
     announce: Callable[[str], None] = print,
 ) -> ExtractSummary:
     options.check()  # before listing or loading anything: a missing runner costs nothing
-    stage = ExtractStage.from_source(source, out, config, boxes, announce=announce)
-    run = run_stage(stage, options)
+    with ExitStack() as ray_open:
+        cluster_gpus = None
+        if options.runner == "ray" and uses_models(config):
+            from builder.core.ray_runner import ray_session
+
+            # one Ray for the whole run: its GPU count decides the device, then the same Ray runs the shards
+            ray = ray_open.enter_context(ray_session(options.ray_address, options.progress))
+            cluster_gpus = int(ray.cluster_resources().get("GPU", 0))
+        config, options = place_models(config, options, cluster_gpus)
+        stage = ExtractStage.from_source(source, out, config, boxes, announce=announce)
+        run = run_stage(stage, options)
     return summarise(stage, run)
+
+
+def uses_models(config: ExtractConfig) -> bool:
+    """Whether the masker or inpainter runs a torch model (sam, lama)."""
+    backends = (("masker", config.masker), ("inpainter", config.inpainter))
+    return any("torch" in entry(kind, name).requires for kind, name in backends)
+
+
+def place_models(
+    config: ExtractConfig, options: RunOptions, cluster_gpus: int | None = None
+) -> tuple[ExtractConfig, RunOptions]:
+    """Where the models run and in what math, decided before any model loads or file is written:
+    a CUDA device or `--gpus` index this machine (or the Ray cluster: `cluster_gpus`) lacks is
+    refused in one line; `auto` becomes the device type it finds and `--precision` its default
+    there, so every worker runs what the settings record. On Ray with CUDA, one actor per cluster
+    GPU (at most `--workers` when given), each holding one."""
+    check_device_name(config.device)
+    if options.runner == "ray" and options.gpus:
+        raise UsageError(
+            "--gpus picks GPUs of this machine; --runner ray gives every GPU of the cluster an actor of its own: "
+            "leave --gpus out (--workers N caps the actors)"
+        )
+    check_gpu_indexes(options.gpus)
+    if not uses_models(config):
+        if config.precision is not None:
+            raise UsageError("--precision applies to the model backends (--masker sam, --inpainter lama)")
+        if config.device not in ("auto", "cpu"):
+            run_device_type(config.device)  # a CUDA device asked for must exist, models or not
+        return config, options
+    if options.runner == "ray" and config.device.startswith("cuda:"):
+        raise UsageError(
+            f"--device {config.device} names one GPU, but Ray gives each actor its own: pass --device cuda"
+        )
+    device_type = run_device_type(config.device, cluster_gpus if options.runner == "ray" else None)
+    if options.runner == "ray" and device_type == "cuda":
+        actors = min(cluster_gpus or 0, options.workers) if options.workers > 1 else cluster_gpus or 0
+        options = replace(options, gpus=tuple(range(actors)))  # the runner starts one GPU actor per entry
+    device = device_type if config.device == "auto" else config.device
+    return replace(config, device=device, precision=resolve_precision(config.precision, device_type)), options
 
 
 def summarise(stage: ExtractStage, run: StageRun) -> ExtractSummary:

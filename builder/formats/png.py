@@ -19,9 +19,16 @@ from __future__ import annotations
 
 import io
 import struct
+import zlib
 
-from isal import isal_zlib
 from PIL import Image
+
+try:
+    from isal import isal_zlib
+
+    FAST_INFLATE = True
+except ImportError:  # no ISA-L (the lent GPU image has none): Pillow inflates with zlib, the same pixels
+    FAST_INFLATE = False
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # IHDR colour type -> samples per pixel
@@ -45,6 +52,8 @@ def open_png(data: bytes) -> Image.Image:
 def stored_copy(data: bytes) -> bytes | None:
     """`data` with its IDAT stream inflated by ISA-L and stored uncompressed, or None when the
     fast path does not apply and the original bytes must be decoded."""
+    if not FAST_INFLATE:
+        return None
     chunks = _chunks(data)
     if chunks is None or not chunks or chunks[0][0] != b"IHDR" or len(chunks[0][1]) != 13:
         return None
@@ -91,7 +100,7 @@ def _chunks(data: bytes) -> list[tuple[bytes, bytes]] | None:
 
 
 def _chunk(kind: bytes, body: bytes) -> bytes:
-    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", isal_zlib.crc32(body, isal_zlib.crc32(kind)))
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(body, zlib.crc32(kind)))
 
 
 def _stored_zlib(payload: bytes) -> bytes:
@@ -104,5 +113,5 @@ def _stored_zlib(payload: bytes) -> bytes:
         final = start + _STORED_BLOCK >= len(payload)
         blocks.append(struct.pack("<BHH", final, len(block), len(block) ^ 0xFFFF))
         blocks.append(block.tobytes())
-    blocks.append(struct.pack(">I", isal_zlib.adler32(payload)))
+    blocks.append(struct.pack(">I", zlib.adler32(payload)))
     return b"".join(blocks)

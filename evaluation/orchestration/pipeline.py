@@ -70,7 +70,7 @@ class RunSettings:
     batch_size: int = 64
     workers: int = 2
     device: str = "auto"
-    amp: bool = False
+    amp: bool | str = False  # True: fp16 autocast on CUDA; "bf16": bf16
     channels_last: bool = False
     limit: int | None = None
     label_space: str = "imagenet"

@@ -179,7 +179,7 @@ def _run_settings(entry: dict, metadata: dict, device: str, progress: bool) -> R
         label_space="subset" if entry["label_space"]["name"] == "subset" else "imagenet",
         device=device,
         batch_size=batch if isinstance(batch, int) and not isinstance(batch, bool) and 1 <= batch <= MAX_BATCH else 64,
-        amp=run.get("amp") is True,
+        amp=run.get("amp") if run.get("amp") in (True, "bf16") else False,
         channels_last=run.get("channels_last") is True,
         progress=progress,
     )

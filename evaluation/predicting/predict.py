@@ -70,7 +70,7 @@ class Classifier:
         loaded: LoadedModel,
         space: LabelSpace,
         device,
-        amp: bool = False,
+        amp: bool | str = False,
         channels_last: bool = False,
         announce: Callable[[str], None] = print,
     ):
@@ -79,7 +79,9 @@ class Classifier:
         self.torch = torch
         self.spec = loaded.spec
         self.device = device
-        self.amp = amp and device.type == "cuda"
+        # recorded as given: True (fp16, as runs from before bf16 record it) or "bf16"; False off CUDA
+        self.amp = (amp if amp == "bf16" else bool(amp)) if device.type == "cuda" else False
+        self.amp_dtype = torch.bfloat16 if amp == "bf16" else torch.float16
         self.channels_last = channels_last
         self.module = loaded.module.to(device)
         if channels_last:
@@ -102,7 +104,7 @@ class Classifier:
         x = images.to(self.device, non_blocking=True).float().sub_(self.mean).div_(self.std)
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        with torch.autocast(self.device.type, enabled=self.amp):
+        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=bool(self.amp)):
             out = self.module(x)
         if isinstance(out, (tuple, list)):
             out = out[0]

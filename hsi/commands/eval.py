@@ -135,7 +135,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local one)")
     run.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    run.add_argument("--amp", action="store_true", help="mixed precision on CUDA")
+    run.add_argument(
+        "--amp",
+        nargs="?",
+        const=True,
+        default=False,
+        type=amp_kind,
+        metavar="fp16|bf16",
+        help="mixed precision on CUDA: fp16 (the default of a bare --amp) or bf16",
+    )
     run.add_argument("--channels-last", action="store_true", help="channels_last memory format")
     run.add_argument("--limit", type=positive_int, help="evaluate only the first N samples (a quick look)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -451,3 +459,10 @@ def _run_predictions(args: argparse.Namespace, bootstrap) -> int:
         f"entry.json; leaderboard: {board} and leaderboard.csv"
     )
     return EXIT_OK
+
+
+def amp_kind(text: str) -> bool | str:
+    """--amp's value as the run records it: True for fp16 (as before bf16 was a choice), "bf16"."""
+    if text not in ("fp16", "bf16"):
+        raise argparse.ArgumentTypeError(f"takes fp16 or bf16, got {text!r}")
+    return True if text == "fp16" else "bf16"

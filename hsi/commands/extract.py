@@ -87,6 +87,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_trust_flags(parser)
     parser.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
+    parser.add_argument(
+        "--precision",
+        choices=["bf16", "tf32", "fp32"],
+        help="the models' math (default bf16 on CUDA, fp32 on the CPU): bf16 runs SAM's image encoder under bf16 "
+        "autocast (its mask decoder and LaMa stay float32, with TF32 on CUDA); tf32 allows TF32 matmuls (CUDA "
+        "only); fp32 is strict float32. Recorded in the settings: a folder begun under another is refused",
+    )
+    parser.add_argument(
+        "--compile-encoder",
+        action="store_true",
+        default=None,
+        help="torch.compile SAM's image encoder (speed only; compile time is spent once per process)",
+    )
     parser.add_argument("--gpus", help="all or a list like 0,1: one process per GPU")
     add_run_flags(parser, shard_size="--config's, else 256")
 
@@ -126,6 +139,8 @@ def build_config(args: argparse.Namespace):
             "sam_checkpoint",
             "lama_checkpoint",
             "device",
+            "precision",
+            "compile_encoder",
             "shard_size",
         )
     }

@@ -99,6 +99,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shuffle-buffer", type=int, default=2000, help="samples in the seeded shuffle buffer")
     parser.add_argument("--input-size", type=int, help="model input side (default: the config's canvas, uncropped)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (CUDA when there is one)")
+    parser.add_argument(
+        "--amp",
+        choices=["fp16", "bf16"],
+        default="fp16",
+        help="mixed precision on CUDA (default fp16, with loss scaling; bf16, safe on H100/H200, needs none)",
+    )
     parser.add_argument("--no-amp", action="store_true", help="no mixed precision on CUDA")
     parser.add_argument("--no-channels-last", action="store_true", help="no channels_last memory format on CUDA")
     parser.add_argument(
@@ -193,7 +199,7 @@ def settings_from(args: argparse.Namespace):
         out=str(args.out),
         mixing=mixing,
         augmentation=Augmentation(not args.no_flip, args.random_resized_crop, args.crop_scale_min),
-        amp=not args.no_amp,
+        amp="off" if args.no_amp else args.amp,
         channels_last=not args.no_channels_last,
         progress=False,  # no progress bar: a run's progress is its per-epoch lines
     )

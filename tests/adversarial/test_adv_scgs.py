@@ -435,7 +435,7 @@ def test_a_killed_run_begun_under_another_thread_count_is_refused_before_any_wri
     folder = tmp_path / CONFIG
     killed_copy(built, folder)
     settings = yaml.safe_load((folder / CONFIG_NAME).read_text("utf-8"))
-    assert settings["torch"] == {"intra_op_threads": 1}
+    assert settings["torch"] == {"intra_op_threads": 1, "device_type": "cpu", "precision": "fp32"}
     settings["torch"]["intra_op_threads"] = 2
     (folder / CONFIG_NAME).write_text(yaml.safe_dump(settings, sort_keys=True), "utf-8")
     before = tree(folder)

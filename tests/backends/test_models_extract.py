@@ -64,8 +64,10 @@ def test_manifest_records_both_models_and_their_checkpoint_hashes(reference_run,
     assert manifest["splits"]["val"]["num_samples"] == len(tree.good)
     text = (reference_run / "_info.json").read_text()
     assert str(models["sam"].parent) not in text  # file names only, never machine paths
-    # every process runs SAM and LaMa with the run's one intra-op thread: a resume under another count is refused
-    assert load_settings(reference_run)["val"]["torch"] == {"intra_op_threads": 1}
+    # every process runs SAM and LaMa with the run's one intra-op thread, device type and precision: a resume
+    # under another is refused
+    torch_setting = load_settings(reference_run)["val"]["torch"]
+    assert torch_setting == {"intra_op_threads": 1, "device_type": "cpu", "precision": "fp32"}
 
 
 def test_parts_keep_unerased_pixels_and_the_background_is_full_resolution(reference_run, tree):

@@ -10,6 +10,7 @@ import torch
 from tiny_models import TINY_SAM_INPUT, build_tiny_sam, cpu_backend, tiny_checkpoint_fixture, write_tiny_sam
 
 from builder.backends import BackendUnavailable
+from builder.backends import sam as sam_module
 from builder.backends.sam import SamConfig, infer_architecture, select_by_iou
 from builder.backends.torch_base import AdaptiveBatch
 from builder.core.records import Box
@@ -132,18 +133,17 @@ def test_select_by_iou_keeps_the_best_predicted_mask_and_first_on_ties():
     assert torch.equal(chosen[0, 0], logits[0, 1]) and torch.equal(chosen[1, 0], logits[1, 0])
 
 
-class ScriptedDecoder(torch.nn.Module):
-    """Stands in for SAM's mask decoder: three column bands as the candidate masks of every box,
-    with the predicted IoUs given per box."""
+class ScriptedDecoder:
+    """Stands in for SAM's batched mask decoder: three column bands as the candidate masks of every
+    box, with the predicted IoUs given per box."""
 
     def __init__(self, ious):
-        super().__init__()
         self.ious = torch.tensor(ious)
         self.prompts_seen = []
 
-    def forward(self, image_embeddings, image_pe, sparse_prompt_embeddings, dense_prompt_embeddings, multimask_output):
-        assert multimask_output is True and image_embeddings.shape[0] == 1
-        boxes = sparse_prompt_embeddings.shape[0]
+    def __call__(self, sam, embeddings, sparse, dense):
+        boxes = sparse.shape[0]
+        assert embeddings.shape[0] == boxes  # each box with its own image's embedding
         self.prompts_seen.append(boxes)
         side = TINY_SAM_INPUT // 4  # SAM's low-res masks are 4 x the embedding grid
         low = torch.full((boxes, 3, side, side), -10.0)
@@ -153,17 +153,93 @@ class ScriptedDecoder(torch.nn.Module):
         return low, self.ious[:boxes]
 
 
-def test_each_box_gets_the_mask_with_the_highest_predicted_iou(masker):
-    masker.sam.mask_decoder = ScriptedDecoder([[0.1, 0.9, 0.5], [0.2, 0.3, 0.8]])
+def test_each_box_gets_the_mask_with_the_highest_predicted_iou(masker, monkeypatch):
+    scripted = ScriptedDecoder([[0.1, 0.9, 0.5], [0.2, 0.3, 0.8], [0.9, 0.1, 0.1]])
+    monkeypatch.setattr(sam_module, "decode_boxes", scripted)
     image = np.full((TINY_SAM_INPUT, TINY_SAM_INPUT, 3), 128, dtype=np.uint8)
     boxes = [Box(4, 4, 30, 30, "n01440764"), Box(20, 20, 60, 60, "n01440764")]
-    (masks,) = masker.masks_batch([image], [boxes])
-    assert masker.sam.mask_decoder.prompts_seen == [2]  # one decoder call prompts every box of the image
+    (masks, (other,)) = masker.masks_batch([image, image], [boxes, boxes[:1]])
+    assert scripted.prompts_seen == [3]  # one decoder call prompts every box of the batch
     first, second = masks
     assert first.shape == second.shape == (TINY_SAM_INPUT, TINY_SAM_INPUT) and first.dtype == bool
     # band 1 covers low-res columns 6..9 -> full-res columns 24..39 (4x upsampling, +-2 px at edges)
     assert first[:, 26:38].all() and not first[:, :20].any() and not first[:, 44:].any()
     assert second[:, 46:].all() and not second[:, :42].any()
+    assert other[:, :16].all() and not other[:, 24:].any()  # the second image's box: band 0
+
+
+def test_batched_decoder_equals_segment_anythings_per_image_decoder(masker):
+    """`decode_boxes` (boxes of several images in one call) gives segment-anything's own
+    `MaskDecoder` outputs for each image's boxes."""
+    sam = masker.sam
+    grid = TINY_SAM_INPUT // 16
+    generator = torch.Generator().manual_seed(3)
+    embeddings = torch.randn((2, sam.prompt_encoder.embed_dim, grid, grid), generator=generator)
+    boxes = torch.tensor([[4.0, 4.0, 30.0, 40.0], [10.0, 0.0, 60.0, 63.0], [0.0, 20.0, 33.0, 50.0]])
+    owners = torch.tensor([0, 0, 1])
+    with torch.inference_mode():
+        sparse, dense = sam.prompt_encoder(points=None, boxes=boxes, masks=None)
+        low, iou = sam_module.decode_boxes(sam, embeddings[owners], sparse, dense)
+        for index in (0, 1):
+            mine = owners == index
+            expected_low, expected_iou = sam.mask_decoder(
+                image_embeddings=embeddings[index : index + 1],
+                image_pe=sam.prompt_encoder.get_dense_pe(),
+                sparse_prompt_embeddings=sparse[mine],
+                dense_prompt_embeddings=dense[mine],
+                multimask_output=True,
+            )
+            torch.testing.assert_close(low[mine], expected_low, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(iou[mine], expected_iou, rtol=1e-5, atol=1e-5)
+    assert low.shape == (3, 3, grid * 4, grid * 4)
+
+
+def test_prepared_ahead_gives_the_masks_of_a_batch_prepared_in_place(masker):
+    images, boxes = images_and_boxes()
+    in_place = masker.masks_batch(images, boxes)
+    masker.prepare_ahead(images)
+    ahead = masker.masks_batch(images, boxes)
+    assert masker.ahead == []  # taken
+    masker.prepare_ahead(images[:1])  # a hint for other images is not used for these
+    again = masker.masks_batch(images[1:], boxes[1:])
+    for a, b in zip(in_place, ahead):
+        assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    for a, b in zip(in_place[1:], again):
+        assert all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def test_in_extracts_order_every_batch_is_prepared_once_by_the_thread(masker, monkeypatch):
+    """Extract hints batch k + 1, then masks batch k: each batch must be prepared once, in the
+    thread (a hint dropped by the call for the batch before it was the bug this guards)."""
+    import threading
+
+    images, boxes = images_and_boxes()
+    batches = [(images[i : i + 1], boxes[i : i + 1]) for i in range(len(images))]
+    real, where = masker.prepare, []
+    monkeypatch.setattr(masker, "prepare", lambda chunk: where.append(threading.current_thread().name) or real(chunk))
+    masker.prepare_ahead(batches[0][0])
+    for index, (chunk, chunk_boxes) in enumerate(batches):
+        if index + 1 < len(batches):
+            masker.prepare_ahead(batches[index + 1][0])
+        masker.masks_batch(chunk, chunk_boxes)
+    assert len(where) == len(batches) and all(name.startswith("sam-prepare") for name in where)
+    assert masker.ahead == []
+
+
+def test_sam_is_built_on_the_meta_device_with_no_random_initialisation(tiny_sam_path, monkeypatch):
+    """Loading assigns the checkpoint's tensors to a model built on the meta device: no weight is
+    initialised at random first (vit_h spent seconds doing so)."""
+    from builder.backends.sam import load_sam
+
+    calls = []
+    real = torch.nn.init.trunc_normal_
+    monkeypatch.setattr(torch.nn.init, "trunc_normal_", lambda t, *a, **k: calls.append(t.device) or real(t, *a, **k))
+    monkeypatch.setattr(torch.nn.Linear, "reset_parameters", lambda self: calls.append(self.weight.device))
+    sam, _ = load_sam(tiny_sam_path, "auto")
+    assert calls and all(device.type == "meta" for device in calls)
+    state = torch.load(tiny_sam_path, weights_only=True)
+    assert all(torch.equal(tensor, state[name]) for name, tensor in sam.state_dict().items())
+    assert sam.pixel_mean.device.type == "cpu" and float(sam.pixel_mean[0]) == pytest.approx(123.675)
 
 
 def test_masks_are_full_size_and_independent_of_the_encoder_batch(masker):

@@ -109,3 +109,56 @@ def test_batch_sizes_and_stages_parse_as_documented():
     # the defaults are the commands' own: hsi extract 8, hsi scgs --sd-batch-size 4, validate 8, eval 64 (clip too)
     assert suite.default_batch_sizes() == {"extract": 8, "sd": 4, "detect": 8, "eval": 64, "clip": 64}
     assert suite.scgs_defaults().steps == 30
+
+
+def test_json_is_written_after_every_stage_and_a_skip_fails_a_strict_run(tmp_path, monkeypatch):
+    """A run stopped at its time limit keeps what it measured: the file holds each stage's row as
+    soon as the stage ends, with the package versions and math flags; --strict (implied on CUDA)
+    turns a skipped stage into exit 1."""
+    suite = load_suite()
+    figures = tmp_path / "figures.json"
+    seen_by_second = []
+
+    def first(ctx):
+        ctx.notes["extract"] = {"sam_precision": "fp32"}
+        return [suite.Row("extract", 2.0, "-", None, "first")]
+
+    def second(ctx):
+        seen_by_second.append(json.loads(figures.read_text()))
+        return [suite.Row("sd", 1.0, "-", None, "second")]
+
+    monkeypatch.setattr(suite, "BENCHES", {"extract": first, "sd": second})
+    monkeypatch.setattr(suite, "REQUIREMENTS", {"extract": ("torch",), "sd": ("torch",)})
+    assert suite.main(["--device", "cpu", "--only", "extract,sd", "--json", str(figures)]) == 0
+    (partial,) = seen_by_second
+    assert [row["stage"] for row in partial["rows"]] == ["extract"] and partial["finished"] is False
+    assert partial["stages"]["extract"]["sam_precision"] == "fp32"
+    assert partial["packages"]["torch"] and set(partial["math"]) >= {"matmul_allow_tf32", "cudnn_allow_tf32"}
+    final = json.loads(figures.read_text())
+    assert [row["stage"] for row in final["rows"]] == ["extract", "sd"] and final["finished"] is True
+    monkeypatch.setattr(suite, "REQUIREMENTS", {"extract": ("torch",), "sd": ("no_such_package_hsi",)})
+    assert suite.main(["--device", "cpu", "--only", "extract,sd"]) == 0  # a skip on the CPU: the suite goes on
+    assert suite.main(["--device", "cpu", "--only", "extract,sd", "--strict"]) == 1
+
+
+PREFLIGHT_WITHOUT_SAM = """
+import runpy, sys
+sys.modules["segment_anything"] = None  # as where the wheel was not carried
+sys.argv = [sys.argv[1], "--preflight", "--device", "cpu"]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+def test_preflight_names_a_missing_package_and_exits_1():
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", PREFLIGHT_WITHOUT_SAM, str(SCRIPT)], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    extract = next(line for line in lines if line.startswith("extract "))
+    assert extract == "extract  MISSING segment-anything (not installed)"
+    assert [line.split()[1] for line in lines if line.split()[0] in ("sd", "detect", "eval", "clip")] == ["ready"] * 4
+    versions = next(line for line in lines if line.startswith("versions: "))
+    assert "torch " in versions and "segment-anything" in versions

@@ -233,3 +233,65 @@ def test_one_epoch_with_gradmix_through_hsi_train(small_planted, tmp_path, capsy
         "convention": "paper",
     }
     assert "ERM+GRADMIX" in capsys.readouterr().out
+
+
+class SpotNet(torch.nn.Module):
+    """Two convolutions and a linear head over the mean of the last stage: the gradient of the
+    batch-mean loss w.r.t. each of the stage's 8 x 64 x 64 activations is about 1e-9, below fp16's
+    smallest subnormal, as a real network's stage gradients are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.stage = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.head = torch.nn.Linear(8, 4)
+        with torch.no_grad():
+            self.head.weight.mul_(1e-3)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.stage(torch.relu(self.stem(x)))).mean((2, 3)))
+
+
+SPOTS = [(6 * i + 4, 50 - 5 * i) for i in range(8)]  # each image's spot: top-left (row, column)
+
+
+def spot_batch():
+    """8 images, each dark but for a bright 6 x 6 spot at its own place."""
+    x = torch.zeros(8, 3, 64, 64)
+    for i, (row, col) in enumerate(SPOTS):
+        x[i, :, row : row + 6, col : col + 6] = 2.0
+    return x, torch.arange(8) % 4
+
+
+def stage_maps(net, x, y, autocast):
+    from training.gradmix import recorded_outputs
+
+    with autocast(), recorded_outputs(net, ["stage"]) as store:
+        loss = torch.nn.functional.cross_entropy(net(x), y)
+    return loss, store["stage"]
+
+
+def test_maps_under_fp16_autocast_equal_the_fp32_maps():
+    """Failed before: the gradients of the unscaled loss under fp16 autocast underflowed to zero, so
+    every map was flat and every box went to the top-left corner. Taken of the scaled loss, the maps
+    are the float32 ones (to fp16's precision) and the boxes' centres the same."""
+    net, (x, y) = SpotNet(), spot_batch()
+    loss, act = stage_maps(net, x, y, lambda: torch.autocast("cpu", enabled=False))
+    fp32 = loss_maps(loss, [act], (64, 64))
+    loss16, act16 = stage_maps(net, x, y, lambda: torch.autocast("cpu", dtype=torch.float16))
+    assert act16.dtype == torch.float16
+    (unscaled,) = torch.autograd.grad(loss16, [act16], retain_graph=True)
+    assert not unscaled.any()  # the underflow this guards against: fp16 gradients of the plain loss are 0
+    fp16 = loss_maps(loss16, [act16], (64, 64))
+    for (row, col), (cy, cx) in zip(SPOTS, argmax_centres(fp32)):  # each map peaks by its spot: not vacuous
+        assert row - 4 <= cy <= row + 9 and col - 4 <= cx <= col + 9
+    torch.testing.assert_close(fp16, fp32, atol=2e-2, rtol=0)
+    assert argmax_centres(fp16) == argmax_centres(fp32)
+
+
+def test_gradmix_draws_differ_per_ddp_rank_and_match_alone():
+    alone = sample_area(step_generator(3, 0, 5), (0.1, 0.5))
+    assert sample_area(step_generator(3, 0, 5, ()), (0.1, 0.5)) == alone
+    ranks = [sample_area(step_generator(3, 0, 5, ("rank", r)), (0.1, 0.5)) for r in range(2)]
+    assert ranks[0] != ranks[1]

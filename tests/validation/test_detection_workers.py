@@ -68,7 +68,7 @@ def test_two_worker_processes_write_the_one_process_report_byte_for_byte(tiny_mo
     assert detection["images"] == 6 and detection["mean_iou"] is not None
     assert [row["image_id"] for row in detection["unreadable"]] == [broken]
     # the workers' torch threads are the run's, not their environment's (torch's default here, 1 forked)
-    assert detection["torch"] == {"intra_op_threads": 1}
+    assert detection["torch"] == {"intra_op_threads": 1, "device_type": "cpu", "precision": "fp32"}
     out = tmp_path / "report"  # the same folder name: the report names its folder
     payload = validate(tiny_model, tree, out, "--workers", "2")
     assert payload["detection"]["mean_iou"] == detection["mean_iou"]
