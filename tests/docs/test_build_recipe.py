@@ -45,7 +45,10 @@ def test_the_recipe_is_the_same_text_on_every_page():
     assert [w[1] for w in words] == ["build", *STAGES]  # the command first, the stages after
     build_lines = {
         path.relative_to(ROOT).as_posix(): [
-            words for block in bash_blocks(path) for words in commands(block) if words[:3] == ["hsi", "build", "--source"]
+            words
+            for block in bash_blocks(path)
+            for words in commands(block)
+            if words[:3] == ["hsi", "build", "--source"]
         ]
         for path in PAGES
     }
