@@ -111,8 +111,11 @@ def _field(record_set: str, name: str, data_type: str, description: str, source:
 
 def _member_source(config: str, member: str, extract: dict, key_regex: bool = False) -> dict:
     source: dict = {"fileSet": {"@id": f"{config}/{member}-members"}, "extract": extract}
-    if key_regex:  # keys contain no dots (builder.formats.composites.sample_key)
-        source["transform"] = {"regex": "^(.*)\\." + member.replace(".", "\\.") + "$"}
+    if key_regex:
+        # keys contain no dots (builder.formats.composites.sample_key). The extension is optional because
+        # mlcroissant 1.1.1 applies the transform again to the key it already stripped (when it joins the
+        # members), and warned "Could not match" once per sample where the extension was required.
+        source["transform"] = {"regex": "^([^.]*)(?:\\." + member.replace(".", "\\.") + ")?$"}
     return source
 
 

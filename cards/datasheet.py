@@ -77,6 +77,13 @@ LIMITATIONS = """- The objects are cut out by ImageNet's ground-truth boxes and 
 - Generated from ImageNet (ILSVRC2012): use is bound by ImageNet's terms of access (non-commercial
   research and education)."""
 
+# the cue a box cut-out brings along (issue 44): named beside the other limitations
+BOX_CUTOUT_CUE = """- Cut out by its box, every pasted object carries a rectangle of its own photo around it (the box
+  crop of `--paste box`, the paper's; and any paste with the box masker, whose mask is the box). On
+  a foreign background (CeR, CoR) that rectangle is a cue of its own, which a model may use or be
+  confused by. Parts extracted with `--masker sam` and composed with `--paste mask` paste the
+  object's own pixels only."""
+
 RECOMMENDATIONS = """- Report every group and size with its interval, not one average (`hsi eval` writes them, with
   bootstrap intervals over source images).
 - Feed the 224 px canvas as it is: a centre crop of 0.875 removes a quarter of a 56 px corner object.
@@ -184,7 +191,12 @@ def creation_sections(configs: list[ConfigSummary], parts: PartsSummary | None) 
         "### Annotations\n\n#### Annotation process\n\n" + ANNOTATION_PROCESS,
         "#### Who are the annotators?\n\n" + ANNOTATORS,
         "#### Personal and Sensitive Information\n\n" + PERSONAL,
-        "## Bias, Risks, and Limitations\n\n" + LIMITATIONS + "\n\n" + fill_quality_summary(configs, parts),
+        "## Bias, Risks, and Limitations\n\n"
+        + LIMITATIONS
+        + "\n"
+        + BOX_CUTOUT_CUE
+        + "\n\n"
+        + fill_quality_summary(configs, parts),
         "### Recommendations\n\n" + RECOMMENDATIONS,
     ]
 

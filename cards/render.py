@@ -214,10 +214,11 @@ def usage(
             "workers and nodes, group metadata); `transform` turns the PIL image into a tensor, so batches "
             "collate. A shuffled stream repeats the same order every epoch unless `set_epoch` is called:",
             code_block(
-                "import torch\nfrom torchvision import transforms\n\nimport hsi\n\n"
+                "import os\n\nimport torch\nfrom torchvision import transforms\n\nimport hsi\n\n"
                 f'data = hsi.stream({q(name)}, config="{default}", split="{split}", shuffle_buffer=1000, '
                 "transform=transforms.ToTensor())\n"
-                "loader = torch.utils.data.DataLoader(data, batch_size=64, num_workers=4)\n"
+                "workers = min(8, os.cpu_count() or 1)  # decoding processes: one per core, up to 8\n"
+                "loader = torch.utils.data.DataLoader(data, batch_size=64, num_workers=workers)\n"
                 "for epoch in range(2):\n"
                 "    data.set_epoch(epoch)  # a new shard and buffer order each epoch, the same on every node\n"
                 "    for batch in loader:\n"

@@ -15,6 +15,7 @@ from hsi.commands.common import DefaultsShown
 
 # subcommand -> module providing `add_arguments(parser)`, `run(args) -> int` and a `HELP` line.
 SUBCOMMANDS: dict[str, str] = {
+    "build": "hsi.commands.build",
     "extract": "hsi.commands.extract",
     "compose": "hsi.commands.compose",
     "export": "hsi.commands.export",

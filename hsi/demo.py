@@ -1,8 +1,5 @@
-"""The demo pipeline: every stage on the embedded sample, printing what it wrote and where.
-
-It reaches past builder/ into validation, cards and the Hub scripts on purpose: it is the one place
-that shows the whole chain, like the command line itself.
-"""
+"""The demo: `hsi build` on the embedded sample, then what each stage wrote and where, and the
+release loaded back by its name."""
 
 from __future__ import annotations
 
@@ -14,7 +11,6 @@ from pathlib import Path
 from builder.core.errors import UsageError
 from builder.core.stage import RunOptions
 from builder.extract.shard_builder import ExtractConfig
-from builder.extract.stage import run_extract
 
 DEMO_VARIANT = "hard-spurious-imagenet"
 
@@ -47,35 +43,45 @@ def _heading(text: str) -> None:
     print(f"\n== {text}")
 
 
+DEMO_VERSION = "v1.0.0"
+
+
 def run_demo(out: Path, workers: int = 2, progress: bool = True) -> int:
-    from builder.compose.stage import compose_dataset
+    """`hsi build` on the embedded sample (one line per stage), then what each stage wrote, and the
+    release loaded back by its name."""
     from builder.core.manifest import Manifest
     from cards.parts_card import PartsSummary
-    from cards.release import build_release
-    from validation.report import validate_dataset
+    from hsi.build import BuildRequest, next_steps, run_build
 
-    options = RunOptions(workers=workers, progress=progress)
     out = Path(out)
     clear_demo_output(out)
-    _heading("1/5 extract: cut out objects, erase boxes, inpaint (box masker + patchmatch)")
-    summary = run_extract(demo_source_root(), out, ExtractConfig(split="val", shard_size=2), options=options)
-    print(summary.format())
+    request = BuildRequest(
+        demo_source_root(),
+        out,
+        DEMO_VERSION,
+        ExtractConfig(split="val", shard_size=2),
+        release_name=DEMO_VARIANT,
+        options=RunOptions(workers=workers, progress=progress),
+    )
+    print(
+        f"hsi build --source <the embedded sample> --out {out} --version {DEMO_VERSION} --shard-size 2 "
+        "(box masker + patchmatch)"
+    )
+    result = run_build(request)
 
-    _heading(f"2/5 compose: the paper's groups ({DEMO_VARIANT})")
-    composed = compose_dataset(summary.parts_dir, DEMO_VARIANT, out / "datasets", options=options)
+    _heading("extract: cut out objects, erase boxes, inpaint")
+    print(result.extract.format())
+    (composed,) = result.composed
+    _heading(f"compose: the paper's groups ({DEMO_VARIANT})")
     print(f"dataset: {composed.dataset_dir}")
     print(composed.table)
-
-    _heading("3/5 validate: integrity, placement, scores, previews")
-    report = validate_dataset(composed.dataset_dir, parts_dir=summary.parts_dir)
-    print(f"validation {'passed' if report.ok else 'FAILED'}: {report.md_path}")
+    _heading("validate: integrity, placement, scores, previews")
+    (report,) = result.reports
+    print(f"validation passed: {report.md_path}")
     for preview in report.preview_paths:
         print(f"preview: {preview}")
-    if not report.ok:
-        return 1
-
-    _heading("4/5 release: card, configs, shards, and the parts as a config of their own")
-    release_dir = build_release(out / DEMO_VARIANT, [composed.dataset_dir], overwrite=True, parts_dir=summary.parts_dir)
+    _heading("release: card, configs, shards, and the parts as a config of their own")
+    release_dir = result.release_dir
     print(f"release folder: {release_dir} (card: {release_dir / 'README.md'})")
     parts = PartsSummary(Manifest.read(release_dir / "data" / "parts").to_json())
     print(
@@ -83,8 +89,9 @@ def run_demo(out: Path, workers: int = 2, progress: bool = True) -> int:
         f"(`hsi compose --parts {release_dir}` composes new positions from them)"
     )
 
-    _heading("5/5 load it back with datasets.load_dataset, by relative name")
+    _heading("load it back with datasets.load_dataset, by relative name")
     print(load_back(release_dir))
+    print(next_steps(release_dir, DEMO_VERSION, "val"))
     return 0
 
 

@@ -84,6 +84,10 @@ class ValidationRequest:
     def check(self) -> None:
         """Refuse a request that cannot run, with the flag to change, before any work (and before
         anything is written)."""
+        if self.dataset is not None and not (self.dataset.exists() or self.dataset.is_symlink()):
+            raise UsageError(
+                f"no such folder: {self.dataset}; pass a composed config folder (OUT/<config>) or a parts folder"
+            )
         if self.dataset is not None and not self.dataset.is_dir():
             raise UsageError(
                 f"{self.dataset} is not a folder; pass a composed config folder (OUT/<config>) or a parts folder"
@@ -98,9 +102,12 @@ class ValidationRequest:
             raise UsageError(f"--workers {self.workers} must be at least 1")
         if self.dataset is not None:
             self.check_dataset_folder()
+        if self.parts is not None and not (self.parts.exists() or self.parts.is_symlink()):
+            raise UsageError(f"--parts: no such folder: {self.parts}")
         if self.parts is not None and format_of(stage_of(self.parts)) != PARTS:
             raise UsageError(
-                f"--parts {self.parts} is not a finished parts folder (its _info.json must say stage extract)"
+                f"--parts {self.parts} is not a finished parts folder (its _info.json must say stage extract); "
+                "pass the parts folder `hsi extract` wrote (OUT/parts or OUT) or a release folder made with --parts"
             )
         if self.parts is not None and self.dataset is not None:
             check_parts_match(self.dataset, self.parts)

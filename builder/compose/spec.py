@@ -160,8 +160,25 @@ class VariantSpec:
         return fingerprint(self.to_json())
 
 
+# the spec fields `hsi compose` has no flag for; every other field `x_y` is the flag `--x-y`
+FIELDS_WITHOUT_FLAG = ("description", "subset")
+
+
 def _fail(field_name: str, message: str) -> None:
-    raise ConfigError(f"variant field `{field_name}`: {message}")
+    top = field_name.split(".")[0]
+    flag = "" if top in FIELDS_WITHOUT_FLAG else f" (--{top.replace('_', '-')})"
+    raise ConfigError(f"variant field `{field_name}`{flag}: {message}")
+
+
+def _whole_number(field_name: str, value: Any) -> int:
+    """`value` as an int, refused naming the field (and its flag) and the item itself."""
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        _fail(field_name, f"{value!r} is not a whole number")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        _fail(field_name, f"{str(value)[:40]!r} is not a whole number")
+    raise AssertionError  # _fail raised
 
 
 def _validate(spec: VariantSpec) -> None:
@@ -174,7 +191,9 @@ def _validate(spec: VariantSpec) -> None:
     if not spec.sizes:
         _fail("sizes", "needs at least one size")
     for size in spec.sizes:
-        if not 1 <= size <= spec.canvas - 2 * spec.margin:
+        if size < 1:
+            _fail("sizes", f"{size} is not a size: each must be a positive number of pixels (e.g. 56,84,112)")
+        if size > spec.canvas - 2 * spec.margin:
             _fail("sizes", f"{size} does not fit a {spec.canvas} px canvas with margin {spec.margin}")
     if len(set(spec.sizes)) != len(spec.sizes):
         _fail("sizes", f"{list(spec.sizes)} lists a size twice")
@@ -292,17 +311,14 @@ def _coerce(values: Mapping[str, Any]) -> dict:
     for name in LIST_FIELDS:
         if name in data:
             data[name] = tuple(_as_list(name, data[name]))
-    try:
-        if "sizes" in data:
-            data["sizes"] = tuple(int(s) for s in data["sizes"])
-        for name in ("canvas", "margin", "jpeg_quality", "seed", "shard_size"):
-            if name in data:
-                data[name] = int(data[name])
-        for name in ("positions", "backgrounds", "splits"):
-            if name in data:
-                data[name] = tuple(str(v) for v in data[name])
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"variant spec has a value of the wrong type: {exc}") from None
+    if "sizes" in data:
+        data["sizes"] = tuple(_whole_number("sizes", s) for s in data["sizes"])
+    for name in ("canvas", "margin", "jpeg_quality", "seed", "shard_size"):
+        if name in data:
+            data[name] = _whole_number(name, data[name])
+    for name in ("positions", "backgrounds", "splits"):
+        if name in data:
+            data[name] = tuple(str(v) for v in data[name])
     if "holdout" in data:
         data["holdout"] = parse_holdout(data["holdout"])
     if data.get("min_fill") is not None:

@@ -294,6 +294,8 @@ class Manifest:
     @classmethod
     def read(cls, folder: Path) -> Manifest:
         path = Path(folder) / MANIFEST_NAME
+        if not (Path(folder).exists() or Path(folder).is_symlink()):
+            raise NotADataset(f"no such folder: {folder}")
         if not path.is_file():
             raise NotADataset(
                 f"{path} does not exist: {folder} is not a finished dataset "

@@ -114,6 +114,9 @@ def record_finished(out_dir: Path, plan: ShardPlan, result: ShardResult) -> None
 # --- worker-side progress -------------------------------------------------------------------
 
 _progress_counter = None
+# the bar of a run in this very process: report_progress moves it as each item finishes, not only
+# when the shard does (a small run is one shard, and its bar sat at 0 until the end)
+_in_process_bar = None
 
 
 def exit_with_parent() -> None:
@@ -154,6 +157,8 @@ def report_progress(n: int = 1) -> None:
     if _progress_counter is not None:
         with _progress_counter.get_lock():
             _progress_counter.value += n
+        if _in_process_bar is not None:
+            _in_process_bar.update(_progress_counter.value - _in_process_bar.n)
 
 
 def _build_and_record(build: Callable[[ShardPlan], ShardResult], out_dir: Path, plan: ShardPlan) -> ShardResult:
@@ -181,7 +186,7 @@ def run_shards(
     what the bar's total counts of a plan, in the unit its builder's `report_progress` calls count
     (default: its items).
     """
-    global _progress_counter
+    global _progress_counter, _in_process_bar
     results: dict[int, ShardResult] = {}
     todo = []
     for position, plan in enumerate(plans):
@@ -206,7 +211,7 @@ def run_shards(
     bar = tqdm(total=total, desc=desc, unit=unit, disable=not progress or total == 0, smoothing=0.1)
     try:
         if not worker_devices and (workers <= 1 or len(todo) <= 1):
-            _progress_counter = counter
+            _progress_counter, _in_process_bar = counter, bar
             for position, plan in todo:
                 results[position] = _build_and_record(build, out_dir, plan)
                 bar.update(counter.value - bar.n)
@@ -234,7 +239,7 @@ def run_shards(
     except KeyboardInterrupt:
         raise Interrupted(len(results) - reused, len(todo), reused) from None
     finally:
-        _progress_counter = None
+        _progress_counter = _in_process_bar = None
         bar.close()
     return [results[position] for position in range(len(plans))], reused
 

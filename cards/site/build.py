@@ -21,7 +21,7 @@ from evaluation.orchestration.eval_folder import claimed
 from .collect import ModelEval, ReportInputError, collect_evals, collect_failures, site_name
 from .figures import accuracy_vs_size, png_bytes, position_heat_maps
 from .gallery import GalleryCell, sample_gallery
-from .pages import Board, index_page, model_page, sort_key
+from .pages import Board, index_page, model_page, published_section, sort_key
 from .revision import Sample, SplitData, match_data, read_samples, source_text
 
 REPORT_KIND = "report"  # the OwnedFolder kind of `hsi report --out`
@@ -35,6 +35,7 @@ class SiteSettings:
     errors: int = 8  # per group and size
     successes: int = 4
     progress: bool = True
+    reference: str | None = None  # --reference: a published table shown apart, never ranked (paper)
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,11 @@ def _model_files(model: ModelEval, gallery: list[GalleryCell] | None, samples: d
 def build_site(eval_dirs: list[Path], out: Path, settings: SiteSettings = SiteSettings()) -> SiteSummary:
     """The site of `eval_dirs` in `out` (see cards.site)."""
     generator = f"built by hsi report (hard-spurious-imagenet {__version__})"
+    published = None
+    if settings.reference is not None:  # an unknown name is refused before the site is claimed
+        from evaluation.ranking.published import published_runs
+
+        published = published_section(published_runs(settings.reference), settings.reference)
     with claimed(Path(out), REPORT_KIND) as owned:
         models = collect_evals(eval_dirs, settings.progress)
         data = match_data(models, list(settings.data)) if settings.data else {}
@@ -167,7 +173,8 @@ def build_site(eval_dirs: list[Path], out: Path, settings: SiteSettings = SiteSe
             shown = galleries[model.slug] if data else None
             split = data.get(model.revision)
             files.update(_model_files(model, shown, samples.get(model.revision, {}), split, generator))
-        files[INDEX] = index_page(_boards(models, collect_failures(eval_dirs), files), generator).encode("utf-8")
+        boards = _boards(models, collect_failures(eval_dirs), files)
+        files[INDEX] = index_page(boards, generator, published).encode("utf-8")
         for relative in files:  # refuse a link or a user's file on the way before writing anything
             owned.path(relative)
         for relative, payload in files.items():

@@ -108,8 +108,37 @@ def _board_tables(board: Board) -> list[Html]:
     return parts
 
 
-def index_page(boards: list[Board], generator: str) -> str:
-    """The leaderboards, one per data revision, each sorted by worst group, with its figures."""
+def published_section(runs: list, reference: str) -> Html:
+    """`hsi report --reference NAME`: figures published by others, not re-run here, in a section of
+    their own after the leaderboards (never ranked with them); top-1 in percent as published."""
+    from evaluation.ranking.published import GROUPS, LABEL, SIZES, percent
+
+    header = ["run", "model", "input", "crop_pct", *(f"{g} {s}" for s in SIZES for g in GROUPS), "clean", "source"]
+    rows = [
+        [
+            run.run,
+            tag("code", run.model),
+            run.input_size,
+            f"{run.crop_pct:g}",
+            *(percent(run.top1(g, s)) for s in SIZES for g in GROUPS),
+            percent(run.clean.top1 if run.clean else None),
+            tag("code", run.source_folder),
+        ]
+        for run in runs
+    ]
+    text = (
+        f"{LABEL.capitalize()}: the top-1 accuracy (percent, 50,000 images a cell) that the paper's authors "
+        f"released in their evaluation logs ({reference}), each model at its own input size and crop_pct, "
+        "as the logs record them. These runs used the authors' own build of the set, not the data of the "
+        "leaderboards above, so they are not ranked with them; the group and size of each log are inferred "
+        "from its order (docs/evaluate.md, reproduce the paper)."
+    )
+    return section(f"Published, not re-run ({reference})", tag("p", text), table(header, rows, class_="published"))
+
+
+def index_page(boards: list[Board], generator: str, published: Html | None = None) -> str:
+    """The leaderboards, one per data revision, each sorted by worst group, with its figures; then,
+    apart, figures published elsewhere (`published`)."""
     body = [
         tag(
             "p",
@@ -154,6 +183,8 @@ def index_page(boards: list[Board], generator: str) -> str:
             )
         title = f"{config} / {split} (fingerprint {fingerprint or 'not recorded'})"
         body.append(section(title, *parts, id_=f"board-{len(body)}"))
+    if published is not None:
+        body.append(published)
     revisions = join(revision_line(board.models[0].run) for board in boards if board.models)
     return page("Hard-Spurious-ImageNet: leaderboard", revisions, join(body), "", generator)
 

@@ -162,6 +162,14 @@ def zero_shot_classifiers(
     return ZeroShotSetsClassifier(encoders, weights, indices, names, sets, keys).eval()
 
 
+def names_prompt_sets(templates: object) -> bool:
+    """Whether a list names prompt sets (or their YAML files) rather than holding templates: a
+    template has `{}` where the class name goes, a set's name never does."""
+    if isinstance(templates, (str, Mapping)) or not isinstance(templates, Sequence) or not templates:
+        return False
+    return all(isinstance(item, str) and "{}" not in item for item in templates)
+
+
 def public_zero_shot_classifier(
     model,
     tokenizer,
@@ -175,10 +183,16 @@ def public_zero_shot_classifier(
 
     templates: one prompt set (`"openai"`, `"simple"`, `"no-scale"`, a YAML file of one set, or a
         list of templates with `{}` where the class name goes) gives one set's logits; several
-        (`"openai,simple,no-scale"`, a YAML file of several, or a mapping {name: templates}) give
+        (`"openai,simple,no-scale"`, a list of set names `["openai", "simple", "no-scale"]`, a YAML
+        file of several, or a mapping {name: templates}) give
         logits per set from one image pass, and `hsi.evaluate` reports each set and their
         differences. classnames: None, the curated names CLIP's authors published; or a list or a
         mapping (`class_names.class_names_for`). cache_dir: see `zero_shot_classifier`."""
+    if names_prompt_sets(templates):  # ["openai", "simple"]: the sets a `--templates` value lists
+        if len(templates) == 1:
+            templates = templates[0]
+        else:
+            return zero_shot_classifiers(model, tokenizer, templates, classnames, label_space, cache_dir)
     several = isinstance(templates, Mapping) or (isinstance(templates, str) and len(template_sets_from(templates)) > 1)
     if several:
         return zero_shot_classifiers(model, tokenizer, templates, classnames, label_space, cache_dir)

@@ -140,3 +140,18 @@ def add_trust_flags(parser) -> None:
 
     parser.add_argument(TRUST_FILE_FLAG, action="append", metavar="SHA256", help=TRUST_FILE_HELP)
     parser.add_argument(TRUST_CODE_FLAG, action="store_true", help=TRUST_CODE_HELP)
+
+
+def resolve_parts(parts: str) -> Path:
+    """The local parts folder a --parts argument names (compose and validate read it the same way): a
+    parts folder as it is, a release folder's parts config (`data/parts`), or a published release's
+    parts config, downloaded and checked."""
+    from cards.release import RELEASE_META, release_parts_dir
+    from hf_scripts.release_parts import fetch_release_parts, is_hub_address
+
+    if is_hub_address(parts):
+        return fetch_release_parts(parts)
+    path = Path(parts)
+    if (path / RELEASE_META).is_file():
+        return release_parts_dir(path)
+    return path

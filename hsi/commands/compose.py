@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hsi.commands.common import add_run_flags, run_options
+from hsi.commands.common import add_run_flags, resolve_parts, run_options
 
 HELP = "paste the extracted objects at chosen sizes and positions on chosen backgrounds (writes composite shards)"
 
@@ -133,20 +133,6 @@ SPEC_FLAGS = (
     "size_rounding",
     "min_fill",
 )
-
-
-def resolve_parts(parts: str) -> Path:
-    """The local parts folder a --parts argument names: a parts folder as it is, a release folder's
-    parts config (`data/parts`), or a published release's parts config, downloaded and checked."""
-    from cards.release import RELEASE_META, release_parts_dir
-    from hf_scripts.release_parts import fetch_release_parts, is_hub_address
-
-    if is_hub_address(parts):
-        return fetch_release_parts(parts)
-    path = Path(parts)
-    if (path / RELEASE_META).is_file():
-        return release_parts_dir(path)
-    return path
 
 
 def run(args: argparse.Namespace) -> int:

@@ -41,6 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=seed_int, default=0, help="seed of the galleries' samples")
     parser.add_argument("--errors", type=count, default=8, help="errors shown per group and size")
     parser.add_argument("--successes", type=count, default=4, help="successes shown per group and size")
+    parser.add_argument(
+        "--reference",
+        choices=["paper"],
+        help="also show figures published elsewhere, in a section of their own marked 'published, not re-run' "
+        "(paper: the top-1 by group and size in the authors' released evaluation logs; docs/evaluate.md)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hsi.commands.common import add_imagenet_flags, positive_int
+from hsi.commands.common import add_imagenet_flags, positive_int, resolve_parts
 
 HELP = "check a composed dataset or parts folder, compute centre/size scores, re-detect boxes, draw previews"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -26,9 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--parts",
-        type=Path,
-        help="the parts folder the dataset was composed from (or the extract "
-        "--out folder holding it): enables the pixel checks of objects and backgrounds, the fill-quality "
+        help="the parts folder the dataset was composed from (or the extract --out folder holding it, a "
+        "release folder made with `hsi release --parts`, or hf://datasets/ORG/NAME@REVISION, as "
+        "`hsi compose --parts` takes them): enables the pixel checks of objects and backgrounds, the fill-quality "
         "figures and the parts previews; alone (no DATASET, --scores or --boxes) validates the parts folder itself",
     )
     parser.add_argument(
@@ -143,8 +143,9 @@ def build_request(args: argparse.Namespace):
             args.runner,
             args.ray_address,
         )
+    parts = resolve_parts(args.parts) if args.parts is not None else None
     return ValidationRequest(
-        args.dataset, args.parts, args.out, not args.no_previews, args.tolerance, scores, detection, args.workers
+        args.dataset, parts, args.out, not args.no_previews, args.tolerance, scores, detection, args.workers
     )
 
 

@@ -113,3 +113,17 @@ def test_the_card_names_each_configs_own_splits(tmp_path):
         ("hard-spurious-imagenet-10", "train"),
     ]
     assert Path(release / "data" / "hard-spurious-imagenet-10" / "train-00000.tar").is_file()
+
+
+def test_the_card_names_the_box_cutout_cue_and_sizes_the_loader_to_the_machine(tmp_path):
+    """Issue 44: the limitations said nothing of the rectangle of its own photo that every box-cut
+    object carries onto a foreign background, and the stream snippet fixed num_workers=4."""
+    main = make_composed_dataset(tmp_path / "sets", splits={"val": 2})
+    release = tmp_path / "rel"
+    assert hsi(["release", "--out", str(release), str(main)]) == 0
+    card = (release / "README.md").read_text("utf-8")
+    limitations = card[card.index("## Bias, Risks, and Limitations") : card.index("### Recommendations")]
+    assert "rectangle of its own photo" in limitations and "--masker sam" in limitations
+    assert "--paste mask" in limitations
+    stream = python_blocks(card)[1]
+    assert "num_workers=4" not in stream and "os.cpu_count()" in stream

@@ -60,6 +60,6 @@ def test_a_programming_error_in_validate_is_a_traceback_not_a_usage_error(tmp_pa
 def test_a_usage_error_in_validate_exits_2_with_one_line(tmp_path, capsys):
     assert main(["validate", str(tmp_path / "missing")]) == 2
     assert capsys.readouterr().err.strip() == (
-        f"hsi validate: error: {tmp_path / 'missing'} is not a folder; pass a composed config folder (OUT/<config>) "
+        f"hsi validate: error: no such folder: {tmp_path / 'missing'}; pass a composed config folder (OUT/<config>) "
         "or a parts folder"
     )

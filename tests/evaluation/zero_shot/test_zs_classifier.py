@@ -108,3 +108,23 @@ def test_a_model_that_is_not_clip_or_has_no_tokenizer_is_refused(tiny_openclip):
         zero_shot_classifier(torch.nn.Linear(2, 2), tiny_openclip.tokenizer)
     with pytest.raises(EncoderError, match="pass tokenizer="):
         zero_shot_classifier(tiny_openclip.model, None)
+
+
+def test_hsi_zero_shot_classifier_takes_a_list_of_set_names(tiny_openclip):
+    """Failed before: ["openai", "simple", "no-scale"] was read as three templates and refused with
+    "'openai' has no {} placeholder"; a list of names is the sets a --templates value lists."""
+    import hsi
+
+    model, tokenizer = tiny_openclip.model, tiny_openclip.tokenizer
+    listed = hsi.zero_shot_classifier(model, tokenizer, ["openai", "simple", "no-scale"], label_space=[1, 2])
+    joined = hsi.zero_shot_classifier(model, tokenizer, "openai,simple,no-scale", label_space=[1, 2])
+    assert listed.set_names == joined.set_names == ("openai", "simple", "no-scale")
+    pixels = images(2)
+    with torch.no_grad():
+        for name in listed.set_names:
+            torch.testing.assert_close(listed(pixels)[name], joined(pixels)[name])
+    one = hsi.zero_shot_classifier(model, tokenizer, ["simple"], label_space=[1, 2])
+    assert one.template_set == "simple"
+    # a list of templates (each with {}) is still one set of its own
+    own = hsi.zero_shot_classifier(model, tokenizer, ["a {}.", "a photo of a {}."], label_space=[1, 2], cache_dir=False)
+    assert own.template_set == "custom"
