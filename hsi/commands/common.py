@@ -106,15 +106,60 @@ def add_run_flags(parser: argparse.ArgumentParser, shard_size: int | str) -> Non
     )
     parser.add_argument("--overwrite", action="store_true", help="delete and rebuild an existing output")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.add_argument("--runner", choices=["local", "ray"], default="local", help="local processes or a Ray cluster")
+    parser.add_argument(
+        "--runner",
+        choices=["local", "ray", "slurm"],
+        default="local",
+        help="local processes, a Ray cluster, or one Slurm job array (docs/backends.md, clusters)",
+    )
     parser.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local one)")
+    add_slurm_flags(parser)
+
+
+def add_slurm_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of `--runner slurm` (builder.core.slurm_runner.SlurmOptions)."""
+    from builder.core.slurm_runner import DEFAULT_TIME_MINUTES
+
+    group = parser.add_argument_group("--runner slurm")
+    group.add_argument("--slurm-partition", help="the partition the job array runs in (default: the cluster's)")
+    group.add_argument(
+        "--slurm-gpus-per-task", type=positive_int, help="GPUs each array task asks for (default: none)"
+    )
+    group.add_argument(
+        "--slurm-array-parallelism", type=positive_int, help="array tasks running at once (default: no cap)"
+    )
+    group.add_argument(
+        "--slurm-time",
+        type=positive_int,
+        default=DEFAULT_TIME_MINUTES,
+        metavar="MINUTES",
+        help="time limit of each array task",
+    )
+    group.add_argument(
+        "--slurm-config",
+        type=Path,
+        metavar="YAML",
+        help="further submitit SlurmExecutor parameters (mem, cpus_per_task, account, qos, setup, ...)",
+    )
+    group.add_argument(
+        "--detach", action="store_true", help="submit the array and return; the same command run again collects it"
+    )
 
 
 def run_options(args: argparse.Namespace, gpus: tuple[int, ...] = ()):
     """The `RunOptions` of a stage command's flags."""
+    from builder.core.slurm_runner import SlurmOptions
     from builder.core.stage import RunOptions
 
-    return options_from(args, RunOptions, gpus=gpus, progress=not args.no_progress)
+    slurm = SlurmOptions(
+        partition=args.slurm_partition,
+        gpus_per_task=args.slurm_gpus_per_task or 0,
+        array_parallelism=args.slurm_array_parallelism,
+        time_minutes=args.slurm_time,
+        config=args.slurm_config,
+        detach=args.detach,
+    )
+    return options_from(args, RunOptions, gpus=gpus, progress=not args.no_progress, slurm=slurm)
 
 
 def require_extra(command: str, extra: str, *modules: str) -> None:
