@@ -30,6 +30,7 @@ from builder.core.errors import HsiError, UsageError
 from builder.core.folders import prepare_output, remove_stale_temporaries
 from builder.core.locks import exclusive_folder
 from builder.core.manifest import ERRORS_NAME, ErrorCounts, Manifest, register_stage_output, write_jsonl_atomic
+from builder.core.object_store import StoreMirror
 from builder.core.records import Issue, count_by_reason
 from builder.core.runner import ShardPlan, ShardResult, Stopwatch, run_shards
 from builder.core.slurm_runner import JobSubmitted, SlurmOptions, settle_recorded_array
@@ -48,6 +49,8 @@ class RunOptions:
     progress: bool = True
     overwrite: bool = False
     slurm: SlurmOptions = SlurmOptions()  # --runner slurm's flags (partition, time, --detach, ...)
+    # --out on an object store: the stage writes its staging folder, pushed there (manifest last)
+    mirror: StoreMirror | None = None
 
     def check(self) -> None:
         if self.runner not in RUNNERS:
@@ -180,6 +183,13 @@ class Stage(ABC):
 
 def run_stage(stage: Stage, options: RunOptions) -> StageRun:
     options.check()
+    if options.mirror is not None:  # the store's lock, its files staged here, the result pushed back
+        with options.mirror.mirrored(stage.out_dir):
+            return _run_here(stage, options)
+    return _run_here(stage, options)
+
+
+def _run_here(stage: Stage, options: RunOptions) -> StageRun:
     try:
         with exclusive_folder(stage.out_dir):
             return _run_locked(stage, options)

@@ -146,6 +146,22 @@ def add_slurm_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def out_location(text: str) -> Path | str:
+    """An --out value: a local folder, or an object store URL (s3://, gs://, file://) kept as text."""
+    from builder.core.object_store import is_object_url
+
+    return text.rstrip("/") if is_object_url(text) else Path(text)
+
+
+def staged_out(args: argparse.Namespace) -> Path:
+    """The local folder a stage command writes for its --out: the folder itself, or the staging
+    folder of a store URL (args.store_mirror is then set, for run_options)."""
+    from builder.core.object_store import stage_out
+
+    local, args.store_mirror = stage_out(args.out)
+    return local
+
+
 def run_options(args: argparse.Namespace, gpus: tuple[int, ...] = ()):
     """The `RunOptions` of a stage command's flags."""
     from builder.core.slurm_runner import SlurmOptions
@@ -159,7 +175,8 @@ def run_options(args: argparse.Namespace, gpus: tuple[int, ...] = ()):
         config=args.slurm_config,
         detach=args.detach,
     )
-    return options_from(args, RunOptions, gpus=gpus, progress=not args.no_progress, slurm=slurm)
+    mirror = getattr(args, "store_mirror", None)
+    return options_from(args, RunOptions, gpus=gpus, progress=not args.no_progress, slurm=slurm, mirror=mirror)
 
 
 def require_extra(command: str, extra: str, *modules: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hsi.commands.common import add_run_flags, run_options
+from hsi.commands.common import add_run_flags, out_location, run_options, staged_out
 
 HELP = "paste the extracted objects at chosen sizes and positions on chosen backgrounds (writes composite shards)"
 
@@ -55,7 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a named variant (hard-spurious-imagenet, hard-spurious-imagenet-ar, hard-spurious-imagenet-10) "
         "or a path to a YAML spec",
     )
-    parser.add_argument("--out", type=Path, required=True, help="output root; the dataset goes to OUT/<config>/")
+    parser.add_argument(
+        "--out",
+        type=out_location,
+        required=True,
+        help="output root, a folder or an object store URL (s3://BUCKET/PATH); the dataset goes to OUT/<config>/",
+    )
     parser.add_argument(
         "--name", help="config (folder) name; an overridden spec is otherwise named <variant>-custom-<fingerprint>"
     )
@@ -138,11 +143,15 @@ SPEC_FLAGS = (
 def resolve_parts(parts: str) -> Path:
     """The local parts folder a --parts argument names: a parts folder as it is, a release folder's
     parts config (`data/parts`), or a published release's parts config, downloaded and checked."""
+    from builder.compose.store_parts import fetch_store_parts
+    from builder.core.object_store import is_object_url
     from cards.release import RELEASE_META, release_parts_dir
     from hf_scripts.release_parts import fetch_release_parts, is_hub_address
 
     if is_hub_address(parts):
         return fetch_release_parts(parts)
+    if is_object_url(parts):
+        return fetch_store_parts(parts)
     path = Path(parts)
     if (path / RELEASE_META).is_file():
         return release_parts_dir(path)
@@ -155,16 +164,18 @@ def run(args: argparse.Namespace) -> int:
 
     explicit = {name: getattr(args, name) for name in SPEC_FLAGS if getattr(args, name) is not None}
     overrides = {**(PAPER_EXACT if args.paper_exact else {}), **explicit}
+    out = staged_out(args)
     summary = compose_dataset(
         resolve_parts(args.parts),
         args.variant,
-        args.out,
+        out,
         options=run_options(args),
         overrides=overrides,
         allow_missing=args.allow_missing,
     )
+    where = args.store_mirror.store_of(summary.dataset_dir).url if args.store_mirror else summary.dataset_dir
     print(
-        f"dataset: {summary.dataset_dir}"
+        f"dataset: {where}"
         + (f" ({summary.reused_shards} finished shards reused)" if summary.reused_shards else "")
     )
     print(summary.table)
