@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -123,9 +124,13 @@ def staging_root() -> Path:
 
 
 def staging_folder(url: str) -> Path:
-    """The local folder a URL's files are staged in: named by the URL's hash, never by its text."""
-    digest = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:24]
-    return staging_root() / digest
+    """The local folder a URL's files are staged in: below a folder named by the URL's hash, under
+    the URL's last name (readers that take a folder's name for its config see the same name)."""
+    url = url.rstrip("/")
+    digest = hashlib.sha256(url.encode()).hexdigest()[:24]
+    name = url.rpartition("/")[2]
+    plain = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", name) and name not in (".", "..")
+    return staging_root() / digest / (name if plain else "root")
 
 
 def _is_temporary(name: str) -> bool:

@@ -153,6 +153,13 @@ def out_location(text: str) -> Path | str:
     return text.rstrip("/") if is_object_url(text) else Path(text)
 
 
+def readable_folder(location: Path | str | None) -> Path | None:
+    """A folder a command reads: a local one as it is, a store URL's objects copied into its staging folder."""
+    from builder.core.object_store import fetch_folder, is_object_url
+
+    return fetch_folder(str(location)) if location is not None and is_object_url(location) else location
+
+
 def staged_out(args: argparse.Namespace) -> Path:
     """The local folder a stage command writes for its --out: the folder itself, or the staging
     folder of a store URL (args.store_mirror is then set, for run_options)."""

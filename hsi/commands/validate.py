@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hsi.commands.common import add_imagenet_flags, positive_int
+from hsi.commands.common import add_imagenet_flags, out_location, positive_int
 
 HELP = "check a composed dataset or parts folder, compute centre/size scores, re-detect boxes, draw previews"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -22,7 +22,11 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "dataset", type=Path, nargs="?", help="a composed config folder (OUT/<config>) or a parts folder (OUT/parts)"
+        "dataset",
+        type=out_location,
+        nargs="?",
+        help="a composed config folder (OUT/<config>) or a parts folder (OUT/parts), or its s3://... URL "
+        "(the report goes back there)",
     )
     parser.add_argument(
         "--parts",
@@ -149,9 +153,17 @@ def build_request(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from contextlib import nullcontext
+
+    from builder.core.object_store import stage_out
     from validation.request import run_validation
 
-    report = run_validation(build_request(args))
+    mirror = None
+    if args.dataset is not None:
+        args.dataset, mirror = stage_out(args.dataset)
+    # a store folder: locked, staged here, validated, and its report pushed back
+    with mirror.mirrored(args.dataset) if mirror else nullcontext():
+        report = run_validation(build_request(args))
     _print_summary(report)
     return EXIT_OK if report.ok else EXIT_FAILED
 

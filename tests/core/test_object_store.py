@@ -126,3 +126,27 @@ def test_a_file_url_store_takes_the_same_lock(tmp_path):
             with exclusive_store_folder(store):
                 pass
     assert not (tmp_path / "out" / ".small.lock").exists()
+
+
+def test_validate_and_release_read_a_store_folder(s3, composed, tmp_path, capsys):
+    local, url = composed
+    assert main(["validate", url, "--no-previews"]) == 0
+    report = json.loads(StoreFolder(url).read_bytes("validation.json"))  # the report went back to the store
+    splits = json.loads((local / "_info.json").read_text())["splits"]
+    assert report["integrity"]["samples_checked"] == sum(entry["num_samples"] for entry in splits.values()) > 0
+    assert not report["integrity"]["failures"]
+    assert main(["validate", str(local), "--no-previews"]) == 0
+    capsys.readouterr()
+    assert main(["release", url, "--out", str(tmp_path / "hard-spurious-imagenet"), "--version", "v1.0.0"]) == 0
+    released = tmp_path / "hard-spurious-imagenet" / "data" / "small"
+    assert shard_hashes(released) == shard_hashes(local)
+
+
+def test_hsi_open_reads_a_store_folder(composed):
+    import hsi
+
+    local, url = composed
+    split = next(iter(json.loads((local / "_info.json").read_text())["splits"]))
+    there, here = hsi.open(url, split=split, announce=lambda _: None), hsi.open(local, split=split)
+    assert len(there) == len(here) > 0 and there.config == here.config == "small"
+    assert there.fingerprint == here.fingerprint
