@@ -169,5 +169,6 @@ class BytesShardBuilder:
         if plan.filename == self.failing:
             raise RuntimeError(f"planted failure on {plan.filename}")
         path = Path(self.out_dir) / plan.filename
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(repr(plan.items).encode())
         return ShardResult(ShardStats(plan.filename, len(plan.items), path.stat().st_size, sha256_file(path)))

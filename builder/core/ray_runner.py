@@ -11,6 +11,8 @@ Finished shards are skipped and recorded in the same `_state` records as the loc
 run can be resumed by either runner; Ctrl-C ends the run (and a Ray started here) with the local
 runner's `Interrupted`. On a multi-node cluster the output folder must be on storage
 every node can write (a shared file system); actors write the shards where the driver reads them.
+Before any shard is built, a probe file beside the output folder is looked for on every other node
+(`check_output_shared`): a node that cannot see it refuses the run in one line.
 
 `map_on_ray` is the same pool for work that writes no shards (validation's detector over chunks of
 images): results come back to the driver, in task order.
@@ -106,6 +108,7 @@ def run_shards_ray(
     if todo:
         try:
             with ray_session(address, progress) as ray:
+                check_output_shared(ray, out_dir)
                 results.update(_run_on_ray(ray, plans, todo, build, out_dir, num_gpus, workers, progress))
         except KeyboardInterrupt:
             # as the local runner says it: finished shards (their state records) are kept for the resume
@@ -131,6 +134,68 @@ def ray_session(address: str | None, log_to_driver: bool):
     finally:
         if started_here:
             ray.shutdown()
+
+
+class OutputNotShared(UsageError):
+    """Ray nodes other than this one cannot see the output folder (no shared file system)."""
+
+
+def _probe_sees(path: str, token: str) -> bool:
+    """Run on one node: whether the driver's probe file is there, with the driver's token."""
+    probe = Path(path)
+    try:
+        return probe.is_file() and not probe.is_symlink() and probe.read_text("utf-8") == token
+    except OSError:
+        return False
+
+
+def other_nodes(ray) -> dict[str, str]:
+    """{node id: address} of the cluster's alive nodes other than the driver's."""
+    here = ray.get_runtime_context().get_node_id()
+    return {
+        node["NodeID"]: str(node.get("NodeManagerAddress", "?"))
+        for node in ray.nodes()
+        if node.get("Alive") and node["NodeID"] != here
+    }
+
+
+def nodes_seeing(ray, path: Path, token: str, nodes: Sequence[str]) -> dict[str, bool]:
+    """{node id: whether a task pinned to that node reads `token` from `path`}."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    probe = ray.remote(num_cpus=0)(_probe_sees)
+    pending = {
+        node: probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False)).remote(
+            str(path), token
+        )
+        for node in nodes
+    }
+    return {node: bool(ray.get(ref, timeout=120)) for node, ref in pending.items()}
+
+
+def check_output_shared(ray, out_dir: Path) -> None:
+    """Refuse, before any shard is built, an output folder that some other node of the cluster does
+    not see: its actors would write their shards to their own disks. A probe file beside the folder
+    (where its lock file is) is looked for by one task on each other node."""
+    nodes = other_nodes(ray)
+    if not nodes:
+        return
+    out_dir = Path(out_dir).resolve()
+    token = f"{os.getpid()}-{os.urandom(8).hex()}"
+    probe = out_dir.parent / f".{out_dir.name}.probe-{token}"
+    probe.parent.mkdir(parents=True, exist_ok=True)
+    probe.write_text(token, "utf-8")
+    try:
+        seen = nodes_seeing(ray, probe, token, list(nodes))
+    finally:
+        probe.unlink(missing_ok=True)
+    blind = [nodes[node] for node, sees in seen.items() if not sees]
+    if blind:
+        raise OutputNotShared(
+            f"{out_dir} is not on a file system the Ray nodes share: {len(blind)} of the {len(nodes)} other nodes "
+            f"({', '.join(sorted(blind)[:3])}) cannot see it; put the output (and for an s3:// --out, HSI_STAGING) "
+            "on a file system every node mounts at the same path, or run on one node"
+        )
 
 
 def _run_on_ray(
