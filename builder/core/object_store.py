@@ -139,24 +139,57 @@ def _is_temporary(name: str) -> bool:
 
 
 def pull_folder(store: StoreFolder, local: Path) -> int:
-    """Copy every object of `store` missing locally (or of another size) into `local`; the number copied."""
+    """Copy every object of `store` into `local` unless the local file is the one last pulled or
+    pushed (same size and sha256 as recorded); the number copied."""
+    from builder.core.hashing import sha256_file
+
+    known = _read_pushed(store)
     copied = 0
     for name, size in sorted(store.files().items()):
-        if _is_temporary(name):
+        if _is_temporary(name) or ".." in PurePosixPath(name).parts:
             continue
         target = local.joinpath(*PurePosixPath(name).parts)
-        if ".." in PurePosixPath(name).parts or (target.is_file() and target.stat().st_size == size):
+        if target.is_file() and target.stat().st_size == size and known.get(name) == [size, sha256_file(target)]:
             continue
         store.download(name, target)
+        known[name] = [size, sha256_file(target)]
         copied += 1
+    _write_pushed(store, known)
     return copied
 
 
 def _pushed_record(store: StoreFolder) -> Path:
-    """Where the sizes and digests of the files last pushed to `store` are kept (beside the staging
-    folders, never in an output folder), so an unchanged file is not sent again."""
+    """Where the sizes and digests of the files last pulled from or pushed to `store` are kept
+    (beside the staging folders, never in an output folder), so an unchanged file is not sent again."""
     digest = hashlib.sha256(store.url.rstrip("/").encode()).hexdigest()[:24]
     return staging_root() / "pushed" / f"{digest}.json"
+
+
+def _read_pushed(store: StoreFolder) -> dict:
+    try:
+        data = json.loads(_pushed_record(store).read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_pushed(store: StoreFolder, known: dict) -> None:
+    path = _pushed_record(store)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(known, sort_keys=True), "utf-8")
+    os.replace(tmp, path)
+
+
+def send_shard(store_url: str, out_dir: Path, filename: str, state_name: str) -> None:
+    """Where a Ray actor writes to a store: its finished shard, then the shard's state record, go up;
+    the local copies (temporaries on that node) are removed."""
+    store = StoreFolder(store_url)
+    tar, state = Path(out_dir) / filename, Path(out_dir) / state_name
+    store.upload(tar, filename)
+    store.upload(state, state_name)
+    tar.unlink()
+    state.unlink()
 
 
 def push_folder(local: Path, store: StoreFolder) -> int:
@@ -171,12 +204,7 @@ def push_folder(local: Path, store: StoreFolder) -> int:
         for path in local.rglob("*")
         if path.is_file() and not path.is_symlink() and not _is_temporary(path.relative_to(local).as_posix())
     )
-    record_path = _pushed_record(store)
-    try:
-        pushed = json.loads(record_path.read_text("utf-8"))
-    except (OSError, ValueError):
-        pushed = {}
-    pushed = pushed if isinstance(pushed, dict) else {}
+    pushed = _read_pushed(store)
     current = {name: [(local / name).stat().st_size, sha256_file(local / name)] for name in names}
     manifest_changed = current.get(MANIFEST_LAST) != pushed.get(MANIFEST_LAST)
     if MANIFEST_LAST in remote and MANIFEST_LAST in current and manifest_changed:
@@ -191,10 +219,7 @@ def push_folder(local: Path, store: StoreFolder) -> int:
     for name in sorted(set(remote) - set(names)):
         if not _is_temporary(name):
             store.remove(name)
-    record_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = record_path.with_name(f"{record_path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(current, sort_keys=True), "utf-8")
-    os.replace(tmp, record_path)
+    _write_pushed(store, current)
     return sent
 
 

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from builder.core.errors import HsiError, UsageError
-from builder.core.runner import Interrupted, ShardPlan, ShardResult, load_finished, record_finished
+from builder.core.runner import STATE_DIR, Interrupted, ShardPlan, ShardResult, load_finished, record_finished
 
 
 class RayUnavailable(UsageError):
@@ -55,17 +55,29 @@ def check_ray_available() -> None:
 class ShardActor:
     """A Ray Data map worker: builds the shards whose positions it is given."""
 
-    def __init__(self, plans: Sequence[ShardPlan], build: Callable[[ShardPlan], ShardResult], out_dir: str) -> None:
+    def __init__(
+        self,
+        plans: Sequence[ShardPlan],
+        build: Callable[[ShardPlan], ShardResult],
+        out_dir: str,
+        store_url: str | None = None,
+    ) -> None:
         self.plans = plans
         self.build = build
         self.out_dir = Path(out_dir)
+        self.store_url = store_url  # an object store output: each finished shard goes there, not to a shared disk
 
     def __call__(self, batch: dict) -> dict:
         positions, results = [], []
         for position in batch["position"]:
             plan = self.plans[int(position)]
+            self.out_dir.mkdir(parents=True, exist_ok=True)  # on a node of its own, a local temporary folder
             result = self.build(plan)
             record_finished(self.out_dir, plan, result)
+            if self.store_url is not None:
+                from builder.core.object_store import send_shard
+
+                send_shard(self.store_url, self.out_dir, plan.filename, f"{STATE_DIR}/{plan.filename}.json")
             positions.append(int(position))
             results.append(json.dumps(result.to_json(), sort_keys=True))
         return {"position": positions, "result": results}
@@ -87,8 +99,13 @@ def run_shards_ray(
     num_gpus: int = 0,
     workers: int | None = None,
     progress: bool = True,
+    store_url: str | None = None,
 ) -> tuple[list[ShardResult], int]:
     """Build every unfinished shard on Ray; return all results in plan order and how many were reused.
+
+    With `store_url` (an object store folder standing for `out_dir`) the actors send each finished
+    shard and its record there and keep nothing; the driver then fetches them into `out_dir` from
+    the store, so the nodes share no disk for the output.
 
     `address` is a cluster address (None: the running Ray of this process, else a new local one);
     `num_gpus` > 0 starts one actor per GPU, each holding one; otherwise `workers` CPU actors (at
@@ -108,8 +125,13 @@ def run_shards_ray(
     if todo:
         try:
             with ray_session(address, progress) as ray:
-                check_output_shared(ray, out_dir)
-                results.update(_run_on_ray(ray, plans, todo, build, out_dir, num_gpus, workers, progress))
+                if store_url is None:
+                    check_output_shared(ray, out_dir)
+                results.update(_run_on_ray(ray, plans, todo, build, out_dir, num_gpus, workers, progress, store_url))
+            if store_url is not None:
+                from builder.core.object_store import StoreFolder, pull_folder
+
+                pull_folder(StoreFolder(store_url), out_dir)  # the driver reads the shards from the store only
         except KeyboardInterrupt:
             # as the local runner says it: finished shards (their state records) are kept for the resume
             built = sum(load_finished(out_dir, plans[position]) is not None for position in todo)
@@ -199,7 +221,7 @@ def check_output_shared(ray, out_dir: Path) -> None:
 
 
 def _run_on_ray(
-    ray, plans, todo, build, out_dir: Path, num_gpus: int, workers: int | None, progress: bool
+    ray, plans, todo, build, out_dir: Path, num_gpus: int, workers: int | None, progress: bool, store_url=None
 ) -> dict[int, ShardResult]:
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = progress
@@ -208,7 +230,7 @@ def _run_on_ray(
         ShardActor,
         batch_size=1,  # the shard is the unit of work; one row = one whole shard
         compute=ray.data.ActorPoolStrategy(size=actor_count(ray, len(todo), num_gpus, workers)),
-        fn_constructor_kwargs={"plans": list(plans), "build": build, "out_dir": str(out_dir)},
+        fn_constructor_kwargs={"plans": list(plans), "build": build, "out_dir": str(out_dir), "store_url": store_url},
         num_gpus=1 if num_gpus > 0 else 0,
         num_cpus=1,
         batch_format="default",

@@ -294,6 +294,7 @@ def run_plans(
             num_gpus=len(options.gpus),
             workers=options.workers if options.workers > 1 else None,  # the default 1: every CPU of the cluster
             progress=options.progress,
+            store_url=options.mirror.store_of(out_dir).url if options.mirror else None,
         )
     return run_shards(
         plans,
