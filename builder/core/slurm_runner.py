@@ -397,3 +397,56 @@ def _last_line(path: Path) -> str:
     slurm = [line for line in lines if "***" in line]
     chosen = (exceptions or slurm or lines or [""])[-1]
     return chosen[:300]
+
+
+def map_on_slurm(
+    function: Callable,
+    tasks: Sequence,
+    options: SlurmOptions,
+    *,
+    job_name: str = "hsi-map",
+    progress: bool = True,
+) -> list:
+    """`function(task)` for every task as one Slurm job array, results in task order:
+    `ray_runner.map_on_ray` on Slurm, for work that writes no shards (validation's detector over
+    chunks of images). submitit's folder (the pickled work and results, a log per task) is
+    `.hsi-slurm/<job>-<pid>` in the current folder, which the nodes must share; it is removed once
+    every result is back, and kept, with the failed task's log named, when one fails."""
+    if not tasks:
+        return []
+    submitit = _submitit()
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+
+    folder = Path.cwd() / ".hsi-slurm" / f"{job_name}-{os.getpid()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=0)
+    try:
+        executor.update_parameters(job_name=job_name, **options.executor_parameters())
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"--slurm-config or a --slurm flag holds a value Slurm cannot take: {exc}") from None
+    try:
+        jobs = executor.map_array(function, list(tasks))
+    except (FailedJobError, subprocess.CalledProcessError, OSError) as exc:
+        raise SlurmUnavailable(f"sbatch refused the job array: {' '.join(str(exc).split())[-400:]}") from None
+    task_ids = tuple(str(job.job_id) for job in jobs)
+    record = ArrayRecord(task_ids[0].partition("_")[0], task_ids, tuple(() for _ in jobs))
+    wait_for_array(record, options.poll_seconds, progress)
+    results = []
+    for index, job in enumerate(jobs):
+        log = record.log_path(folder, index)
+        try:
+            if not job.paths.result_pickle.exists():
+                raise UncompletedJobError("no result")
+            results.append(job.result())  # our own task's result, from the folder this run made
+        except (FailedJobError, UncompletedJobError):
+            last = _last_line(log) if log.is_file() else "it never started: cancelled while queued"
+            raise SlurmTaskFailed(
+                f"array task {task_ids[index]} ended without its result ({last}); its log: {log}; "
+                "run the same command again"
+            ) from None
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        folder.parent.rmdir()  # the last run's: leave no empty .hsi-slurm behind
+    except OSError:
+        pass
+    return results

@@ -116,8 +116,9 @@ def add_run_flags(parser: argparse.ArgumentParser, shard_size: int | str) -> Non
     add_slurm_flags(parser)
 
 
-def add_slurm_flags(parser: argparse.ArgumentParser) -> None:
-    """The flags of `--runner slurm` (builder.core.slurm_runner.SlurmOptions)."""
+def add_slurm_flags(parser: argparse.ArgumentParser, detach: bool = True) -> None:
+    """The flags of `--runner slurm` (builder.core.slurm_runner.SlurmOptions); `detach`: the
+    command writes shards, so it can submit and return."""
     from builder.core.slurm_runner import DEFAULT_TIME_MINUTES
 
     group = parser.add_argument_group("--runner slurm")
@@ -141,8 +142,23 @@ def add_slurm_flags(parser: argparse.ArgumentParser) -> None:
         metavar="YAML",
         help="further submitit SlurmExecutor parameters (mem, cpus_per_task, account, qos, setup, ...)",
     )
-    group.add_argument(
-        "--detach", action="store_true", help="submit the array and return; the same command run again collects it"
+    if detach:
+        group.add_argument(
+            "--detach", action="store_true", help="submit the array and return; the same command run again collects it"
+        )
+
+
+def slurm_options(args: argparse.Namespace):
+    """The `SlurmOptions` of a command's --slurm-* flags (and --detach where it has one)."""
+    from builder.core.slurm_runner import SlurmOptions
+
+    return SlurmOptions(
+        partition=args.slurm_partition,
+        gpus_per_task=args.slurm_gpus_per_task or 0,
+        array_parallelism=args.slurm_array_parallelism,
+        time_minutes=args.slurm_time,
+        config=args.slurm_config,
+        detach=getattr(args, "detach", False),
     )
 
 
@@ -171,17 +187,9 @@ def staged_out(args: argparse.Namespace) -> Path:
 
 def run_options(args: argparse.Namespace, gpus: tuple[int, ...] = ()):
     """The `RunOptions` of a stage command's flags."""
-    from builder.core.slurm_runner import SlurmOptions
     from builder.core.stage import RunOptions
 
-    slurm = SlurmOptions(
-        partition=args.slurm_partition,
-        gpus_per_task=args.slurm_gpus_per_task or 0,
-        array_parallelism=args.slurm_array_parallelism,
-        time_minutes=args.slurm_time,
-        config=args.slurm_config,
-        detach=args.detach,
-    )
+    slurm = slurm_options(args)
     mirror = getattr(args, "store_mirror", None)
     return options_from(args, RunOptions, gpus=gpus, progress=not args.no_progress, slurm=slurm, mirror=mirror)
 

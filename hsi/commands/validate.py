@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hsi.commands.common import add_imagenet_flags, out_location, positive_int
+from hsi.commands.common import add_imagenet_flags, add_slurm_flags, out_location, positive_int, slurm_options
 
 HELP = "check a composed dataset or parts folder, compute centre/size scores, re-detect boxes, draw previews"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -110,12 +110,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     detection.add_argument("--limit", type=positive_int, help="re-detect only the first N images (by id)")
     detection.add_argument(
         "--runner",
-        choices=["local", "ray"],
+        choices=["local", "ray", "slurm"],
         default="local",
-        help="re-detect in local processes or on Ray actors (one GPU each where the cluster has GPUs, unless "
-        "--device cpu); the integrity checks run locally",
+        help="re-detect in local processes, on Ray actors (one GPU each where the cluster has GPUs, unless "
+        "--device cpu) or as a Slurm job array (one task per --workers chunk); the integrity checks run locally",
     )
     detection.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local one)")
+    add_slurm_flags(parser, detach=False)
 
 
 def build_request(args: argparse.Namespace):
@@ -129,8 +130,11 @@ def build_request(args: argparse.Namespace):
         scores = ScoresRequest(
             args.boxes_csv, args.sizes_from, tuple(args.accuracy or ()), tuple(args.control_accuracy or ())
         )
-    if args.runner == "ray" and not args.boxes:
-        raise UsageError("--runner ray runs the box re-detection on Ray: pass --boxes (integrity uses --workers)")
+    if args.runner in ("ray", "slurm") and not args.boxes:
+        where = "on Ray" if args.runner == "ray" else "as a Slurm job array"
+        raise UsageError(
+            f"--runner {args.runner} runs the box re-detection {where}: pass --boxes (integrity uses --workers)"
+        )
     detection = None
     if args.boxes:
         detection = DetectionRequest(
@@ -146,6 +150,7 @@ def build_request(args: argparse.Namespace):
             args.limit,
             args.runner,
             args.ray_address,
+            slurm_options(args),
         )
     return ValidationRequest(
         args.dataset, args.parts, args.out, not args.no_previews, args.tolerance, scores, detection, args.workers

@@ -3,6 +3,7 @@ started here; skipped with the reason where they cannot start): extract and comp
 runner's bytes, a task cancelled with scancel is named and resumes to the same bytes, a failed task
 is named with its log, and a folder an array still writes is refused to other runs."""
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -132,3 +133,20 @@ def test_a_failed_task_is_named_with_its_log_and_the_rest_is_kept(slurm, tmp_pat
     results, reused = run_shards_slurm(plans, fixed, tmp_path, SlurmOptions(), progress=False)
     assert reused == 2 and [r.stats.filename for r in results] == [p.filename for p in plans]
     assert not folder.exists()
+
+
+def test_box_redetection_as_a_slurm_array_writes_the_one_process_report(slurm, tmp_path):
+    from fake_imagenet import WNIDS
+    from tiny_detector import save_tiny_grounding_dino
+
+    model = save_tiny_grounding_dino(tmp_path / "tiny-gdino", WNIDS)
+    tree = write_tree(tmp_path / "imagenet", split="val", count=5)
+    args = ["validate", "--boxes", "--source", str(tree.root), "--detector", str(model), "--box-threshold", "0"]
+    args += ["--text-threshold", "0", "--device", "cpu", "--batch-size", "2"]
+    assert main([*args, "--out", str(tmp_path / "here" / "report")]) == 0
+    assert main([*args, "--out", str(tmp_path / "slurm" / "report"), "--runner", "slurm", "--workers", "2"]) == 0
+    for name in ("validation.json", "validation.md"):
+        here, there = tmp_path / "here" / "report" / name, tmp_path / "slurm" / "report" / name
+        assert there.read_bytes() == here.read_bytes(), name
+    assert json.loads(here.with_name("validation.json").read_text())["detection"]["images"] == 5
+    assert not (Path.cwd() / ".hsi-slurm").exists()  # submitit's files are removed once collected
