@@ -25,7 +25,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -399,23 +399,24 @@ def _last_line(path: Path) -> str:
     return chosen[:300]
 
 
-def map_on_slurm(
+def each_on_slurm(
     function: Callable,
     tasks: Sequence,
     options: SlurmOptions,
     *,
     job_name: str = "hsi-map",
     progress: bool = True,
-) -> list:
-    """`function(task)` for every task as one Slurm job array, results in task order:
-    `ray_runner.map_on_ray` on Slurm, for work that writes no shards (validation's detector over
-    chunks of images). submitit's folder (the pickled work and results, a log per task) is
-    `.hsi-slurm/<job>-<pid>` in the current folder, which the nodes must share; it is removed once
-    every result is back, and kept, with the failed task's log named, when one fails."""
+) -> Iterator[tuple[int, bool, object]]:
+    """`function(task)` for every task as one Slurm job array; yields (task index, True, result) or
+    (task index, False, what went wrong, with the task's log) as each task ends, in finishing order.
+    submitit's folder (the pickled work and results, a log per task) is `.hsi-slurm/<job>-<pid>` in
+    the current folder, which the nodes must share; it is removed once every task has succeeded, and
+    kept for its logs when one has not."""
     if not tasks:
-        return []
+        return
     submitit = _submitit()
     from submitit.core.utils import FailedJobError, UncompletedJobError
+    from tqdm import tqdm
 
     folder = Path.cwd() / ".hsi-slurm" / f"{job_name}-{os.getpid()}"
     folder.mkdir(parents=True, exist_ok=True)
@@ -430,23 +431,60 @@ def map_on_slurm(
         raise SlurmUnavailable(f"sbatch refused the job array: {' '.join(str(exc).split())[-400:]}") from None
     task_ids = tuple(str(job.job_id) for job in jobs)
     record = ArrayRecord(task_ids[0].partition("_")[0], task_ids, tuple(() for _ in jobs))
-    wait_for_array(record, options.poll_seconds, progress)
-    results = []
-    for index, job in enumerate(jobs):
-        log = record.log_path(folder, index)
-        try:
-            if not job.paths.result_pickle.exists():
-                raise UncompletedJobError("no result")
-            results.append(job.result())  # our own task's result, from the folder this run made
-        except (FailedJobError, UncompletedJobError):
-            last = _last_line(log) if log.is_file() else "it never started: cancelled while queued"
-            raise SlurmTaskFailed(
-                f"array task {task_ids[index]} ended without its result ({last}); its log: {log}; "
-                "run the same command again"
-            ) from None
-    shutil.rmtree(folder, ignore_errors=True)
+    pending, all_ok, pause = set(range(len(jobs))), True, 0.5
+    bar = tqdm(total=len(jobs), desc=f"slurm job {record.job_id}", unit="task", disable=not progress)
     try:
-        folder.parent.rmdir()  # the last run's: leave no empty .hsi-slurm behind
-    except OSError:
-        pass
-    return results
+        while pending:
+            queued = queued_tasks(record)
+            for index in sorted(pending):
+                job = jobs[index]
+                if not job.paths.result_pickle.exists() and task_ids[index] in queued:
+                    continue
+                pending.discard(index)
+                bar.update(1)
+                log = record.log_path(folder, index)
+                try:
+                    if not job.paths.result_pickle.exists():
+                        raise UncompletedJobError("no result")
+                    outcome = job.result()  # our own task's result, from the folder this run made
+                except (FailedJobError, UncompletedJobError):
+                    all_ok = False
+                    last = _last_line(log) if log.is_file() else "it never started: cancelled while queued"
+                    said = f"array task {task_ids[index]} ended without its result ({last}); its log: {log}"
+                    yield index, False, said
+                    continue
+                yield index, True, outcome
+            if pending:
+                time.sleep(pause)
+                pause = min(pause * 1.5, options.poll_seconds)
+    except KeyboardInterrupt:
+        raise StoppedWaiting(
+            f"stopped waiting for job array {record.job_id}; stop its tasks with: scancel {record.job_id}"
+        ) from None
+    finally:
+        bar.close()
+    if all_ok:
+        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            folder.parent.rmdir()  # the last run's: leave no empty .hsi-slurm behind
+        except OSError:
+            pass
+
+
+def map_on_slurm(
+    function: Callable,
+    tasks: Sequence,
+    options: SlurmOptions,
+    *,
+    job_name: str = "hsi-map",
+    progress: bool = True,
+) -> list:
+    """`function(task)` for every task as one Slurm job array, results in task order:
+    `ray_runner.map_on_ray` on Slurm, for work that writes no shards (validation's detector over
+    chunks of images). A task without its result is raised, named with its log (`each_on_slurm`)."""
+    results: dict[int, object] = {}
+    for index, ok, value in each_on_slurm(function, tasks, options, job_name=job_name, progress=progress):
+        if not ok:
+            raise SlurmTaskFailed(f"{value}; run the same command again")
+        results[index] = value
+    return [results[index] for index in range(len(tasks))]
