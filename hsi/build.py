@@ -173,7 +173,7 @@ def next_steps(release_dir: Path, version: str, split: str) -> str:
     return "\n".join(
         [
             "next:",
-            f"  load it       cd {parent} && python -c \"from datasets import load_dataset; "
+            f'  load it       cd {parent} && python -c "from datasets import load_dataset; '
             f"print(load_dataset('{release}', split='{split}'))\"",
             f"  regenerate    hsi compose --parts {release_dir} --positions top-left,bottom-right "
             f"--out {parent / 'datasets'}",

@@ -56,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args._run(args)
     except HsiError as exc:
+        if exc.exit_status == 0:  # not a failure (--detach's "submitted"): one line, no "error:"
+            print(f"hsi {args.command}: {exc}")
+            return 0
         print(f"hsi {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_status
     except KeyboardInterrupt:  # a Ctrl-C before a command's own handling (imports, claiming its folder)

@@ -17,6 +17,7 @@ from builder.core.errors import InputError, UsageError
 from builder.core.locks import exclusive_folder
 from builder.core.manifest import COMPOSITES, MANIFEST_NAME, PARTS, Manifest, ManifestError, format_of
 from builder.core.ray_runner import check_ray_available
+from builder.core.slurm_runner import SlurmOptions, check_slurm_available
 from builder.core.stage import RUNNERS
 from builder.formats.parts_index import resolve_parts_dir
 from validation.integrity import check_tolerance
@@ -49,8 +50,9 @@ class DetectionRequest:
     batch_size: int = 8
     device: str = "auto"
     limit: int | None = None
-    runner: str = "local"  # local processes, or "ray": actors on a Ray cluster
+    runner: str = "local"  # local processes, "ray": actors on a Ray cluster, or "slurm": a job array
     ray_address: str | None = None  # None: the running Ray of this process, else a new local one
+    slurm: SlurmOptions = SlurmOptions()  # --runner slurm's partition, time, GPUs per task
 
 
 @dataclass(frozen=True)
@@ -145,9 +147,11 @@ class ValidationRequest:
         if detection.runner not in RUNNERS:
             raise UsageError(f"--runner must be one of {', '.join(RUNNERS)}, got {detection.runner!r}")
         pinned = detection.device.startswith("cuda:")
-        if pinned and detection.runner == "ray":
+        if pinned and detection.runner in ("ray", "slurm"):
             raise UsageError(
-                f"--device {detection.device} names one GPU, but Ray gives each actor its own: pass --device cuda"
+                f"--device {detection.device} names one GPU, but "
+                + ("Ray gives each actor its own" if detection.runner == "ray" else "Slurm gives each task its own")
+                + ": pass --device cuda"
             )
         if pinned and self.workers > 1:
             raise UsageError(
@@ -156,6 +160,8 @@ class ValidationRequest:
             )
         if detection.runner == "ray":
             check_ray_available()
+        if detection.runner == "slurm":
+            check_slurm_available(detection.slurm)
 
     def check_dataset_folder(self) -> None:
         """The dataset folder holds a manifest this toolkit wrote (malformed ones are refused with
@@ -399,6 +405,16 @@ def run_detection(request: ValidationRequest, warn: Callable[[str], None]) -> di
     return report.to_json()
 
 
+@dataclass(frozen=True)
+class DetectChunks:
+    """One Slurm array task's work: `job` over its contiguous chunks, loading the detector once."""
+
+    job: Callable
+
+    def __call__(self, chunks: list) -> list:
+        return [self.job(chunk) for chunk in chunks]
+
+
 def map_detection(job, chunks: list, workers: int, detection: DetectionRequest) -> list:
     """`job` over the chunks, results in chunk order: on Ray (up to `workers` actors, one GPU each
     when the device asks for CUDA or, with auto, when the cluster has GPUs), else in up to `workers`
@@ -407,6 +423,14 @@ def map_detection(job, chunks: list, workers: int, detection: DetectionRequest) 
     from builder.core.runner import map_in_processes
     from validation.detection import forget_detectors
 
+    if detection.runner == "slurm":
+        from builder.core.slurm_runner import map_on_slurm
+
+        forget_detectors()  # each array task builds its own
+        chunks_per_task = max(1, -(-len(chunks) // max(1, workers)))  # --workers tasks, contiguous chunks each
+        groups = [chunks[start : start + chunks_per_task] for start in range(0, len(chunks), chunks_per_task)]
+        answers = map_on_slurm(DetectChunks(job), groups, detection.slurm, job_name="hsi-validate")
+        return [answer for group in answers for answer in group]
     if detection.runner == "ray":
         from builder.core.ray_runner import map_on_ray
 

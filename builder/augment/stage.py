@@ -336,6 +336,8 @@ def check_run_options(options: RunOptions, device: str) -> RunOptions:
     options.check()
     if options.runner == "local" and options.workers == 1:
         return options
+    if options.runner == "slurm":  # each array task uses the GPUs Slurm gave it (--slurm-gpus-per-task)
+        return options
     if device_kind(device) == "cpu":
         return options
     if device not in ("auto", "cuda"):
@@ -359,10 +361,10 @@ def run_scgs(stage: ScgsStage, options: RunOptions) -> StageRun:
     """Build (or resume) the stage's config, in this process or spread over workers (see
     `check_run_options`); refused before any write when the options do not fit."""
     options = check_run_options(options, str(stage.models.classifier.device))
-    if (options.runner == "ray" or options.gpus) and stage.models.loader is None:
+    if (options.runner in ("ray", "slurm") or options.gpus) and stage.models.loader is None:
         raise UsageError(
             "these SCGS models were handed in without a loader, so only this process and its forked CPU workers "
-            "can use them: pass ScgsModels(loader=...) to run on GPUs or on Ray"
+            "can use them: pass ScgsModels(loader=...) to run on GPUs, on Ray or on Slurm"
         )
     with stage_threads():  # the shards built here, and the workers forked from here, use the run's count
         return run_stage(stage, options)

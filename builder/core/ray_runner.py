@@ -11,6 +11,8 @@ Finished shards are skipped and recorded in the same `_state` records as the loc
 run can be resumed by either runner; Ctrl-C ends the run (and a Ray started here) with the local
 runner's `Interrupted`. On a multi-node cluster the output folder must be on storage
 every node can write (a shared file system); actors write the shards where the driver reads them.
+Before any shard is built, a probe file beside the output folder is looked for on every other node
+(`check_output_shared`): a node that cannot see it refuses the run in one line.
 
 `map_on_ray` is the same pool for work that writes no shards (validation's detector over chunks of
 images): results come back to the driver, in task order.
@@ -26,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from builder.core.errors import HsiError, UsageError
-from builder.core.runner import Interrupted, ShardPlan, ShardResult, load_finished, record_finished
+from builder.core.runner import STATE_DIR, Interrupted, ShardPlan, ShardResult, load_finished, record_finished
 
 
 class RayUnavailable(UsageError):
@@ -53,17 +55,29 @@ def check_ray_available() -> None:
 class ShardActor:
     """A Ray Data map worker: builds the shards whose positions it is given."""
 
-    def __init__(self, plans: Sequence[ShardPlan], build: Callable[[ShardPlan], ShardResult], out_dir: str) -> None:
+    def __init__(
+        self,
+        plans: Sequence[ShardPlan],
+        build: Callable[[ShardPlan], ShardResult],
+        out_dir: str,
+        store_url: str | None = None,
+    ) -> None:
         self.plans = plans
         self.build = build
         self.out_dir = Path(out_dir)
+        self.store_url = store_url  # an object store output: each finished shard goes there, not to a shared disk
 
     def __call__(self, batch: dict) -> dict:
         positions, results = [], []
         for position in batch["position"]:
             plan = self.plans[int(position)]
+            self.out_dir.mkdir(parents=True, exist_ok=True)  # on a node of its own, a local temporary folder
             result = self.build(plan)
             record_finished(self.out_dir, plan, result)
+            if self.store_url is not None:
+                from builder.core.object_store import send_shard
+
+                send_shard(self.store_url, self.out_dir, plan.filename, f"{STATE_DIR}/{plan.filename}.json")
             positions.append(int(position))
             results.append(json.dumps(result.to_json(), sort_keys=True))
         return {"position": positions, "result": results}
@@ -85,8 +99,13 @@ def run_shards_ray(
     num_gpus: int = 0,
     workers: int | None = None,
     progress: bool = True,
+    store_url: str | None = None,
 ) -> tuple[list[ShardResult], int]:
     """Build every unfinished shard on Ray; return all results in plan order and how many were reused.
+
+    With `store_url` (an object store folder standing for `out_dir`) the actors send each finished
+    shard and its record there and keep nothing; the driver then fetches them into `out_dir` from
+    the store, so the nodes share no disk for the output.
 
     `address` is a cluster address (None: the running Ray of this process, else a new local one);
     `num_gpus` > 0 starts one actor per GPU, each holding one; otherwise `workers` CPU actors (at
@@ -106,7 +125,13 @@ def run_shards_ray(
     if todo:
         try:
             with ray_session(address, progress) as ray:
-                results.update(_run_on_ray(ray, plans, todo, build, out_dir, num_gpus, workers, progress))
+                if store_url is None:
+                    check_output_shared(ray, out_dir)
+                results.update(_run_on_ray(ray, plans, todo, build, out_dir, num_gpus, workers, progress, store_url))
+            if store_url is not None:
+                from builder.core.object_store import StoreFolder, pull_folder
+
+                pull_folder(StoreFolder(store_url), out_dir)  # the driver reads the shards from the store only
         except KeyboardInterrupt:
             # as the local runner says it: finished shards (their state records) are kept for the resume
             built = sum(load_finished(out_dir, plans[position]) is not None for position in todo)
@@ -133,8 +158,70 @@ def ray_session(address: str | None, log_to_driver: bool):
             ray.shutdown()
 
 
+class OutputNotShared(UsageError):
+    """Ray nodes other than this one cannot see the output folder (no shared file system)."""
+
+
+def _probe_sees(path: str, token: str) -> bool:
+    """Run on one node: whether the driver's probe file is there, with the driver's token."""
+    probe = Path(path)
+    try:
+        return probe.is_file() and not probe.is_symlink() and probe.read_text("utf-8") == token
+    except OSError:
+        return False
+
+
+def other_nodes(ray) -> dict[str, str]:
+    """{node id: address} of the cluster's alive nodes other than the driver's."""
+    here = ray.get_runtime_context().get_node_id()
+    return {
+        node["NodeID"]: str(node.get("NodeManagerAddress", "?"))
+        for node in ray.nodes()
+        if node.get("Alive") and node["NodeID"] != here
+    }
+
+
+def nodes_seeing(ray, path: Path, token: str, nodes: Sequence[str]) -> dict[str, bool]:
+    """{node id: whether a task pinned to that node reads `token` from `path`}."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    probe = ray.remote(num_cpus=0)(_probe_sees)
+    pending = {
+        node: probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False)).remote(
+            str(path), token
+        )
+        for node in nodes
+    }
+    return {node: bool(ray.get(ref, timeout=120)) for node, ref in pending.items()}
+
+
+def check_output_shared(ray, out_dir: Path) -> None:
+    """Refuse, before any shard is built, an output folder that some other node of the cluster does
+    not see: its actors would write their shards to their own disks. A probe file beside the folder
+    (where its lock file is) is looked for by one task on each other node."""
+    nodes = other_nodes(ray)
+    if not nodes:
+        return
+    out_dir = Path(out_dir).resolve()
+    token = f"{os.getpid()}-{os.urandom(8).hex()}"
+    probe = out_dir.parent / f".{out_dir.name}.probe-{token}"
+    probe.parent.mkdir(parents=True, exist_ok=True)
+    probe.write_text(token, "utf-8")
+    try:
+        seen = nodes_seeing(ray, probe, token, list(nodes))
+    finally:
+        probe.unlink(missing_ok=True)
+    blind = [nodes[node] for node, sees in seen.items() if not sees]
+    if blind:
+        raise OutputNotShared(
+            f"{out_dir} is not on a file system the Ray nodes share: {len(blind)} of the {len(nodes)} other nodes "
+            f"({', '.join(sorted(blind)[:3])}) cannot see it; put the output (and for an s3:// --out, HSI_STAGING) "
+            "on a file system every node mounts at the same path, or run on one node"
+        )
+
+
 def _run_on_ray(
-    ray, plans, todo, build, out_dir: Path, num_gpus: int, workers: int | None, progress: bool
+    ray, plans, todo, build, out_dir: Path, num_gpus: int, workers: int | None, progress: bool, store_url=None
 ) -> dict[int, ShardResult]:
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = progress
@@ -143,7 +230,7 @@ def _run_on_ray(
         ShardActor,
         batch_size=1,  # the shard is the unit of work; one row = one whole shard
         compute=ray.data.ActorPoolStrategy(size=actor_count(ray, len(todo), num_gpus, workers)),
-        fn_constructor_kwargs={"plans": list(plans), "build": build, "out_dir": str(out_dir)},
+        fn_constructor_kwargs={"plans": list(plans), "build": build, "out_dir": str(out_dir), "store_url": store_url},
         num_gpus=1 if num_gpus > 0 else 0,
         num_cpus=1,
         batch_format="default",

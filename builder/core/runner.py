@@ -96,10 +96,15 @@ def read_state_record(path: Path, shard: str) -> ShardResult | None:
 
 def load_finished(out_dir: Path, plan: ShardPlan) -> ShardResult | None:
     """A shard is finished when both its tar and its state record exist and agree in size."""
-    state, tar = _state_path(out_dir, plan), out_dir / plan.filename
+    return load_finished_shard(out_dir, plan.filename)
+
+
+def load_finished_shard(out_dir: Path, filename: str) -> ShardResult | None:
+    """`load_finished` by the shard's file name."""
+    state, tar = out_dir / STATE_DIR / f"{filename}.json", out_dir / filename
     if not tar.is_file():
         return None
-    result = read_state_record(state, plan.filename)
+    result = read_state_record(state, filename)
     return result if result is not None and result.stats.bytes == tar.stat().st_size else None
 
 

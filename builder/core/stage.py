@@ -6,7 +6,8 @@
 3. claim the folder (`--overwrite` only ever replaces what this stage wrote there);
 4. check the saved settings against the new ones, then save them;
 5. remove this toolkit's own stale temporaries;
-6. build the shards that are not finished yet, locally or on Ray;
+6. build the shards that are not finished yet, locally, on Ray or as a Slurm job array (an array
+   still running from an earlier run is waited for first, or refused: builder.core.slurm_runner);
 7. write `errors.jsonl` (every issue a row with its split), then the typed manifest, last.
 
 A stage supplies its settings, its shard plans, its shard builder and its manifest; everything a
@@ -29,10 +30,12 @@ from builder.core.errors import HsiError, UsageError
 from builder.core.folders import prepare_output, remove_stale_temporaries
 from builder.core.locks import exclusive_folder
 from builder.core.manifest import ERRORS_NAME, ErrorCounts, Manifest, register_stage_output, write_jsonl_atomic
+from builder.core.object_store import StoreMirror
 from builder.core.records import Issue, count_by_reason
 from builder.core.runner import ShardPlan, ShardResult, Stopwatch, run_shards
+from builder.core.slurm_runner import JobSubmitted, SlurmOptions, settle_recorded_array
 
-RUNNERS = ("local", "ray")
+RUNNERS = ("local", "ray", "slurm")
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,9 @@ class RunOptions:
     gpus: tuple[int, ...] = ()
     progress: bool = True
     overwrite: bool = False
+    slurm: SlurmOptions = SlurmOptions()  # --runner slurm's flags (partition, time, --detach, ...)
+    # --out on an object store: the stage writes its staging folder, pushed there (manifest last)
+    mirror: StoreMirror | None = None
 
     def check(self) -> None:
         if self.runner not in RUNNERS:
@@ -55,6 +61,20 @@ class RunOptions:
             from builder.core.ray_runner import check_ray_available
 
             check_ray_available()
+        if self.runner == "slurm":
+            self.check_slurm()
+
+    def check_slurm(self) -> None:
+        from builder.core.slurm_runner import check_slurm_available
+
+        if self.gpus:
+            raise UsageError("--gpus names this machine's GPUs; with --runner slurm ask for --slurm-gpus-per-task")
+        if self.workers > 1:
+            raise UsageError(
+                "--workers is for local processes; with --runner slurm each array task builds its own "
+                "shards (--slurm-array-parallelism caps how many run at once)"
+            )
+        check_slurm_available(self.slurm)
 
 
 @dataclass
@@ -163,6 +183,13 @@ class Stage(ABC):
 
 def run_stage(stage: Stage, options: RunOptions) -> StageRun:
     options.check()
+    if options.mirror is not None:  # the store's lock, its files staged here, the result pushed back
+        with options.mirror.mirrored(stage.out_dir):
+            return _run_here(stage, options)
+    return _run_here(stage, options)
+
+
+def _run_here(stage: Stage, options: RunOptions) -> StageRun:
     try:
         with exclusive_folder(stage.out_dir):
             return _run_locked(stage, options)
@@ -178,6 +205,13 @@ def run_stage(stage: Stage, options: RunOptions) -> StageRun:
 def _run_locked(stage: Stage, options: RunOptions) -> StageRun:
     clock = Stopwatch()
     out_dir = stage.out_dir
+    # an earlier --runner slurm array still writing here: collected by a slurm run, else refused
+    settle_recorded_array(
+        out_dir,
+        collect=options.runner == "slurm" and not options.overwrite,
+        options=options.slurm,
+        progress=options.progress,
+    )
     previous = Manifest.read_if_present(out_dir) if out_dir.is_dir() and not options.overwrite else None
     if previous is not None and stage.is_complete(previous):
         reused = sum(len(previous.split(s).shards) for s in stage.splits if s in previous.splits)
@@ -199,8 +233,12 @@ def _run_locked(stage: Stage, options: RunOptions) -> StageRun:
             stage.progress_unit,
             stage.progress_total,
         )
-    finally:
+    except JobSubmitted:
+        raise  # --detach: the array runs on, and what before_run prepared for it stays until it is collected
+    except BaseException:
         stage.after_run()
+        raise
+    stage.after_run()
 
     issues = located_issues(stage, plans, results)
     write_errors(out_dir, issues, replaced_splits=set(stage.splits) if stage.errors_per_split else None)
@@ -240,6 +278,11 @@ def run_plans(
     work: Callable[[ShardPlan], int] | None = None,
 ) -> tuple[list[ShardResult], int]:
     """Build the unfinished shards with the runner the options name; results come in plan order."""
+    if options.runner == "slurm":
+        from builder.core.slurm_runner import run_shards_slurm
+
+        job_name = "hsi-" + "-".join(desc.split())
+        return run_shards_slurm(plans, build, out_dir, options.slurm, job_name=job_name, progress=options.progress)
     if options.runner == "ray":
         from builder.core.ray_runner import run_shards_ray
 
@@ -251,6 +294,7 @@ def run_plans(
             num_gpus=len(options.gpus),
             workers=options.workers if options.workers > 1 else None,  # the default 1: every CPU of the cluster
             progress=options.progress,
+            store_url=options.mirror.store_of(out_dir).url if options.mirror else None,
         )
     return run_shards(
         plans,

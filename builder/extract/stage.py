@@ -191,7 +191,7 @@ class ExtractStage(Stage):
         write_errors(parts_dir, [], replaced_splits={split})
 
     def before_run(self, plans: Sequence[ShardPlan], options: RunOptions) -> None:
-        if options.runner == "ray" or options.gpus:
+        if options.runner in ("ray", "slurm") or options.gpus:
             unload_backends()  # the models run in other processes; free this one's copy (and its GPU memory)
         if self.uses_torch:  # the shards built here, and the workers forked from here, use the run's count
             self._threads.enter_context(stage_threads())

@@ -81,6 +81,7 @@ def evaluate_all(
     runner: str = "local",
     workers: int | None = None,
     ray_address: str | None = None,
+    slurm=None,  # builder.core.slurm_runner.SlurmOptions of --runner slurm
 ) -> SweepSummary:
     """Evaluate each model (spec, options) into its folder of `owned` (its leaderboard entry described
     by the same item of `entries`) with the runner given; each model's reports are written as it
@@ -88,7 +89,7 @@ def evaluate_all(
     each one. Several models: a failed one is a leaderboard row and the rest still run."""
     data = data_revision(source, settings.config, settings.split, settings.limit)
     identity = {key: data[key] for key in DATA_KEYS}
-    parallel = runner == "ray" or ((workers or 1) > 1 and len(specs) > 1)
+    parallel = runner in ("ray", "slurm") or ((workers or 1) > 1 and len(specs) > 1)
     # every model reads the same shards: proved once here, a changed one refuses the whole run in one line
     proved = prove_sweep_data(source, settings, announce) if len(specs) > 1 else ()
     tasks = sweep_tasks(specs, source, settings, parallel, proved)
@@ -117,6 +118,7 @@ def evaluate_all(
             runner=runner,
             workers=workers,
             ray_address=ray_address,
+            slurm=slurm,
             entries=entries,
             announce=announce,
             on_result=finished,

@@ -30,6 +30,7 @@ from builder.core.errors import EXIT_FAILED, HsiError, UsageError, printable
 from builder.core.interrupts import ctrl_c_deferred
 from builder.core.owned import OwnedFolder
 from builder.core.runner import init_worker
+from builder.core.slurm_runner import SlurmOptions
 from evaluation.model_formats.models import ModelOptions, load_model, loaded_spec
 from evaluation.predicting.verified_shards import remember_proofs
 from evaluation.ranking.leaderboard import FAILED_JSON, failure_record
@@ -319,6 +320,22 @@ def run_on_ray(
                 ray.kill(actor)
 
 
+def run_on_slurm(
+    tasks: Sequence[ModelTask],
+    slurm: SlurmOptions,
+    snapshot: Callable[[], FolderRecord],
+    on_outcome: Callable[[ModelTask, Outcome], None],
+) -> None:
+    """Every task as one task of one Slurm job array (`--runner slurm`); `on_outcome` runs here as
+    each task's outcome arrives. A task that ends without one (cancelled, out of time or memory) is
+    that model's failure, with its log."""
+    from builder.core.slurm_runner import each_on_slurm
+
+    handed_out = [replace(task, out=snapshot()) for task in tasks]
+    for index, ok, value in each_on_slurm(compute_model, handed_out, slurm, job_name="hsi-eval"):
+        on_outcome(tasks[index], value if ok else _died(tasks[index], str(value)))
+
+
 # --- the sweep ----------------------------------------------------------------------------------
 
 
@@ -336,6 +353,7 @@ def run_sweep(
     runner: str = "local",
     workers: int | None = None,
     ray_address: str | None = None,
+    slurm: SlurmOptions | None = None,
     entries: Sequence | None = None,
     announce: Callable[[str], None] = announce_to_stderr,
     on_result: Callable[[str, EvalResult], None] = lambda spec, result: None,
@@ -383,6 +401,8 @@ def run_sweep(
     def dispatch(batch: Sequence[ModelTask], on_outcome: Callable[[ModelTask, Outcome], None]) -> None:
         if runner == "ray":
             run_on_ray(batch, ray_address, workers, worker_logs, snapshot, on_outcome)
+        elif runner == "slurm":
+            run_on_slurm(batch, slurm or SlurmOptions(), snapshot, on_outcome)
         else:
             run_in_processes(batch, process_slots(batch[0].settings.device, len(batch)), snapshot, on_outcome, work)
 
@@ -390,6 +410,8 @@ def run_sweep(
         finish(tasks[0], in_parts(tasks[0], workers or 1, dispatch, announce))
     elif runner == "ray":
         run_on_ray(tasks, ray_address, workers, worker_logs, snapshot, finish)
+    elif runner == "slurm":
+        run_on_slurm(tasks, slurm or SlurmOptions(), snapshot, finish)
     elif (workers or 1) > 1 and len(tasks) > 1:
         slots = process_slots(tasks[0].settings.device, min(workers or 1, len(tasks)))
         run_in_processes(tasks, slots, snapshot, finish, work)

@@ -106,15 +106,90 @@ def add_run_flags(parser: argparse.ArgumentParser, shard_size: int | str) -> Non
     )
     parser.add_argument("--overwrite", action="store_true", help="delete and rebuild an existing output")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.add_argument("--runner", choices=["local", "ray"], default="local", help="local processes or a Ray cluster")
+    parser.add_argument(
+        "--runner",
+        choices=["local", "ray", "slurm"],
+        default="local",
+        help="local processes, a Ray cluster, or one Slurm job array (docs/backends.md, clusters)",
+    )
     parser.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local one)")
+    add_slurm_flags(parser)
+
+
+def add_slurm_flags(parser: argparse.ArgumentParser, detach: bool = True) -> None:
+    """The flags of `--runner slurm` (builder.core.slurm_runner.SlurmOptions); `detach`: the
+    command writes shards, so it can submit and return."""
+    from builder.core.slurm_runner import DEFAULT_TIME_MINUTES
+
+    group = parser.add_argument_group("--runner slurm")
+    group.add_argument("--slurm-partition", help="the partition the job array runs in (default: the cluster's)")
+    group.add_argument("--slurm-gpus-per-task", type=positive_int, help="GPUs each array task asks for (default: none)")
+    group.add_argument(
+        "--slurm-array-parallelism", type=positive_int, help="array tasks running at once (default: no cap)"
+    )
+    group.add_argument(
+        "--slurm-time",
+        type=positive_int,
+        default=DEFAULT_TIME_MINUTES,
+        metavar="MINUTES",
+        help="time limit of each array task",
+    )
+    group.add_argument(
+        "--slurm-config",
+        type=Path,
+        metavar="YAML",
+        help="further submitit SlurmExecutor parameters (mem, cpus_per_task, account, qos, setup, ...)",
+    )
+    if detach:
+        group.add_argument(
+            "--detach", action="store_true", help="submit the array and return; the same command run again collects it"
+        )
+
+
+def slurm_options(args: argparse.Namespace):
+    """The `SlurmOptions` of a command's --slurm-* flags (and --detach where it has one)."""
+    from builder.core.slurm_runner import SlurmOptions
+
+    return SlurmOptions(
+        partition=args.slurm_partition,
+        gpus_per_task=args.slurm_gpus_per_task or 0,
+        array_parallelism=args.slurm_array_parallelism,
+        time_minutes=args.slurm_time,
+        config=args.slurm_config,
+        detach=getattr(args, "detach", False),
+    )
+
+
+def out_location(text: str) -> Path | str:
+    """An --out value: a local folder, or an object store URL (s3://, gs://, file://) kept as text."""
+    from builder.core.object_store import is_object_url
+
+    return text.rstrip("/") if is_object_url(text) else Path(text)
+
+
+def readable_folder(location: Path | str | None) -> Path | None:
+    """A folder a command reads: a local one as it is, a store URL's objects copied into its staging folder."""
+    from builder.core.object_store import fetch_folder, is_object_url
+
+    return fetch_folder(str(location)) if location is not None and is_object_url(location) else location
+
+
+def staged_out(args: argparse.Namespace) -> Path:
+    """The local folder a stage command writes for its --out: the folder itself, or the staging
+    folder of a store URL (args.store_mirror is then set, for run_options)."""
+    from builder.core.object_store import stage_out
+
+    local, args.store_mirror = stage_out(args.out)
+    return local
 
 
 def run_options(args: argparse.Namespace, gpus: tuple[int, ...] = ()):
     """The `RunOptions` of a stage command's flags."""
     from builder.core.stage import RunOptions
 
-    return options_from(args, RunOptions, gpus=gpus, progress=not args.no_progress)
+    slurm = slurm_options(args)
+    mirror = getattr(args, "store_mirror", None)
+    return options_from(args, RunOptions, gpus=gpus, progress=not args.no_progress, slurm=slurm, mirror=mirror)
 
 
 def require_extra(command: str, extra: str, *modules: str) -> None:
@@ -145,12 +220,17 @@ def add_trust_flags(parser) -> None:
 def resolve_parts(parts: str) -> Path:
     """The local parts folder a --parts argument names (compose and validate read it the same way): a
     parts folder as it is, a release folder's parts config (`data/parts`), or a published release's
-    parts config, downloaded and checked."""
+    parts config, downloaded and checked, or a parts folder on an object store (s3://...), copied and
+    checked."""
+    from builder.compose.store_parts import fetch_store_parts
+    from builder.core.object_store import is_object_url
     from cards.release import RELEASE_META, release_parts_dir
     from hf_scripts.release_parts import fetch_release_parts, is_hub_address
 
     if is_hub_address(parts):
         return fetch_release_parts(parts)
+    if is_object_url(parts):
+        return fetch_store_parts(parts)
     path = Path(parts)
     if (path / RELEASE_META).is_file():
         return release_parts_dir(path)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from hsi.commands.common import add_run_flags, resolve_parts, run_options
+from hsi.commands.common import add_run_flags, out_location, resolve_parts, run_options, staged_out
 
 HELP = "paste the extracted objects at chosen sizes and positions on chosen backgrounds (writes composite shards)"
 
@@ -55,7 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a named variant (hard-spurious-imagenet, hard-spurious-imagenet-ar, hard-spurious-imagenet-10) "
         "or a path to a YAML spec",
     )
-    parser.add_argument("--out", type=Path, required=True, help="output root; the dataset goes to OUT/<config>/")
+    parser.add_argument(
+        "--out",
+        type=out_location,
+        required=True,
+        help="output root, a folder or an object store URL (s3://BUCKET/PATH); the dataset goes to OUT/<config>/",
+    )
     parser.add_argument(
         "--name", help="config (folder) name; an overridden spec is otherwise named <variant>-custom-<fingerprint>"
     )
@@ -141,17 +145,16 @@ def run(args: argparse.Namespace) -> int:
 
     explicit = {name: getattr(args, name) for name in SPEC_FLAGS if getattr(args, name) is not None}
     overrides = {**(PAPER_EXACT if args.paper_exact else {}), **explicit}
+    out = staged_out(args)
     summary = compose_dataset(
         resolve_parts(args.parts),
         args.variant,
-        args.out,
+        out,
         options=run_options(args),
         overrides=overrides,
         allow_missing=args.allow_missing,
     )
-    print(
-        f"dataset: {summary.dataset_dir}"
-        + (f" ({summary.reused_shards} finished shards reused)" if summary.reused_shards else "")
-    )
+    where = args.store_mirror.store_of(summary.dataset_dir).url if args.store_mirror else summary.dataset_dir
+    print(f"dataset: {where}" + (f" ({summary.reused_shards} finished shards reused)" if summary.reused_shards else ""))
     print(summary.table)
     return 0

@@ -24,7 +24,15 @@ import sys
 from pathlib import Path
 
 from builder.core.errors import UsageError
-from hsi.commands.common import add_trust_flags, options_from, positive_int, require_extra, seed_int
+from hsi.commands.common import (
+    add_slurm_flags,
+    add_trust_flags,
+    options_from,
+    positive_int,
+    require_extra,
+    seed_int,
+    slurm_options,
+)
 
 HELP = "evaluate models on a composed config: predictions, per-group metrics with intervals, reports, leaderboard"
 EXIT_OK, EXIT_USAGE = 0, 2  # and 3 when some models of a sweep failed (evaluation.orchestration.sweep.ModelsFailed)
@@ -129,11 +137,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--runner",
-        choices=("local", "ray"),
+        choices=("local", "ray", "slurm"),
         default="local",
-        help="local: this machine; ray: one Ray actor per model (a GPU actor when the cluster has GPUs)",
+        help="local: this machine; ray: one Ray actor per model (a GPU actor when the cluster has GPUs); slurm: "
+        "one task per model of one Slurm job array",
     )
     run.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local one)")
+    add_slurm_flags(run, detach=False)
     run.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     run.add_argument(
         "--amp",
@@ -320,6 +330,10 @@ def run(args: argparse.Namespace) -> int:
         from builder.core.ray_runner import check_ray_available
 
         check_ray_available()
+    if args.runner == "slurm":
+        from builder.core.slurm_runner import check_slurm_available
+
+        check_slurm_available(slurm_options(args))
 
     from evaluation.analysis.report import EVAL_MD
     from evaluation.model_formats.models import check_spec, check_trust, is_zero_shot_spec
@@ -374,6 +388,7 @@ def run(args: argparse.Namespace) -> int:
             runner=args.runner,
             workers=args.model_workers,
             ray_address=args.ray_address,
+            slurm=slurm_options(args) if args.runner == "slurm" else None,
         )
     failed = f", {len(summary.failures)} failed" if summary.failures else ""
     print(f"leaderboard ({len(summary.rows)} models{failed}): {summary.md_path} and leaderboard.csv")

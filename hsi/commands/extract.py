@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hsi.commands.common import add_imagenet_flags, add_run_flags, add_trust_flags, positive_int, run_options
+from hsi.commands.common import (
+    add_imagenet_flags,
+    add_run_flags,
+    add_trust_flags,
+    out_location,
+    positive_int,
+    run_options,
+    staged_out,
+)
 
 HELP = "cut out each image's object by its box, erase every box and inpaint the background (writes parts shards)"
 
@@ -19,7 +27,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         boxes_help="a folder of Pascal-VOC XMLs or a LOC_<split>_solution.csv (default: searched under --source)",
         required=True,
     )
-    parser.add_argument("--out", type=Path, required=True, help="output folder; parts go to OUT/parts/")
+    parser.add_argument(
+        "--out",
+        type=out_location,
+        required=True,
+        help="output folder or object store URL (s3://BUCKET/PATH); parts go to OUT/parts/",
+    )
     parser.add_argument("--config", type=Path, help="YAML file with extract settings; flags override it")
     parser.add_argument("--masker", help="box (default, model-free) or sam")
     parser.add_argument(
@@ -171,7 +184,8 @@ def parse_gpus(text: str | None) -> tuple[int, ...]:
 def run(args: argparse.Namespace) -> int:
     from builder.extract.stage import run_extract
 
+    out = staged_out(args)
     options = run_options(args, parse_gpus(args.gpus))
-    summary = run_extract(args.source, args.out, build_config(args), args.boxes, options=options)
+    summary = run_extract(args.source, out, build_config(args), args.boxes, options=options)
     print(summary.format())
     return 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from hsi.commands.common import out_location, readable_folder
+
 HELP = "gather validated composed datasets into a release folder (shards, README card, previews, _info.json)"
 
 
@@ -12,9 +14,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "datasets",
         nargs="+",
-        type=Path,
+        type=out_location,
         metavar="DATASET_DIR",
-        help="composed dataset folders (OUT/<config>), each with _info.json and a passing validation.json",
+        help="composed dataset folders (OUT/<config>, or s3://... URLs), each with _info.json and a passing "
+        "validation.json",
     )
     parser.add_argument(
         "--out",
@@ -42,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--parts",
-        type=Path,
+        type=out_location,
         default=None,
         metavar="PARTS",
         help="the parts folder `hsi extract` wrote (OUT/parts or OUT): shipped as the release's `parts` config, "
@@ -83,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     signer = signer_from_option(args.sign) if args.sign is not None else None  # refused before anything is read
     release = build_release(
         args.out,
-        args.datasets,
+        [readable_folder(dataset) for dataset in args.datasets],
         overwrite=args.overwrite,
         version=args.release_version,
         changes=args.change,
@@ -92,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         results_dirs=args.results,
         title=args.title,
         description=args.description,
-        parts_dir=args.parts,
+        parts_dir=readable_folder(args.parts),
         sign=signer,
         announce=lambda note: print(f"hsi release: note: {note}", file=sys.stderr),
     )

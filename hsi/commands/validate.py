@@ -14,7 +14,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from hsi.commands.common import add_imagenet_flags, positive_int, resolve_parts
+from hsi.commands.common import (
+    add_imagenet_flags,
+    add_slurm_flags,
+    out_location,
+    positive_int,
+    resolve_parts,
+    slurm_options,
+)
 
 HELP = "check a composed dataset or parts folder, compute centre/size scores, re-detect boxes, draw previews"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -22,7 +29,11 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "dataset", type=Path, nargs="?", help="a composed config folder (OUT/<config>) or a parts folder (OUT/parts)"
+        "dataset",
+        type=out_location,
+        nargs="?",
+        help="a composed config folder (OUT/<config>) or a parts folder (OUT/parts), or its s3://... URL "
+        "(the report goes back there)",
     )
     parser.add_argument(
         "--parts",
@@ -106,12 +117,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     detection.add_argument("--limit", type=positive_int, help="re-detect only the first N images (by id)")
     detection.add_argument(
         "--runner",
-        choices=["local", "ray"],
+        choices=["local", "ray", "slurm"],
         default="local",
-        help="re-detect in local processes or on Ray actors (one GPU each where the cluster has GPUs, unless "
-        "--device cpu); the integrity checks run locally",
+        help="re-detect in local processes, on Ray actors (one GPU each where the cluster has GPUs, unless "
+        "--device cpu) or as a Slurm job array (one task per --workers chunk); the integrity checks run locally",
     )
     detection.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local one)")
+    add_slurm_flags(parser, detach=False)
 
 
 def build_request(args: argparse.Namespace):
@@ -125,8 +137,11 @@ def build_request(args: argparse.Namespace):
         scores = ScoresRequest(
             args.boxes_csv, args.sizes_from, tuple(args.accuracy or ()), tuple(args.control_accuracy or ())
         )
-    if args.runner == "ray" and not args.boxes:
-        raise UsageError("--runner ray runs the box re-detection on Ray: pass --boxes (integrity uses --workers)")
+    if args.runner in ("ray", "slurm") and not args.boxes:
+        where = "on Ray" if args.runner == "ray" else "as a Slurm job array"
+        raise UsageError(
+            f"--runner {args.runner} runs the box re-detection {where}: pass --boxes (integrity uses --workers)"
+        )
     detection = None
     if args.boxes:
         detection = DetectionRequest(
@@ -142,6 +157,7 @@ def build_request(args: argparse.Namespace):
             args.limit,
             args.runner,
             args.ray_address,
+            slurm_options(args),
         )
     parts = resolve_parts(args.parts) if args.parts is not None else None
     return ValidationRequest(
@@ -150,9 +166,17 @@ def build_request(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from contextlib import nullcontext
+
+    from builder.core.object_store import stage_out
     from validation.request import run_validation
 
-    report = run_validation(build_request(args))
+    mirror = None
+    if args.dataset is not None:
+        args.dataset, mirror = stage_out(args.dataset)
+    # a store folder: locked, staged here, validated, and its report pushed back
+    with mirror.mirrored(args.dataset) if mirror else nullcontext():
+        report = run_validation(build_request(args))
     _print_summary(report)
     return EXIT_OK if report.ok else EXIT_FAILED
 

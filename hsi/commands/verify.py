@@ -30,9 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="IDENTITY",
         help="the Sigstore identity (e.g. an e-mail) a keyless signature must name (online; with --signer-issuer)",
     )
-    parser.add_argument(
-        "--signer-issuer", default=None, metavar="URL", help="the OIDC issuer of --signer-identity"
-    )
+    parser.add_argument("--signer-issuer", default=None, metavar="URL", help="the OIDC issuer of --signer-identity")
     parser.add_argument(
         "--previous",
         type=Path,

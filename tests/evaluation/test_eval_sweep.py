@@ -1,4 +1,5 @@
-"""Sweeps of several models (issue 26): `--model-workers 2` and `--runner ray` give the predictions and
+"""Sweeps of several models (issue 26): `--model-workers 2`, `--runner ray` and `--runner slurm` (#45, a local
+Slurm started here; skipped where it cannot start) give the predictions and
 metrics of one process; a model that fails in the middle of three is a leaderboard row (and its
 folder's failed.json) while the others complete, exit status 3; a later run that evaluates it removes
 the row; each model's report is written as the model finishes, not at the end of the sweep."""
@@ -212,3 +213,32 @@ def test_one_model_over_workers_refuses_the_clean_and_background_passes(
     args = eval_args(paper_set, f"ts:{planted_corner}", out, "--model-workers", "2", "--parts", str(flat_parts[0]))
     assert main(args) == 2
     assert "--clean and --parts run in one process" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def local_slurm(tmp_path_factory):
+    import os
+    from pathlib import Path
+
+    from slurm_cluster import start_local_slurm
+
+    cluster, reason = start_local_slurm(tmp_path_factory.mktemp("slurm"))
+    if cluster is None:
+        pytest.skip(f"no local Slurm: {reason}")
+    tests = Path(__file__).resolve().parents[1]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SLURM_CONF", str(cluster.conf))
+        path = [str(tests.parent), str(tests), os.environ.get("PYTHONPATH", "")]
+        patch.setenv("PYTHONPATH", os.pathsep.join(p for p in path if p))
+        yield cluster
+    cluster.stop()
+
+
+@pytest.mark.slow
+def test_a_slurm_array_gives_the_predictions_of_one_process(
+    local_slurm, paper_set, planted_corner, planted_finder, one_process, tmp_path
+):
+    out = tmp_path / "slurm"
+    assert main(eval_args(paper_set, f"ts:{planted_corner},ts:{planted_finder}", out, "--runner", "slurm")) == 0
+    assert_same_evaluations(out, one_process)
+    assert leaderboard_rows(out) == leaderboard_rows(one_process)

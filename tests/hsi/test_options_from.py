@@ -137,7 +137,7 @@ def test_hsi_eval_flags_reach_the_settings_the_evaluation_gets(tmp_path, monkeyp
     assert (settings.batch_size, settings.workers, settings.label_space, settings.overwrite) == (3, 0, "subset", True)
     assert (settings.split, settings.progress, settings.config) == ("val", True, None)
     assert [spec for spec, _ in seen["specs"]] == ["timm:resnet18"]
-    assert seen["running"] == {"runner": "local", "workers": None, "ray_address": None}
+    assert seen["running"] == {"runner": "local", "workers": None, "ray_address": None, "slurm": None}
     with pytest.raises(_Reached):
         main([*argv, "--model-workers", "2"])
-    assert seen["running"] == {"runner": "local", "workers": 2, "ray_address": None}
+    assert seen["running"] == {"runner": "local", "workers": 2, "ray_address": None, "slurm": None}
