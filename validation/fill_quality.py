@@ -34,7 +34,7 @@ from builder.formats.fill_scores import (
     check_fill_scores,
     summarise_fill_scores,
 )
-from builder.formats.parts import decode_canvas, decode_mask
+from builder.formats.parts import BACKGROUND_OWN, background_status, decode_canvas, decode_mask
 from validation.integrity.results import DECODE_ERRORS, failure
 
 WORST_COUNT = 12  # parts on the worst-fills sheet
@@ -69,6 +69,7 @@ class ScoredPart:
     scores: dict[str, float]
     shard: str
     locations: tuple[tuple[str, int, int], ...]  # (member, data offset, size) of the pixel members
+    has_background: bool = True  # False: `background_status` "none", a fill made from nothing (#46)
 
     @property
     def rank(self) -> tuple[float, str, str]:
@@ -80,6 +81,7 @@ class ScoredPart:
             "key": self.key,
             "class_name": self.class_name,
             **{name: self.scores[name] for name in SCORE_NAMES},
+            "no_background": not self.has_background,
         }
 
 
@@ -112,15 +114,17 @@ class FillQuality:
         }
 
 
-def _split_figures(scored: list[dict[str, float]], unscored: int, invalid: int) -> dict:
+def _split_figures(scored: list[dict[str, float]], unscored: int, invalid: int, no_background: int) -> dict:
     """The summary the manifest records (the same function extract uses) with the shares past each
-    threshold and the count of parts whose scores are invalid."""
+    threshold, the count of parts whose scores are invalid and of parts with no background of their
+    own."""
     summary = summarise_fill_scores([*scored, *([None] * unscored)])
     figures: dict = {
         "parts": len(scored) + unscored + invalid,
         "scored": len(scored),
         "unscored": unscored,
         "invalid": invalid,
+        "no_background": no_background,
     }
     for name in SCORE_NAMES:
         figures[name] = summary[name]
@@ -189,16 +193,18 @@ def measure_fill_quality(parts_dir: Path, only: set[str] | None = None, count: i
     worst: list[ScoredPart] = []
     for split in sorted(manifest.splits):
         scored: list[dict[str, float]] = []
-        unscored = invalid = 0
+        unscored = invalid = no_background = 0
         for filename in manifest.splits[split].filenames:
             found: list[ScoredPart] = []
             for key, meta, locations in _shard_parts(parts_dir / filename, split, quality.rows):
                 try:
+                    own = background_status(meta) == BACKGROUND_OWN
                     scores = check_fill_scores(meta.get("fill_scores"), "json")
                 except ValueError as exc:
                     quality.rows.append(failure("fill-scores", str(exc), split, filename, key))
                     invalid += 1
                     continue
+                no_background += not own
                 if scores is None:
                     unscored += 1
                     continue
@@ -206,10 +212,10 @@ def measure_fill_quality(parts_dir: Path, only: set[str] | None = None, count: i
                 if only is None or key in only:
                     name = meta.get("class_name")
                     name = name if isinstance(name, str) else str(meta.get("wnid", ""))
-                    found.append(ScoredPart(split, key, name, scores, filename, locations))
+                    found.append(ScoredPart(split, key, name, scores, filename, locations, own))
             quality.candidates += len(found)
             worst = sorted([*worst, *found], key=lambda part: part.rank)[:count]
-        figures = _split_figures(scored, unscored, invalid)
+        figures = _split_figures(scored, unscored, invalid, no_background)
         recomputed = figures.pop("recomputed_summary")
         quality.splits[split] = figures
         recorded = manifest.splits[split].fill_scores
@@ -299,6 +305,8 @@ def summary_lines(fill: dict) -> list[str]:
             f"{score} {op} {threshold}: {_share(figures[f'share_{share}'])}" for share, score, op, threshold in SHARES
         )
         invalid = f", {figures['invalid']} invalid" if figures["invalid"] else ""
+        if figures.get("no_background"):
+            invalid += f", {figures['no_background']} with no background of their own"
         lines.append(
             f"fill scores ({split}): {figures['scored']} scored, {figures['unscored']} unscored{invalid}; "
             f"median [p10, p90]: {scores}; {shares}; manifest summary "
@@ -328,7 +336,9 @@ def markdown_section(fill: dict) -> list[str]:
         "border over the ring's (about 1 when invisible, above when an edge runs around it), step the "
         "colour jump across the border over the ring's colour spread (0 when the colours meet); "
         f"{SCORE_FORMULA}, in [0, 1], higher is better. Poor: texture < {thresholds['texture_low']}, "
-        f"seam > {thresholds['seam_high']}, score < {thresholds['poor_score']}.",
+        f"seam > {thresholds['seam_high']}, score < {thresholds['poor_score']}. A part with no background of "
+        "its own had its whole photo erased: its background is a fill made from nothing (compose uses it as "
+        "no other image's background unless its spec says so).",
         "",
     ]
     header = [
@@ -337,6 +347,7 @@ def markdown_section(fill: dict) -> list[str]:
         "scored",
         "unscored",
         "invalid",
+        "no background",
         f"texture < {thresholds['texture_low']}",
         f"seam > {thresholds['seam_high']}",
         f"score < {thresholds['poor_score']}",
@@ -351,6 +362,7 @@ def markdown_section(fill: dict) -> list[str]:
                 figures["scored"],
                 figures["unscored"],
                 figures["invalid"],
+                figures.get("no_background", 0),
                 *(_share(figures[f"share_{share}"]) for share, _, _, _ in SHARES),
                 _manifest_word(fill["manifest_summary"].get(split, {})),
             ]
@@ -387,7 +399,7 @@ def markdown_section(fill: dict) -> list[str]:
                     n,
                     part["split"],
                     markdown.code(part["key"]),
-                    part["class_name"],
+                    part["class_name"] + (" (no background)" if part.get("no_background") else ""),
                     *(f"{part[name]:.3f}" for name in SCORE_NAMES),
                 ]
                 for n, part in enumerate(fill["worst"], 1)
