@@ -21,8 +21,16 @@ no lower). The methods:
                  hole_refine, edge_weighted, poisson_blend off, mask_feather), to choose the default
   telea          OpenCV's Telea, for reference
 
-A sheet (`--out`/fill_before_after.png: the canvas with the hole outlined | before #31 | default, one
-row per photo region) is written for a person to look at.
+A second set, printed beside the first, holds the frame-filling holes (#46): on the same twelve
+photos, everything erased but a band along one, two, three or all four sides that leaves 2, 5, 10
+or 20% of the photo known (the case of ImageNet's large objects). Its methods: `today` (before #46:
+the library where it accepts the hole, Telea where it refuses or under 5% is left), `default` (the
+band fill where the library cannot) and `telea`; the library's own fills are shown on the few it
+accepts.
+
+Sheets (`--out`/fill_before_after.png: the canvas with the hole outlined | before #31 | default;
+fill_frame_before_after.png: the frame-filling holes, today | default; one row per photo region)
+are written for a person to look at.
 
     .venv/bin/python benchmarks/fill_quality.py --out /tmp/fills [--rounds 1] [--limit 12]
 
@@ -81,6 +89,9 @@ BOXES: dict[str, list[tuple[int, int, int, int]]] = {
     "gravel": [(100, 100, 260, 260), (300, 50, 480, 200), (50, 300, 200, 480), (280, 300, 460, 460)],
 }
 DILATION = 15
+# the frame-filling holes: the sides a known band runs along, and the share of the photo it leaves
+BAND_SIDES = (("left",), ("top", "left"), ("top", "left", "right"), ("top", "bottom", "left", "right"))
+BAND_KNOWN = (0.02, 0.05, 0.10, 0.20)
 KNOBS = {
     "em_loops=2": {"em_loops": 2},
     "em_loops=3": {"em_loops": 3},
@@ -127,6 +138,52 @@ def load_regions(limit: int | None, demo_photos: bool = True) -> list[Region]:
         boxes, _ = clip_boxes(record, image.shape[1], image.shape[0])
         regions.append(Region(f"demo:{record.image_id}", image, erase_mask(image, boxes)))
     return regions
+
+
+def band_erase(height: int, width: int, sides: tuple[str, ...], known: float) -> np.ndarray:
+    """Everything erased but a band of equal width along `sides`: the widest band that leaves at
+    most `known` of the photo unerased (at least one pixel)."""
+
+    def erase_for(band: int) -> np.ndarray:
+        erase = np.ones((height, width), bool)
+        for side in sides:
+            target = {"top": (slice(0, band), slice(None)), "bottom": (slice(height - band, height), slice(None))}.get(
+                side, (slice(None), slice(0, band) if side == "left" else slice(width - band, width))
+            )
+            erase[target] = False
+        return erase
+
+    band = 1
+    while band < min(height, width) // 2 and (~erase_for(band + 1)).mean() <= known:
+        band += 1
+    return erase_for(band)
+
+
+def load_frame_regions(limit: int | None) -> list[Region]:
+    regions = []
+    for name in list(BOXES)[:limit]:
+        image = skimage_photo(name)
+        for sides in BAND_SIDES:
+            for known in BAND_KNOWN:
+                erase = band_erase(*image.shape[:2], sides, known)
+                regions.append(Region(f"{name}:{len(sides)}side:{known:.0%}", image, erase))
+    return regions
+
+
+def today(config: PatchMatchConfig) -> Callable[[Region], tuple[np.ndarray, np.ndarray]]:
+    """The default before #46: the library where it accepts the hole (and at least
+    `min_source_fraction` is left), Telea on the photo where not."""
+    library_fill, telea_fill = library(config), extract_fill(TeleaInpainter(radius=config.telea_radius))
+
+    def fill(region: Region) -> tuple[np.ndarray, np.ndarray]:
+        if (~grown_canvas_mask(region.erase)).mean() >= config.min_source_fraction:
+            try:
+                return library_fill(region)
+            except ValueError:
+                pass
+        return telea_fill(region)
+
+    return fill
 
 
 def grown_canvas_mask(erase: np.ndarray) -> np.ndarray:
@@ -187,6 +244,7 @@ class Measured:
     scores: list[FillScores]
     canvases: list[np.ndarray]
     images_per_s: float
+    seconds: list[float]  # per region, the fastest of the rounds
 
     def median(self, name: str) -> float:
         return statistics.median(getattr(s, name) for s in self.scores)
@@ -198,19 +256,19 @@ class Measured:
 def measure(fill: Callable[[Region], tuple[np.ndarray, np.ndarray]], regions: list[Region], rounds: int) -> Measured:
     """Scores of every region's fill; images/s from each region's fastest of `rounds` fills."""
     fill(regions[0])  # warm the libraries outside the timer
-    scores, canvases, seconds = [], [], 0.0
+    scores, canvases, seconds = [], [], []
     for region in regions:
         best = float("inf")
         for _ in range(rounds):
             start = time.perf_counter()
             canvas, replaced = fill(region)
             best = min(best, time.perf_counter() - start)
-        seconds += best
+        seconds.append(best)
         scored = score_fill(canvas, canvas_mask(replaced, CANVAS))
         assert scored is not None, region.name
         scores.append(scored)
         canvases.append(canvas)
-    return Measured(scores, canvases, len(regions) / seconds)
+    return Measured(scores, canvases, len(regions) / sum(seconds), seconds)
 
 
 def fillable(regions: list[Region], fill) -> tuple[list[Region], list[str]]:
@@ -266,6 +324,78 @@ def write_sheet(path: Path, regions: list[Region], columns: dict[str, Measured],
     sheet.save(path, optimize=True)
 
 
+def print_table(measured: dict[str, Measured]) -> dict[str, dict[str, float]]:
+    """The table of one set (medians, shares past the thresholds, ms per image) and its figures."""
+    head = f"{'method':<18}{'texture':>8}{'tex<' + str(TEXTURE_LOW):>9}{'seam':>7}{'seam>' + str(SEAM_HIGH):>10}"
+    print(head + f"{'step':>7}{'score':>7}{'score<' + str(POOR_SCORE):>11}{'img/s/core':>12}{'ms/img':>8}")
+    figures = {}
+    for name, m in measured.items():
+        figures[name] = {
+            "regions": len(m.scores),
+            "texture": m.median("texture"),
+            "texture_low": m.share(lambda s: s.texture < TEXTURE_LOW),
+            "seam": m.median("seam"),
+            "seam_high": m.share(lambda s: s.seam > SEAM_HIGH),
+            "step": m.median("step"),
+            "score": m.median("score"),
+            "poor": m.share(lambda s: s.score < POOR_SCORE),
+            "images_per_s": m.images_per_s,
+        }
+        f = figures[name]
+        print(
+            f"{name:<18}{f['texture']:>8.2f}{f['texture_low']:>9.0%}{f['seam']:>7.2f}{f['seam_high']:>10.0%}"
+            f"{f['step']:>7.2f}{f['score']:>7.2f}{f['poor']:>11.0%}{f['images_per_s']:>12.1f}"
+            f"{1000 / f['images_per_s']:>8.0f}"
+        )
+    return figures
+
+
+def frame_set(args, default: PatchMatchConfig) -> dict[str, dict[str, float]]:
+    """The frame-filling holes' table, per known share and over all, and their sheet."""
+    regions = load_frame_regions(args.limit)
+    methods = {
+        "today": today(default),
+        "default": extract_fill(PatchMatchInpainter(default)),
+        "telea": extract_fill(TeleaInpainter(radius=default.telea_radius)),
+    }
+    measured = {name: measure(fill, regions, args.rounds) for name, fill in methods.items()}
+    accepted, _ = fillable(regions, library(default))
+    shares = ", ".join(f"{k:.0%}" for k in BAND_KNOWN)
+    print(f"\nframe-filling holes: {len(regions)} regions (the photos with all erased but a band along 1-4 sides, "
+          f"leaving {shares} known); the library accepts {len(accepted)}")  # fmt: skip
+    figures = {"all": print_table(measured)}
+    for known in BAND_KNOWN:
+        picked = [i for i, region in enumerate(regions) if region.name.endswith(f":{known:.0%}")]
+        print(f"{known:.0%} known ({len(picked)} regions):")
+        figures[f"{known:.0%}"] = print_table({name: subset(m, picked) for name, m in measured.items()})
+    if accepted:
+        names = {region.name for region in accepted}
+        picked = [i for i, region in enumerate(regions) if region.name in names]
+        print(f"the {len(accepted)} the library accepts:")
+        library_measured = measure(library(default), accepted, args.rounds)
+        figures["library-accepted"] = print_table(
+            {"library": library_measured, **{name: subset(m, picked) for name, m in measured.items()}}
+        )
+    all_new, all_telea = figures["all"]["default"], figures["all"]["telea"]
+    print(f"default vs telea on frame-filling holes: median score {all_new['score']:.2f} vs {all_telea['score']:.2f}: "
+          f"{'better' if all_new['score'] > all_telea['score'] else 'NOT BETTER'}")  # fmt: skip
+    sheet = args.out / "fill_frame_before_after.png"
+    write_sheet(sheet, regions, {k: measured[k] for k in ("today", "default")}, args.sheet_rows)
+    print(f"sheet: {sheet}")
+    return figures
+
+
+def subset(measured: Measured, picked: list[int]) -> Measured:
+    """The regions `picked` of a measurement; images/s over them (from the per-region times)."""
+    seconds = sum(measured.seconds[i] for i in picked)
+    return Measured(
+        [measured.scores[i] for i in picked],
+        [measured.canvases[i] for i in picked],
+        len(picked) / seconds,
+        [measured.seconds[i] for i in picked],
+    )
+
+
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, help="the first N scikit-image photos (default: all 12)")
@@ -273,6 +403,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--sheet-rows", type=int, default=8)
     parser.add_argument("--no-demo", action="store_true", help="leave the demo photos out")
     parser.add_argument("--no-knobs", action="store_true", help="skip the knob variants (a quick run)")
+    parser.add_argument("--no-frame", action="store_true", help="leave the frame-filling holes' set out")
     parser.add_argument("--out", type=Path, required=True, help="folder for fill_before_after.png")
     args = parser.parse_args(argv)
     cv2.setNumThreads(1)  # per core
@@ -293,25 +424,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     left_out = ", ".join(refused) or "none"
     print(f"{len(regions)} regions (hand-boxed on scikit-image photos, and the demo's), boxes dilated {DILATION} px, "
           f"scored on the {CANVAS} canvas; left out, the library refuses them: {left_out}")  # fmt: skip
-    head = f"{'method':<18}{'texture':>8}{'tex<' + str(TEXTURE_LOW):>9}{'seam':>7}{'seam>' + str(SEAM_HIGH):>10}"
-    print(head + f"{'step':>7}{'score':>7}{'score<' + str(POOR_SCORE):>11}{'img/s/core':>12}")
-    figures = {}
-    for name, m in measured.items():
-        figures[name] = {
-            "texture": m.median("texture"),
-            "texture_low": m.share(lambda s: s.texture < TEXTURE_LOW),
-            "seam": m.median("seam"),
-            "seam_high": m.share(lambda s: s.seam > SEAM_HIGH),
-            "step": m.median("step"),
-            "score": m.median("score"),
-            "poor": m.share(lambda s: s.score < POOR_SCORE),
-            "images_per_s": m.images_per_s,
-        }
-        f = figures[name]
-        print(
-            f"{name:<18}{f['texture']:>8.2f}{f['texture_low']:>9.0%}{f['seam']:>7.2f}{f['seam_high']:>10.0%}"
-            f"{f['step']:>7.2f}{f['score']:>7.2f}{f['poor']:>11.0%}{f['images_per_s']:>12.1f}"
-        )
+    figures = print_table(measured)
     lib, new = figures["library"], figures["default"]
     ok = (
         new["seam"] <= lib["seam"] + 1e-9
@@ -324,6 +437,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     sheet = args.out / "fill_before_after.png"
     write_sheet(sheet, regions, {k: measured[k] for k in ("before #31", "default")}, args.sheet_rows)
     print(f"sheet: {sheet}")
+    if not args.no_frame:
+        figures = {"holes": figures, "frame-filling holes": frame_set(args, default)}
     return figures
 
 

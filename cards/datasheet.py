@@ -74,6 +74,10 @@ LIMITATIONS = """- The objects are cut out by ImageNet's ground-truth boxes and 
 - Labels are ImageNet's; an object's class is that of the image it was cut from.
 - The groups measure size and position jointly with background origin (O: own, R: another class's);
   a model's drop on CoR mixes both effects. Compare groups, not single numbers.
+- Where an object's boxes cover its whole photo, nothing of the photo is left to inpaint from: its part
+  has no background of its own (`background_status` "none"; the count is below). By default compose
+  gives no other image that background (no R composite sits on it), while the object's own O
+  composites are kept on it; `--paper-exact` uses every background as the paper did.
 - Generated from ImageNet (ILSVRC2012): use is bound by ImageNet's terms of access (non-commercial
   research and education)."""
 
@@ -175,12 +179,62 @@ def fill_quality_summary(configs: list[ConfigSummary], parts: PartsSummary | Non
             lines.append(f"- {c.name}: its manifest has no fill-quality record, so the quality of its fills is unknown")
     if parts is not None:
         lines.append(f"- {PARTS_CONFIG}: the fill scores of every part are in its section above")
+    lines += no_background_lines(configs, parts)
+    lines += fallback_lines(configs, parts)
     return (
         "The backgrounds are inpainted where the objects were, and a poor fill can leave a trace of the "
         "object that a model may use. Fill quality by split (the fill `score`, in [0, 1], 1 where these "
         "no-reference measures cannot tell the fill from the photo; the share of fills under the poor score):\n\n"
         + "\n".join(lines)
     )
+
+
+def no_background_lines(configs: list[ConfigSummary], parts: PartsSummary | None) -> list[str]:
+    """How many parts have no background of their own: from the parts manifest's issue counts, else
+    from each config's validation of its parts; nothing where neither records it."""
+    if parts is not None:
+        by_reason = (parts.manifest.get("errors") or {}).get("by_reason") or {}
+        count = by_reason.get("no-background", 0)
+        return [f"- {PARTS_CONFIG}: {count} of {parts.num_samples()} parts have no background of their own"]
+    lines = []
+    for c in configs:
+        splits = ((c.validation or {}).get("fill_quality") or {}).get("splits") or {}
+        counted = {split: f for split, f in sorted(splits.items()) if isinstance(f.get("no_background"), int)}
+        lines += [
+            f"- {c.name}/{split}: {f['no_background']} of its {f['parts']} parts have no background of their own"
+            for split, f in counted.items()
+        ]
+    return lines
+
+
+def fallback_lines(configs: list[ConfigSummary], parts: PartsSummary | None) -> list[str]:
+    """The share of parts filled by a fallback inpainter (PatchMatch's Telea), from the parts manifest,
+    and per config split (from its validation of its parts) that share and the median fill score per
+    bin of the paper's size score: large objects leave little of the photo to fill from."""
+    lines = []
+    if parts is not None and parts.num_samples():
+        by_reason = (parts.manifest.get("errors") or {}).get("by_reason") or {}
+        count = by_reason.get("inpaint-fallback", 0)
+        lines.append(
+            f"- {PARTS_CONFIG}: {count} of {parts.num_samples()} parts ({count / parts.num_samples():.1%}) "
+            "filled by a fallback inpainter (Telea, where PatchMatch had under 1% of the photo to copy from)"
+        )
+    for c in configs:
+        splits = ((c.validation or {}).get("fill_quality") or {}).get("splits") or {}
+        for split, f in sorted(splits.items()):
+            if not isinstance(f.get("fallback_share"), (int, float)) or not isinstance(f.get("by_size_score"), list):
+                continue
+            bins = "; ".join(
+                f"{b['bin']}: {b['parts']} parts, fallback {b['fallback_share']:.0%}, median score "
+                + ("n/a" if b.get("score_median") is None else f"{b['score_median']:.2f}")
+                for b in f["by_size_score"]
+                if isinstance(b, dict)
+            )
+            lines.append(
+                f"- {c.name}/{split}: {f['fallback_share']:.1%} of its parts filled by a fallback inpainter; "
+                f"by the size score of their photos: {bins}"
+            )
+    return lines
 
 
 def creation_sections(configs: list[ConfigSummary], parts: PartsSummary | None) -> list[str]:

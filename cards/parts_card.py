@@ -102,6 +102,7 @@ def parts_features():
                     "tool_version": text,
                 },
                 "fill_scores": {name: Value("float64") for name in SCORE_NAMES},
+                "background_status": text,
             },
             "mask.png": Image(),
         }

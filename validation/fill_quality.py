@@ -34,7 +34,7 @@ from builder.formats.fill_scores import (
     check_fill_scores,
     summarise_fill_scores,
 )
-from builder.formats.parts import decode_canvas, decode_mask
+from builder.formats.parts import BACKGROUND_OWN, background_status, decode_canvas, decode_mask
 from validation.integrity.results import DECODE_ERRORS, failure
 
 WORST_COUNT = 12  # parts on the worst-fills sheet
@@ -47,6 +47,9 @@ SHARES = (
     ("poor_score", "score", "<", POOR_SCORE),
 )
 SCORE_FORMULA = "score = min(1, texture) x min(1, 1/seam) / (1 + step)"
+# the bins of the paper's size score (mean box area over photo area) the fills are reported by: large
+# objects leave little of the photo to fill from (ImageNet val's mean size score is 0.418)
+SIZE_BINS = (0.1, 0.25, 0.5, 0.75)
 NO_SCORES_NOTE = f"no part has fill scores (nothing was filled, or parts of schema 1): no {WORST_FILLS}"
 _PIXEL_MEMBERS = ("canvas.npy", "fill.png", "erase.png")
 
@@ -69,6 +72,7 @@ class ScoredPart:
     scores: dict[str, float]
     shard: str
     locations: tuple[tuple[str, int, int], ...]  # (member, data offset, size) of the pixel members
+    has_background: bool = True  # False: `background_status` "none", a fill made from nothing (#46)
 
     @property
     def rank(self) -> tuple[float, str, str]:
@@ -80,6 +84,7 @@ class ScoredPart:
             "key": self.key,
             "class_name": self.class_name,
             **{name: self.scores[name] for name in SCORE_NAMES},
+            "no_background": not self.has_background,
         }
 
 
@@ -112,15 +117,68 @@ class FillQuality:
         }
 
 
-def _split_figures(scored: list[dict[str, float]], unscored: int, invalid: int) -> dict:
+def size_score(meta: Mapping) -> float | None:
+    """The paper's size score of a part's photo (validation.scores: the mean over its boxes of the
+    box's area over the photo's, raw VOC corners), or None when its json does not give one."""
+    try:
+        width, height = float(meta["width"]), float(meta["height"])
+        areas = [(float(b["x1"]) - float(b["x0"])) * (float(b["y1"]) - float(b["y0"])) for b in meta["boxes"]]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not areas or not (width > 0 and height > 0) or not all(math.isfinite(a) for a in areas):
+        return None
+    return sum(areas) / len(areas) / (width * height)
+
+
+def size_bin(score: float | None) -> str:
+    """The name of the size-score bin `score` falls in (`unknown` without one)."""
+    if score is None:
+        return "unknown"
+    edges = (0.0, *SIZE_BINS)
+    for low, high in zip(edges, (*SIZE_BINS, None)):
+        if high is None or score < high:
+            return f"{low:.2f}-{high:.2f}" if high is not None else f"{low:.2f}+"
+    raise AssertionError("unreachable")
+
+
+@dataclass
+class SizeBin:
+    """The fills of the parts whose photos fall in one size-score bin."""
+
+    parts: int = 0
+    fallbacks: int = 0  # filled by another inpainter than the one asked for (`inpaint_fallback`)
+    no_background: int = 0
+    scores: list[float] = field(default_factory=list)
+
+    def to_json(self, name: str) -> dict:
+        scored = len(self.scores)
+        return {
+            "bin": name,
+            "parts": self.parts,
+            "fallbacks": self.fallbacks,
+            "fallback_share": round(self.fallbacks / self.parts, 4),
+            "no_background": self.no_background,
+            "scored": scored,
+            "score_median": round(float(np.median(self.scores)), 4) if scored else None,
+            "share_poor_score": round(sum(v < POOR_SCORE for v in self.scores) / scored, 4) if scored else None,
+        }
+
+
+def bin_order(name: str) -> tuple[float, str]:
+    return (float("inf"), name) if name == "unknown" else (float(name.split("-")[0].rstrip("+")), name)
+
+
+def _split_figures(scored: list[dict[str, float]], unscored: int, invalid: int, no_background: int) -> dict:
     """The summary the manifest records (the same function extract uses) with the shares past each
-    threshold and the count of parts whose scores are invalid."""
+    threshold, the count of parts whose scores are invalid and of parts with no background of their
+    own."""
     summary = summarise_fill_scores([*scored, *([None] * unscored)])
     figures: dict = {
         "parts": len(scored) + unscored + invalid,
         "scored": len(scored),
         "unscored": unscored,
         "invalid": invalid,
+        "no_background": no_background,
     }
     for name in SCORE_NAMES:
         figures[name] = summary[name]
@@ -196,16 +254,28 @@ def measure_fill_quality(parts_dir: Path, only: set[str] | None = None, count: i
     worst: list[ScoredPart] = []
     for split in sorted(manifest.splits):
         scored: list[dict[str, float]] = []
-        unscored = invalid = 0
+        unscored = invalid = no_background = fallbacks = 0
+        bins: dict[str, SizeBin] = {}
         for filename in manifest.splits[split].filenames:
             found: list[ScoredPart] = []
             for key, meta, locations in _shard_parts(parts_dir / filename, split, quality.rows):
                 try:
+                    own = background_status(meta) == BACKGROUND_OWN
                     scores = check_fill_scores(meta.get("fill_scores"), "json")
                 except ValueError as exc:
                     quality.rows.append(failure("fill-scores", str(exc), split, filename, key))
                     invalid += 1
                     continue
+                no_background += not own
+                provenance = meta.get("provenance")
+                fell_back = isinstance(provenance, dict) and provenance.get("inpaint_fallback") is not None
+                fallbacks += fell_back
+                size = bins.setdefault(size_bin(size_score(meta)), SizeBin())
+                size.parts += 1
+                size.fallbacks += fell_back
+                size.no_background += not own
+                if scores is not None:
+                    size.scores.append(scores["score"])
                 if scores is None:
                     unscored += 1
                     continue
@@ -213,10 +283,13 @@ def measure_fill_quality(parts_dir: Path, only: set[str] | None = None, count: i
                 if only is None or key in only:
                     name = meta.get("class_name")
                     name = name if isinstance(name, str) else str(meta.get("wnid", ""))
-                    found.append(ScoredPart(split, key, name, scores, filename, locations))
+                    found.append(ScoredPart(split, key, name, scores, filename, locations, own))
             quality.candidates += len(found)
             worst = sorted([*worst, *found], key=lambda part: part.rank)[:count]
-        figures = _split_figures(scored, unscored, invalid)
+        figures = _split_figures(scored, unscored, invalid, no_background)
+        figures["fallbacks"] = fallbacks
+        figures["fallback_share"] = round(fallbacks / figures["parts"], 4) if figures["parts"] else None
+        figures["by_size_score"] = [bins[name].to_json(name) for name in sorted(bins, key=bin_order)]
         recomputed = figures.pop("recomputed_summary")
         quality.splits[split] = figures
         recorded = manifest.splits[split].fill_scores
@@ -306,11 +379,24 @@ def summary_lines(fill: dict) -> list[str]:
             f"{score} {op} {threshold}: {_share(figures[f'share_{share}'])}" for share, score, op, threshold in SHARES
         )
         invalid = f", {figures['invalid']} invalid" if figures["invalid"] else ""
+        if figures.get("no_background"):
+            invalid += f", {figures['no_background']} with no background of their own"
+        fallbacks = ""
+        if figures.get("fallback_share") is not None:
+            fallbacks = f"; {figures['fallbacks']} filled by a fallback inpainter ({_share(figures['fallback_share'])})"
         lines.append(
             f"fill scores ({split}): {figures['scored']} scored, {figures['unscored']} unscored{invalid}; "
             f"median [p10, p90]: {scores}; {shares}; manifest summary "
-            f"{_manifest_word(fill['manifest_summary'].get(split, {}))}"
+            f"{_manifest_word(fill['manifest_summary'].get(split, {}))}{fallbacks}"
         )
+    for split, figures in fill["splits"].items():
+        bins = "; ".join(
+            f"{b['bin']}: {b['parts']} parts, fallback {_share(b['fallback_share'])}, "
+            f"median score {_fmt(b['score_median'])}"
+            for b in figures.get("by_size_score", [])
+        )
+        if bins:
+            lines.append(f"fill by size score ({split}): {bins}")
     if fill["worst"]:
         names = ", ".join(f"{part['key']} ({part['score']:.3f})" for part in fill["worst"][:3])
         where = fill["sheet"] or "not drawn"
@@ -335,7 +421,9 @@ def markdown_section(fill: dict) -> list[str]:
         "border over the ring's (about 1 when invisible, above when an edge runs around it), step the "
         "colour jump across the border over the ring's colour spread (0 when the colours meet); "
         f"{SCORE_FORMULA}, in [0, 1], higher is better. Poor: texture < {thresholds['texture_low']}, "
-        f"seam > {thresholds['seam_high']}, score < {thresholds['poor_score']}.",
+        f"seam > {thresholds['seam_high']}, score < {thresholds['poor_score']}. A part with no background of "
+        "its own had its whole photo erased: its background is a fill made from nothing (compose uses it as "
+        "no other image's background unless its spec says so).",
         "",
     ]
     header = [
@@ -344,6 +432,8 @@ def markdown_section(fill: dict) -> list[str]:
         "scored",
         "unscored",
         "invalid",
+        "no background",
+        "fallbacks",
         f"texture < {thresholds['texture_low']}",
         f"seam > {thresholds['seam_high']}",
         f"score < {thresholds['poor_score']}",
@@ -358,6 +448,8 @@ def markdown_section(fill: dict) -> list[str]:
                 figures["scored"],
                 figures["unscored"],
                 figures["invalid"],
+                figures.get("no_background", 0),
+                f"{figures.get('fallbacks', 0)} ({_share(figures.get('fallback_share'))})",
                 *(_share(figures[f"share_{share}"]) for share, _, _, _ in SHARES),
                 _manifest_word(fill["manifest_summary"].get(split, {})),
             ]
@@ -370,6 +462,29 @@ def markdown_section(fill: dict) -> list[str]:
             q = figures[name] or {}
             quantile_rows.append([split, name, *(_fmt(q.get(k)) for k in ("median", "p10", "p90"))])
     lines += markdown.table_lines(["split", "score", "median", "p10", "p90"], quantile_rows)
+    size_rows = [
+        [
+            split,
+            b["bin"],
+            b["parts"],
+            f"{b['fallbacks']} ({_share(b['fallback_share'])})",
+            b["no_background"],
+            _fmt(b["score_median"]),
+            _share(b["share_poor_score"]),
+        ]
+        for split, figures in fill["splits"].items()
+        for b in figures.get("by_size_score", [])
+    ]
+    if size_rows:
+        lines += [
+            "",
+            "By the paper's size score of each part's photo (mean box area over photo area): large objects "
+            "leave little of the photo to fill from. Fallbacks: parts filled by another inpainter than the one "
+            "asked for (PatchMatch's Telea fallback, `inpaint-fallback`).",
+            "",
+        ]
+        header = ["split", "size score", "parts", "fallbacks", "no background", "median score"]
+        lines += markdown.table_lines([*header, f"score < {thresholds['poor_score']}"], size_rows)
     for split, entry in fill["manifest_summary"].items():
         if entry.get("differences"):
             lines += [
@@ -394,7 +509,7 @@ def markdown_section(fill: dict) -> list[str]:
                     n,
                     part["split"],
                     markdown.code(part["key"]),
-                    part["class_name"],
+                    part["class_name"] + (" (no background)" if part.get("no_background") else ""),
                     *(f"{part[name]:.3f}" for name in SCORE_NAMES),
                 ]
                 for n, part in enumerate(fill["worst"], 1)

@@ -370,7 +370,8 @@ def worst_fills_sheet(shown, title: str, out_path: Path, columns: int = 4, tile:
         y = top + tile + 4
         name = f"{n + 1}. {part.key}"
         draw.text((x, y), fit_text(draw, name, tile, font), fill=TEXT_COLOUR, font=font)
-        draw.text((x, y + line), fit_text(draw, part.class_name, tile, font), fill=TEXT_COLOUR, font=font)
+        label = part.class_name if part.has_background else f"{part.class_name} (no background)"
+        draw.text((x, y + line), fit_text(draw, label, tile, font), fill=TEXT_COLOUR, font=font)
         _draw_scores(draw, (x, y + 2 * line), part.scores, ("score", "texture"), font)
         _draw_scores(draw, (x, y + 3 * line), part.scores, ("seam", "step"), font)
     return _save_png(sheet, out_path)

@@ -10,9 +10,13 @@ fill as made, and the full-resolution background takes the upscaled fill on ever
 `full` fills at the native resolution; a number N fills at an N-px short side (never enlarged).
 
 Determinism: each image is seeded from its source id (sha256), so its fill depends on nothing else:
-not its batch, the worker count or the runner. Where too few source pixels are left to copy from
-(the package refuses a mask covering the whole image, and a sliver of source only tiles itself),
-the image is filled by Telea instead and the fallback is returned, for extract to record.
+not its batch, the worker count or the runner. Where the library cannot fill a hole (under
+`min_source_fraction` of the working image is left, or the known band is thinner than its coarse
+pyramid levels' blocks and it refuses "mask covers the entire image"), the band fill
+(`builder.backends.band_fill`: a pyramid capped to what the band survives, started from a smooth
+fill) fills it from the band's patches, as long as `band_min_source` of the working image is known
+(counted before the rim is grown when the grown rim would leave less). Under that, the image is
+filled by Telea instead and the fallback is returned, for extract to record.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from importlib.metadata import version
 import cv2
 import numpy as np
 
+from builder.backends.band_fill import MIN_SOURCE_PATCHES, fill_from_band
 from builder.backends.base import BackendInfo, FilledImage, Inpainter, InpaintFallback
 from builder.backends.classical import TeleaInpainter
 from builder.backends.registry import from_setting, register_backend
@@ -55,8 +60,10 @@ def parse_scale(value: str | int) -> str | int:
 class PatchMatchConfig:
     scale: str | int = from_setting("inpaint_scale", "canvas")
     patch_size: int = from_setting("patchmatch_patch_size", 5)  # odd side of the patches compared
-    # fall back to Telea when less of the working image than this is left to copy from
+    # the library's pyramid only where at least this much of the working image is left to copy from
     min_source_fraction: float = from_setting("patchmatch_min_source", 0.05)
+    # the band fill where the library cannot fill, down to this much known; Telea under it
+    band_min_source: float = 0.01
     telea_radius: int = from_setting("telea_radius", 3)  # the fallback's radius
     # patchmatch-cython's quality knobs (see `inpaint_pyramid`), chosen from the fill-quality table
     # of benchmarks/fill_quality.py (docs/backends.md)
@@ -83,6 +90,10 @@ class PatchMatchConfig:
         if not 0 <= self.min_source_fraction < 1:
             raise ConfigError(
                 f"--patchmatch-min-source must be a fraction from 0 to below 1, got {self.min_source_fraction!r}"
+            )
+        if not (isinstance(self.band_min_source, (int, float)) and 0 < self.band_min_source < 1):
+            raise ConfigError(
+                f"patchmatch band_min_source must be a fraction above 0 and below 1, got {self.band_min_source!r}"
             )
 
 
@@ -111,6 +122,7 @@ class PatchMatchInpainter(Inpainter):
                 "scale": self.config.scale,
                 "patch_size": self.config.patch_size,
                 "min_source_fraction": self.config.min_source_fraction,
+                "band_fill": {"min_source": self.config.band_min_source, "min_source_patches": MIN_SOURCE_PATCHES},
                 "em_loops": self.config.em_loops,
                 "hole_refine": self.config.hole_refine,
                 "edge_weighted": self.config.edge_weighted,
@@ -152,29 +164,39 @@ class PatchMatchInpainter(Inpainter):
         else:
             work_image, work_mask = image, mask
         source = 1.0 - float(work_mask.mean())
-        if source < self.config.min_source_fraction:
-            return (
-                f"{source:.1%} of the {work_w}x{work_h} working image is left outside the mask, "
-                f"under the {self.config.min_source_fraction:.0%} PatchMatch needs"
-            )
         c = self.config
-        try:
-            filled = inpaint_pyramid(
-                work_image,
-                work_mask,
-                patch_size=c.patch_size,
-                solver_class=CythonSolver,
-                seed=seed,
-                em_loops=c.em_loops,
-                edge_weighted=c.edge_weighted,
-                poisson_blend=c.poisson_blend,
-                hole_refine=c.hole_refine,
-                mask_feather=c.mask_feather,
+        filled = None
+        if source < c.min_source_fraction:
+            refused = (
+                f"{source:.1%} of the {work_w}x{work_h} working image is left outside the mask, "
+                f"under the {c.min_source_fraction:.0%} the library's pyramid needs"
             )
-        except ValueError as exc:
-            if "mask covers the entire image" not in str(exc):
-                raise
-            return f"patchmatch: {exc} ({source:.1%} of the {work_w}x{work_h} working image is outside the mask)"
+        else:
+            try:
+                filled = inpaint_pyramid(
+                    work_image,
+                    work_mask,
+                    patch_size=c.patch_size,
+                    solver_class=CythonSolver,
+                    seed=seed,
+                    em_loops=c.em_loops,
+                    edge_weighted=c.edge_weighted,
+                    poisson_blend=c.poisson_blend,
+                    hole_refine=c.hole_refine,
+                    mask_feather=c.mask_feather,
+                )
+            except ValueError as exc:
+                if "mask covers the entire image" not in str(exc):
+                    raise
+                refused = f"patchmatch: {exc} ({source:.1%} of the {work_w}x{work_h} working image is outside the mask)"
+        if filled is None:
+            if resized and source < c.band_min_source:
+                work_mask = area  # a band the grown rim would eat: the rim is left as it is
+                source = 1.0 - float(work_mask.mean())
+            if source < c.band_min_source:
+                return f"{refused}; under the {c.band_min_source:.0%} the band fill needs"
+            filled = fill_from_band(work_image, work_mask, c.patch_size, seed, c.telea_radius, c.poisson_blend)
+            assert filled is not None  # some pixel is known
         # what the library wrote: its mask (it leaves the rest as given; compared, not assumed)
         work_replaced = work_mask | (filled != work_image).any(axis=-1)
         if not resized:

@@ -10,6 +10,11 @@ its object is still pasted on the (kept) backgrounds of others. A part whose `fi
 had nothing to score (nothing was filled) and is kept. Parts without fill scores (schema 1) and
 parts whose scores are not four finite numbers are refused before planning (builder.compose.stage).
 Without `min_fill` every background is kept and the plan is the one it always was.
+
+A part with no background of its own (`background_status` "none": the erase mask covered the whole
+photo, its background is a fill made from nothing) donates no random or paired background unless
+the spec's `no_background_donors` says so (--paper-exact does, as the paper kept every part); its
+own-background (O) composites are kept either way, and its object is pasted on others' backgrounds.
 """
 
 from __future__ import annotations
@@ -47,6 +52,12 @@ def background_kept(spec: VariantSpec, ref: PartsRef) -> bool:
     return spec.min_fill is None or ref.fill_score is None or ref.fill_score >= spec.min_fill
 
 
+def donor_kept(spec: VariantSpec, ref: PartsRef) -> bool:
+    """Whether `ref`'s background may be another image's random or paired background: kept under
+    `min_fill`, and a background of its own unless the spec takes those without (`no_background_donors`)."""
+    return background_kept(spec, ref) and (ref.has_background or spec.no_background_donors)
+
+
 def own_background_kinds(spec: VariantSpec, ref: PartsRef, kinds: Sequence[str]) -> tuple[list[str], tuple[str, ...]]:
     """(kinds planned, kinds dropped) of an image: `original` is dropped when its background is not kept."""
     if background_kept(spec, ref):
@@ -71,7 +82,8 @@ def plan_standard_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -
     for split in splits:
         refs = index[split]
         by_key = {ref.key: ref for ref in refs}
-        kept = None if spec.min_fill is None else [(r.class_index, r.key) for r in refs if background_kept(spec, r)]
+        donors = [(r.class_index, r.key) for r in refs if donor_kept(spec, r)]
+        kept = None if len(donors) == len(refs) else donors  # None: the donors are the receivers
         foreign = (
             assign_foreign_donors([(ref.class_index, ref.key) for ref in refs], spec.seed, spec.donors, kept)
             if "random" in spec.backgrounds

@@ -41,6 +41,7 @@ PAPER_EXACT = {
     "donors": "per-class",
     "corner_draw": "per-composite",
     "size_rounding": "truncate",
+    "no_background_donors": True,
 }
 LIST_FIELDS = ("sizes", "positions", "backgrounds", "splits")
 
@@ -126,6 +127,9 @@ class VariantSpec:
     holdout: HoldoutSpec | None = field(default=None)
     # keep only backgrounds (own and donors) whose fill score is at least this (see planning.py)
     min_fill: float | None = None
+    # parts with no background of their own (the erase mask covered the photo) as foreign-background
+    # donors too (the paper's way, --paper-exact); by default they donate none (see planning.py)
+    no_background_donors: bool = False
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -149,6 +153,8 @@ class VariantSpec:
             del data["size_rounding"]
         if self.min_fill is None:  # absent unless asked for, as holdout
             del data["min_fill"]
+        if not self.no_background_donors:  # absent unless asked for, as holdout
+            del data["no_background_donors"]
         if self.holdout is None:
             del data["holdout"]
         else:
@@ -239,6 +245,8 @@ def _validate(spec: VariantSpec) -> None:
         isinstance(spec.min_fill, float) and math.isfinite(spec.min_fill) and 0.0 <= spec.min_fill <= 1.0
     ):
         _fail("min_fill", f"must be a fill score in [0, 1] (e.g. 0.3), got {spec.min_fill!r:.40}")
+    if not isinstance(spec.no_background_donors, bool):
+        _fail("no_background_donors", f"must be true or false, got {spec.no_background_donors!r:.40}")
     if spec.min_fill is not None and not set(spec.backgrounds) & {"original", "random", "paired"}:
         _fail("min_fill", f"filters inpainted backgrounds, and {list(spec.backgrounds)} uses none")
     if spec.subset is None:

@@ -33,6 +33,9 @@ REASONS: dict[str, str] = {
     # the inpainter could not fill an image itself (PatchMatch with too few source pixels): another
     # filled it, named in the part's provenance
     "inpaint-fallback": "converted",
+    # the erase mask covered the whole photo: nothing of its own to fill from; the part is kept with
+    # background_status "none" (compose uses it as no foreign background unless its spec says so)
+    "no-background": "reported",
     # listing: names and files that cannot be read safely
     "unsafe-image-id": "skipped",
     "not-a-regular-file": "skipped",

@@ -36,6 +36,8 @@ from builder.core.shard_write import ShardWriter
 from builder.extract.images import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image
 from builder.formats.fill_scores import canvas_mask, score_fill
 from builder.formats.parts import (
+    BACKGROUND_NONE,
+    BACKGROUND_OWN,
     PARTS_CANVAS_FILTER,
     PARTS_CANVAS_SIZE,
     PARTS_SCHEMA_VERSION,
@@ -218,6 +220,7 @@ def parts_metadata_of(
     config: ExtractConfig,
     backends: dict,
     fallback: InpaintFallback | None = None,
+    background_status: str = BACKGROUND_OWN,
 ) -> dict:
     height, width = image.shape[:2]
     crop_box = config.crop_region(boxes[object_index], width, height) if config.crop_margin else None
@@ -235,7 +238,14 @@ def parts_metadata_of(
         object_box_rule=config.object_box,
         conversions=conversions,
         provenance=provenance,
+        background_status=background_status,
     )
+
+
+NO_BACKGROUND_DETAIL = (
+    "the erase mask covers the whole photo: nothing of its own is left to fill from; kept with "
+    'background_status "none" (compose takes it as no foreign background unless its spec says so)'
+)
 
 
 @dataclass
@@ -306,10 +316,17 @@ def extract_batch(
         fallback = filled.fallback
         x0, y0, x1, y1 = region  # the object box, or the box and its margin
         window = (slice(y0, y1 + 1), slice(x0, x1 + 1))
+        # nothing of the photo outside the erase mask: a fill made from nothing, said so (#46)
+        status = BACKGROUND_NONE if erase.all() else BACKGROUND_OWN
         meta = parts_metadata_of(
-            item.record, item.image, item.boxes, index, item.conversions, config, backends, fallback
+            item.record, item.image, item.boxes, index, item.conversions, config, backends, fallback, status
         )
-        notes = [] if fallback is None else [Issue(item.record.image_id, fallback.reason, fallback.detail, "extract")]
+        if status == BACKGROUND_NONE:
+            notes = [Issue(item.record.image_id, "no-background", NO_BACKGROUND_DETAIL, "extract")]
+        elif fallback is not None:
+            notes = [Issue(item.record.image_id, fallback.reason, fallback.detail, "extract")]
+        else:
+            notes = []
         raw.append(
             RawParts(
                 item.record.image_id,

@@ -17,7 +17,9 @@ Members of one parts sample (key = source image id):
                   decode costs as much as five JPEG encodes of the composites
   json            metadata (see `parts_metadata`), sorted keys; schema 2 adds `fill_scores`, the
                   no-reference scores of the fill on the canvas (`builder.formats.fill_scores`;
-                  null when nothing was filled)
+                  null when nothing was filled); `background_status` "none" when the erase mask
+                  covered the whole photo, so nothing of its own was left to fill from (#46; absent,
+                  read as "own", for every part with a background of its own, so those keep their bytes)
   cls             ImageNet class index 0-999 as ASCII digits
 """
 
@@ -43,6 +45,10 @@ PARTS_SCHEMA_VERSION = 2
 # Schema 1 (no fill mask, no fill scores) is still read: its fill is its erase mask.
 PARTS_MEMBERS_V1 = ("background.png", "canvas.npy", "cls", "crop.png", "erase.png", "json", "mask.png")
 PARTS_MEMBERS = tuple(sorted((*PARTS_MEMBERS_V1, "fill.png")))
+# A part's background: its own photo's, filled ("own"), or none of its own (the erase mask covered
+# the whole frame: background.png is a fill made from nothing, kept so paper-exact compose can use it)
+BACKGROUND_OWN, BACKGROUND_NONE = "own", "none"
+BACKGROUND_STATUSES = (BACKGROUND_OWN, BACKGROUND_NONE)
 # The canvas.npy member: the background exactly as compose would resize it for this canvas.
 PARTS_CANVAS_SIZE = 224
 PARTS_CANVAS_FILTER = "bicubic"
@@ -127,6 +133,7 @@ def parts_metadata(
     provenance: dict,
     crop_box: Sequence[int] | None = None,
     fill_scores: dict | None = None,
+    background_status: str = BACKGROUND_OWN,
 ) -> dict:
     """The `json` member of one parts sample (`boxes` are the image's boxes after clipping;
     `crop_box`, inclusive corners, only when crop.png holds more than the object box; the class
@@ -150,7 +157,18 @@ def parts_metadata(
     }
     if crop_box is not None:  # absent otherwise: parts without a margin keep their bytes
         meta["crop_box"] = [int(v) for v in crop_box]
+    if background_status != BACKGROUND_OWN:  # absent otherwise: parts with a background keep their bytes
+        meta["background_status"] = background_status
     return meta
+
+
+def background_status(meta: dict) -> str:
+    """A part's `background_status` ("own" when absent: parts before #46 and every part with a
+    background of its own); ValueError for any other value."""
+    status = meta.get("background_status", BACKGROUND_OWN)
+    if status not in BACKGROUND_STATUSES:
+        raise ValueError(f"background_status must be one of {', '.join(BACKGROUND_STATUSES)}, got {status!r:.40}")
+    return status
 
 
 def stored_crop_box(meta: dict) -> tuple[int, int, int, int]:

@@ -29,7 +29,14 @@ from builder.core.shard_read import (
     tar_members,
 )
 from builder.formats.fill_scores import SCORE_NAMES, check_fill_scores
-from builder.formats.parts import decode_mask, decode_png_checked, object_window, stored_crop_box
+from builder.formats.parts import (
+    BACKGROUND_NONE,
+    background_status,
+    decode_mask,
+    decode_png_checked,
+    object_window,
+    stored_crop_box,
+)
 
 NEEDED_MEMBERS = ("crop.png", "mask.png", "background.png")
 OPTIONAL_MEMBERS = ("canvas.npy",)  # the background pre-resized by extract (see builder.parts)
@@ -56,6 +63,8 @@ class PartsRef:
     fill_scores: tuple[float, ...] | None = None
     fill_recorded: bool = False
     fill_problem: str | None = None
+    # False for a part with no background of its own (parts json `background_status` "none", #46)
+    has_background: bool = True
 
     @property
     def fill_score(self) -> float | None:
@@ -151,6 +160,7 @@ def index_parts_shard(
                 raise ValueError(f"class_index {class_index} does not match {wnid}")
             window = object_window(meta)
             fill_scores, fill_recorded, fill_problem = read_fill_scores(meta, f"{path.name}: {key}.json")
+            has_background = background_status(meta) != BACKGROUND_NONE
             crop_size = None
             if window is not None:
                 cx0, cy0, cx1, cy1 = stored_crop_box(meta)
@@ -183,6 +193,7 @@ def index_parts_shard(
                 fill_scores,
                 fill_recorded,
                 fill_problem,
+                has_background,
             )
         )
     return refs, issues

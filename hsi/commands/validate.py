@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--parts",
         help="the parts folder the dataset was composed from (or the extract --out folder holding it, a "
-        "release folder made with `hsi release --parts`, or hf://datasets/ORG/NAME@REVISION, as "
+        "release folder made with `hsi release --parts`, hf://datasets/ORG/NAME@REVISION or s3://..., as "
         "`hsi compose --parts` takes them): enables the pixel checks of objects and backgrounds, the fill-quality "
         "figures and the parts previews; alone (no DATASET, --scores or --boxes) validates the parts folder itself",
     )

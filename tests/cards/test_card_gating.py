@@ -103,6 +103,44 @@ def test_the_bias_section_summarises_the_fill_quality(tmp_path):
     assert f"- {NAME}/val: median score {median:.3f}, " in bias
     assert f"under {fills['poor_score']}" in bias
     assert "- parts: the fill scores of every part are in its section above" in bias
+    assert "- parts: 0 of 4 parts have no background of their own" in bias
+    assert "- parts: 0 of 4 parts (0.0%) filled by a fallback inpainter" in bias
+    assert 'its part\n  has no background of its own (`background_status` "none"' in bias  # the limitation
+
+
+def test_the_card_counts_parts_with_no_background_from_the_parts_or_the_validation():
+    from cards.datasheet import no_background_lines
+    from cards.parts_card import PartsSummary
+    from cards.summary import ConfigSummary
+
+    parts = PartsSummary({"splits": {"val": {"num_samples": 9}}, "errors": {"by_reason": {"no-background": 2}}})
+    assert no_background_lines([], parts) == ["- parts: 2 of 9 parts have no background of their own"]
+    validated = {"fill_quality": {"splits": {"val": {"parts": 7, "no_background": 3}, "test": {"parts": 5}}}}
+    config = ConfigSummary(NAME, {"splits": {}}, validated)
+    assert no_background_lines([config], None) == [f"- {NAME}/val: 3 of its 7 parts have no background of their own"]
+    assert no_background_lines([ConfigSummary(NAME, {"splits": {}}, {})], None) == []
+
+
+
+def test_the_card_reports_the_fallback_share_and_the_fill_scores_per_size_score_bin():
+    from cards.datasheet import fallback_lines
+    from cards.parts_card import PartsSummary
+    from cards.summary import ConfigSummary
+
+    parts = PartsSummary({"splits": {"val": {"num_samples": 8}}, "errors": {"by_reason": {"inpaint-fallback": 2}}})
+    assert fallback_lines([], parts) == [
+        "- parts: 2 of 8 parts (25.0%) filled by a fallback inpainter (Telea, where PatchMatch had under 1% of "
+        "the photo to copy from)"
+    ]
+    bins = [
+        {"bin": "0.00-0.10", "parts": 3, "fallback_share": 0.0, "score_median": 0.61},
+        {"bin": "0.75+", "parts": 2, "fallback_share": 0.5, "score_median": None},
+    ]
+    validated = {"fill_quality": {"splits": {"val": {"fallback_share": 0.2, "by_size_score": bins}}}}
+    assert fallback_lines([ConfigSummary(NAME, {"splits": {}}, validated)], None) == [
+        f"- {NAME}/val: 20.0% of its parts filled by a fallback inpainter; by the size score of their photos: "
+        "0.00-0.10: 3 parts, fallback 0%, median score 0.61; 0.75+: 2 parts, fallback 50%, median score n/a"
+    ]
 
 
 def reseal_card(folder, text: str) -> None:

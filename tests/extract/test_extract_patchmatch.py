@@ -1,5 +1,5 @@
 """`hsi extract --inpainter patchmatch` end to end: the same bytes across runs and worker counts, the
-photo's own pixels outside the erase mask, a recorded Telea fallback where boxes cover the photo,
+photo's own pixels outside the erase mask, a part with no background of its own where boxes cover the photo,
 and parts that compose and validate take unchanged. (The Ray runner: tests/core/test_ray_runner.py.)"""
 
 import json
@@ -81,15 +81,18 @@ def test_every_part_has_fill_scores_and_the_manifest_summarises_them(runs):
     assert summary["share_below_poor_score"] == round(below, 4)
 
 
-def test_a_photo_its_boxes_cover_is_filled_by_telea_with_a_row_and_in_its_provenance(runs):
-    rows = [row for row in error_rows(runs / "one" / "parts") if row["reason"] == "inpaint-fallback"]
-    assert [(row["image_id"], row["action"]) for row in rows] == [(COVERED, "converted")]
-    assert "filled by telea" in rows[0]["detail"]
-    (covered,) = (p for p in iter_parts(runs / "one" / "parts") if p.key == COVERED)
-    fallback = covered.meta["provenance"]["inpaint_fallback"]
+def test_a_photo_its_boxes_cover_has_no_background_of_its_own_said_in_a_row_and_its_json(runs):
+    rows = [row for row in error_rows(runs / "one" / "parts") if row["reason"] in ("inpaint-fallback", "no-background")]
+    assert [(row["image_id"], row["reason"], row["action"]) for row in rows] == [(COVERED, "no-background", "reported")]
+    assert 'background_status "none"' in rows[0]["detail"]
+    parts = {p.key: p for p in iter_parts(runs / "one" / "parts")}
+    covered = parts.pop(COVERED)
+    assert covered.meta["background_status"] == "none"
+    assert all("background_status" not in part.meta for part in parts.values())  # absent: their own
+    fallback = covered.meta["provenance"]["inpaint_fallback"]  # its pixels: Telea's, from nothing
     assert fallback["reason"] == "inpaint-fallback" and fallback["inpainter"]["name"] == "telea"
     manifest = json.loads((runs / "one" / "parts" / "_info.json").read_text())
-    assert manifest["errors"]["by_reason"] == {"inpaint-fallback": 1}
+    assert manifest["errors"]["by_reason"] == {"no-background": 1}
     assert manifest["backends"]["inpainter"]["params"]["scale"] == "canvas"
 
 

@@ -96,7 +96,7 @@ def test_distribution_matches_the_figures_computed_by_hand(tmp_path, capsys):
     assert "fill scores (val): 4 scored, 2 unscored; median [p10, p90]: texture 0.375 [0.145, 0.850]" in printed
     assert "texture < 0.3: 50.0%, seam > 1.5: 50.0%, score < 0.5: 75.0%; manifest summary agrees" in printed
     md = (out / "validation.md").read_text()
-    assert "| val | 6 | 4 | 2 | 0 | 50.0% | 50.0% | 75.0% | agrees |" in md
+    assert "| val | 6 | 4 | 2 | 0 | 0 | 0 (0.0%) | 50.0% | 50.0% | 75.0% | agrees |" in md
     assert "| val | score | 0.300 | 0.200 | 0.680 |" in md
 
 
@@ -148,3 +148,73 @@ def test_a_composed_dataset_shows_the_worst_fills_of_its_own_sources(tmp_path, c
     assert report["fill_quality"]["worst_from"] == {"scored": 4, "own_sources_only": True}
     assert "previews/worst_fills.png" in report["previews"]
     assert {key for key, _ in iter_shard(parts / "val-00001.tar")} >= {images[2].source_id}
+
+
+def test_parts_with_no_background_of_their_own_are_counted_listed_and_marked_on_the_sheet(tmp_path, capsys):
+    from parts_factory import rewrite_parts
+
+    images = fake_images(WNIDS, per_class=3)
+    covered = images[2].source_id
+    parts = tmp_path / "parts"
+    write_parts(parts, {"val": images}, shard_size=4)
+
+    def erase_all(key, meta, members):
+        if key == covered:  # as extract writes a photo whose boxes cover it: all fill, score 0
+            meta["background_status"] = "none"
+            meta["fill_scores"] = planted((0.0, 1.0, 0.0, 0.0))
+        return meta, members
+
+    rewrite_parts(parts, erase_all, summary="recompute")
+    out = tmp_path / "report"
+    assert main(["validate", "--parts", str(parts), "--out", str(out)]) == 0
+    fill = report_of(out)["fill_quality"]
+    assert fill["splits"]["val"]["no_background"] == 1
+    assert fill["worst"][0]["key"] == covered and fill["worst"][0]["no_background"] is True
+    assert not any(part["no_background"] for part in fill["worst"][1:])
+    assert "6 scored, 0 unscored, 1 with no background of their own" in capsys.readouterr().out
+    md = (out / "validation.md").read_text()
+    assert "| val | 6 | 6 | 0 | 0 | 1 | 0 (0.0%) |" in md and " (no background) |" in md
+
+
+def test_the_fallback_share_and_the_fills_per_size_score_bin_are_reported(tmp_path, capsys):
+    from parts_factory import rewrite_parts
+
+    from builder.formats.parts import iter_parts
+
+    images = fake_images(WNIDS, per_class=3)
+    fell_back = {images[0].source_id, images[5].source_id}
+    parts = tmp_path / "parts"
+    write_parts(parts, {"val": images}, shard_size=4)
+    telea = {"reason": "inpaint-fallback", "detail": "filled by telea: planted", "inpainter": {"name": "telea"}}
+
+    def plant(key, meta, members):
+        if key in fell_back:
+            meta["provenance"]["inpaint_fallback"] = telea
+        return meta, members
+
+    rewrite_parts(parts, plant, summary="recompute")
+    expected: dict[str, list[int]] = {}
+    for part in iter_parts(parts):  # the paper's size score, computed here by hand
+        m = part.meta
+        area = np.mean([(b["x1"] - b["x0"]) * (b["y1"] - b["y0"]) for b in m["boxes"]]) / (m["width"] * m["height"])
+        edges = [0.1, 0.25, 0.5, 0.75]
+        low = max([0.0, *(e for e in edges if area >= e)])
+        high = min([e for e in edges if area < e], default=None)
+        name = f"{low:.2f}-{high:.2f}" if high is not None else f"{low:.2f}+"
+        counts = expected.setdefault(name, [0, 0])
+        counts[0] += 1
+        counts[1] += part.key in fell_back
+    out = tmp_path / "report"
+    assert main(["validate", "--parts", str(parts), "--out", str(out)]) == 0
+    figures = report_of(out)["fill_quality"]["splits"]["val"]
+    assert (figures["fallbacks"], figures["fallback_share"]) == (2, 0.3333)
+    bins = {b["bin"]: b for b in figures["by_size_score"]}
+    assert {name: [b["parts"], b["fallbacks"]] for name, b in bins.items()} == expected
+    for b in bins.values():
+        assert b["fallback_share"] == round(b["fallbacks"] / b["parts"], 4) and b["scored"] == b["parts"]
+        assert 0 <= b["score_median"] <= 1
+    printed = capsys.readouterr().out
+    assert "; 2 filled by a fallback inpainter (33.3%)" in printed and "fill by size score (val): " in printed
+    md = (out / "validation.md").read_text()
+    assert "By the paper's size score of each part's photo" in md
+    assert "| split | size score | parts | fallbacks | no background | median score | score < 0.5 |" in md

@@ -13,7 +13,7 @@ import numpy as np
 from builder.compose.backgrounds import DonorPool
 from builder.compose.geometry import round_half_up
 from builder.compose.holdout import carve_holdout
-from builder.compose.planning import ImageJob, background_kept, own_background_kinds
+from builder.compose.planning import ImageJob, donor_kept, own_background_kinds
 from builder.compose.spec import VariantSpec
 from builder.compose.tables import format_table
 from builder.core.classes import class_of
@@ -65,8 +65,9 @@ def plan_jobs(spec: VariantSpec, index: Mapping[str, list[PartsRef]]) -> dict[st
     jobs: dict[str, list[ImageJob]] = {}
     for split, refs in draw_subset_splits(spec, index).items():
         by_key = {ref.key: ref for ref in refs}
-        # --min-fill: only kept backgrounds are donors, and an image keeps its own only when kept
-        pool = DonorPool.build([(ref.class_index, ref.key) for ref in refs if background_kept(spec, ref)])
+        # --min-fill: only kept backgrounds are donors, and an image keeps its own only when kept;
+        # a part with no background of its own donates none unless the spec says so (planning.py)
+        pool = DonorPool.build([(ref.class_index, ref.key) for ref in refs if donor_kept(spec, ref)])
         kinds: dict[str, tuple[str, ...]] = {}
         if split == "train":
             for wnid in subset.classes:
