@@ -31,7 +31,7 @@ from builder.core.errors import InputError
 from builder.core.hashing import sha256_file
 from builder.core.manifest import PARTS, Manifest, ShardStats
 from builder.core.records import Issue
-from builder.core.shard_read import TarMember, tar_members
+from builder.core.shard_read import TarMember, member_key, sample_count, tar_members
 from builder.formats.parts_index import PartsRef, index_parts_shard
 
 PARTS_SHARD_NAME = re.compile(r"(?P<split>[A-Za-z0-9][A-Za-z0-9_-]*)-(?P<index>[0-9]{5})\.tar")
@@ -121,19 +121,12 @@ def scan_members(members: Sequence[TarMember]) -> tuple[dict[str, list[str]], di
 def check_sample_count(parts_dir: Path, stats: ShardStats, members: Sequence[TarMember]) -> None:
     """The shard's samples (its members' distinct keys) are the number its manifest entry says:
     a manifest with true hashes and false counts would be copied into the composed manifest."""
-    keys = {member_key(member.name) for member in members}
-    problem = stats.count_problem(len(keys))
+    problem = stats.count_problem(sample_count(members))
     if problem:
         raise InputError(
             f"parts shard {problem} ({parts_dir}/_info.json): the manifest does not describe its shards; "
             "rebuild the parts with hsi extract --overwrite"
         )
-
-
-def member_key(name: str) -> str:
-    """The sample a member belongs to: its base name up to the first dot (a member with a folder
-    or `..` in its name is still its sample's, and becomes that sample's row)."""
-    return name.replace("\\", "/").split("/")[-1].partition(".")[0] or name
 
 
 def is_plain_key(key: str | None) -> bool:

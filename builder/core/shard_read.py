@@ -15,7 +15,7 @@ import json
 import os
 import re
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
@@ -101,6 +101,18 @@ def tar_members(path: Path, mode: Literal["r", "r:"] = "r:") -> list[TarMember]:
             raise duplicate_member(shard_label(path), member.name)
         seen.add(member.name)
     return found
+
+
+def member_key(name: str) -> str:
+    """The sample a member belongs to: its base name up to the first dot (a member with a folder
+    or `..` in its name is still its sample's, and becomes that sample's row)."""
+    return name.replace("\\", "/").split("/")[-1].partition(".")[0] or name
+
+
+def sample_count(members: Iterable[TarMember]) -> int:
+    """How many samples a shard's members make (their distinct keys): the count a manifest's
+    `num_samples` must equal, taken from the shard, not from the manifest."""
+    return len({member_key(member.name) for member in members})
 
 
 def safe_member_name(name: str) -> str:

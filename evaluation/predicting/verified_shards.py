@@ -1,4 +1,5 @@
-"""Every shard an evaluation reads is first checked against its manifest's sha256 (and size).
+"""Every shard an evaluation reads is first checked against its manifest's sha256 (and size), and
+its samples are counted from its tar headers against the manifest's `num_samples`.
 
 A flipped byte in a JPEG decodes to other pixels, so without this check an altered shard gives other
 probabilities under the original fingerprint, and the leaderboard takes it for the same data
@@ -13,11 +14,14 @@ downloaded once more before the shard is refused.
 from __future__ import annotations
 
 import re
+import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
 from builder.core.errors import InputError, printable
 from builder.core.hashing import sha256_file
+from builder.core.manifest import ShardStats
+from builder.core.shard_read import ShardReadError, sample_count, tar_members
 from builder.core.untrusted import Fields
 
 VERIFIED = "sha256"  # what eval.json's data.verified records
@@ -32,12 +36,16 @@ def _name(url: str) -> str:
     return url.rsplit("/", 1)[-1]
 
 
-def expected_digests(manifest: dict, split: str, where: str) -> dict[str, tuple[str, int]]:
-    """{shard filename: (sha256, bytes)} of `split`, as the manifest lists them (checked fields)."""
+def expected_digests(manifest: dict, split: str, where: str) -> dict[str, tuple[str, int, int]]:
+    """{shard filename: (sha256, bytes, num_samples)} of `split`, as the manifest lists them (checked fields)."""
     entry = Fields(manifest, where).object("splits").object(split)
     listed = {}
     for shard in entry.objects("shards"):
-        listed[shard.string("filename")] = (shard.string("sha256", pattern=_SHA256), shard.integer("bytes", low=0))
+        listed[shard.string("filename")] = (
+            shard.string("sha256", pattern=_SHA256),
+            shard.integer("bytes", low=0),
+            shard.integer("num_samples", low=0),
+        )
     return listed
 
 
@@ -94,6 +102,22 @@ def _matches(path: Path, digest: str, size: int) -> bool:
     return True
 
 
+# Each proved file's sample count, by the same signature: a sweep's workers count no shard twice.
+_COUNTED: dict[tuple[int, ...], int] = {}
+
+
+def _sample_count(path: Path) -> int:
+    """The samples the proved shard at `path` holds (its members' distinct keys, read from the tar
+    headers), so that a manifest with true hashes and false counts is refused as compose refuses it."""
+    signature = _signature(path)
+    if signature not in _COUNTED:
+        try:
+            _COUNTED[signature] = sample_count(tar_members(path))
+        except (OSError, tarfile.TarError, ShardReadError) as exc:
+            raise ShardMismatch(f"shard {printable(str(path))} cannot be read as a tar: {printable(str(exc))}") from None
+    return _COUNTED[signature]
+
+
 def proofs() -> tuple[tuple[tuple[int, ...], str], ...]:
     """The files proved in this process so far, to hand to a worker process (`remember_proofs`)."""
     return tuple(sorted(_PROVED.items()))
@@ -123,7 +147,7 @@ def verify_shards(
             raise ShardMismatch(
                 f"{where}: shard {printable(name)} has no sha256 in the manifest; it cannot be verified"
             )
-        digest, size = listed[name]
+        digest, size, count = listed[name]
         remote = "://" in url
         path = _hub_copy(url, force=False) if remote else Path(url)
         if not path.is_file():
@@ -135,6 +159,12 @@ def verify_shards(
             raise ShardMismatch(
                 f"shard {printable(url)} does not match the sha256 its manifest lists (changed or damaged since it "
                 f"was written): {refused}; rebuild or download the dataset again"
+            )
+        problem = ShardStats(name, count, size, digest).count_problem(_sample_count(path))
+        if problem:
+            raise ShardMismatch(
+                f"shard {problem} ({where}): its sha256 is true but its count is not, so the manifest does not "
+                f"describe its shards: {refused}; rebuild or download the dataset again"
             )
         local[url] = str(path)
     return local

@@ -280,11 +280,14 @@ def test_a_hub_shard_is_proved_in_the_cache_downloaded_again_once_then_refused(t
     import evaluation.predicting.verified_shards as verified
     from builder.core.hashing import sha256_file
 
+    from release_factory import write_tar
+
     good, bad = tmp_path / "good" / "test-00000.tar", tmp_path / "bad" / "test-00000.tar"
     for path, data in ((good, b"the shard's bytes"), (bad, b"the shard's bytez")):
         path.parent.mkdir()
-        path.write_bytes(data)
-    manifest = {"splits": {"test": {"shards": [{"filename": good.name, "sha256": sha256_file(good), "bytes": 17}]}}}
+        write_tar(path, [("test_000000.cls", data)])
+    listed = {"filename": good.name, "sha256": sha256_file(good), "bytes": good.stat().st_size, "num_samples": 1}
+    manifest = {"splits": {"test": {"shards": [listed]}}}
     url = "hf://datasets/lab/hsi@v1/data/c/test-00000.tar"
     fetched, said = [], []
 

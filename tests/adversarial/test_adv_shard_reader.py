@@ -327,3 +327,46 @@ def test_eval_makes_a_shard_with_a_duplicated_member_an_unreadable_shard_row(tmp
     assert [(e["shard"], e["reason"]) for e in errors] == [("test-00000.tar", "unreadable-shard")]
     assert "member 'test_000000.json' appears twice" in errors[0]["detail"]
     assert sorted(r["key"] for r in rows) == ["test_000002", "test_000003", "test_000004"]  # the other shards
+
+
+# -- eval and train take counts from the shards, as compose does -----------------------------------------------
+
+
+def lie_about_counts(manifest_path: Path, split: str, lie: int) -> None:
+    """Change the first shard's count by `lie` everywhere the manifest states it (its sha256 stay true)."""
+    data = json.loads(manifest_path.read_text())
+    entry = data["splits"][split]
+    entry["shards"][0]["num_samples"] += lie
+    entry["num_samples"] += lie
+    entry["shard_lengths"][0] += lie
+    manifest_path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("lie", [-1, +1])
+def test_eval_refuses_a_manifest_with_true_hashes_and_false_counts(tmp_path, capsys, lie):
+    import timm
+    import torch
+    from release_factory import make_composed_dataset
+
+    dataset = make_composed_dataset(tmp_path / "composed", splits={"test": 8}, shard_size=4)
+    lie_about_counts(dataset / "_info.json", "test", lie)
+    checkpoint, out = tmp_path / "test_resnet.pth", tmp_path / "eval"
+    torch.save(timm.create_model("test_resnet", pretrained=False).state_dict(), checkpoint)
+    model = ["--model", "timm:test_resnet", "--checkpoint", checkpoint]
+    line = one_line_refusal(capsys, ["eval", dataset, *model, "--out", out, "--no-progress", "--workers", "0"])
+    assert f"test-00000.tar holds 4 samples but its manifest says {4 + lie}" in line
+    assert "nothing was evaluated" in line
+    assert not out.exists() or not [p for p in out.rglob("*") if p.is_file() and not p.name.startswith(".")]
+
+
+def test_train_refuses_a_manifest_with_true_hashes_and_false_counts(tmp_path, capsys):
+    from planted_spurious import compose_planted
+
+    planted = compose_planted(tmp_path / "planted", per_class=16, canvas=32, sizes=(16,), majority=0.9, holdout=0.5)
+    data, out = tmp_path / "data", tmp_path / "runs"
+    shutil.copytree(planted, data)
+    lie_about_counts(data / "_info.json", "test", +1)
+    tiny = ["--model", "test_efficientnet", "--batch-size", "32", "--device", "cpu", "--workers", "0", "--epochs", "1"]
+    line = one_line_refusal(capsys, ["train", data, "--out", out, *tiny])
+    assert "test-00000.tar holds" in line and "no training step was taken" in line
+    assert not [p for p in out.rglob("*") if p.is_file() and not p.name.startswith(".")]
