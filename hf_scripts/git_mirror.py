@@ -12,8 +12,8 @@ Safety (issue 11):
   ones included: a checkout would overwrite a file hidden by `.git/info/exclude` as readily).
 - Paths are made absolute once (git runs with `-C DIR`), and a first publish that fails before its
   tag removes the `.git` it made.
-- One run per mirror: an exclusive `fcntl.flock` on `.git/hsi-publish.lock`; a second run is
-  refused with the first one's pid.
+- One run per mirror: the toolkit's one lock (builder.core.locks) on `.git/hsi-publish.lock`; a
+  second run is refused with the first one's pid.
 - Before the commit, every shard blob is hashed again and compared with `_release.json`.
 - Shards (`*.tar`) are stored the way Hub repos store them, in git LFS: the tree holds a
   `.gitattributes` (`*.tar filter=lfs diff=lfs merge=lfs -text`) and, for each shard, an LFS pointer
@@ -29,16 +29,14 @@ Safety (issue 11):
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import subprocess
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from builder.core.hashing import copy_checked, sha256_file
+from builder.core.locks import held_lock
 from cards.release import VERSION_PATTERN, parse_version
 from hf_scripts.publish import KEEP_REMOTE, PublishError, check_release_folder, release_shards
 
@@ -287,25 +285,13 @@ def _release_tree(git_dir: Path, release_dir: Path, files: list[tuple[str, int]]
             index.unlink(missing_ok=True)
 
 
-@contextmanager
-def mirror_lock(git_dir: Path) -> Iterator[None]:
-    """One publish per mirror at a time; the lock goes with the process, even on a kill."""
-    path = git_dir / ".git" / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            raise PublishError(
-                f"{git_dir} is being published by another `hsi publish` (pid {holder}); wait for it to "
-                "finish, then run again"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield
-    finally:
-        os.close(fd)
+def mirror_lock(git_dir: Path):
+    """One publish per mirror at a time (the toolkit's one lock, on `.git/hsi-publish.lock`); the lock
+    goes with the process, even on a kill."""
+    busy = (
+        f"{git_dir} is being published by another `hsi publish` (pid {{holder}}); wait for it to finish, then run again"
+    )
+    return held_lock(git_dir / ".git" / LOCK_NAME, busy)
 
 
 def _recover(git_dir: Path) -> None:

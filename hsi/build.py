@@ -137,6 +137,7 @@ def validated(dataset_dir: Path, parts_dir: Path, workers: int):
     """Validate `dataset_dir` with its parts, unless a passing report of this very dataset (its
     fingerprint and shards, as `hsi release` checks them) is already there: then None."""
     from builder.core.errors import HsiError
+    from builder.core.locks import exclusive_folder
     from cards.release import load_release_input
     from validation.report import validate_dataset
 
@@ -144,7 +145,8 @@ def validated(dataset_dir: Path, parts_dir: Path, workers: int):
         load_release_input(dataset_dir)
         return None
     except HsiError:
-        return validate_dataset(dataset_dir, parts_dir=parts_dir, workers=workers)
+        with exclusive_folder(dataset_dir):  # the lock `hsi validate` takes: no compose or validate writes it meanwhile
+            return validate_dataset(dataset_dir, parts_dir=parts_dir, workers=workers)
 
 
 def release_is_current(release_dir: Path, version: str, datasets: list[Path], parts_dir: Path) -> bool:

@@ -49,21 +49,31 @@ def exclusive_folder(folder: Path) -> Iterator[Path]:
     """Hold the folder's lock for the duration of the block; refuse at once if another run holds it."""
     path = lock_path(folder)
     path.parent.mkdir(parents=True, exist_ok=True)
+    busy = (
+        f"{folder} is being written by another hsi run (pid {{holder}}); wait for it to finish, "
+        "or stop it and run the same command again to resume"
+    )
+    with held_lock(path, busy):
+        yield path
+
+
+@contextmanager
+def held_lock(path: Path, busy: str) -> Iterator[None]:
+    """Hold the lock file at `path` (an existing folder's) for the block, its holder's pid written in
+    it; refuse at once with FolderLocked(`busy`, its `{holder}` the holding run's pid) if another run
+    holds it. Every lock of the toolkit is this one."""
     handle = _open_lock(path)
     try:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            holder = handle.read().strip() or "unknown"
-            raise FolderLocked(
-                f"{folder} is being written by another hsi run (pid {holder}); wait for it to finish, "
-                "or stop it and run the same command again to resume"
-            ) from None
+            holder = handle.read(64).strip() or "unknown"
+            raise FolderLocked(busy.replace("{holder}", holder)) from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"{os.getpid()}\n")
         handle.flush()
-        yield path
+        yield
     finally:
         handle.close()  # closing the descriptor releases the flock

@@ -16,6 +16,7 @@ from hub_server import hub_env
 from release_factory import make_composed_dataset, two_releases
 from subprocesses import run_hsi, run_python
 
+from builder.core.locks import FolderLocked
 from cards.release import build_release
 from hf_scripts.git_mirror import git, mirror_plan, publish_to_git
 from hf_scripts.publish import PublishError
@@ -107,7 +108,7 @@ def test_a_second_run_is_refused_naming_the_first_ones_pid(releases, tmp_path):
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(PublishError, match=rf"another `hsi publish` \(pid {holder.pid}\)"):
+        with pytest.raises(FolderLocked, match=rf"another `hsi publish` \(pid {holder.pid}\)"):
             publish_to_git(v2, mirror, "v1.1.0")
     finally:
         holder.kill()
