@@ -143,7 +143,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "one task per model of one Slurm job array",
     )
     run.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local one)")
-    add_slurm_flags(run, detach=False)
+    add_slurm_flags(parser, detach=False)  # its own group: argparse deprecates nested groups
     run.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     run.add_argument(
         "--amp",
