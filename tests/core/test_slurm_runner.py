@@ -4,13 +4,12 @@ runner's bytes, a task cancelled with scancel is named and resumes to the same b
 is named with its log, and a folder an array still writes is refused to other runs."""
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 from fake_imagenet import shard_hashes, write_tree
-from slurm_cluster import BytesShardBuilder, start_local_slurm
+from slurm_cluster import BytesShardBuilder, slurm_session
 
 from builder.core.runner import load_finished, plan_shards
 from builder.core.slurm_runner import (
@@ -23,21 +22,12 @@ from builder.core.slurm_runner import (
 from hsi.cli import main
 
 pytestmark = pytest.mark.slow
-TESTS = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    cluster, reason = start_local_slurm(tmp_path_factory.mktemp("slurm"))
-    if cluster is None:
-        pytest.skip(f"no local Slurm: {reason}")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SLURM_CONF", str(cluster.conf))
-        # the array tasks import the toolkit and these tests' helpers as this process does
-        path = [str(TESTS.parent), str(TESTS), os.environ.get("PYTHONPATH", "")]
-        patch.setenv("PYTHONPATH", os.pathsep.join(p for p in path if p))
+    with slurm_session(tmp_path_factory.mktemp("slurm")) as cluster:
         yield cluster
-    cluster.stop()
 
 
 @pytest.fixture(scope="module")
