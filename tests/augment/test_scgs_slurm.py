@@ -6,6 +6,7 @@ builds them, manifest included; submitit's files are gone once the array is coll
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,6 @@ def test_scgs_on_slurm_writes_the_bytes_of_one_local_process(
     assert len(generated(local)) >= 2 and len(shards) >= 3  # copied and generated shards
     assert digests(folder) == digests(local)
     assert not slurm_folder(folder).exists()
+    # built there: one array task per shard, each ended well
+    ended = re.findall(r"_job_complete: JobId=\S+ WEXITSTATUS 0", (slurm.root / "slurmctld.log").read_text())
+    assert len(ended) == len(shards)
