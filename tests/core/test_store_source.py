@@ -98,3 +98,17 @@ def test_build_from_the_store_gives_the_local_builds_release(s3, tree, tmp_path)
         assert shard_hashes(tmp_path / "here" / folder) == shard_hashes(tmp_path / "there" / folder)
     here, there = tmp_path / "here" / release, tmp_path / "there" / release
     assert (there / "_release.json").read_bytes() == (here / "_release.json").read_bytes()
+
+
+def test_kaggles_layout_through_a_file_url_gives_the_local_runs_parts(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HSI_STAGING", str(tmp_path / "staging"))
+    tree = write_tree(tmp_path / "kaggle", layout="kaggle", split="val", count=4)
+    assert main(extract_args(tree.root, tmp_path / "here", "--shard-size", "2")) == 0
+    assert main(extract_args(f"file://{tree.root}", tmp_path / "there", "--shard-size", "2")) == 0
+    same_parts(tmp_path / "here" / "parts", tmp_path / "there" / "parts")
+    # an object replaced on the store (a repaired download, another size) is fetched again
+    image = next(iter(sorted((tree.root / "ILSVRC" / "Data" / "CLS-LOC" / "val").glob("*.JPEG"))))
+    image.write_bytes(image.read_bytes() + b"\0")
+    capsys.readouterr()
+    assert main(extract_args(f"file://{tree.root}", tmp_path / "there", "--shard-size", "2")) == 2
+    assert "(1 objects fetched)" in capsys.readouterr().out
