@@ -371,11 +371,12 @@ class StagedSource:
 
 
 def stage_source(url: str, wanted: Callable[[str, bool], bool]) -> StagedSource:
-    """Copy the objects of the input folder at `url` that `wanted(relative name, is an object)` accepts into its
-    staging folder, where the readers list them as any folder: an object already there (the same
-    size and version as last copied, the file untouched since) is not fetched again, and a staged
-    file whose object is gone is removed, so the staging folder lists what the store holds. Each name
-    passes the one name check before it becomes a path; links (file://) are never followed."""
+    """Copy the objects of the input folder at `url` that `wanted(relative name, is an object)`
+    accepts into its staging folder, where the readers list them as any folder: an object already
+    there (the same size and version as last copied, the file untouched since) is not fetched again,
+    and a staged file `wanted` accepts whose object is gone is removed, so the staging folder lists
+    what the store holds (files other runs staged for other names, another split's, are left alone).
+    Each name passes the one name check before it becomes a path; links (file://) are never followed."""
     from builder.core.locks import held_lock
     from builder.core.names import UnsafeNameError, check_path_component
 
@@ -394,7 +395,8 @@ def stage_source(url: str, wanted: Callable[[str, bool], bool]) -> StagedSource:
     fetched = 0
     with held_lock(local.parent / f".{local.name}.lock", busy):
         known = _read_pushed(store)
-        copied = {}
+        # what other runs staged (another split's objects) stays, with its record
+        copied = {name: stamp for name, stamp in known.items() if not wanted(name, True)}
         for name, listed in sorted(entries.items()):
             if listed.kind == "directory" or not wanted(name, listed.kind == "file"):
                 continue
@@ -414,7 +416,8 @@ def stage_source(url: str, wanted: Callable[[str, bool], bool]) -> StagedSource:
                 fetched += 1
             copied[name] = [*stamp, _mtime(target)]
         for path in sorted(local.rglob("*")):
-            if (path.is_file() or path.is_symlink()) and path not in keep:
+            name = path.relative_to(local).as_posix()
+            if (path.is_file() or path.is_symlink()) and path not in keep and wanted(name, True):
                 path.unlink()  # gone from the store (or never its): not listed again
         _write_pushed(store, copied)
     return StagedSource(store.url, local, refused, fetched)

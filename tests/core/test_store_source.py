@@ -46,7 +46,7 @@ def test_extract_from_the_store_writes_the_local_runs_parts(s3, tree, tmp_path, 
     upload_folder(tree.root, f"{s3}/imagenet")
     # a train folder beside it: another split's objects are not fetched
     train = write_tree(tmp_path / "train-tree", split="train", count=2)
-    upload_folder(train.root / "train", f"{s3}/imagenet/train")
+    upload_folder(train.root, f"{s3}/imagenet")  # train/ and bbox/train/
     assert main(extract_args(tree.root, tmp_path / "here", "--shard-size", "2")) == 0
     assert main(extract_args(f"{s3}/imagenet", tmp_path / "there", "--shard-size", "2")) == 0
     said = capsys.readouterr().out
@@ -57,6 +57,10 @@ def test_extract_from_the_store_writes_the_local_runs_parts(s3, tree, tmp_path, 
     for path in (tmp_path / "there" / "parts").rglob("*"):  # the store's URL is written nowhere
         assert not path.is_file() or b"s3:" not in path.read_bytes(), path
 
+    # the train split from the same store stages its own objects and leaves val's in place
+    assert main([*extract_args(f"{s3}/imagenet", tmp_path / "train", "--split", "train")]) == 0
+    assert (staged / "train").is_dir() and sorted((staged / "val").iterdir())
+    capsys.readouterr()
     # the same command again fetches nothing and finds the split finished
     assert main(extract_args(f"{s3}/imagenet", tmp_path / "there", "--shard-size", "2")) == 0
     said = capsys.readouterr().out
