@@ -4,6 +4,7 @@ through their own variables. `s3_store` yields the bucket's URL; nothing leaves 
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -21,6 +22,9 @@ def loopback_s3(patch: pytest.MonkeyPatch) -> Iterator[str]:
     server.start()
     try:
         host, port = server.get_host_and_port()
+        # moto's state lives in this process, shared by every server started in it: start empty
+        with urllib.request.urlopen(urllib.request.Request(f"http://{host}:{port}/moto-api/reset", method="POST")):
+            pass
         for name, value in {
             "AWS_ACCESS_KEY_ID": "testing",
             "AWS_SECRET_ACCESS_KEY": "testing",

@@ -12,6 +12,8 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,6 +153,29 @@ def start_local_slurm(root: Path) -> tuple[LocalSlurm | None, str]:
         raise
     cluster.stop()
     return None, f"the local Slurm node did not become idle within 60 s: {cluster.logs()[-300:]!r}"
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+@contextmanager
+def slurm_session(root: Path) -> Iterator[LocalSlurm]:
+    """A local Slurm for a test module (skipped with the reason where none can start), with the
+    environment its array tasks need: SLURM_CONF, and a PYTHONPATH that imports the toolkit and
+    the tests' helpers as the test process does."""
+    import pytest
+
+    cluster, reason = start_local_slurm(root)
+    if cluster is None:
+        pytest.skip(f"no local Slurm: {reason}")
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("SLURM_CONF", str(cluster.conf))
+            path = [str(TESTS.parent), str(TESTS), os.environ.get("PYTHONPATH", "")]
+            patch.setenv("PYTHONPATH", os.pathsep.join(p for p in path if p))
+            yield cluster
+    finally:
+        cluster.stop()
 
 
 @dataclass(frozen=True)

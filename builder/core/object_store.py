@@ -8,6 +8,11 @@ manifest listing an object that is not there yet. Credentials come from where th
 looks (AWS_* variables, profiles, instance roles; GOOGLE_APPLICATION_CREDENTIALS) and are never
 written anywhere.
 
+An input folder on a store (`hsi extract --source s3://BUCKET/imagenet`) is staged the same way,
+the other way round (`stage_source`): the objects the run reads are copied into its staging folder
+once, each name through the one name check, links never followed, and the readers list that
+folder as any other; the store's URL is written nowhere in the output.
+
 One run per folder on a store too: a lock object `.<name>.lock` beside the folder, created only if
 absent (S3 `If-None-Match: *`, a local file opened exclusively). A store that cannot do that
 conditional write is refused with the reason; a lock left by a killed run is named, to be removed
@@ -22,7 +27,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -64,6 +69,23 @@ def _filesystem(url: str):
 
 
 @dataclass(frozen=True)
+class StoreEntry:
+    """One listed entry: `kind` ("file", "link", "directory", ...), size and the store's version
+    of its content (S3's ETag, GCS's md5 or generation, a local file's mtime)."""
+
+    kind: str
+    size: int
+    version: str
+
+
+def _version(info: dict) -> str:
+    for key in ("ETag", "etag", "md5Hash", "generation", "mtime", "LastModified"):
+        if info.get(key) not in (None, ""):
+            return str(info[key])
+    return ""
+
+
+@dataclass(frozen=True)
 class StoreFolder:
     """A folder on an object store: `url` as given, its filesystem and path inside it."""
 
@@ -77,8 +99,9 @@ class StoreFolder:
     def child(self, *names: str) -> StoreFolder:
         return StoreFolder("/".join([self.url.rstrip("/"), *names]))
 
-    def files(self) -> dict[str, int]:
-        """{relative name: size} of every object below the folder ({} when there is none)."""
+    def entries(self) -> dict[str, StoreEntry]:
+        """Every entry below the folder by relative name ({} when there is none): objects, and on
+        a file:// store its links (listed, never followed)."""
         fs, root = self.fs_and_path
         try:
             found = fs.find(root, detail=True)
@@ -89,9 +112,17 @@ class StoreFolder:
         listing = {}
         for path, info in found.items():
             relative = PurePosixPath(path).relative_to(PurePosixPath(root)).as_posix()
-            if info.get("type", "file") == "file" and relative != ".":
-                listing[relative] = int(info.get("size") or 0)
+            if relative != ".":
+                listing[relative] = StoreEntry(
+                    "link" if info.get("islink") else str(info.get("type", "file")),
+                    int(info.get("size") or 0),
+                    _version(info),
+                )
         return listing
+
+    def files(self) -> dict[str, int]:
+        """{relative name: size} of every object below the folder ({} when there is none)."""
+        return {name: entry.size for name, entry in self.entries().items() if entry.kind == "file"}
 
     def read_bytes(self, name: str) -> bytes | None:
         fs, root = self.fs_and_path
@@ -326,3 +357,71 @@ def fetch_folder(url: str) -> Path:
         raise InputError(f"{url} holds nothing (or cannot be listed); check the URL and the store's credentials")
     pull_folder(store, local)
     return local
+
+
+@dataclass
+class StagedSource:
+    """An input folder of a store copied to disk: `root` holds the objects a run reads, `refused`
+    the (name, why) of those not copied: a name that cannot become a path, a link."""
+
+    url: str
+    root: Path
+    refused: list[tuple[str, str]]
+    fetched: int
+
+
+def stage_source(url: str, wanted: Callable[[str, bool], bool]) -> StagedSource:
+    """Copy the objects of the input folder at `url` that `wanted(relative name, is an object)`
+    accepts into its staging folder, where the readers list them as any folder: an object already
+    there (the same size and version as last copied, the file untouched since) is not fetched again,
+    and a staged file `wanted` accepts whose object is gone is removed, so the staging folder lists
+    what the store holds (files other runs staged for other names, another split's, are left alone).
+    Each name passes the one name check before it becomes a path; links (file://) are never followed."""
+    from builder.core.locks import held_lock
+    from builder.core.names import UnsafeNameError, check_path_component
+
+    store = StoreFolder(url.rstrip("/"))
+    entries = store.entries()
+    if not entries:
+        raise InputError(
+            f"{store.url} holds nothing: no bucket or folder of that name, or it cannot be listed; "
+            "check the URL and the store's credentials"
+        )
+    local = staging_folder(store.url)
+    local.mkdir(parents=True, exist_ok=True)
+    busy = f"{store.url} is being staged in {local} by another hsi run (pid {{holder}}); wait for it to finish"
+    refused: list[tuple[str, str]] = []
+    keep: set[Path] = set()
+    fetched = 0
+    with held_lock(local.parent / f".{local.name}.lock", busy):
+        known = _read_pushed(store)
+        # what other runs staged (another split's objects) stays, with its record
+        copied = {name: stamp for name, stamp in known.items() if not wanted(name, True)}
+        for name, listed in sorted(entries.items()):
+            if listed.kind == "directory" or not wanted(name, listed.kind == "file"):
+                continue
+            try:
+                parts = [check_path_component(part, "object name") for part in name.split("/")]
+            except UnsafeNameError as exc:
+                refused.append((name, str(exc)))
+                continue
+            if listed.kind != "file":
+                refused.append((name, f"{name} is a {listed.kind}, not an object; links are not followed"))
+                continue
+            target = local.joinpath(*parts)
+            keep.add(target)
+            stamp = [listed.size, listed.version]
+            if not (target.is_file() and not target.is_symlink() and known.get(name) == [*stamp, _mtime(target)]):
+                store.download(name, target)
+                fetched += 1
+            copied[name] = [*stamp, _mtime(target)]
+        for path in sorted(local.rglob("*")):
+            name = path.relative_to(local).as_posix()
+            if (path.is_file() or path.is_symlink()) and path not in keep and wanted(name, True):
+                path.unlink()  # gone from the store (or never its): not listed again
+        _write_pushed(store, copied)
+    return StagedSource(store.url, local, refused, fetched)
+
+
+def _mtime(path: Path) -> int:
+    return path.stat().st_mtime_ns

@@ -39,6 +39,8 @@ REASONS: dict[str, str] = {
     # listing: names and files that cannot be read safely
     "unsafe-image-id": "skipped",
     "not-a-regular-file": "skipped",
+    # an object store source: a name the one name check refuses, or a link, never copied
+    "unsafe-name": "skipped",
     "folder-loop": "skipped",
     "unreadable-folder": "skipped",
     "annotation-encoding": "reported",

@@ -215,6 +215,25 @@ def queued_tasks(record: ArrayRecord) -> set[str]:
     return set(listing.stdout.split()) & set(record.task_ids)
 
 
+def task_state(task_id: str) -> tuple[str, str] | None:
+    """Slurm's state and reason of a task that may have ended (as long as slurmctld keeps it,
+    MinJobAge), or None when it says nothing."""
+    try:
+        listing = subprocess.run(
+            ["squeue", "--noheader", "--array", "--states=all", "--jobs", task_id, "--format", "%i %T %r"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in listing.stdout.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[0] == task_id:
+            return fields[1], fields[2]
+    return None
+
+
 @dataclass(frozen=True)
 class ShardTask:
     """What one array task runs: build its shards and record each, as a local worker does."""
@@ -369,10 +388,23 @@ def submit_array(
     return record
 
 
+class OutputNotShared(SlurmTaskFailed):
+    """An array task's node does not see the folder of the output (and of submitit's files)."""
+
+
 def task_failure(record: ArrayRecord, folder: Path, failed: list[int], missing_shards: int) -> SlurmTaskFailed:
-    """The first failed task by name, with the last line of its log and the log's path."""
+    """The first failed task by name, with the last line of its log and the log's path; a task
+    Slurm could not launch because its node could not open that log is a node that does not see
+    the folder (every node must mount it at the same path), said so."""
     first = record.task_ids[failed[0]]
     log = record.log_path(folder, failed[0])
+    if not log.is_file() and task_state(first) == ("FAILED", "JobLaunchFailure"):
+        return OutputNotShared(
+            f"array task {first} could not start: Slurm could not open its log {log} on its node "
+            f"(JobLaunchFailure), so that node does not see {folder.parent}; put the output folder (for an "
+            "s3:// --out or --source, HSI_STAGING) on a file system every node mounts at the same path, "
+            "then run the same command again"
+        )
     last = _last_line(log) if log.is_file() else "it never started: cancelled while queued"
     more = f" (and {len(failed) - 1} other tasks)" if len(failed) > 1 else ""
     return SlurmTaskFailed(

@@ -30,11 +30,13 @@ import os
 import re
 import stat
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from builder.core.classes import classes_by_wnid, is_known_wnid
 from builder.core.errors import InputError
+from builder.core.object_store import is_object_url, stage_source
 from builder.core.records import Box, Issue, SourceImage
 from builder.core.shards import key_problem
 from builder.formats.loc_csv import (
@@ -357,11 +359,49 @@ def _usable_boxes(image_id: str, label: str, boxes: list[Box], issues: list[Issu
     return kept
 
 
-def load_sources(root: Path, split: str, boxes: Path | None = None, announce=print) -> SourceListing:
-    """Every usable image of a split with its label and valid boxes, sorted by image id."""
+SPLITS = ("train", "val", "test")
+
+
+def split_objects(split: str) -> Callable[[str, bool], bool]:
+    """Which entries of a store's ImageNet root a run of `split` reads: images, box XMLs, LOC csvs and
+    the synset mapping, but none inside another split's folder nor another split's LOC csv. Entries
+    that are not objects (links: a linked class folder) are all taken, to be reported."""
+    others = set(SPLITS) - {split}
+    wanted_suffixes = IMAGE_SUFFIXES | {".xml", ".csv", ".txt"}
+
+    def wanted(name: str, is_object: bool) -> bool:
+        *folders, leaf = name.split("/")
+        if others & set(folders) or leaf in others:
+            return False
+        if not is_object:
+            return True
+        if PurePosixPath(leaf).suffix.lower() not in wanted_suffixes:
+            return False
+        return not any(leaf == f"LOC_{other}_solution.csv" for other in others)
+
+    return wanted
+
+
+def staged_source(url: str, split: str, announce=print) -> tuple[Path, list[Issue], int]:
+    """An ImageNet root on an object store, copied where the listing reads it: the local root, a row
+    for each object not copied (a name that cannot be a path, a link) and how many of them are images."""
+    staged = stage_source(url, split_objects(split))
+    announce(f"source: {staged.url} staged in {staged.root} ({staged.fetched} objects fetched)")
+    issues = [Issue(printable_name(name), "unsafe-name", why) for name, why in staged.refused]
+    images = sum(PurePosixPath(name).suffix.lower() in IMAGE_SUFFIXES for name, _ in staged.refused)
+    return staged.root, issues, images
+
+
+def load_sources(root: Path | str, split: str, boxes: Path | None = None, announce=print) -> SourceListing:
+    """Every usable image of a split with its label and valid boxes, sorted by image id. `root` may be
+    an object store URL (s3://, gs://, file://): its objects are staged first (`staged_source`)."""
+    issues: list[Issue] = []
+    refused_images = 0
+    if is_object_url(root):
+        root, issues, refused_images = staged_source(str(root), split, announce)
     root = Path(root)
     layout = detect_layout(root, split)
-    issues: list[Issue] = check_synset_mapping(root)
+    issues += check_synset_mapping(root)
     if boxes is None:
         boxes = find_annotations(root, split, announce)
     boxes = Path(boxes)
@@ -436,4 +476,4 @@ def load_sources(root: Path, split: str, boxes: Path | None = None, announce=pri
     records.sort(key=lambda r: r.image_id)
     issues.sort(key=lambda i: i.sort_key)
     unreadable = sum(issue.reason == "not-a-regular-file" for issue in file_issues)
-    return SourceListing(layout, boxes, records, issues, len(files) + unreadable)
+    return SourceListing(layout, boxes, records, issues, len(files) + unreadable + refused_images)

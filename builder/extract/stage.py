@@ -108,13 +108,13 @@ class ExtractStage(Stage):
     @classmethod
     def from_source(
         cls,
-        source: Path,
+        source: Path | str,
         out: Path,
         config: ExtractConfig,
         boxes: Path | None = None,
         announce: Callable[[str], None] = print,
     ) -> ExtractStage:
-        return cls(load_sources(Path(source), config.split, boxes, announce=announce), out, config)
+        return cls(load_sources(source, config.split, boxes, announce=announce), out, config)  # a URL stays one
 
     @property
     def split(self) -> str:
@@ -255,7 +255,7 @@ def json_ready(settings: dict) -> dict:
 
 
 def run_extract(
-    source: Path,
+    source: Path | str,
     out: Path,
     config: ExtractConfig,
     boxes: Path | None = None,

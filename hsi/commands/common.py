@@ -81,10 +81,11 @@ def add_imagenet_flags(
     boxes_help: str,
     boxes_flag: str = "--boxes",
     required: bool = False,
+    source_type=Path,
 ) -> None:
     """An ImageNet root (`--source`), its split, and its box annotations when they are not found
     under the root: the three flags every command reading source images takes."""
-    parser.add_argument("--source", type=Path, required=required, help=source_help)
+    parser.add_argument("--source", type=source_type, required=required, help=source_help)
     parser.add_argument("--split", default=split_default, help=split_help)
     parser.add_argument(boxes_flag, type=Path, help=boxes_help)
 
@@ -161,7 +162,8 @@ def slurm_options(args: argparse.Namespace):
 
 
 def out_location(text: str) -> Path | str:
-    """An --out value: a local folder, or an object store URL (s3://, gs://, file://) kept as text."""
+    """An --out (or extract's --source) value: a local folder, or an object store URL (s3://, gs://,
+    file://) kept as text."""
     from builder.core.object_store import is_object_url
 
     return text.rstrip("/") if is_object_url(text) else Path(text)

@@ -21,11 +21,13 @@ HELP = "cut out each image's object by its box, erase every box and inpaint the 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_imagenet_flags(
         parser,
-        source_help="ImageNet root: the folder holding train/ and val/, or Kaggle's ILSVRC/ (or its parent)",
+        source_help="ImageNet root: the folder holding train/ and val/, or Kaggle's ILSVRC/ (or its parent); or "
+        "such a folder on an object store (s3://BUCKET/PATH, gs://, file://), copied to the staging folder first",
         split_default=None,
         split_help="train or val (default val)",
         boxes_help="a folder of Pascal-VOC XMLs or a LOC_<split>_solution.csv (default: searched under --source)",
         required=True,
+        source_type=out_location,
     )
     parser.add_argument(
         "--out",

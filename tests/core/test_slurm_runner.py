@@ -4,40 +4,35 @@ runner's bytes, a task cancelled with scancel is named and resumes to the same b
 is named with its log, and a folder an array still writes is refused to other runs."""
 
 import json
-import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from fake_imagenet import shard_hashes, write_tree
-from slurm_cluster import BytesShardBuilder, start_local_slurm
+from slurm_cluster import BytesShardBuilder, slurm_session
 
 from builder.core.runner import load_finished, plan_shards
 from builder.core.slurm_runner import (
     ArrayRecord,
+    JobSubmitted,
+    OutputNotShared,
     SlurmOptions,
     SlurmTaskFailed,
+    queued_tasks,
     run_shards_slurm,
+    settle_recorded_array,
     slurm_folder,
 )
 from hsi.cli import main
 
 pytestmark = pytest.mark.slow
-TESTS = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    cluster, reason = start_local_slurm(tmp_path_factory.mktemp("slurm"))
-    if cluster is None:
-        pytest.skip(f"no local Slurm: {reason}")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SLURM_CONF", str(cluster.conf))
-        # the array tasks import the toolkit and these tests' helpers as this process does
-        path = [str(TESTS.parent), str(TESTS), os.environ.get("PYTHONPATH", "")]
-        patch.setenv("PYTHONPATH", os.pathsep.join(p for p in path if p))
+    with slurm_session(tmp_path_factory.mktemp("slurm")) as cluster:
         yield cluster
-    cluster.stop()
 
 
 @pytest.fixture(scope="module")
@@ -150,3 +145,28 @@ def test_box_redetection_as_a_slurm_array_writes_the_one_process_report(slurm, t
         assert there.read_bytes() == here.read_bytes(), name
     assert json.loads(here.with_name("validation.json").read_text())["detection"]["images"] == 5
     assert not (Path.cwd() / ".hsi-slurm").exists()  # submitit's files are removed once collected
+
+
+def test_a_task_whose_node_does_not_see_the_folder_is_named_as_such(slurm, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    plans = plan_shards("val", list(range(4)), 2)
+    config = tmp_path / "slurm.yaml"
+    config.write_text("additional_parameters: {begin: now+4}\n")  # queued long enough to hide the folder
+    with pytest.raises(JobSubmitted):
+        run_shards_slurm(plans, BytesShardBuilder(str(out)), out, SlurmOptions(config=config, detach=True))
+    folder = slurm_folder(out)
+    record = ArrayRecord.read(folder)
+    assert record is not None
+    hidden = folder.with_name(".elsewhere")
+    folder.rename(hidden)  # what a node that does not mount the folder finds: nothing there
+    deadline = time.monotonic() + 90
+    while queued_tasks(record) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    hidden.rename(folder)
+    with pytest.raises(OutputNotShared) as failure:
+        settle_recorded_array(out, collect=True, options=SlurmOptions(), progress=False)
+    message = str(failure.value)
+    assert "\n" not in message and f"array task {record.task_ids[0]} could not start" in message
+    assert f"does not see {out.parent}" in message and "JobLaunchFailure" in message
+    assert not any(load_finished(out, plan) for plan in plans)
