@@ -344,7 +344,8 @@ class PredictionsTable:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        at = _first(pc.invert(pc.fill_null(pc.is_in(column, value_set=pa.array(allowed)), True)))
+        known = pc.or_(pc.is_null(column), pc.is_in(column, value_set=pa.array(allowed)))  # is_in(null) is false
+        at = _first(pc.invert(known))
         if at is not None:
             value = printable(repr(column[at].as_py()))[:60]
             raise self.error(f"{self.row(at)} holds {value}, which is not one of {', '.join(allowed)} or null", name)

@@ -181,3 +181,17 @@ def test_a_predictions_table_written_before_the_status_reads_it_as_null(tmp_path
     pq.write_table(older, table)
     frame, _ = read_predictions(table)
     assert frame["background_status"].isna().all() and len(frame) == 6
+
+
+def test_a_predictions_table_with_null_statuses_reads(tmp_path):
+    """Gray and noise samples, and error rows, hold null: not a hostile value (is_in(null) is false)."""
+    from evaluation.predicting.predictions import read_predictions
+
+    table = predictions(tmp_path)
+    original = pq.read_table(table)
+    index = original.schema.get_field_index("background_status")
+    nulls = original.set_column(index, "background_status", pa.array([None, "own", None, "none", None, "own"]))
+    pq.write_table(nulls.replace_schema_metadata(original.schema.metadata), table)
+    frame, _ = read_predictions(table)
+    read = [value if isinstance(value, str) else None for value in frame["background_status"]]
+    assert read == [None, "own", None, "none", None, "own"] and frame["background_status"].isna().sum() == 3
