@@ -49,4 +49,5 @@ def test_a_card_that_declares_another_schemas_fields_is_named(tmp_path, capsys):
     assert text.count(declared) == 1
     card.write_text(text.replace(declared, ""))  # the schema 3 features, on schema 4 data
     assert main(["verify", str(folder)]) == 1
-    assert "declares other features (class names) than data/hard-spurious-imagenet/_info.json" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "declares other features (class names) than data/hard-spurious-imagenet/_info.json" in out
