@@ -12,10 +12,10 @@ What it holds:
   `<config>` (key = the member name without `.jpg`; `image` = the `jpg` member; `label` = the `cls`
   member, joined on the key through `<config>/labels`), and `<config>/metadata` (key = the member name
   without `.json`; one field per key of the sample's `json`, `jsonPath: $.<name>`, typed and described
-  as `builder.formats.composites.COMPOSITE_FIELDS`). The parts config has `parts` (key,
-  `background` = the inpainted background, `label`), `parts/labels` and `parts/metadata` (the scalar
-  fields of a part's `json`, its fill scores by `$.fill_scores.<name>`; the boxes, conversions and
-  provenance lists stay in the member).
+  as `builder.formats.composites.COMPOSITE_FIELDS` had them in the manifest's `schema_version`). The
+  parts config has `parts` (key, `background` = the inpainted background, `label`), `parts/labels`
+  and `parts/metadata` (the scalar fields of a part's `json`, its fill scores by
+  `$.fill_scores.<name>`; the boxes, conversions and provenance lists stay in the member).
 - the card's licence (ImageNet's terms of access), citation, and the RAI fields written from the
   manifests: synthetic data, how it was collected (ImageNet photos and boxes, the masker and inpainter
   the parts manifest records, each config's compose spec), biases, limitations (the fill-score
@@ -34,7 +34,7 @@ import json
 from collections.abc import Mapping
 
 from builder import __version__
-from builder.formats.composites import COMPOSITE_FIELDS
+from builder.formats.composites import SCHEMA_VERSION, fields_of_version
 from builder.formats.fill_scores import SCORE_NAMES
 from cards.parts_card import PARTS_CONFIG
 from cards.summary import CITATION, LICENSE_LINK, LICENSE_NAME, TAGS
@@ -204,8 +204,9 @@ PARTS_JSON_FIELDS = (
 )
 
 
-def metadata_record_set(config: str, parts: bool = False) -> dict:
-    """`<config>/metadata`: one field per key of a composite's `json`, or the scalar fields of a part's."""
+def metadata_record_set(config: str, parts: bool = False, schema_version: object = SCHEMA_VERSION) -> dict:
+    """`<config>/metadata`: one field per key of a composite's `json` (those of the config's composite
+    `schema_version`), or the scalar fields of a part's."""
     record_set = f"{config}/metadata"
     if parts:
         rows = [
@@ -215,7 +216,7 @@ def metadata_record_set(config: str, parts: bool = False) -> dict:
     else:
         rows = [
             (name, f"$.{name}", kind, nullable, description)
-            for name, (kind, nullable, description) in COMPOSITE_FIELDS.items()
+            for name, (kind, nullable, description) in fields_of_version(schema_version).items()
         ]
         what = f"the `json` member of every sample of {config}: one field per key, null where it does not apply"
     return _record_set(
@@ -322,7 +323,7 @@ def croissant_metadata(title: str, version: str | None, default_config: str, man
             config, manifests[config], (("jpg", "image/jpeg"), ("cls", "text/plain"), ("json", "application/json"))
         )
         record_sets += sample_record_sets(config, manifests[config], COMPOSITE_MEMBERS)
-        record_sets.append(metadata_record_set(config))
+        record_sets.append(metadata_record_set(config, schema_version=manifests[config].get("schema_version")))
     if parts is not None:
         distribution += _distribution(
             PARTS_CONFIG, parts, (("background.png", "image/png"), ("cls", "text/plain"), ("json", "application/json"))

@@ -77,7 +77,9 @@ LIMITATIONS = """- The objects are cut out by ImageNet's ground-truth boxes and 
 - Where an object's boxes cover its whole photo, nothing of the photo is left to inpaint from: its part
   has no background of its own (`background_status` "none"; the count is below). By default compose
   gives no other image that background (no R composite sits on it), while the object's own O
-  composites are kept on it; `--paper-exact` uses every background as the paper did.
+  composites are kept on it; `--paper-exact` uses every background as the paper did. Each sample's
+  `json` says which it sits on (`background_status`: "own", "none", null on gray and noise), so such
+  composites can be left out without the parts.
 - Generated from ImageNet (ILSVRC2012): use is bound by ImageNet's terms of access (non-commercial
   research and education)."""
 

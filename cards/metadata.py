@@ -10,7 +10,7 @@ from collections.abc import Iterable
 import yaml
 
 from builder.core.errors import printable
-from builder.formats.composites import COMPOSITE_FIELDS
+from builder.formats.composites import SCHEMA_VERSION, fields_of_version
 from cards.parts_card import PARTS_CONFIG, PartsSummary, parts_features
 from cards.summary import LICENSE_LINK, LICENSE_NAME, TAGS, TASK_CATEGORIES, CardError, ConfigSummary, default_title
 
@@ -25,8 +25,9 @@ def unique_label_names(names: Iterable[str]) -> list[str]:
     return [f"{n} ({i})" if n in repeated else n for i, n in enumerate(names)]
 
 
-def composite_features(class_names: list[str]):
-    """The declared `datasets` features of a composed config: jpg image, cls label, json struct."""
+def composite_features(class_names: list[str], schema_version: object = SCHEMA_VERSION):
+    """The declared `datasets` features of a composed config: jpg image, cls label, json struct (the
+    fields of its manifest's composite `schema_version`: an older config declares what it holds)."""
     from datasets import ClassLabel, Features, Image, Value
 
     dtype = {int: "int64", str: "string", float: "float64"}
@@ -35,7 +36,7 @@ def composite_features(class_names: list[str]):
             "__key__": Value("string"),
             "jpg": Image(),
             "cls": ClassLabel(names=unique_label_names(class_names)),
-            "json": {name: Value(dtype[kind]) for name, (kind, _, _) in COMPOSITE_FIELDS.items()},
+            "json": {name: Value(dtype[kind]) for name, (kind, _, _) in fields_of_version(schema_version).items()},
         }
     )
 
@@ -161,7 +162,7 @@ def card_metadata(configs: list[ConfigSummary], title: str | None = None, parts:
         dataset_info=[
             {
                 "config_name": c.name,
-                "features": composite_features(c.class_names)._to_yaml_list(),
+                "features": composite_features(c.class_names, c.schema_version)._to_yaml_list(),
                 "splits": [
                     {
                         "name": s,
@@ -238,7 +239,7 @@ def check_card(text: str, expected: list[ConfigSummary] | None = None, parts: Pa
     for summary in expected or []:
         if summary.name not in configs:
             raise CardError(f"config {summary.name!r} is missing from the card")
-        if infos[summary.name].features != composite_features(summary.class_names):
+        if infos[summary.name].features != composite_features(summary.class_names, summary.schema_version):
             raise CardError(f"config {summary.name!r}: declared features differ from the schema")
         declared = {row["split"]: row["path"] for row in configs[summary.name]["data_files"]}
         wanted = {s: summary.data_files(s) for s in summary.splits}

@@ -271,9 +271,8 @@ def load_composed(dataset_dir: Path, split: str | None = None, config: str | Non
         name: [str(inside(dataset_dir, f)) for f in entry["filenames"]]
         for name, entry in sorted(manifest["splits"].items())
     }
-    return load_dataset(
-        "webdataset", data_files=files, features=composite_features(manifest["class_names"]), split=split, **kwargs
-    )
+    features = composite_features(manifest["class_names"], manifest.get("schema_version"))
+    return load_dataset("webdataset", data_files=files, features=features, split=split, **kwargs)
 
 
 def check_validated_shards(dataset_dir: Path, validation: dict, listed: dict[str, str]) -> None:

@@ -53,6 +53,11 @@ class ConfigSummary:
         return list(self.manifest["class_names"])
 
     @property
+    def schema_version(self) -> object:
+        """The composite schema version its manifest records (what fields its samples hold)."""
+        return self.manifest.get("schema_version")
+
+    @property
     def num_classes(self) -> int | None:
         """Classes that have samples: the manifest's per-class counts when it has them, else what the
         release counted in the shards; None when neither is known."""

@@ -101,7 +101,9 @@ def card_problems(text: str | None, manifests: Mapping[str, Manifest]) -> tuple[
         if _data_file_problems(config, declared[config], shard_paths(config, manifests[config]), problems):
             exact.add(config)
         composites = manifests[config].holds == COMPOSITES  # a parts config declares other features
-        if composites and not _same_features(features.get(config), manifests[config].class_names):
+        if composites and not _same_features(
+            features.get(config), manifests[config].class_names, manifests[config].schema_version
+        ):
             problems.append(
                 f"{CARD}: config {config!r} declares other features (class names) than {manifest_path(config)} lists"
             )
@@ -165,13 +167,13 @@ def _declared_features(metadata: dict, problems: list[str]) -> dict:
         return {}
 
 
-def _same_features(info, class_names: list[str] | None) -> bool:
+def _same_features(info, class_names: list[str] | None, schema_version: int) -> bool:
     from cards.metadata import composite_features
 
     if info is None or info.features is None or class_names is None:
         return False
     try:
-        return info.features == composite_features(list(class_names))
+        return info.features == composite_features(list(class_names), schema_version)
     except (ValueError, TypeError):  # duplicate or odd class names in the manifest
         return False
 

@@ -19,14 +19,28 @@ from builder.core.manifest import ERRORS_NAME, ErrorCounts, Manifest, SplitEntry
 from builder.core.shard_write import write_shard
 from builder.core.shards import shard_filename
 from builder.core.taxonomy import PAPER_GROUPS, tier_of
-from builder.formats.composites import COMPOSITE_FIELDS, SCHEMA_VERSION, composite_members, count_composites
+from builder.formats.composites import (
+    SCHEMA_VERSION,
+    composite_members,
+    count_composites,
+    fields_of_version,
+)
 
 SIZES = (56, 84, 112)
 
 
 def composite_json(
-    config: str, split: str, index: int, label: int, class_index: int, seed: int, group_index: int | None = None
+    config: str,
+    split: str,
+    index: int,
+    label: int,
+    class_index: int,
+    seed: int,
+    group_index: int | None = None,
+    schema_version: int = SCHEMA_VERSION,
 ) -> dict:
+    """A sample's json as compose writes it; with an older `schema_version`, as that schema had it
+    (a release composed before a field existed)."""
     cls = imagenet_classes()[class_index]
     group, size = PAPER_GROUPS[index % 4 if group_index is None else group_index], SIZES[index % 3]
     corner = group.startswith("Co")
@@ -54,13 +68,16 @@ def composite_json(
         "background_wnid": cls.wnid,
         "background_class_index": cls.index,
         "background_fill_score": round(0.25 + 0.07 * (index % 10), 4),
+        "background_status": "none" if index % 5 == 4 else "own",
         "paired_wnid": None,
         "group": group,
         "tier": tier_of(group, size, 224),
         "seed": seed,
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": schema_version,
     }
-    assert list(meta) == list(COMPOSITE_FIELDS)
+    fields = fields_of_version(schema_version)
+    meta = {name: value for name, value in meta.items() if name in fields}
+    assert list(meta) == list(fields)
     return meta
 
 
@@ -78,10 +95,12 @@ def factory_spec(config: str, seed: int) -> dict:
     return {"name": config, "seed": seed, "sizes": list(SIZES)}
 
 
-def composed_fingerprint(config: str = "hard-spurious-imagenet", seed: int = 0) -> str:
+def composed_fingerprint(
+    config: str = "hard-spurious-imagenet", seed: int = 0, schema_version: int = SCHEMA_VERSION
+) -> str:
     """The fingerprint make_composed_dataset's manifest records: that of its settings, as compose
     computes it (so `hsi verify` recomputes the same)."""
-    return fingerprint(compose_settings(factory_spec(config, seed), PARTS_FINGERPRINT, SCHEMA_VERSION))
+    return fingerprint(compose_settings(factory_spec(config, seed), PARTS_FINGERPRINT, schema_version))
 
 
 def make_composed_dataset(
@@ -94,10 +113,12 @@ def make_composed_dataset(
     validation: dict | None = None,
     previews: int = 1,
     groups_in_order: bool = False,
+    schema_version: int = SCHEMA_VERSION,
 ) -> Path:
     """Write OUT/<config>/ with shards, `_info.json` (written last) and `validation.json`. The
     samples cycle through the groups, or with `groups_in_order` come a quarter of each split per
-    group, group after group (so the first shards hold only the first group)."""
+    group, group after group (so the first shards hold only the first group). An older composite
+    `schema_version` writes what compose wrote then (for the readers of older releases)."""
     splits = splits or {"test": 8}
     dataset = Path(out) / config
     classes = [c.index * 7 % 1000 for c in imagenet_classes()[:num_classes]]
@@ -109,7 +130,7 @@ def make_composed_dataset(
             for i in range(shard_start, min(count, shard_start + shard_size)):
                 label = i % num_classes
                 group_index = i * 4 // count if groups_in_order else None
-                meta = composite_json(config, split, i, label, classes[label], seed, group_index)
+                meta = composite_json(config, split, i, label, classes[label], seed, group_index, schema_version)
                 metas.append(meta)
                 picture = jpeg(seed * 100_003 + i + 7919 * len(split))
                 samples.append((f"{split}_{i:06d}", composite_members(picture, label, meta)))
@@ -120,7 +141,7 @@ def make_composed_dataset(
         preview_dir.mkdir(parents=True, exist_ok=True)
         Image.new("RGB", (16, 16), (p * 60, 100, 0)).save(preview_dir / f"sheet-{p}.png")
     write_jsonl_atomic(dataset / ERRORS_NAME, [])
-    fingerprint = composed_fingerprint(config, seed)
+    fingerprint = composed_fingerprint(config, seed, schema_version)
     manifest = Manifest(
         stage="compose",
         config=config,
@@ -131,7 +152,7 @@ def make_composed_dataset(
             "fingerprint": PARTS_FINGERPRINT,
             "backends": {"masker": {"name": "box"}, "inpainter": {"name": "telea"}},
         },
-        schema_version=SCHEMA_VERSION,
+        schema_version=schema_version,
         splits=manifest_splits,
         errors=ErrorCounts(),
         class_names=[imagenet_classes()[c].name for c in classes],

@@ -39,6 +39,7 @@ from builder.formats.composites import (
     rgb_to_bgr,
     sample_key,
 )
+from builder.formats.parts import BACKGROUND_NONE, BACKGROUND_OWN
 from builder.formats.parts_index import MemberReader, PartsRef
 
 # --- the per-sample record ----------------------------------------------------------------------
@@ -90,6 +91,14 @@ class Backdrop:
 
 ComposedSample = tuple[str, dict[str, bytes], dict]  # (key, members, metadata)
 _NO_BACKGROUND = object()  # this kind's composites are dropped (the reason is already an issue)
+
+
+def background_status_of(donor: PartsRef | None) -> str | None:
+    """A composite's `background_status`: whether the part whose background it sits on had one of its
+    own ("none": a fill made from nothing, #46), null on gray and noise."""
+    if donor is None:
+        return None
+    return BACKGROUND_OWN if donor.has_background else BACKGROUND_NONE
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,7 @@ class ComposeShardBuilder:
             "background_wnid": donor.wnid if donor else None,
             "background_class_index": donor.class_index if donor else None,
             "background_fill_score": donor.fill_score if donor else None,
+            "background_status": background_status_of(donor),
             "paired_wnid": job.paired_wnid,
             "group": group,
             "tier": tier_of(group, size, spec.canvas),

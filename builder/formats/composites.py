@@ -26,7 +26,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-SCHEMA_VERSION = 3  # 2: requested_position and effective_size added; 3: background_fill_score
+from builder.formats.parts import BACKGROUND_OWN, BACKGROUND_STATUSES
+
+SCHEMA_VERSION = 4  # 2: requested_position and effective_size added; 3: background_fill_score; 4: background_status
 COMPOSITE_MEMBERS = ("cls", "jpg", "json")
 COUNT_KINDS = ("group", "size", "tier", "group_size")
 
@@ -66,6 +68,13 @@ COMPOSITE_FIELDS: dict[str, tuple[type, bool, str]] = {
         "donor's for random and paired backgrounds, the image's own for original; null for gray/noise, for a "
         "background with nothing filled, and for parts extracted before fill scores (parts schema 1)",
     ),
+    "background_status": (
+        str,
+        True,
+        "own: the background image had a background of its own; none: its erase mask covered the whole "
+        "photo, so the background is a fill made from nothing (the part's background_status); null for "
+        "gray/noise. Composites before schema 4 lack it: readers take own (null for gray/noise)",
+    ),
     "paired_wnid": (str, True, "the -10 subset's paired background class (null elsewhere)"),
     "group": (
         str,
@@ -77,6 +86,25 @@ COMPOSITE_FIELDS: dict[str, tuple[type, bool, str]] = {
     "seed": (int, False, "seed of the variant"),
     "schema_version": (int, False, "version of this schema"),
 }
+
+
+# The values a field may take beyond null, where they are a closed set.
+FIELD_CHOICES: dict[str, tuple[str, ...]] = {"background_status": BACKGROUND_STATUSES}
+# The schema version each field first appeared in (absent: in every version). A json of an older
+# version is checked against the fields it had, so releases composed before a field still validate.
+FIELD_SINCE = {"requested_position": 2, "effective_size": 2, "background_fill_score": 3, "background_status": 4}
+
+
+def is_known_version(version: Any) -> bool:
+    return isinstance(version, int) and not isinstance(version, bool) and 1 <= version <= SCHEMA_VERSION
+
+
+def fields_of_version(version: Any) -> dict[str, tuple[type, bool, str]]:
+    """The schema's fields as composite schema `version` had them (the manifest's `schema_version`
+    says which a config holds): the current ones for any value that is no known version."""
+    if not is_known_version(version):
+        return COMPOSITE_FIELDS
+    return {name: field for name, field in COMPOSITE_FIELDS.items() if FIELD_SINCE.get(name, 1) <= version}
 
 
 def key_problems(meta: Mapping[str, Any], fields: Mapping[str, Any], prefix: str = "") -> list[str]:
@@ -92,8 +120,11 @@ def check_composite_json(meta: Any) -> list[str]:
     """Every way `meta` departs from the schema, as readable lines (empty when it conforms)."""
     if not isinstance(meta, dict):
         return ["json member is not an object"]
-    problems = key_problems(meta, COMPOSITE_FIELDS)
-    for key, (kind, nullable, _) in COMPOSITE_FIELDS.items():
+    version = meta.get("schema_version")
+    known = is_known_version(version)
+    fields = fields_of_version(version)
+    problems = key_problems(meta, fields)
+    for key, (kind, nullable, _) in fields.items():
         if key not in meta:
             continue
         value = meta[key]
@@ -106,9 +137,26 @@ def check_composite_json(meta: Any) -> list[str]:
             problems.append(f"{key} must be a string, got {type(value).__name__}")
         elif kind is float and not is_unit_number(value):
             problems.append(f"{key} must be a finite number in [0, 1], got {value!r:.40}")
-    if meta.get("schema_version") not in (None, SCHEMA_VERSION) and "schema_version" in meta:
-        problems.append(f"schema_version {meta['schema_version']} is not {SCHEMA_VERSION}")
+        elif key in FIELD_CHOICES and value not in FIELD_CHOICES[key]:
+            problems.append(f"{key} must be one of {', '.join(FIELD_CHOICES[key])} or null, got {value!r:.40}")
+    if not known and version is not None:
+        problems.append(f"schema_version {version!r:.40} is not a composite schema version 1-{SCHEMA_VERSION}")
     return problems
+
+
+def composite_background_status(meta: Mapping[str, Any]) -> str | None:
+    """The status of the background a composite sits on (`background_status`): own, none, or null
+    on gray/noise; a composite before schema 4 lacks the key and reads as own on an image's
+    background (`background_source_id` set), null otherwise, as parts before #46 read as own.
+    ValueError for a value outside the schema's."""
+    if "background_status" not in meta:
+        return BACKGROUND_OWN if meta.get("background_source_id") is not None else None
+    status = meta["background_status"]
+    if status is not None and status not in BACKGROUND_STATUSES:
+        raise ValueError(
+            f"json background_status must be one of {', '.join(BACKGROUND_STATUSES)} or null, got {status!r:.40}"
+        )
+    return status
 
 
 def is_unit_number(value: Any) -> bool:

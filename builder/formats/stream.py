@@ -34,7 +34,12 @@ from builder.core.errors import InputError, first_few
 from builder.core.manifest import MANIFEST_NAME
 from builder.core.names import UnsafeNameError, check_config_name, check_shard_filename, check_split_name, inside
 from builder.core.shard_read import ReadErrorHandler, iter_shard, raise_read_error
-from builder.formats.composites import decode_composite_image, decode_composite_json, decode_label
+from builder.formats.composites import (
+    composite_background_status,
+    decode_composite_image,
+    decode_composite_json,
+    decode_label,
+)
 
 try:  # torch is the models extra; without it ShardStream still iterates, just not as a torch dataset
     from torch.utils.data import IterableDataset as _IterableBase
@@ -178,6 +183,7 @@ def decode_sample(key: str, members: dict[str, bytes], transform: Callable | Non
         "size": meta["size"],
         "position": meta["position"],
         "background": meta["background"],
+        "background_status": composite_background_status(meta),
     }
     if keep_json:
         sample["json"] = meta
@@ -186,7 +192,9 @@ def decode_sample(key: str, members: dict[str, bytes], transform: Callable | Non
 
 class ShardStream(_IterableBase):
     """`stream(...)`: a torch IterableDataset of dicts {key, image, label, group, size, position,
-    background[, json]} over the shards of `split` of a source (see the module's docstring).
+    background, background_status[, json]} over the shards of `split` of a source (see the module's
+    docstring). `background_status` is "own", "none" (a fill made from nothing: filter it out with
+    `sample["background_status"] != "none"`) or None on gray and noise; older composites read as own.
 
     `transform` is applied to the PIL image (e.g. torchvision transforms). Pass `rank`/`world_size`
     to override what torch.distributed or the RANK/WORLD_SIZE variables say. `handler` decides

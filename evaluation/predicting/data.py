@@ -24,7 +24,7 @@ import numpy as np
 from builder.core.errors import InputError, printable
 from builder.core.records import Issue
 from builder.core.untrusted import Fields, UntrustedInput, describe
-from builder.formats.composites import COMPOSITE_FIELDS
+from builder.formats.composites import COMPOSITE_FIELDS, FIELD_CHOICES
 from builder.formats.stream import iter_tar_samples, source_manifest, stream
 from evaluation.model_formats.models import Preprocessing
 
@@ -121,7 +121,7 @@ def sample_json(raw: bytes) -> dict:
         elif kind is float:
             fields.number(name, low=0, high=1)
         else:
-            fields.string(name)
+            fields.string(name, choices=FIELD_CHOICES.get(name))
             if name in WNID_FIELDS and not is_known_wnid(meta[name]):
                 raise fields.error(f"{describe(meta[name])} is not an ImageNet-1k wnid", name)
     return meta

@@ -10,9 +10,10 @@ schema-metadata key `hsi`.
 
 A predictions table is read back as someone else's file (`hsi eval --from`, `hsi scgs
 --predictions`, `hsi train --report`): every column the schema names must have its type (a table written
-before `background_fill_score` existed lacks it: it reads as null), every class index lies in
-ImageNet-1k's 0-999 (the space every label space maps into), every probability and fill score is a
-finite number in [0, 1], no sample key appears twice, and `correct` / `correct_top5` are not taken
+before `background_fill_score` or `background_status` existed lacks it: it reads as null), every
+class index lies in ImageNet-1k's 0-999 (the space every label space maps into), every probability
+and fill score is a finite number in [0, 1], a field with a closed set of values (`background_status`)
+holds one of them or null, no sample key appears twice, and `correct` / `correct_top5` are not taken
 from the table but derived again from pred_class, top5_class and label_class. Whatever breaks a rule
 is one line naming the file, the column and the first offending row.
 
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from builder.core.errors import printable
 from builder.core.untrusted import Fields, UntrustedInput, check_string, read_parquet
-from builder.formats.composites import COMPOSITE_FIELDS
+from builder.formats.composites import COMPOSITE_FIELDS, FIELD_CHOICES
 from evaluation.model_formats.identity import checked_identity
 from evaluation.model_formats.models import PREPROCESSING_STATUSES
 from evaluation.zero_shot.answers import ANSWER_STATUSES, MAPPED, NO_CLASS
@@ -53,7 +54,7 @@ CLASS_COLUMNS = (
 PROBABILITY_COLUMNS = ("top5_prob", "prob_label", "prob_background_class", "prob_paired_class")
 FILL_SCORE_COLUMNS = ("background_fill_score",)  # a fill score in [0, 1] (builder.formats.fill_scores)
 # Columns a table written before they existed lacks: read as nulls (the sample had no such value).
-LATER_COLUMNS = ("background_fill_score",)
+LATER_COLUMNS = ("background_fill_score", "background_status")
 DERIVED_COLUMNS = ("correct", "correct_top5")  # never read from a table: derived from the classes
 ROW_COLUMNS = ("key", "status", "label_class", "pred_class")  # what any reader of the rows needs
 OK_ROW_VALUES = ("key", "label_class", "pred_class", "top5_class")  # what an ok row must hold for an analysis
@@ -297,6 +298,9 @@ class PredictionsTable:
         for name in FILL_SCORE_COLUMNS:
             if name in columns:
                 self._check_range(name, columns[name], 0.0, 1.0, "a fill score in [0, 1]")
+        for name, allowed in FIELD_CHOICES.items():
+            if name in columns:
+                self._check_choices(name, columns[name], allowed)
         if self.keys is not None:
             self._check_unique_keys()
         if "top5_class" in columns and "pred_class" in columns:
@@ -334,6 +338,17 @@ class PredictionsTable:
                 "(-1 exactly when the answer is not mapped)",
                 "pred_class",
             )
+
+    def _check_choices(self, name: str, column, allowed: tuple[str, ...]) -> None:
+        """Every value of `column` is one of `allowed` or null."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        known = pc.or_(pc.is_null(column), pc.is_in(column, value_set=pa.array(allowed)))  # is_in(null) is false
+        at = _first(pc.invert(known))
+        if at is not None:
+            value = printable(repr(column[at].as_py()))[:60]
+            raise self.error(f"{self.row(at)} holds {value}, which is not one of {', '.join(allowed)} or null", name)
 
     def _check_range(self, name: str, column, low, high, expected: str) -> None:
         import pyarrow as pa

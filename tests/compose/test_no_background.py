@@ -96,3 +96,78 @@ def test_a_bad_status_is_an_unreadable_parts_row_and_a_bad_choice_one_line(tmp_p
     assert row["image_id"] == IMAGES[1].source_id and "background_status must be one of own, none" in row["detail"]
     with pytest.raises(ConfigError, match="no_background_donors.*true or false"):
         load_variant("hard-spurious-imagenet", {"no_background_donors": "yes"})
+
+
+# --- each composite records its background's status (composite schema 4) --------------------------
+
+
+def statuses(samples: list[dict]) -> dict[tuple[str, str], set]:
+    """{(background kind, whether its background part lacks one): the statuses recorded}."""
+    found: dict[tuple[str, str], set] = {}
+    for meta in samples:
+        lacking = "no-background part" if meta["background_source_id"] in NONE else "part with one"
+        found.setdefault((meta["background"], lacking), set()).add(meta["background_status"])
+    return found
+
+
+def test_by_default_own_background_composites_of_a_part_without_one_say_none(parts, tmp_path):
+    _, samples = samples_of(compose_quietly(parts, "hard-spurious-imagenet", tmp_path).dataset_dir)
+    assert all(meta["schema_version"] == 4 for meta in samples)
+    assert statuses(samples) == {
+        ("original", "no-background part"): {"none"},  # its own O composites: a fill made from nothing
+        ("original", "part with one"): {"own"},
+        ("random", "part with one"): {"own"},  # no such part is a donor by default
+    }
+    own_none = [m for m in samples if m["background"] == "original" and m["background_status"] == "none"]
+    assert len(own_none) == len(NONE) * 6  # 3 sizes x 2 positions per image
+
+
+@pytest.mark.parametrize(
+    "overrides", [{"no_background_donors": True}, PAPER_EXACT], ids=["no_background_donors", "paper-exact"]
+)
+def test_paper_exact_composites_on_a_donor_without_a_background_say_none(parts, tmp_path, overrides):
+    summary = compose_quietly(parts, "hard-spurious-imagenet", tmp_path, overrides=dict(overrides))
+    _, samples = samples_of(summary.dataset_dir)
+    found = statuses(samples)
+    assert found[("random", "no-background part")] == {"none"}  # R composites on such a donor
+    assert found[("random", "part with one")] == {"own"}
+    assert found[("original", "no-background part")] == {"none"}
+    assert found[("original", "part with one")] == {"own"}
+
+
+def test_gray_and_noise_backgrounds_have_no_status(parts, tmp_path):
+    summary = compose_quietly(
+        parts, "hard-spurious-imagenet", tmp_path, overrides={"name": "neutral", "backgrounds": ["gray", "noise"]}
+    )
+    _, samples = samples_of(summary.dataset_dir)
+    assert samples and {(m["background"], m["background_status"]) for m in samples} == {
+        ("gray", None),
+        ("noise", None),
+    }
+
+
+def test_stream_and_load_dataset_expose_the_status(parts, tmp_path, monkeypatch):
+    from datasets import load_dataset
+
+    from builder.formats.stream import stream
+    from cards.release import build_release
+    from validation import report
+
+    dataset = compose_quietly(parts, "hard-spurious-imagenet", tmp_path / "out").dataset_dir
+    assert report.validate_dataset(dataset, parts_dir=parts).ok
+    _, samples = samples_of(dataset)
+    expected = {(m["source_id"], m["background"], m["size"], m["position"]): m["background_status"] for m in samples}
+    assert sorted(set(expected.values())) == ["none", "own"]
+
+    def key(meta: dict) -> tuple:
+        return meta["source_id"], meta["background"], meta["size"], meta["position"]
+
+    streamed = {key(s["json"]): s["background_status"] for s in stream(dataset, split="val", keep_json=True)}
+    assert streamed == expected
+    folder = build_release(tmp_path / "rel" / "hard-spurious-imagenet", [dataset])
+    monkeypatch.chdir(folder.parent)
+    loaded = load_dataset("hard-spurious-imagenet", split="val", cache_dir=str(tmp_path / "cache"))
+    assert "background_status" in loaded.features["json"]
+    assert {key(row["json"]): row["json"]["background_status"] for row in loaded} == expected
+    kept = loaded.filter(lambda row: row["json"]["background_status"] != "none")
+    assert kept.num_rows == len(expected) - len(NONE) * 6

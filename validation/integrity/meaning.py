@@ -130,6 +130,11 @@ def check_meaning(key: str, meta: dict, spec: dict) -> list[tuple[str, str]]:
         )
     elif kind in ("gray", "noise") and donor is not None:
         problems.append(("background-source", f"{kind} background names a source image {donor!r}"))
+    status = meta.get("background_status")  # schema 4 on: null exactly on gray and noise
+    if "background_status" in meta and (status is None) != (kind in ("gray", "noise")):
+        problems.append(
+            ("background-source", f"{kind} background has background_status {status!r}: null only on gray and noise")
+        )
     try:
         placed = place(meta["position"], meta["box_w"], meta["box_h"], meta["canvas"], spec["margin"])
     except (GeometryError, ValueError):
