@@ -190,7 +190,8 @@ class ItemBuilder(Protocol):
     def build_items(self, plan: ShardPlan, start: int, stop: int) -> object: ...
 
 
-def _build_items(build: ItemBuilder, plan: ShardPlan, start: int, stop: int) -> None:
+def _build_items(build: ItemBuilder | None, plan: ShardPlan, start: int, stop: int) -> None:
+    assert build is not None, "only an ItemBuilder's shards are split"
     build.build_items(plan, start, stop)
 
 
@@ -244,9 +245,10 @@ def run_shards(
             results[position] = finished
     reused = len(results)
     total = sum(work(plan) if work else len(plan.items) for _, plan in todo)
-    keeps_items = isinstance(build, ItemBuilder)
+    item_builder = build if isinstance(build, ItemBuilder) else None
+    keeps_items = item_builder is not None
     # items an interrupted run kept count as done on the bar (they are assembled, not rebuilt)
-    kept = {position: build.finished_items(plan) for position, plan in todo} if keeps_items else {}
+    kept = {position: item_builder.finished_items(plan) for position, plan in todo} if item_builder else {}
     # CUDA cannot be used in forked children, so GPU workers are spawned.
     context = multiprocessing.get_context("fork" if os.name == "posix" and not worker_devices else "spawn")
     counter = context.Value("q", sum(len(items) for items in kept.values()))
@@ -277,7 +279,7 @@ def run_shards(
                 # worker forks waits in the parent instead of hitting a worker before it ignores it.
                 blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
                 try:
-                    shared = {pool.submit(_build_items, build, *piece): i for i, piece in enumerate(pieces)}
+                    shared = {pool.submit(_build_items, item_builder, *piece): i for i, piece in enumerate(pieces)}
                 finally:
                     signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
                 _collect(shared, {}, bar, counter)

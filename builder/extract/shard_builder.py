@@ -14,6 +14,7 @@ import sys
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -519,7 +520,6 @@ class ExtractShardBuilder:
         if runs_torch(masker, inpainter):
             use_stage_threads()  # the run's thread count in any worker: SAM's and LaMa's sums depend on it
         backends = describe_backends(masker, inpainter)
-        records = plan.items[start:stop]
         waiting: deque[_Outcome] = deque()  # every image in order; PNG encodes in flight
         kept: list[KeptSample] = []
         with (
@@ -533,35 +533,55 @@ class ExtractShardBuilder:
                     key, blocks = outcome.encoded.result() if outcome.encoded else (None, b"")
                     kept.append(keeper.append(outcome.image_id, key, blocks, outcome.info()))
 
-            position = start
-            for batch, following in with_next(self.decoded_batches(pool, records)):
-                if following:  # the masker readies the next batch (upload, resize) while this one runs
-                    masker.prepare_ahead([item.image for item, _ in following if item is not None])
-                decoded = [item for item, _ in batch if item is not None]
-                failures: list[Issue] = []
-                raw = extract_images(decoded, masker, inpainter, self.config, backends, failures)[0] if decoded else []
-                made = {r.key: r for r in raw}
-                for item, found in batch:
-                    image_id = plan.items[position].image_id
-                    parts = made.pop(image_id, None)
-                    failed = [issue for issue in failures if issue.image_id == image_id]
-                    waiting.append(
-                        _Outcome(
-                            image_id,
-                            [*found, *failed, *(parts.notes if parts else [])],
-                            decoded=item is not None,
-                            failed=bool(failed),
-                            # PNG encoding overlaps the next batch
-                            encoded=pool.submit(encode_sample, parts) if parts is not None else None,
-                        )
-                    )
-                    position += 1
-                del raw, made
-                # each waiting encode holds full-size arrays: let at most two batches wait
-                keep_ready(keep=2 * self.config.batch_size)
-                report_progress(len(batch))
+            try:
+                for outcomes in self.outcome_batches(plan, (start, stop), pool, (masker, inpainter), backends):
+                    waiting.extend(outcomes)
+                    # each waiting encode holds full-size arrays: let at most two batches wait
+                    keep_ready(keep=2 * self.config.batch_size)
+                    report_progress(len(outcomes))
+            except BaseException:
+                with suppress(Exception):  # Ctrl-C (or an error): keep the images finished before it
+                    keep_ready(keep=0)
+                raise
             keep_ready(keep=0)
         return kept
+
+    def outcome_batches(
+        self,
+        plan: ShardPlan,
+        span: tuple[int, int],
+        pool: ThreadPoolExecutor,
+        models: tuple[Masker, Inpainter],
+        backends: dict,
+    ) -> Iterator[list[_Outcome]]:
+        """What becomes of each image of the shard's `span` (start, stop), batch by batch, in image
+        order; PNG encoding (in `pool`) overlaps the next batch."""
+        masker, inpainter = models
+        position, stop = span
+        for batch, following in with_next(self.decoded_batches(pool, plan.items[position:stop])):
+            if following:  # the masker readies the next batch (upload, resize) while this one runs
+                masker.prepare_ahead([item.image for item, _ in following if item is not None])
+            decoded = [item for item, _ in batch if item is not None]
+            failures: list[Issue] = []
+            raw = extract_images(decoded, masker, inpainter, self.config, backends, failures)[0] if decoded else []
+            made = {r.key: r for r in raw}
+            outcomes = []
+            for item, found in batch:
+                image_id = plan.items[position].image_id
+                parts = made.pop(image_id, None)
+                failed = [issue for issue in failures if issue.image_id == image_id]
+                outcomes.append(
+                    _Outcome(
+                        image_id,
+                        [*found, *failed, *(parts.notes if parts else [])],
+                        decoded=item is not None,
+                        failed=bool(failed),
+                        encoded=pool.submit(encode_sample, parts) if parts is not None else None,
+                    )
+                )
+                position += 1
+            del raw, made
+            yield outcomes
 
     def assemble(self, plan: ShardPlan, kept: dict[int, KeptSample]) -> ShardResult:
         """The shard from its kept images, in image order: the bytes of an uninterrupted run."""
