@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from flaky_backends import CountingMasker
-from hsi.cli import main
 
 from builder.core.config import fingerprint, load_settings
 from builder.core.shard_partial import KeptSample, kept_samples, partial_files
+from hsi.cli import main
 
 SHARD = "val-00000.tar"
 

@@ -10,9 +10,9 @@ import subprocess
 import sys
 import time
 
+import flaky_backends  # noqa: F401 - registers the "counting" masker
 import pytest
 from fake_imagenet import shard_hashes, write_tree
-import flaky_backends  # noqa: F401 - registers the "counting" masker
 from kept_images import SHARD, interrupted_extract, kept_images, masked_lines, partials
 from subprocesses import REPOSITORY
 
