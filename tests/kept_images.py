@@ -9,6 +9,7 @@ from flaky_backends import CountingMasker
 
 from builder.core.config import fingerprint, load_settings
 from builder.core.shard_partial import KeptSample, kept_samples, partial_files
+from builder.extract.shard_builder import outcome_info_ok
 from hsi.cli import main
 
 SHARD = "val-00000.tar"
@@ -17,7 +18,7 @@ SHARD = "val-00000.tar"
 def kept_images(parts: Path, image_ids: list[str], shard: str = SHARD) -> dict[int, KeptSample]:
     """The images of `shard` (whose sorted ids are `image_ids`) that `parts` keeps under its saved settings."""
     settings = (load_settings(parts) or {})["val"]
-    return kept_samples(parts, shard, sorted(image_ids), fingerprint(settings))
+    return kept_samples(parts, shard, sorted(image_ids), fingerprint(settings), valid_info=outcome_info_ok)
 
 
 def partials(parts: Path, shard: str = SHARD) -> list[Path]:

@@ -505,7 +505,7 @@ class ExtractShardBuilder:
     def kept(self, plan: ShardPlan) -> dict[int, KeptSample]:
         """The images of the shard an interrupted run finished (kept under these very settings)."""
         ids = [record.image_id for record in plan.items]
-        return kept_samples(Path(self.out_dir), plan.filename, ids, self.fingerprint, valid_info=_outcome_issues_ok)
+        return kept_samples(Path(self.out_dir), plan.filename, ids, self.fingerprint, valid_info=outcome_info_ok)
 
     def __call__(self, plan: ShardPlan) -> ShardResult:
         kept = self.kept(plan)
@@ -628,7 +628,7 @@ class _Outcome:
         return {"issues": [issue.to_json() for issue in issues], "decoded": self.decoded, "failed": self.failed}
 
 
-def _outcome_issues_ok(info: dict) -> bool:
+def outcome_info_ok(info: dict) -> bool:
     """Whether a kept image's JSON is one `_Outcome.info` wrote: its issue rows load as issues."""
     if set(info) != {"issues", "decoded", "failed"} or not isinstance(info["issues"], list):
         return False
