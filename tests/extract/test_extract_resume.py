@@ -10,9 +10,9 @@ import subprocess
 import sys
 import time
 
-import flaky_backends  # noqa: F401 - registers the "counting" masker
 import pytest
 from fake_imagenet import shard_hashes, write_tree
+from flaky_backends import CountingMasker  # registers the "counting" masker
 from kept_images import SHARD, interrupted_extract, kept_images, masked_lines, partials
 from subprocesses import REPOSITORY
 
@@ -23,9 +23,9 @@ def extract(*args) -> int:
     return main(["extract", "--no-progress", *map(str, args)])
 
 
-def same_outputs(a, b) -> None:
+def same_outputs(a, b, names=("_info.json", "errors.jsonl")) -> None:
     assert shard_hashes(a) == shard_hashes(b) and shard_hashes(a)
-    for name in ("_info.json", "errors.jsonl"):
+    for name in names:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
 
 
@@ -142,3 +142,25 @@ def test_the_bar_counts_kept_images_as_done(tmp_path, monkeypatch, mask_log):
     (bar,) = bars
     assert bar.total == 6 and bar.n == 6  # the 2 kept at the start, the 4 computed as they finish
     assert len(masked_lines(mask_log)) == 2 + 4
+
+
+def test_hsi_build_ctrl_c_in_extract_then_the_same_command_gives_one_builds_bytes(tmp_path, monkeypatch, mask_log):
+    tree = write_tree(tmp_path / "imagenet", count=6)
+
+    def build(out) -> list:
+        return ["build", "--no-progress", "--source", tree.root, "--out", out, "--version", "v1.0.0",
+                "--masker", "counting", "--batch-size", 1]  # fmt: skip
+
+    assert main(list(map(str, build(tmp_path / "one")))) == 0
+    mask_log.unlink()
+    monkeypatch.setattr(CountingMasker, "interrupt_after", 2)
+    monkeypatch.setattr(CountingMasker, "masked", 0)
+    assert main(list(map(str, build(tmp_path / "two")))) == 130
+    monkeypatch.setattr(CountingMasker, "interrupt_after", None)
+    assert main(list(map(str, build(tmp_path / "two")))) == 0
+    assert len(masked_lines(mask_log)) == 6  # 2 before the Ctrl-C, the 4 others after it
+    for folder in ("parts", "datasets/hard-spurious-imagenet"):
+        same_outputs(tmp_path / "one" / folder, tmp_path / "two" / folder)
+    for config in ("parts", "hard-spurious-imagenet"):
+        released = f"hard-spurious-imagenet/data/{config}"
+        same_outputs(tmp_path / "one" / released, tmp_path / "two" / released, names=("_info.json",))
