@@ -180,12 +180,12 @@ def _build_and_record(build: Callable[[ShardPlan], ShardResult], out_dir: Path, 
 @runtime_checkable
 class ItemBuilder(Protocol):
     """A shard builder that keeps each item of a shard as it finishes: `build_items` builds (and
-    keeps) items `start` to `stop` of a shard, `finished_items` says which are kept, and the builder
+    keeps) items `start` to `stop` of a shard, `finished_items` says which of each plan's are kept, and the builder
     called on the plan builds whatever is missing, then assembles the shard from what is kept."""
 
     def __call__(self, plan: ShardPlan) -> ShardResult: ...
 
-    def finished_items(self, plan: ShardPlan) -> frozenset[int]: ...
+    def finished_items(self, plans: Sequence[ShardPlan]) -> list[frozenset[int]]: ...
 
     def build_items(self, plan: ShardPlan, start: int, stop: int) -> object: ...
 
@@ -248,7 +248,8 @@ def run_shards(
     item_builder = build if isinstance(build, ItemBuilder) else None
     keeps_items = item_builder is not None
     # items an interrupted run kept count as done on the bar (they are assembled, not rebuilt)
-    kept = {position: item_builder.finished_items(plan) for position, plan in todo} if item_builder else {}
+    kept_lists = item_builder.finished_items([plan for _, plan in todo]) if item_builder else []
+    kept = {position: items for (position, _), items in zip(todo, kept_lists)}
     # CUDA cannot be used in forked children, so GPU workers are spawned.
     context = multiprocessing.get_context("fork" if os.name == "posix" and not worker_devices else "spawn")
     counter = context.Value("q", sum(len(items) for items in kept.values()))

@@ -117,6 +117,14 @@ def partial_files(out_dir: Path, shard: str) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def shards_with_partials(out_dir: Path) -> set[str]:
+    """The shards that have partial files in `out_dir`'s `_state/` (one listing for a whole run)."""
+    folder = Path(out_dir) / STATE_DIR
+    if not folder.is_dir() or folder.is_symlink():
+        return set()
+    return {match["shard"] for name in os.listdir(folder) if (match := PARTIAL_NAME.fullmatch(name))}
+
+
 def kept_samples(
     out_dir: Path,
     shard: str,

@@ -33,7 +33,7 @@ from builder.core.errors import RunFailed
 from builder.core.imaging import canvas_background
 from builder.core.records import Box, Issue, SourceImage
 from builder.core.runner import ShardPlan, ShardResult, report_progress
-from builder.core.shard_partial import KeptSample, PartialWriter, drop_partials, kept_samples
+from builder.core.shard_partial import KeptSample, PartialWriter, drop_partials, kept_samples, shards_with_partials
 from builder.core.shard_write import ShardWriter, sample_blocks
 from builder.extract.images import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image
 from builder.formats.fill_scores import canvas_mask, score_fill
@@ -499,8 +499,10 @@ class ExtractShardBuilder:
                 yield batch
                 batch, pixels = [], 0
 
-    def finished_items(self, plan: ShardPlan) -> frozenset[int]:
-        return frozenset(self.kept(plan))
+    def finished_items(self, plans: Sequence[ShardPlan]) -> list[frozenset[int]]:
+        """The images of each plan an interrupted run kept (one listing of `_state/` for them all)."""
+        begun = shards_with_partials(Path(self.out_dir))
+        return [frozenset(self.kept(plan)) if plan.filename in begun else frozenset() for plan in plans]
 
     def kept(self, plan: ShardPlan) -> dict[int, KeptSample]:
         """The images of the shard an interrupted run finished (kept under these very settings)."""
