@@ -61,10 +61,11 @@ def test_ctrl_c_inside_a_shard_keeps_every_finished_image(tmp_path, monkeypatch,
     assert not partials(out)  # a finished folder holds no kept images
 
 
-def test_sigkill_inside_a_shard_resumes_from_the_first_missing_image(tmp_path, mask_log):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigkill_inside_a_shard_resumes_from_the_first_missing_image(tmp_path, mask_log, workers):
     tree = write_tree(tmp_path / "imagenet", count=12)
     ids = [image.image_id for image in tree.good]
-    args = ["--source", tree.root, "--masker", "counting", "--batch-size", 1]
+    args = ["--source", tree.root, "--masker", "counting", "--batch-size", 1, "--workers", workers]
     assert extract(*args, "--out", tmp_path / "clean") == 0
     mask_log.unlink()
 
@@ -86,6 +87,7 @@ def test_sigkill_inside_a_shard_resumes_from_the_first_missing_image(tmp_path, m
     assert not (out / SHARD).exists()
     kept = len(kept_images(out, ids))
     assert 3 <= kept < len(ids)
+    assert len(partials(out)) == workers  # with 2 workers, each kept its half's images in a file of its own
     mask_log.unlink()
 
     assert extract(*args, "--out", out.parent) == 0
