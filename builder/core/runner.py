@@ -4,6 +4,11 @@ A stage plans its work as `ShardPlan`s and provides a function that builds one s
 tar atomically and returns its stats and issues). The runner skips shards already finished, runs the
 rest in worker processes, shows progress, and hands the results back in shard order, so the output
 is the same whatever the worker count.
+
+A builder may also keep a shard's items as they finish (`ItemBuilder`: extract keeps each image,
+builder.core.shard_partial): then the bar counts the items kept by an interrupted run as done, and a
+run with fewer shards to build than workers splits the shards' missing items among the workers
+before each shard is assembled, so a small run uses every worker.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from tqdm import tqdm
 
@@ -172,6 +177,44 @@ def _build_and_record(build: Callable[[ShardPlan], ShardResult], out_dir: Path, 
     return result
 
 
+@runtime_checkable
+class ItemBuilder(Protocol):
+    """A shard builder that keeps each item of a shard as it finishes: `build_items` builds (and
+    keeps) items `start` to `stop` of a shard, `finished_items` says which of each plan's are kept, and the builder
+    called on the plan builds whatever is missing, then assembles the shard from what is kept."""
+
+    def __call__(self, plan: ShardPlan) -> ShardResult: ...
+
+    def finished_items(self, plans: Sequence[ShardPlan]) -> list[frozenset[int]]: ...
+
+    def build_items(self, plan: ShardPlan, start: int, stop: int) -> object: ...
+
+
+def _build_items(build: ItemBuilder | None, plan: ShardPlan, start: int, stop: int) -> None:
+    assert build is not None, "only an ItemBuilder's shards are split"
+    build.build_items(plan, start, stop)
+
+
+def split_items(
+    todo: Sequence[tuple[int, ShardPlan]], kept: dict[int, frozenset[int]], parts: int
+) -> list[tuple[ShardPlan, int, int]]:
+    """The missing items of the shards to build in `parts` runs of about equal length, in item
+    order, each cut where a shard ends or a kept item sits: (plan, start, stop) pieces."""
+    missing = [(pos, plan, i) for pos, plan in todo for i in range(len(plan.items)) if i not in kept[pos]]
+    length = -(-len(missing) // parts) if missing else 1
+    pieces: list[tuple[ShardPlan, int, int]] = []
+    for first in range(0, len(missing), length):
+        run: list[tuple[int, ShardPlan, int]] = []
+        for entry in missing[first : first + length]:
+            if run and (entry[0] != run[-1][0] or entry[2] != run[-1][2] + 1):
+                pieces.append((run[0][1], run[0][2], run[-1][2] + 1))
+                run = []
+            run.append(entry)
+        if run:
+            pieces.append((run[0][1], run[0][2], run[-1][2] + 1))
+    return pieces
+
+
 def run_shards(
     plans: Sequence[ShardPlan],
     build: Callable[[ShardPlan], ShardResult],
@@ -202,9 +245,14 @@ def run_shards(
             results[position] = finished
     reused = len(results)
     total = sum(work(plan) if work else len(plan.items) for _, plan in todo)
+    item_builder = build if isinstance(build, ItemBuilder) else None
+    keeps_items = item_builder is not None
+    # items an interrupted run kept count as done on the bar (they are assembled, not rebuilt)
+    kept_lists = item_builder.finished_items([plan for _, plan in todo]) if item_builder else []
+    kept = {position: items for (position, _), items in zip(todo, kept_lists)}
     # CUDA cannot be used in forked children, so GPU workers are spawned.
     context = multiprocessing.get_context("fork" if os.name == "posix" and not worker_devices else "spawn")
-    counter = context.Value("q", 0)
+    counter = context.Value("q", sum(len(items) for items in kept.values()))
     initializer: Callable[..., None] = init_worker
     initargs: tuple = (counter,)
     if worker_devices:
@@ -213,9 +261,12 @@ def run_shards(
         for device in worker_devices:
             device_queue.put(str(device))
         initializer, initargs = _init_device_worker, (counter, device_queue)
+    # fewer shards to build than workers: the workers share the shards' items (then each shard is assembled)
+    pieces = split_items(todo, kept, workers) if keeps_items and 1 < workers and len(todo) < workers else []
     bar = tqdm(total=total, desc=desc, unit=unit, disable=not progress or total == 0, smoothing=0.1)
+    bar.update(counter.value)
     try:
-        if not worker_devices and (workers <= 1 or len(todo) <= 1):
+        if not worker_devices and not pieces and (workers <= 1 or len(todo) <= 1):
             _progress_counter, _in_process_bar = counter, bar
             for position, plan in todo:
                 results[position] = _build_and_record(build, out_dir, plan)
@@ -229,24 +280,31 @@ def run_shards(
                 # worker forks waits in the parent instead of hitting a worker before it ignores it.
                 blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
                 try:
-                    pending = {pool.submit(_build_and_record, build, out_dir, plan): pos for pos, plan in todo}
+                    shared = {pool.submit(_build_items, item_builder, *piece): i for i, piece in enumerate(pieces)}
                 finally:
                     signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-                while pending:
-                    done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        results[pending.pop(future)] = future.result()
-                    bar.update(counter.value - bar.n)
+                _collect(shared, {}, bar, counter)
+                pending = {pool.submit(_build_and_record, build, out_dir, plan): pos for pos, plan in todo}
+                _collect(pending, results, bar, counter)
             except BaseException:
                 stop_pool(pool)
                 raise
             pool.shutdown(wait=True)
     except KeyboardInterrupt:
-        raise Interrupted(len(results) - reused, len(todo), reused) from None
+        raise Interrupted(len(results) - reused, len(todo), reused, keeps_items) from None
     finally:
         _progress_counter = _in_process_bar = None
         bar.close()
     return [results[position] for position in range(len(plans))], reused
+
+
+def _collect(pending: dict, results: dict, bar, counter) -> None:
+    """Wait for the futures of `pending` (future: its position), moving the bar meanwhile."""
+    while pending:
+        done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+        for future in done:
+            results[pending.pop(future)] = future.result()
+        bar.update(counter.value - bar.n)
 
 
 def map_in_processes(
@@ -307,10 +365,11 @@ class Interrupted(HsiError):
 
     exit_status = 130
 
-    def __init__(self, finished: int, todo: int, reused: int) -> None:
+    def __init__(self, finished: int, todo: int, reused: int, keeps_items: bool = False) -> None:
         super().__init__(
             f"interrupted: {finished} of the {todo} shards to build were finished"
             + (f" (and {reused} from earlier runs)" if reused else "")
+            + ("; every image finished inside the others is kept" if keeps_items and finished < todo else "")
             + "; run the same command again to resume"
         )
 

@@ -13,7 +13,8 @@ import re
 import sys
 from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -32,7 +33,8 @@ from builder.core.errors import RunFailed
 from builder.core.imaging import canvas_background
 from builder.core.records import Box, Issue, SourceImage
 from builder.core.runner import ShardPlan, ShardResult, report_progress
-from builder.core.shard_write import ShardWriter
+from builder.core.shard_partial import KeptSample, PartialWriter, drop_partials, kept_samples, shards_with_partials
+from builder.core.shard_write import ShardWriter, sample_blocks
 from builder.extract.images import DEFAULT_MAX_PIXELS, ImageDecodeError, decode_image
 from builder.formats.fill_scores import canvas_mask, score_fill
 from builder.formats.parts import (
@@ -434,12 +436,20 @@ def encode_parts(raw: RawParts) -> tuple[str, dict[str, bytes]]:
     return raw.key, encode_parts_members(raw.crop, raw.mask, raw.background, raw.erase, canvas, meta, fill)
 
 
+def encode_sample(raw: RawParts) -> tuple[str, bytes]:
+    """`encode_parts` as a shard holds it: the key and its tar members, in one piece."""
+    key, members = encode_parts(raw)
+    return key, sample_blocks(key, members)
+
+
 @dataclass(frozen=True)
 class ExtractShardBuilder:
     """Builds one parts shard; picklable, so worker processes and Ray actors can run it."""
 
     config: ExtractConfig
     out_dir: str
+    # the split's settings fingerprint: images an interrupted run kept under other settings are not reused
+    fingerprint: str = ""
 
     def decode(self, record: SourceImage) -> tuple[_Decoded | None, list[Issue]]:
         issues: list[Issue] = []
@@ -489,51 +499,163 @@ class ExtractShardBuilder:
                 yield batch
                 batch, pixels = [], 0
 
+    def finished_items(self, plans: Sequence[ShardPlan]) -> list[frozenset[int]]:
+        """The images of each plan an interrupted run kept (one listing of `_state/` for them all)."""
+        begun = shards_with_partials(Path(self.out_dir))
+        return [frozenset(self.kept(plan)) if plan.filename in begun else frozenset() for plan in plans]
+
+    def kept(self, plan: ShardPlan) -> dict[int, KeptSample]:
+        """The images of the shard an interrupted run finished (kept under these very settings)."""
+        ids = [record.image_id for record in plan.items]
+        return kept_samples(Path(self.out_dir), plan.filename, ids, self.fingerprint, valid_info=outcome_info_ok)
+
     def __call__(self, plan: ShardPlan) -> ShardResult:
+        kept = self.kept(plan)
+        for start, stop in missing_runs(len(plan.items), kept):
+            kept.update((sample.index, sample) for sample in self.build_items(plan, start, stop))
+        return self.assemble(plan, kept)
+
+    def build_items(self, plan: ShardPlan, start: int, stop: int) -> list[KeptSample]:
+        """Extract images `start` to `stop` of the shard, each kept on disk as soon as it is encoded
+        (in image order, the shard's key order), so an interrupt loses no finished image."""
         masker, inpainter = load_backends(self.config)
         if runs_torch(masker, inpainter):
             use_stage_threads()  # the run's thread count in any worker: SAM's and LaMa's sums depend on it
         backends = describe_backends(masker, inpainter)
-        issues: list[Issue] = []
-        encoded: deque = deque()  # PNG encodes in flight, in key order
-        attempted, written, first_failure = 0, 0, None
-        # Each sample goes to the shard as soon as it is encoded (plan items are sorted by image id,
-        # the shard's key order), so a shard never sits in memory whole.
+        waiting: deque[_Outcome] = deque()  # every image in order; PNG encodes in flight
+        kept: list[KeptSample] = []
         with (
-            ShardWriter(Path(self.out_dir) / plan.filename) as writer,
+            PartialWriter(Path(self.out_dir), plan.filename, start, self.fingerprint) as keeper,
             ThreadPoolExecutor(max_workers=self.config.io_threads) as pool,
         ):
 
-            def write_ready(keep: int) -> None:
-                nonlocal written
-                while len(encoded) > keep or (encoded and encoded[0].done()):
-                    writer.write(*encoded.popleft().result())
-                    written += 1
+            def keep_ready(keep: int) -> None:
+                while len(waiting) > keep or (waiting and waiting[0].ready()):
+                    outcome = waiting.popleft()
+                    key, blocks = outcome.encoded.result() if outcome.encoded else (None, b"")
+                    kept.append(keeper.append(outcome.image_id, key, blocks, outcome.info()))
 
-            for batch, following in with_next(self.decoded_batches(pool, plan.items)):
-                if following:  # the masker readies the next batch (upload, resize) while this one runs
-                    masker.prepare_ahead([item.image for item, _ in following if item is not None])
-                for _, found in batch:
-                    issues.extend(found)
-                decoded = [item for item, _ in batch if item is not None]
-                if decoded:
-                    raw, failure = extract_images(decoded, masker, inpainter, self.config, backends, issues)
-                    issues.extend(note for r in raw for note in r.notes)
-                    attempted, first_failure = attempted + len(decoded), first_failure or failure
-                    encoded.extend(pool.submit(encode_parts, r) for r in raw)  # PNG encoding overlaps the next batch
-                    del raw
+            try:
+                for outcomes in self.outcome_batches(plan, (start, stop), pool, (masker, inpainter), backends):
+                    waiting.extend(outcomes)
                     # each waiting encode holds full-size arrays: let at most two batches wait
-                    write_ready(keep=2 * self.config.batch_size)
-                report_progress(len(batch))
-            write_ready(keep=0)
+                    keep_ready(keep=2 * self.config.batch_size)
+                    report_progress(len(outcomes))
+            except BaseException:
+                with suppress(Exception):  # Ctrl-C (or an error): keep the images finished before it
+                    keep_ready(keep=0)
+                raise
+            keep_ready(keep=0)
+        return kept
+
+    def outcome_batches(
+        self,
+        plan: ShardPlan,
+        span: tuple[int, int],
+        pool: ThreadPoolExecutor,
+        models: tuple[Masker, Inpainter],
+        backends: dict,
+    ) -> Iterator[list[_Outcome]]:
+        """What becomes of each image of the shard's `span` (start, stop), batch by batch, in image
+        order; PNG encoding (in `pool`) overlaps the next batch."""
+        masker, inpainter = models
+        position, stop = span
+        for batch, following in with_next(self.decoded_batches(pool, plan.items[position:stop])):
+            if following:  # the masker readies the next batch (upload, resize) while this one runs
+                masker.prepare_ahead([item.image for item, _ in following if item is not None])
+            decoded = [item for item, _ in batch if item is not None]
+            failures: list[Issue] = []
+            raw = extract_images(decoded, masker, inpainter, self.config, backends, failures)[0] if decoded else []
+            made = {r.key: r for r in raw}
+            outcomes = []
+            for item, found in batch:
+                image_id = plan.items[position].image_id
+                parts = made.pop(image_id, None)
+                failed = [issue for issue in failures if issue.image_id == image_id]
+                outcomes.append(
+                    _Outcome(
+                        image_id,
+                        [*found, *failed, *(parts.notes if parts else [])],
+                        decoded=item is not None,
+                        failed=bool(failed),
+                        encoded=pool.submit(encode_sample, parts) if parts is not None else None,
+                    )
+                )
+                position += 1
+            del raw, made
+            yield outcomes
+
+    def assemble(self, plan: ShardPlan, kept: dict[int, KeptSample]) -> ShardResult:
+        """The shard from its kept images, in image order: the bytes of an uninterrupted run."""
+        issues: list[Issue] = []
+        attempted = written = 0
+        first_failure: str | None = None
+        with ShardWriter(Path(self.out_dir) / plan.filename) as writer:
+            for index in range(len(plan.items)):
+                sample = kept[index]
+                found = [Issue(**row) for row in sample.info["issues"]]
+                issues += found
+                attempted += bool(sample.info["decoded"])
+                if sample.info["failed"] and first_failure is None:
+                    first_failure = next(i.detail for i in found if i.reason == "backend-failed")
+                if sample.key is not None:
+                    writer.write_blocks(sample.key, sample.blocks())
+                    written += 1
             if attempted and not written and first_failure is not None:
+                drop_partials(Path(self.out_dir), plan.filename)  # fix the backend, and these images run again
                 raise BackendFailure(
                     f"every one of the {attempted} decoded images of {plan.filename} failed in the masker or inpainter "
-                    f"({masker.info().name} / {inpainter.info().name}); first error: {first_failure!r}"
-                ) from first_failure
+                    f"({self.config.masker} / {self.config.inpainter}); first error: {first_failure}"
+                )
             stats = writer.close()
         issues.sort(key=lambda issue: issue.sort_key)
         return ShardResult(stats, issues, {"images": len(plan.items), "samples": written})
+
+
+@dataclass
+class _Outcome:
+    """What became of one image of a shard, waiting (for its PNG encode) to be kept in order."""
+
+    image_id: str
+    issues: list[Issue]
+    decoded: bool
+    failed: bool  # the masker or inpainter failed on it
+    encoded: Future | None  # its (key, tar blocks); None: no sample
+
+    def ready(self) -> bool:
+        return self.encoded is None or self.encoded.done()
+
+    def info(self) -> dict:
+        issues = sorted(self.issues, key=lambda issue: issue.sort_key)
+        return {"issues": [issue.to_json() for issue in issues], "decoded": self.decoded, "failed": self.failed}
+
+
+def outcome_info_ok(info: dict) -> bool:
+    """Whether a kept image's JSON is one `_Outcome.info` wrote: its issue rows load as issues."""
+    if set(info) != {"issues", "decoded", "failed"} or not isinstance(info["issues"], list):
+        return False
+    if not isinstance(info["decoded"], bool) or not isinstance(info["failed"], bool):
+        return False
+    try:
+        issues = [Issue(**row) for row in info["issues"]]
+    except (TypeError, ValueError):
+        return False
+    fields = [(i.image_id, i.reason, i.detail, i.stage, i.action) for i in issues]
+    plain = all(isinstance(value, str) for row in fields for value in row)
+    return plain and info["failed"] == any(i.reason == "backend-failed" for i in issues)
+
+
+def missing_runs(count: int, kept: dict[int, KeptSample]) -> list[tuple[int, int]]:
+    """The runs (start, stop) of the `count` items of a shard that are not kept, in order."""
+    runs: list[tuple[int, int]] = []
+    for index in range(count):
+        if index in kept:
+            continue
+        if runs and runs[-1][1] == index:
+            runs[-1] = (runs[-1][0], index + 1)
+        else:
+            runs.append((index, index + 1))
+    return runs
 
 
 def with_next(batches: Iterator[list]) -> Iterator[tuple[list, list | None]]:

@@ -30,7 +30,8 @@ from builder.core.errors import RunFailed, UsageError
 from builder.core.folders import check_writable_folder
 from builder.core.manifest import ERRORS_NAME, PARTS, ErrorCounts, Manifest, SplitEntry
 from builder.core.records import Issue, count_by_reason
-from builder.core.runner import STATE_DIR, ShardPlan, plan_shards
+from builder.core.runner import STATE_DIR, ShardPlan, load_finished, plan_shards
+from builder.core.shard_partial import drop_partials
 from builder.core.stage import RunOptions, Stage, StageOutcome, StageRun, run_stage, write_errors
 from builder.extract.shard_builder import (
     ExtractConfig,
@@ -131,13 +132,16 @@ class ExtractStage(Stage):
         return self._plans
 
     def shard_builder(self) -> ExtractShardBuilder:
-        return ExtractShardBuilder(self.config, str(self.out_dir))
+        return ExtractShardBuilder(self.config, str(self.out_dir), fingerprint(self._settings))
 
     def default_split(self) -> str:
         return self.split
 
     def after_run(self) -> None:
         self._threads.close()
+        for plan in self._plans:  # a finished shard's kept images are in its tar now
+            if load_finished(self.out_dir, plan) is not None:
+                drop_partials(self.out_dir, plan.filename)
 
     def planning_issues(self) -> list[Issue]:
         return list(self.listing.issues)
@@ -175,9 +179,9 @@ class ExtractStage(Stage):
             )
 
     def drop_split(self) -> None:
-        """--overwrite: forget this split (its shards, state, settings, manifest entry, error rows)."""
+        """--overwrite: forget this split (its shards, state and kept images, settings, manifest entry, error rows)."""
         split, parts_dir = self.split, self.out_dir
-        ours = re.compile(rf"^{re.escape(split)}-\d{{5}}\.tar(\.json)?$")
+        ours = re.compile(rf"^{re.escape(split)}-\d{{5}}\.tar(\.json|\.\d{{6,}}\.partial)?$")
         for folder in (parts_dir, parts_dir / STATE_DIR):
             for path in sorted(folder.iterdir()) if folder.is_dir() else []:
                 if ours.match(path.name) and path.is_file():
