@@ -21,9 +21,10 @@ Stages (`--only extract,sd,detect,eval,clip`), each through the toolkit's own co
            Printed: images/s, ms per UNet step, the text encoder, VAE and UNet shares. No target is
            set for it.
   detect   Grounding DINO (base) as `hsi validate --boxes` runs it (`validation.detection.redetect`
-           over ImageNet-sized JPEG files decoded as it decodes them, at its batch size, 8): decode,
-           the model, the processor, post-processing and IoUs (random weights pass hundreds of boxes
-           through the thresholds; post-processing stays a small share). No target is set for it.
+           over ImageNet-sized JPEG files, landscape and portrait, decoded and batched by aspect as
+           it does, at its batch size, 8): decode, the model, the processor, post-processing and
+           IoUs (random weights pass hundreds of boxes through the thresholds; post-processing
+           stays a small share). No target is set for it.
   eval     resnet50 and ViT-B/16 (timm, random init) through `hsi eval`'s data path against their
            forward passes alone on the same batches held in memory (benchmarks/eval_speed.py's
            measurement), over 7,200 composites (about 113 batches of 64), each model twice: `hsi eval`'s
@@ -659,6 +660,21 @@ def build_grounding_dino(tiny: bool, vocab_size: int, seed: int = 0):
     return GroundingDinoForObjectDetection(config).eval()
 
 
+@dataclass(frozen=True)
+class TimedDecode:
+    """A detection item's loader timed into the "decode" bucket; its header size still groups the
+    image by aspect, as `hsi validate --boxes` batches it."""
+
+    watch: Stopwatch
+    file: Callable[[], np.ndarray]  # validation.detection.FileImage
+
+    def __call__(self) -> np.ndarray:
+        return self.watch.time("decode", self.file)
+
+    def size(self) -> tuple[int, int] | None:
+        return self.file.size()
+
+
 def bench_detect(ctx: Context) -> list[Row]:
     from extract_gpu import REAL_SIZES, SMALL_SIZES, synth_jpegs
 
@@ -679,7 +695,7 @@ def bench_detect(ctx: Context) -> list[Row]:
     for n, (jpeg, boxes) in enumerate(synth_jpegs(ctx.sizes.detect_images, SMALL_SIZES if ctx.tiny else REAL_SIZES)):
         path = folder / f"image{n:03d}.JPEG"
         path.write_bytes(jpeg)
-        load = functools.partial(watch.time, "decode", file_loader(str(path)))  # the production decode
+        load = TimedDecode(watch, file_loader(str(path)))  # the production decode, and its header size
         items.append(DetectionItem(path.stem, wnids[(n * 97) % len(wnids)], tuple(boxes), load))
     print(f"  {name} (random init), {len(items)} images of {'small' if ctx.tiny else 'ImageNet'} sizes, batch {batch}")
     watch.wrap(model, "forward", "model")
