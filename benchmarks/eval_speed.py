@@ -9,7 +9,8 @@ The model is loaded through the production loader (a random-init timm checkpoint
 passed as --checkpoint), so the eval path is exactly `hsi eval`'s. Target: eval >= 0.9 of the
 forward-only throughput on CPU with 2 loader workers (the data path must not be the bottleneck).
 The full `hsi eval` time (predictions + parquet + metrics + reports + plots) is printed too.
-The data path alone (workers reading and decoding, no model) is printed too, to show its headroom.
+The data path alone (workers reading and decoding, no model) is printed too, to show its headroom,
+and the eval path's steady part (every batch after the first) apart from its loader start-up.
 The best of --repeat rounds is kept; the measurements take turns within a round, and each round's
 own ratio is printed with their median (on a shared machine, rounds disagree: use many).
 """
@@ -20,7 +21,8 @@ import argparse
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,18 +58,54 @@ class Throughput:
     forward: list[float]  # forward passes alone, on batches already in memory
     eval_path: list[float]  # stream()'s shards -> loader workers -> forward -> prediction rows
     data: list[float]  # the loader alone: read, decode, resize, batch
+    startup: list[float] = field(default_factory=list)  # eval path: its start until the first batch reaches the model
+    steady: list[float] = field(default_factory=list)  # eval path: from the first batch's end to the last's
+    steady_images: int = 0  # the images of the steady part (all but the first batch)
 
     def rate(self, name: str) -> float:
         """images/s of the best round of `name`."""
         return self.images / min(getattr(self, name))
 
     @property
+    def steady_rate(self) -> float | None:
+        """images/s of the eval path once its loader runs (best round), without its start-up;
+        None when the run was one batch."""
+        return self.steady_images / min(self.steady) if self.steady_images and min(self.steady) > 0 else None
+
+    @property
     def ratio(self) -> float:
         """eval / forward-only throughput, best of each (the target is >= 0.9)."""
         return min(self.forward) / min(self.eval_path)
 
+    @property
+    def steady_ratio(self) -> float | None:
+        """The steady eval path / forward-only throughput (the loader's start-up is paid once a run)."""
+        steady = self.steady_rate
+        return steady / self.rate("forward") if steady else None
+
     def round_ratios(self) -> list[float]:
         return sorted(f / e for f, e in zip(self.forward, self.eval_path))
+
+
+@contextmanager
+def model_calls(record: list[tuple[float, float, int]]):
+    """Record (start, end, images) of every batch the eval path's classifier scores (its
+    probabilities come back on the host, so each end is after the device finished)."""
+    from evaluation.predicting import predict
+
+    original = predict.Classifier.probabilities
+
+    def timed(self, images):
+        started = time.perf_counter()
+        out = original(self, images)
+        record.append((started, time.perf_counter(), len(images)))
+        return out
+
+    predict.Classifier.probabilities = timed
+    try:
+        yield
+    finally:
+        predict.Classifier.probabilities = original
 
 
 def random_init_model(arch: str, folder: Path, device):
@@ -88,7 +126,9 @@ def random_init_model(arch: str, folder: Path, device):
 
 def measure(loaded, dataset: Path, settings, device, repeat: int) -> Throughput:
     """Forward-only, the eval path and the data path alone over the same batches, taking turns
-    within each of `repeat` rounds (after one forward-only warm-up)."""
+    within each of `repeat` rounds (after one forward-only warm-up). The eval path's start-up (to
+    its first batch) and its steady part (every later batch) are timed apart. With `settings.amp`
+    or `channels_last`, the forward passes alone run the same way as the eval path's."""
     import torch
 
     from evaluation.orchestration.pipeline import predictions_for
@@ -102,27 +142,41 @@ def measure(loaded, dataset: Path, settings, device, repeat: int) -> Throughput:
     pre = loaded.preprocessing
     mean = torch.tensor(pre.mean, device=device).view(1, 3, 1, 1) * 255
     std = torch.tensor(pre.std, device=device).view(1, 3, 1, 1) * 255
+    memory_format = torch.channels_last if settings.channels_last else torch.contiguous_format
+    if settings.channels_last:
+        loaded.module.to(memory_format=torch.channels_last)  # as the eval path's Classifier does
     batches = [
-        ((b.images.to(device).float() - mean) / std)
-        for b in make_loader(fresh_plan().dataset, 0, False)
+        ((b.images.to(device).float() - mean) / std).contiguous(memory_format=memory_format)
+        for b in make_loader(fresh_plan().dataset, settings.workers, False)
         if b.images is not None
     ]
     images = sum(len(b) for b in batches)
+    on_cuda = device.type == "cuda"
+    amp_dtype = torch.bfloat16 if settings.amp == "bf16" else torch.float16
 
     def forward_only() -> float:
         started = time.perf_counter()
-        with torch.inference_mode():
+        with (
+            torch.inference_mode(),
+            torch.autocast(device.type, dtype=amp_dtype, enabled=on_cuda and bool(settings.amp)),
+        ):
             for batch in batches:
                 loaded.module(batch)
-        if device.type == "cuda":
+        if on_cuda:
             torch.cuda.synchronize()
         return time.perf_counter() - started
 
     def eval_path() -> float:
+        calls: list[tuple[float, float, int]] = []
         started = time.perf_counter()
-        run = predictions_for(loaded, dataset, settings, plan=fresh_plan())
+        with model_calls(calls):
+            run = predictions_for(loaded, dataset, settings, plan=fresh_plan())
+        total = time.perf_counter() - started
         assert len(run.rows) == images, (len(run.rows), images)
-        return time.perf_counter() - started
+        result.startup.append(calls[0][0] - started)
+        result.steady.append(calls[-1][1] - calls[0][1])
+        result.steady_images = sum(n for _, _, n in calls[1:])
+        return total
 
     def data_only() -> float:
         started = time.perf_counter()
@@ -192,6 +246,12 @@ def main() -> int:
     ):
         rate = measured.rate(name)
         print(f"{label} {rate:8.1f} images/s  ({images / rate:.2f} s)")
+    steady = measured.steady_rate
+    if steady is not None:
+        print(
+            f"eval path steady part (after its first batch): {steady:8.1f} images/s; "
+            f"loader start-up {min(measured.startup):.2f} s; steady / forward-only {measured.steady_ratio:.3f}"
+        )
     print(f"full hsi eval (+ parquet, metrics, reports, plots): {full:.2f} s")
     rounds = measured.round_ratios()
     print(

@@ -9,7 +9,8 @@ thresholds (0 when none does); per image the mean over its boxes; per class the 
 overall the mean over images. Ground-truth boxes are VOC inclusive pixel corners; they are turned into
 continuous corners (x1 + 1, y1 + 1) before the IoU, matching the detector's box convention.
 
-The images are cut into batches by position (`detection_batches`) and the batches into contiguous
+The images are grouped by aspect (landscape, portrait; read from each file's header) and cut into
+batches in that order (`detection_batches`), and the batches into contiguous
 chunks (`plan_chunks`); `DetectionJob` re-detects one chunk and can run in worker processes or Ray
 actors, each building the detector once. Batches never change with the split (a detector's result
 depends on its batch company: images are padded to the batch's largest), and chunks are merged in
@@ -163,14 +164,39 @@ class DetectionReport:
         }
 
 
+LANDSCAPE, PORTRAIT, UNKNOWN_SHAPE = 0, 1, 2  # the aspect groups images are batched in, in this order
+
+
+def aspect_group(item: DetectionItem) -> int:
+    """The aspect group an image is batched with: landscape (or square), portrait, or unknown (a
+    loader that cannot tell its size from the file's header, or a header that does not read). The
+    detector pads a batch to its largest height and width: Grounding DINO's processor makes a
+    4:3 photo 800 x 1066 and a 3:4 one 1066 x 800, so one batch of both runs at 1066 x 1066."""
+    size = getattr(item.load, "size", None)
+    shape = size() if callable(size) else None
+    if shape is None:
+        return UNKNOWN_SHAPE
+    width, height = shape
+    return PORTRAIT if height > width else LANDSCAPE
+
+
 def detection_batches(items: Iterable[DetectionItem], batch_size: int) -> list[tuple[DetectionItem, ...]]:
-    """The items with boxes, in order, in consecutive batches of `batch_size`. An image that cannot
-    be loaded leaves its batch one image short instead of pulling the next one in, so the batches
-    (and the detections) are the same however the batches are shared out among workers."""
+    """The items with boxes, grouped by aspect (`aspect_group`; item order within a group), each
+    group in consecutive batches of `batch_size` (no batch mixes groups). The batches are cut here,
+    once, from every item before any worker takes one, so they (and the detections: a detector's
+    result depends on its batch company) are the same however they are shared out. An image that
+    cannot be loaded leaves its batch one image short instead of pulling the next one in."""
     if batch_size < 1:
         raise ValueError("batch size must be at least 1")
-    chosen = [item for item in items if item.boxes]
-    return [tuple(chosen[start : start + batch_size]) for start in range(0, len(chosen), batch_size)]
+    groups: dict[int, list[DetectionItem]] = {}
+    for item in items:
+        if item.boxes:
+            groups.setdefault(aspect_group(item), []).append(item)
+    return [
+        tuple(group[start : start + batch_size])
+        for _, group in sorted(groups.items())
+        for start in range(0, len(group), batch_size)
+    ]
 
 
 CHUNKS_PER_WORKER = 4  # a slow chunk (large images) does not leave the other workers idle for long
@@ -313,7 +339,7 @@ def merge_chunks(
         sorted((image for result in results for image in result.images), key=lambda image: image.image_id),
         report_info(provenance, job.box_threshold, job.text_threshold, batch_size),
         iou_threshold,
-        [row for result in results for row in result.rows],
+        sorted((row for result in results for row in result.rows), key=lambda row: row.image_id),
     )
     check_detector_worked(report)
     return report
@@ -354,6 +380,7 @@ def redetect(
         if progress:
             progress(len(batch))
     report.images.sort(key=lambda i: i.image_id)
+    report.unreadable.sort(key=lambda row: row.image_id)  # by image, as the images: not by aspect group
     check_detector_worked(report)
     return report
 
@@ -388,6 +415,21 @@ class FileImage:
             return decode_image(Path(self.path)).rgb
         except ImageDecodeError as exc:
             raise ImageUnavailable(exc.reason, exc.detail) from None
+
+    def size(self) -> tuple[int, int] | None:
+        """(width, height) from the file's header, as the decoder will see it (it applies no EXIF
+        rotation); None when the header does not read (the decode then reports why)."""
+        import warnings
+
+        from PIL import Image
+
+        try:
+            with warnings.catch_warnings():  # a huge image is the decoder's to refuse, with its reason
+                warnings.simplefilter("ignore")
+                with Image.open(self.path) as image:
+                    return image.size
+        except Exception:  # noqa: BLE001 - any unreadable header: the image's group is "unknown"
+            return None
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,13 @@ The file is TorchScript, which is code: it is loaded only when its sha256 is tru
 SHA256`, or `trusted_sha256:` in the extract config) or with `--trust-code`
 (`builder.backends.code_trust`); otherwise refused before `torch.jit.load` runs any of it.
 
+The file is TorchScript, not an eager module, so JIT fusion is not moot: every call runs under
+`torch.jit.optimized_execution(False)`, which turns the profiling executor's per-shape
+specialisation and fusion off. There is no warm-up call: cuDNN autotuning is off
+(`cudnn.benchmark` is never set), nothing specialises per shape, and ImageNet photos come in
+many padded sizes, so warming one size would only move the first call's one-time CUDA set-up
+to load time. (The GPU suite warms the whole path before it times it.)
+
 Determinism: the same as the SAM masker's: on one device type a result does not depend on the
 batch it ran in (tested on CPU); CPU and CUDA may differ in the last bit of some filled pixels.
 """

@@ -180,7 +180,8 @@ def composites_of_predictions(path: Path):
 
 def classify_passes(composites, classifier, loaded: LoadedModel, settings: RunSettings, passes) -> dict:
     """The model's side of the clean-photo and bare-background passes named in `passes` ("clean",
-    "background_only"): each pass's predictions, nothing written (`write_passes` writes them)."""
+    "background_only"): each pass's predictions, decoded in `--workers` DataLoader workers as the
+    composites are, nothing written (`write_passes` writes them)."""
     classified: dict = {}
     labels = {str(s): int(c) for s, c in zip(composites["source_id"], composites["label_class"])}
     if "clean" in passes:
@@ -192,10 +193,16 @@ def classify_passes(composites, classifier, loaded: LoadedModel, settings: RunSe
             labels,
             settings.batch_size,
             settings.progress,
+            settings.workers,
         )
     if "background_only" in passes:
         classified["background_only"] = background_predictions(
-            classifier, loaded.preprocessing, settings.parts_dir, settings.batch_size, settings.progress
+            classifier,
+            loaded.preprocessing,
+            settings.parts_dir,
+            settings.batch_size,
+            settings.progress,
+            settings.workers,
         )
     return classified
 

@@ -280,8 +280,9 @@ class EvalBatches(SplitReader):
             yield Batch(images, rows, errors)
 
 
-def collate_batch(item: Batch) -> Batch:
-    """The DataLoader's collate for already-batched items (batch_size=None)."""
+def collate_batch(item):
+    """The DataLoader's collate for already-batched items (batch_size=None): a Batch, or an extra
+    pass's batch."""
     return item
 
 
@@ -294,7 +295,7 @@ def _lower_priority(worker_id: int) -> None:
         pass
 
 
-def make_loader(dataset: EvalBatches, workers: int, pin_memory: bool, yield_to_model: bool = False):
+def make_loader(dataset: IterableDataset, workers: int, pin_memory: bool, yield_to_model: bool = False):
     from torch.utils.data import DataLoader
 
     kwargs = {"prefetch_factor": 4, "persistent_workers": False} if workers > 0 else {}

@@ -24,7 +24,7 @@ from builder import __version__
 from builder.core.errors import HsiError, InputError
 from evaluation.model_formats.forward_checks import check_finite, forward_failed
 from evaluation.model_formats.labels import LabelSpace, config_wnids, resolve_label_space
-from evaluation.model_formats.models import LoadedModel, Preprocessing, count_outputs
+from evaluation.model_formats.models import LoadedModel, count_outputs
 from evaluation.zero_shot.record import SET_COLUMNS, record_set_names, set_column
 
 from .data import EvalBatches, SourceSplit, make_loader, read_dataset_manifest
@@ -354,11 +354,3 @@ def verify_plan(plan: RunPlan, split: str, limit: int | None, announce: Callable
     verify_stream(plan.dataset.stream, plan.manifest, split, limit, announce)
     plan.verified = VERIFIED
 
-
-def preprocess_arrays(images, pre: Preprocessing):
-    """PIL images -> a uint8 B x 3 x H x W tensor (for the clean photos and the bare backgrounds)."""
-    import torch
-
-    from .data import prepare_image
-
-    return torch.from_numpy(np.stack([prepare_image(im, pre) for im in images])).permute(0, 3, 1, 2)

@@ -16,7 +16,8 @@ import pytest
 from tiny_models import write_tiny_lama
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_suite.py"
-EXPECTED_ROWS = ["extract", "sd", "detect", "eval:test_resnet", "eval:test_vit", "clip:hsi-tiny-clip"]
+EVAL_ROWS = ["eval:test_resnet", "eval:test_resnet+amp", "eval:test_vit", "eval:test_vit+amp"]
+EXPECTED_ROWS = ["extract", "sd", "detect", *EVAL_ROWS, "clip:hsi-tiny-clip"]
 FIGURE_ROW = re.compile(r"^(?P<stage>\S+)\s+(?P<figure>\S+)\s{2}(?P<target>.{20}) +(?P<ratio>\S+) +(?P<wall>[0-9.]*)  ")
 SKIP_ROW = re.compile(r"^(?P<stage>\S+)\s+skipped: (?P<why>.+) (is|are) not installed$")
 # module -> the name a skip prints for it
@@ -68,11 +69,13 @@ def test_cpu_mode_times_every_stage_and_prints_the_summary(tmp_path):
     extract = next(row for row in rows if row.startswith("extract"))
     assert "28 images/s" in extract and "+ LaMa," in extract, extract  # the target, and LaMa was timed
     for row in rows:
-        if row.startswith("eval:") and not SKIP_ROW.match(row):
+        if row.startswith(("eval:", "clip:")) and not SKIP_ROW.match(row):
+            # the figure is the steady part's rate, the loader's start-up and the whole run beside it
             ratio = float(FIGURE_ROW.match(row)["ratio"])
-            assert ratio > 0 and "eval / forward-only " in row, row
+            assert ratio > 0 and "steady eval / forward-only " in row and " s loader start-up" in row, row
+            assert ("--amp bf16 (no autocast on the CPU) --channels-last" in row) == row.split()[0].endswith("+amp")
         if row.startswith("clip:") and not SKIP_ROW.match(row):  # the tiny CLIP's forward is too fast for a ratio
-            assert "eval / forward-only " in row and "3 prompt sets from one image pass" in row, row
+            assert "3 prompt sets from one image pass" in row, row
     # where the time goes, per stage
     parts = ("sam_enc ", "lama ", "unet ", "ms per UNet step", "processor + post-processing", "data path alone")
     for part in (*parts, "text classifiers of openai, simple, no-scale: 160 texts"):
@@ -82,6 +85,10 @@ def test_cpu_mode_times_every_stage_and_prints_the_summary(tmp_path):
     figures = json.loads((tmp_path / "figures.json").read_text())
     assert figures["tiny"] is True and [r["stage"] for r in figures["rows"]] == EXPECTED_ROWS
     assert all(r["images_per_s"] > 0 for r in figures["rows"] if not r["skipped"])
+    for row in figures["rows"]:
+        if row["stage"].startswith(("eval:", "clip:")) and not row["skipped"]:
+            seconds = row["seconds"]
+            assert 0 < seconds["eval start-up"] and 0 < seconds["eval steady"] < seconds["eval path"], row
 
 
 def test_a_stage_without_its_package_is_skipped_and_the_suite_goes_on(monkeypatch, capsys):

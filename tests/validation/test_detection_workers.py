@@ -245,3 +245,53 @@ def test_runner_and_device_refusals_are_one_line(flags, message, tmp_path, capsy
     assert main(["validate", "--source", str(tmp_path), "--out", str(tmp_path / "r"), *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err and not (tmp_path / "r").exists()
+
+
+def test_batches_are_grouped_by_aspect_before_any_worker_takes_one(tmp_path):
+    """Portrait and landscape (or square) photos are batched apart (a mixed batch pads to both long
+    sides), in item order within each group, images whose header does not read last; the report lists the
+    images and error rows by image, whatever the grouping."""
+    from PIL import Image
+
+    from validation.detection import DetectionItem, detection_batches, file_loader, redetect
+
+    shapes = {"a": (60, 40), "b": (40, 60), "c": (64, 48), "d": None, "e": (30, 50), "f": (50, 50), "g": (40, 70)}
+    items = []
+    for name, shape in shapes.items():
+        path = tmp_path / f"{name}.JPEG"
+        if shape is None:
+            path.write_bytes(b"not a jpeg" * 20)
+        else:
+            Image.fromarray(np.zeros((shape[1], shape[0], 3), np.uint8)).save(path)
+        items.append(DetectionItem(name, "n01440764", (Box(0, 0, 9, 9, "n01440764"),), file_loader(str(path))))
+    batches = detection_batches(items, 2)
+    assert [[item.image_id for item in batch] for batch in batches] == [["a", "c"], ["f"], ["b", "e"], ["g"], ["d"]]
+    detector = SizeDetector()
+    report = redetect(items, detector, batch_size=2)
+    assert detector.calls == [[60, 64], [50], [40, 30], [40]]  # each batch one orientation; d never reaches it
+    assert [image.image_id for image in report.images] == ["a", "b", "c", "e", "f", "g"]
+    assert [row.image_id for row in report.unreadable] == ["d"]
+
+
+@pytest.fixture(scope="module")
+def mixed_source(tmp_path_factory):
+    """Seven val images, three of them turned portrait, and one not an image at all."""
+    from fake_imagenet import synthetic_photo, write_tree
+    from PIL import Image
+
+    tree = write_tree(tmp_path_factory.mktemp("mixed") / "imagenet", split="val", count=7)
+    for image in tree.good[1::2]:
+        width, height = image.size
+        photo = synthetic_photo(1, height, width + 30)  # taller than wide
+        Image.fromarray(photo).save(next(tree.root.rglob(f"{image.image_id}.JPEG")), quality=92)
+    next(tree.root.rglob(f"{tree.good[2].image_id}.JPEG")).write_bytes(b"not a jpeg" * 20)
+    return tree
+
+
+def test_mixed_orientations_give_the_same_report_at_any_worker_count(tiny_model, mixed_source, tmp_path):
+    single = validate(tiny_model, mixed_source, tmp_path / "one" / "report")
+    assert single["detection"]["images"] == 6
+    workers = validate(tiny_model, mixed_source, tmp_path / "two" / "report", "--workers", "2")
+    assert workers == single
+    for name in ("validation.json", "validation.md"):
+        assert (tmp_path / "two" / "report" / name).read_bytes() == (tmp_path / "one" / "report" / name).read_bytes()
