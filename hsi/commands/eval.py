@@ -152,7 +152,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=False,
         type=amp_kind,
         metavar="fp16|bf16",
-        help="mixed precision on CUDA: fp16 (the default of a bare --amp) or bf16",
+        help="mixed precision on CUDA: a bare --amp is fp16; --amp bf16 for bf16",
     )
     run.add_argument("--channels-last", action="store_true", help="channels_last memory format")
     run.add_argument("--limit", type=positive_int, help="evaluate only the first N samples (a quick look)")

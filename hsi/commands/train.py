@@ -103,7 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--amp",
         choices=["fp16", "bf16"],
         default="fp16",
-        help="mixed precision on CUDA (default fp16, with loss scaling; bf16, safe on H100/H200, needs none)",
+        help="mixed precision on CUDA: fp16 with loss scaling, or bf16 (safe on H100/H200, needs no scaling)",
     )
     parser.add_argument("--no-amp", action="store_true", help="no mixed precision on CUDA")
     parser.add_argument("--no-channels-last", action="store_true", help="no channels_last memory format on CUDA")
