@@ -114,7 +114,8 @@ def _sample_count(path: Path) -> int:
         try:
             _COUNTED[signature] = sample_count(tar_members(path))
         except (OSError, tarfile.TarError, ShardReadError) as exc:
-            raise ShardMismatch(f"shard {printable(str(path))} cannot be read as a tar: {printable(str(exc))}") from None
+            reason = printable(str(exc))
+            raise ShardMismatch(f"shard {printable(str(path))} cannot be read as a tar: {reason}") from None
     return _COUNTED[signature]
 
 

@@ -277,10 +277,10 @@ def test_a_hub_shard_is_proved_in_the_cache_downloaded_again_once_then_refused(t
     """hf:// shards are read from the checked cached copy; a damaged copy is fetched once more, and
     refused when the hub's bytes themselves differ from the manifest (the loopback-hub run of the
     same path is tests/evaluation/test_eval_sources.py::test_hf_source_through_the_loopback_hub...)."""
+    from release_factory import write_tar
+
     import evaluation.predicting.verified_shards as verified
     from builder.core.hashing import sha256_file
-
-    from release_factory import write_tar
 
     good, bad = tmp_path / "good" / "test-00000.tar", tmp_path / "bad" / "test-00000.tar"
     for path, data in ((good, b"the shard's bytes"), (bad, b"the shard's bytez")):

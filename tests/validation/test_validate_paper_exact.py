@@ -165,5 +165,6 @@ def test_a_spec_with_a_cut_compose_does_not_know_is_refused(paper_set, planted, 
     manifest = read_manifest(dataset)
     manifest["spec"]["box_rounding"] = "float16"
     write_json_atomic(dataset / "_info.json", manifest)
-    with pytest.raises(ManifestError, match=r"box_rounding` \(--box-rounding\): 'float16'; use one of none, float32-normalised"):
+    refusal = r"box_rounding` \(--box-rounding\): 'float16'; use one of none, float32-normalised"
+    with pytest.raises(ManifestError, match=refusal):
         check_dataset(dataset, planted / "m1" / "parts")
