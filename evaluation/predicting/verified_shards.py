@@ -106,16 +106,17 @@ def _matches(path: Path, digest: str, size: int) -> bool:
 _COUNTED: dict[tuple[int, ...], int] = {}
 
 
-def _sample_count(path: Path) -> int:
+def _sample_count(path: Path) -> int | None:
     """The samples the proved shard at `path` holds (its members' distinct keys, read from the tar
-    headers), so that a manifest with true hashes and false counts is refused as compose refuses it."""
+    headers), so that a manifest with true hashes and false counts is refused as compose refuses it;
+    None for a tar that cannot be listed, which the reader then reports as an `unreadable-shard` row
+    after the samples before the break, as it reports any broken shard."""
     signature = _signature(path)
     if signature not in _COUNTED:
         try:
             _COUNTED[signature] = sample_count(tar_members(path))
-        except (OSError, tarfile.TarError, ShardReadError) as exc:
-            reason = printable(str(exc))
-            raise ShardMismatch(f"shard {printable(str(path))} cannot be read as a tar: {reason}") from None
+        except (OSError, tarfile.TarError, ShardReadError):
+            return None
     return _COUNTED[signature]
 
 
@@ -161,7 +162,8 @@ def verify_shards(
                 f"shard {printable(url)} does not match the sha256 its manifest lists (changed or damaged since it "
                 f"was written): {refused}; rebuild or download the dataset again"
             )
-        problem = ShardStats(name, count, size, digest).count_problem(_sample_count(path))
+        found = _sample_count(path)
+        problem = None if found is None else ShardStats(name, count, size, digest).count_problem(found)
         if problem:
             raise ShardMismatch(
                 f"shard {problem} ({where}): its sha256 is true but its count is not, so the manifest does not "
