@@ -10,13 +10,14 @@ from pathlib import Path
 
 # Import this checkout's packages, installed or not: autodoc and sphinx-argparse read the real code.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "_ext"))
 
 from builder import __version__  # noqa: E402
 
 project = "Hard-Spurious-ImageNet toolkit"
 version = release = __version__
 
-extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinxarg.ext"]
+extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinxarg.ext", "field_tables"]
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build"]
 

@@ -3,9 +3,9 @@ an `eval.json` in a results folder, a `models.yaml`, a release's `_release.json`
 
 Every such file is read here, never with a bare `json.loads`, `yaml.safe_load`, `pq.read_table` or
 `torch.load`: a link, a folder or a missing file is refused before it is opened, a syntax error is
-one line naming the file, and `Fields` gives checked access to the object inside, so a wrong type
-or an out-of-range value is one line naming the file and the field (`eval.json: metrics.samples:
-expected an integer, got 'abc'`). Nothing is unpickled: `load_torch` passes `weights_only=True`,
+one line naming the file, and each format's one `StrictModel` (shared by its writer and its readers)
+checks the object inside, so a wrong type or an out-of-range value is one line naming the file and the
+field (`eval.json: metrics.samples: expected an integer, got 'abc'`). Nothing is unpickled: `load_torch` passes `weights_only=True`,
 so a crafted checkpoint cannot run code; training state is tensors and plain types.
 """
 
@@ -16,7 +16,9 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from builder.core.errors import InputError, printable, shown
 
@@ -180,6 +182,74 @@ def load_torch_bytes(data: bytes) -> Any:
     import torch
 
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+class StrictModel(BaseModel):
+    """The base of every file format's model: strict types (no "1" for 1), no unknown keys, no inf or
+    nan, immutable. Values come from `read_json`/`read_yaml`, so a tuple-shaped field is a `list` (a
+    strict tuple refuses a JSON array); a float field takes an int, so a writer that must keep `1` as
+    `1` types it `int | float`."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def parse_model(model: type[Model], data: object, source: Path | str, where: str = "") -> Model:
+    """`data` checked against `model`, or one line naming the file and the first wrong field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise UntrustedInput(_first_problem(error, _where(source), where)) from None
+
+
+def read_model(model: type[Model], path: Path, what: str = "JSON file", max_bytes: int | None = None) -> Model:
+    """A JSON (`.json`) or YAML (any other suffix) file read through the link, size and syntax refusals,
+    then checked against `model`."""
+    path = Path(path)
+    if path.suffix == ".json":
+        if max_bytes is not None:
+            _refuse_larger(regular_file(path, what), what, max_bytes)
+        data = read_json(path, what)
+    else:
+        data = read_yaml(path, what, max_bytes=max_bytes)
+    return parse_model(model, data, path)
+
+
+def _refuse_larger(path: Path, what: str, max_bytes: int) -> None:
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise UntrustedInput(f"{_where(path)}: {what} is {size} bytes, more than {max_bytes}; none needs that many")
+
+
+_PROBLEMS = {
+    "missing": "missing",
+    "extra_forbidden": "unknown key",
+    "int_type": "expected an integer",
+    "float_type": "expected a number",
+    "string_type": "expected a string",
+    "bool_type": "expected true or false",
+    "list_type": "expected a list",
+    "dict_type": "expected an object",
+    "model_type": "expected an object",
+    "finite_number": "expected a finite number",
+}
+
+
+def _first_problem(error: ValidationError, source: str, where: str) -> str:
+    """pydantic's first error as `file: dotted.field[n]: problem, got value (and k more)`."""
+    problems = error.errors(include_url=False)
+    first = problems[0]
+    field = where
+    for part in first["loc"]:
+        field += f"[{part}]" if isinstance(part, int) else f"{'.' if field else ''}{part}"
+    kind = first["type"]
+    problem = _PROBLEMS.get(kind) or printable(first["msg"][0].lower() + first["msg"][1:])
+    if kind not in ("missing", "extra_forbidden") and "input" in first:
+        problem += f", got {describe(first['input'])}"
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"{source}: {field + ': ' if field else ''}{problem}{more}"
 
 
 _NO_DEFAULT = object()
