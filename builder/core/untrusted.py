@@ -5,8 +5,8 @@ Every such file is read here, never with a bare `json.loads`, `yaml.safe_load`, 
 `torch.load`: a link, a folder or a missing file is refused before it is opened, a syntax error is
 one line naming the file, and each format's one `StrictModel` (shared by its writer and its readers)
 checks the object inside, so a wrong type or an out-of-range value is one line naming the file and the
-field (`eval.json: metrics.samples: expected an integer, got 'abc'`). Nothing is unpickled: `load_torch` passes `weights_only=True`,
-so a crafted checkpoint cannot run code; training state is tensors and plain types.
+field (`eval.json: metrics.samples: expected an integer, got 'abc'`). Nothing is unpickled: `load_torch`
+passes `weights_only=True`, so a crafted checkpoint cannot run code; training state is tensors and plain types.
 """
 
 from __future__ import annotations
