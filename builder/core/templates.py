@@ -1,5 +1,6 @@
 """What people read (pages, reports, cards) is written from jinja2 templates kept beside the module that
-fills them; the module builds the context, the template the text. HTML templates autoescape."""
+fills them (`<package>/templates/NAME.EXT.j2`); the module builds the context, the template the text.
+HTML and XML templates autoescape."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import jinja2
 def _environment(package: str) -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.PackageLoader(package, "templates"),
-        autoescape=jinja2.select_autoescape(["html", "htm", "xml"]),
+        autoescape=jinja2.select_autoescape(["html", "xml", "html.j2", "xml.j2"]),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
