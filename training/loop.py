@@ -1,24 +1,8 @@
-"""`hsi train`'s training loop: a timm model trained on a config's train split read with `stream()`,
-evaluated on the held-out split per group each epoch (through the evaluation package's predictions),
-checkpointed resumably, and finally scored on the test split into `predictions.parquet`.
-
-- Model: `timm.create_model(NAME, num_classes=K)` from scratch; with `pretrained` or a local
-  checkpoint, the weights come through `evaluation.model_formats.models.load_model` (never a silent random init)
-  and the classifier is reset to the config's K labels.
-- Optimiser SGD (momentum) or AdamW; schedule per epoch: linear warm-up, then cosine or step decay.
-- AMP and channels_last only on CUDA. Multi-GPU: run under `torchrun`; when torch.distributed is
-  initialised the model is wrapped in DDP and `stream()` gives each rank its own shards; rank 0
-  evaluates and writes.
-- `last.pt` holds model, optimiser, scheduler, grad scaler, the python/numpy/torch RNG states, the
-  epoch, the history and the best score; `best.pt` the weights kept by `--select`
-  (worst-group ties go to the higher mean accuracy). Both are tensors and plain values, read with
-  `weights_only=True` and checked (`training.state`). A resumed run refuses settings that
-  differ from the checkpoint's, and data that is not what it trained on (the manifest's config,
-  fingerprint and shard digests, not the path). Data order and augmentation derive from
-  (seed, epoch), so a resumed run reaches the same weights bit for bit on the same device.
-- Every file is written through the `--out` folder's `OwnedFolder` (`training.folder`): one
-  run per folder, nothing through a link, never over a user's file.
-"""
+"""`hsi train`'s loop: a timm model trained on a config's train split read with `stream()`, selected
+per epoch on the held-out split's groups (through evaluation's predictions), checkpointed resumably
+(`training.state`), under `torchrun` in DDP (rank 0 evaluates and writes). Data order and augmentation
+derive from (seed, epoch), so a resumed run reaches the same weights bit for bit on the same device;
+a resume refuses other settings or other data (the manifest's identity, not its path)."""
 
 from __future__ import annotations
 
@@ -29,14 +13,16 @@ import os
 import random
 import time
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from builder.backends import loader_gate as gate
 from builder.core.errors import InputError, UsageError
-from builder.core.untrusted import Fields
+from builder.core.manifest import Manifest
 from evaluation.model_formats.labels import config_wnids
 from evaluation.model_formats.models import (
     MAX_INPUT_SIDE,
@@ -56,6 +42,9 @@ from training.state import (
     BEST,
     LAST,
     SETTINGS_NAME,
+    BestState,
+    LastState,
+    checked,
     plain,
     read_best,
     read_last,
@@ -75,9 +64,8 @@ NOT_COMPARED = ("out", "workers", "progress", "source", "config")
 
 
 def improves(scores: Mapping, best: Mapping, select: str) -> bool:
-    """Whether an epoch's validation scores beat the best so far under `--select`. Worst-group ties
-    (often: the worst group stays at 0 for several epochs) go to the higher mean accuracy, so a tie
-    does not keep the first epoch merely because it came first; a full tie keeps the earlier epoch."""
+    """Worst-group ties (the worst group often stays at 0 for epochs) go to the higher mean; a full tie
+    keeps the earlier epoch."""
     if select == "worst-group":
         return (scores["worst_group"], scores["mean"]) > (best["worst_group"], best["mean"])
     return scores["mean"] > best["mean"]
@@ -165,39 +153,31 @@ class TrainSettings:
 @dataclass
 class FitResult:
     out: Path
-    model: object  # torch module with the selected weights, in eval mode
+    model: Any  # torch module with the selected weights, in eval mode
     preprocessing: Preprocessing
     wnids: tuple[str, ...]
-    best: dict
+    best: dict | None
     history: list[dict]
     train_errors: dict[str, str | None] | None = None  # key -> group, misclassified in the last training pass
     stopped_early: bool = False
-    # wall time of each training pass, every epoch of the run (a resumed run's earlier ones from last.pt)
-    epoch_seconds: list[float | None] = field(default_factory=list)
+    epoch_seconds: list[float | None] = field(default_factory=list)  # every epoch's, a resumed run's from last.pt
 
 
-# cuBLAS is deterministic only with a fixed workspace, read when CUDA's first cuBLAS handle is made
-# (torch's reproducibility notes): set before any CUDA work, unless the user chose one.
+# cuBLAS is deterministic only with a fixed workspace, read when CUDA's first cuBLAS handle is made.
 CUBLAS_WORKSPACE = ":4096:8"
 
 
-def ask_cuda_determinism() -> None:
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
-
-
 def rank_key() -> tuple:
-    """("rank", r) under DDP, so each rank draws its own augmentation, boxes and dropout; () alone,
-    so a one-process run draws what it always drew."""
+    """("rank", r) under DDP, so each rank draws its own augmentation, boxes and dropout; () alone."""
     dist = distributed()
     return ("rank", dist.get_rank()) if dist is not None and dist.get_world_size() > 1 else ()
 
 
 def seed_everything(seed: int) -> None:
-    """Python, numpy and torch (CPU and every CUDA device) from `seed`, one stream per DDP rank;
-    deterministic algorithms. DDP makes every rank start from rank 0's weights."""
+    """Python, numpy and torch from `seed` (one stream per DDP rank), deterministic algorithms."""
     import torch
 
-    ask_cuda_determinism()
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     rank = rank_key()
     ranked = derived_seed(seed, "torch", *rank) if rank else seed
     random.seed(ranked)
@@ -207,8 +187,8 @@ def seed_everything(seed: int) -> None:
     torch.backends.cudnn.benchmark = False
 
 
-def build_model(settings: TrainSettings, num_classes: int, canvas: int | None):
-    """(module, preprocessing): random init, or weights loaded by evaluation.model_formats.models with a fresh head."""
+def build_model(settings: TrainSettings, num_classes: int, canvas: int | None) -> tuple[Any, Preprocessing]:
+    """(module, preprocessing): random init, or weights loaded by evaluation with a fresh head."""
     import timm
 
     name = settings.model.removeprefix("timm:")
@@ -238,7 +218,7 @@ def lr_factor(settings: TrainSettings, epoch: int) -> float:
         span = max(1, settings.epochs - settings.warmup_epochs)
         return float(0.5 * (1 + np.cos(np.pi * (epoch - settings.warmup_epochs) / span)))
     if settings.schedule == "step":
-        return settings.step_gamma ** ((epoch - settings.warmup_epochs) // settings.step_epochs)
+        return float(settings.step_gamma ** ((epoch - settings.warmup_epochs) // settings.step_epochs))
     return 1.0
 
 
@@ -250,15 +230,14 @@ def make_optimizer(settings: TrainSettings, params):
     return torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
 
 
-def distributed():
+def distributed() -> Any:
     import torch.distributed as dist
 
     return dist if dist.is_available() and dist.is_initialized() else None
 
 
-def init_distributed(device) -> object:
-    """Under torchrun (WORLD_SIZE > 1) join the process group once, NCCL on CUDA and gloo on CPU; on
-    CUDA each rank takes the GPU of its LOCAL_RANK. Returns the device this rank trains on."""
+def init_distributed(device):
+    """Under torchrun join the process group once (NCCL on CUDA, gloo on CPU); returns this rank's device."""
     import torch
     import torch.distributed as dist
 
@@ -281,9 +260,8 @@ def evaluate_split(module, pre: Preprocessing, settings: TrainSettings, split: s
     """Prediction rows of `split` through evaluation.predicting.predict (eval mode, no augmentation)."""
     was_training = module.training
     module.eval()
-    loaded = LoadedModel(f"timm:{settings.model} (training)", module, pre)
     run = run_predictions(
-        loaded,
+        LoadedModel(f"timm:{settings.model} (training)", module, pre),
         settings.source,
         settings.config,
         split,
@@ -299,8 +277,7 @@ def evaluate_split(module, pre: Preprocessing, settings: TrainSettings, split: s
 
 
 def split_scores(rows: list[dict], need_groups: bool = True) -> dict:
-    """Mean and worst-group accuracy; on data without group metadata only the mean (worst_group None),
-    when the caller does not need groups (ERM selecting on the mean), else the metadata error."""
+    """Mean and worst-group accuracy; without group metadata only the mean, unless groups are needed."""
     ok = [r for r in rows if r["status"] == "ok"]
     correct = [bool(r["correct"]) for r in ok]
     try:
@@ -330,7 +307,6 @@ def percent_or_na(value: float | None) -> str:
 
 
 def _flat(data: Mapping, prefix: str = "") -> dict:
-    """Nested settings as dotted keys, so a refusal names the very value that changed."""
     flat = {}
     for key, value in data.items():
         if isinstance(value, Mapping) and value:
@@ -341,7 +317,7 @@ def _flat(data: Mapping, prefix: str = "") -> dict:
 
 
 def changed_settings(saved: Mapping, now: Mapping) -> list[str]:
-    """`key: old -> new` for each compared value that differs (dotted keys for the data's identity)."""
+    """`key: old -> new` for each compared value that differs (dotted keys, so a refusal names the value)."""
     old, new = _flat(saved), _flat(now)
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
 
@@ -349,17 +325,12 @@ def changed_settings(saved: Mapping, now: Mapping) -> list[str]:
 def describe_changes(changes: list[str]) -> str:
     data = [c for c in changes if c.startswith("data.")]
     other = [c for c in changes if not c.startswith("data.")]
-    parts = []
-    if data:
-        parts.append(f"the dataset is not the one it trained on ({', '.join(data[:4])})")
-    if other:
-        parts.append(f"settings changed ({', '.join(other[:6])})")
-    return "; ".join(parts)
+    parts = [f"the dataset is not the one it trained on ({', '.join(data[:4])})"] if data else []
+    return "; ".join(parts + ([f"settings changed ({', '.join(other[:6])})"] if other else []))
 
 
 def check_resume(folder: RunFolder, compared: dict, resume: bool, overwrite: bool) -> dict | None:
-    """The checkpoint to continue from, or None; refuses a run folder that would be overwritten, and a
-    resume with other settings or on other data."""
+    """The checkpoint to continue from, or None; refuses overwriting a run, and a resume with other settings or data."""
     last = folder.existing(LAST)
     if last is None or overwrite:
         return None
@@ -379,38 +350,26 @@ def check_resume(folder: RunFolder, compared: dict, resume: bool, overwrite: boo
 
 
 def data_identity(manifest: Mapping, settings: TrainSettings) -> dict:
-    """What the run trains and is scored on: the config, its fingerprint, and per split used the
-    number of samples and a digest of its shards' sha256 (so rebuilt data with the same settings,
-    or another dataset at the same path, is not taken for the same)."""
-    fields = Fields(manifest, "the dataset's _info.json")
-    splits = fields.object("splits")
-    identity: dict = {
-        "config": fields.string("config", None),
-        "fingerprint": fields.string("fingerprint", None),
-        "splits": {},
-    }
-    for name in sorted({settings.train_split, settings.val_split, settings.test_split}):
-        if not splits.has(name):
-            continue
-        split = splits.object(name)
-        digests = [shard.string("sha256", "") for shard in split.objects("shards", [])]
-        identity["splits"][name] = {
-            "samples": split.integer("num_samples", low=0),
-            "shards_sha256": hashlib.sha256("\n".join(digests).encode()).hexdigest(),
-        }
-    return identity
+    """The config, its fingerprint, and per split used its samples and a digest of its shards' sha256
+    (so rebuilt data, or another dataset at the same path, is not taken for the same)."""
+    typed = Manifest.from_json(manifest)
+    splits = {}
+    for name in sorted({settings.train_split, settings.val_split, settings.test_split} & set(typed.splits)):
+        split = typed.splits[name]
+        digest = hashlib.sha256("\n".join(s.sha256 for s in split.shards).encode()).hexdigest()
+        splits[name] = {"samples": split.num_samples, "shards_sha256": digest}
+    return {"config": typed.config, "fingerprint": typed.fingerprint, "splits": splits}
 
 
 def check_selection_split(manifest: Mapping, settings: TrainSettings, split: str, flag: str) -> None:
     """Refuse, before any training, a split the run needs that is missing or holds no sample."""
-    splits = manifest.get("splits") if isinstance(manifest.get("splits"), Mapping) else {}
+    splits = Manifest.from_json(manifest).splits
     if split not in splits:
         raise TrainError(
             f"the config has no {split!r} split to {'select on' if flag == '--val-split' else 'score'} (it has "
             f"{sorted(splits)}); compose one with hsi compose --holdout train:0.1:val, or name another with {flag}"
         )
-    samples = Fields(splits, "the dataset's _info.json", "splits").object(split).integer("num_samples", low=0)
-    if samples == 0:
+    if splits[split].num_samples == 0:
         raise TrainError(
             f"the {split!r} split of {settings.source} holds 0 samples, so no epoch can be "
             f"{'selected' if flag == '--val-split' else 'scored'}: compose it again with a larger --holdout "
@@ -419,8 +378,7 @@ def check_selection_split(manifest: Mapping, settings: TrainSettings, split: str
 
 
 def config_canvas(manifest: dict) -> int | None:
-    """The canvas of the config's spec, from the spec type (its default lives there only); None for a
-    folder without a spec."""
+    """The canvas of the config's spec (its default lives in the spec type); None without a spec."""
     from builder.compose.spec import spec_from_json
 
     return spec_from_json(manifest["spec"]).canvas if manifest.get("spec") else None
@@ -460,179 +418,133 @@ def fit(
     stop_after_epoch: int | None = None,
     announce: Callable[[str], None] = print,
 ) -> FitResult:
-    """Train one model; `repeats` gives error samples extra copies (JTT), `record_errors` keeps the keys
-    misclassified in the last epoch's training pass (before each batch's step), `stop_after_epoch`
-    ends the process's work after that epoch as a kill would (the run can be resumed). `out` is a
-    folder claimed for the run (see `training.folder`), or a RunFolder of a claimed `--out`."""
-    with run_folder(out if out is not None else settings.out) as folder:
-        return _fit(
-            settings,
-            folder,
-            repeats=repeats,
-            record_errors=record_errors,
-            resume=resume,
-            overwrite=overwrite,
-            stop_after_epoch=stop_after_epoch,
-            announce=announce,
-        )
-
-
-def _fit(
-    settings: TrainSettings,
-    folder: RunFolder,
-    *,
-    repeats: Mapping[str, int] | None,
-    record_errors: bool,
-    resume: bool,
-    overwrite: bool,
-    stop_after_epoch: int | None,
-    announce: Callable[[str], None],
-) -> FitResult:
+    """Train one model into `out` (a folder claimed here, or a RunFolder of a claimed `--out`). `repeats`
+    gives samples extra copies (JTT); `record_errors` keeps the keys misclassified in the last epoch's
+    training pass; `stop_after_epoch` ends the work after that epoch as a kill would (resumable)."""
     import torch
     from torch.utils.data import DataLoader
 
-    out = folder.path
-    ask_cuda_determinism()  # before CUDA initialises
-    device = init_distributed(resolve_device(settings.device))
-    cuda = device.type == "cuda"
-    seed_everything(settings.seed)
-    manifest = train_manifest(settings)
-    check_selection_split(manifest, settings, settings.val_split, "--val-split")
-    compared = {**settings.compared(), "data": data_identity(manifest, settings)}
-    folder.check_writable(SETTINGS_NAME, BEST, LAST)
-    state = check_resume(folder, compared, resume, overwrite)  # before any training: a refusal costs nothing
-    if settings.select == "worst-group":
-        require_groups(settings, "--select worst-group")
-    wnids = config_wnids(manifest)
-    module, pre = build_model(settings, len(wnids), config_canvas(manifest))
-    data = TrainSamples(
-        SourceSplit(settings.source, settings.config, settings.train_split),
-        pre,
-        seed=settings.seed,
-        shuffle_buffer=settings.shuffle_buffer,
-        groups=settings.train_groups,
-        sizes=settings.train_sizes,
-        repeats=repeats,
-    )
-    val = SourceSplit(settings.source, settings.config, settings.val_split)
-    test = SourceSplit(settings.source, settings.config, settings.test_split)
-    verify_training_data(data, manifest, settings.train_split, val, announce, test)  # before any write or step
-    module.to(device)
-    if cuda and settings.channels_last:
-        module.to(memory_format=torch.channels_last)
-    optimizer = make_optimizer(settings, module.parameters())
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda e: lr_factor(settings, e))
-    amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(settings.amp)
-    use_amp = cuda and amp_dtype is not None
-    scaler = torch.amp.GradScaler("cuda", enabled=use_amp and amp_dtype == torch.float16)  # bf16 needs none
-    criterion = torch.nn.CrossEntropyLoss(label_smoothing=settings.label_smoothing)
-    mean = torch.tensor(pre.mean, device=device).view(1, 3, 1, 1) * 255
-    std = torch.tensor(pre.std, device=device).view(1, 3, 1, 1) * 255
-    mixer = Mixer(settings.mixing, module, mean, std) if settings.mixing.active else None
-    start, history, best, errors = 0, [], None, None
-    epoch_seconds: list[float | None] = []
-    if state is not None:
-        last = out / LAST
-        restore(state, last, ("model", module), ("optimizer", optimizer), ("scheduler", scheduler), ("scaler", scaler))
-        start, history, best, errors = state["epoch"], state["history"], state["best"], state.get("train_errors")
-        epoch_seconds = recorded_epoch_seconds(state)
-        announce(f"hsi train: resuming {out.name} after epoch {start}")
-    elif is_main_process():
-        folder.write_json(SETTINGS_NAME, {**settings.to_json(), "data": compared["data"]})
-    dist = distributed()
-    net = module
-    if dist is not None:
-        net = torch.nn.parallel.DistributedDataParallel(module, device_ids=[device.index] if cuda else None)
-    train_groups_seen: set[str] = set()
-    for epoch in range(start, settings.epochs):
-        module.train()
-        data.set_epoch(epoch)
-        loader = DataLoader(
-            data,
-            batch_size=settings.batch_size,
-            num_workers=settings.workers,
-            collate_fn=collate_train,
-            pin_memory=cuda,
+    with run_folder(out if out is not None else settings.out) as folder:
+        out = folder.path
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)  # before CUDA initialises
+        device = init_distributed(resolve_device(settings.device))
+        cuda = device.type == "cuda"
+        seed_everything(settings.seed)
+        manifest = train_manifest(settings)
+        check_selection_split(manifest, settings, settings.val_split, "--val-split")
+        compared = {**settings.compared(), "data": data_identity(manifest, settings)}
+        folder.check_writable(SETTINGS_NAME, BEST, LAST)
+        state = check_resume(folder, compared, resume, overwrite)  # before any training: a refusal costs nothing
+        if settings.select == "worst-group":
+            require_groups(settings, "--select worst-group")
+        wnids = config_wnids(manifest)
+        module, pre = build_model(settings, len(wnids), config_canvas(manifest))
+        data = TrainSamples(
+            SourceSplit(settings.source, settings.config, settings.train_split),
+            pre,
+            seed=settings.seed,
+            shuffle_buffer=settings.shuffle_buffer,
+            groups=settings.train_groups,
+            sizes=settings.train_sizes,
+            repeats=repeats,
         )
-        rank = rank_key()
-        generator = torch.Generator().manual_seed(derived_seed(settings.seed, "augment", epoch, *rank))
-        wrong, losses, seen = [], [], 0
-        last_epoch = epoch == settings.epochs - 1
-        join = net.join() if dist is not None else _nothing()
-        started = time.perf_counter()
-        with join:
-            for step, batch in enumerate(loader):
-                x = augment(batch.images, settings.augmentation, generator).to(device, non_blocking=True)
-                x = x.float().sub_(mean).div_(std)
-                if cuda and settings.channels_last:
-                    x = x.contiguous(memory_format=torch.channels_last)
-                y = batch.labels.to(device, non_blocking=True)
-                autocast = lambda: torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp)  # noqa: E731
-                with autocast(), mixer.recording() if mixer else _nothing():
-                    logits = net(x)
-                    loss = criterion(logits, y)
-                clean_loss = loss
-                if mixer is not None:
-                    loss = loss + mixer.extra_loss(
-                        net,
-                        x,
-                        y,
-                        loss,
-                        step_generator(settings.seed, epoch, step, rank),
-                        autocast,
-                        settings.label_smoothing,
-                    )
-                if record_errors and last_epoch:
-                    miss = (logits.argmax(1) != y).cpu().numpy()
-                    wrong.extend((k, _group_or_none(meta)) for k, meta, m in zip(batch.keys, batch.metas, miss) if m)
-                if epoch == start and settings.select == "worst-group":
-                    train_groups_seen.update(groups_of(batch.metas))
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
-                losses.append(clean_loss.detach())  # no host sync per step: read once per epoch
-                seen += len(batch.keys)
-        epoch_seconds.append(time.perf_counter() - started)
-        scheduler.step()
-        if seen == 0:
-            raise InputError(
-                f"the {settings.train_split} split gave no training sample (check --train-groups "
-                "and --train-sizes against the config's groups and sizes)"
-            )
-        if record_errors and last_epoch:
-            errors = dict(sorted(_gather(wrong)))
-        scores = None
-        if is_main_process():
-            val_rows = evaluate_split(module, pre, settings, settings.val_split).rows
-            scores = split_scores(val_rows, need_groups=settings.select == "worst-group")
-        if is_main_process():
-            if epoch == start and settings.select == "worst-group":
-                check_groups_cover(settings.val_split, scores["groups"], train_groups_seen)
-            record = {
-                "epoch": epoch + 1,
-                "loss": float(np.mean(torch.stack(losses).double().cpu().numpy())),
-                "samples": seen,
-                "lr": optimizer.param_groups[0]["lr"],
-                "val": scores,
-            }
-            history.append(record)
-            if best is None or improves(scores, best["val"], settings.select):
-                best = record
-                folder.save_torch(
-                    BEST,
-                    {
-                        "model": module.state_dict(),
-                        "epoch": epoch + 1,
-                        "val": plain(scores),
-                        "settings": compared,
-                        "wnids": list(wnids),
-                    },
+        val = SourceSplit(settings.source, settings.config, settings.val_split)
+        test = SourceSplit(settings.source, settings.config, settings.test_split)
+        verify_training_data(data, manifest, settings.train_split, val, announce, test)  # before any write or step
+        module.to(device)
+        if cuda and settings.channels_last:
+            module.to(memory_format=torch.channels_last)
+        optimizer = make_optimizer(settings, module.parameters())
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda e: lr_factor(settings, e))
+        amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(settings.amp)
+        use_amp = cuda and amp_dtype is not None
+        scaler = torch.amp.GradScaler("cuda", enabled=use_amp and amp_dtype == torch.float16)  # bf16 needs none
+        criterion = torch.nn.CrossEntropyLoss(label_smoothing=settings.label_smoothing)
+        mean = torch.tensor(pre.mean, device=device).view(1, 3, 1, 1) * 255
+        std = torch.tensor(pre.std, device=device).view(1, 3, 1, 1) * 255
+        mixer = Mixer(settings.mixing, module, mean, std) if settings.mixing.active else None
+        start, history, best, errors = 0, [], None, None
+        epoch_seconds: list[float | None] = []
+        if state is not None:
+            parts = (("model", module), ("optimizer", optimizer), ("scheduler", scheduler), ("scaler", scaler))
+            restore(state, out / LAST, *parts)
+            start, history, best, errors = state["epoch"], state["history"], state["best"], state.get("train_errors")
+            epoch_seconds = recorded_epoch_seconds(state)
+            announce(f"hsi train: resuming {out.name} after epoch {start}")
+        elif is_main_process():
+            folder.write_json(SETTINGS_NAME, {**settings.to_json(), "data": compared["data"]})
+        dist = distributed()
+        net = module
+        if dist is not None:
+            net = torch.nn.parallel.DistributedDataParallel(module, device_ids=[device.index] if cuda else None)
+        train_groups_seen: set[str] = set()
+        for epoch in range(start, settings.epochs):
+            module.train()
+            data.set_epoch(epoch)
+            loader = DataLoader(
+                data, batch_size=settings.batch_size, num_workers=settings.workers, collate_fn=collate_train,
+                pin_memory=cuda,
+            )  # fmt: skip
+            rank = rank_key()
+            generator = torch.Generator().manual_seed(derived_seed(settings.seed, "augment", epoch, *rank))
+            wrong, losses, seen = [], [], 0
+            last_epoch = epoch == settings.epochs - 1
+            started = time.perf_counter()
+            with net.join() if dist is not None else nullcontext():
+                for step, batch in enumerate(loader):
+                    x = augment(batch.images, settings.augmentation, generator).to(device, non_blocking=True)
+                    x = x.float().sub_(mean).div_(std)
+                    if cuda and settings.channels_last:
+                        x = x.contiguous(memory_format=torch.channels_last)
+                    y = batch.labels.to(device, non_blocking=True)
+                    autocast = lambda: torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp)  # noqa: E731
+                    with autocast(), mixer.recording() if mixer else nullcontext():
+                        logits = net(x)
+                        loss = criterion(logits, y)
+                    clean_loss = loss
+                    if mixer is not None:
+                        draws = step_generator(settings.seed, epoch, step, rank)
+                        loss = loss + mixer.extra_loss(net, x, y, loss, draws, autocast, settings.label_smoothing)
+                    if record_errors and last_epoch:
+                        miss = (logits.argmax(1) != y).cpu().numpy()
+                        wrong.extend((k, _group_or_none(m)) for k, m, bad in zip(batch.keys, batch.metas, miss) if bad)
+                    if epoch == start and settings.select == "worst-group":
+                        train_groups_seen.update(groups_of(batch.metas))
+                    optimizer.zero_grad(set_to_none=True)
+                    scaler.scale(loss).backward()
+                    scaler.step(optimizer)
+                    scaler.update()
+                    losses.append(clean_loss.detach())  # no host sync per step: read once per epoch
+                    seen += len(batch.keys)
+            epoch_seconds.append(time.perf_counter() - started)
+            scheduler.step()
+            if seen == 0:
+                raise InputError(
+                    f"the {settings.train_split} split gave no training sample (check --train-groups "
+                    "and --train-sizes against the config's groups and sizes)"
                 )
-            folder.save_torch(
-                LAST,
-                {
-                    "model": module.state_dict(),
+            if record_errors and last_epoch:
+                errors = dict(sorted(_gather(wrong)))
+            if is_main_process():
+                val_rows = evaluate_split(module, pre, settings, settings.val_split).rows
+                scores = split_scores(val_rows, need_groups=settings.select == "worst-group")
+                if epoch == start and settings.select == "worst-group":
+                    check_groups_cover(settings.val_split, scores["groups"], train_groups_seen)
+                record = {
+                    "epoch": epoch + 1,
+                    "loss": float(np.mean(torch.stack(losses).double().cpu().numpy())),
+                    "samples": seen,
+                    "lr": optimizer.param_groups[0]["lr"],
+                    "val": scores,
+                }
+                history.append(record)
+                weights = module.state_dict()
+                if best is None or improves(scores, best["val"], settings.select):
+                    best = record
+                    kept = {"model": weights, "epoch": epoch + 1, "val": plain(scores), "settings": compared}
+                    folder.save_torch(BEST, checked(BestState, {**kept, "wnids": list(wnids)}, BEST))
+                last = {
+                    "model": weights,
                     "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict(),
                     "scaler": scaler.state_dict(),
@@ -643,53 +555,45 @@ def _fit(
                     "train_errors": errors,
                     "settings": compared,
                     "epoch_seconds": list(epoch_seconds),
-                },
-            )
-            announce(
-                f"hsi train: {out.name} epoch {epoch + 1}/{settings.epochs} loss {record['loss']:.4f} "
-                f"val mean {100 * scores['mean']:.1f} worst {percent_or_na(scores['worst_group'])}"
-            )
-        if dist is not None:
-            dist.barrier()
-        if stop_after_epoch is not None and epoch + 1 >= stop_after_epoch and epoch + 1 < settings.epochs:
-            return FitResult(
-                out, module, pre, wnids, best, history, errors, stopped_early=True, epoch_seconds=epoch_seconds
-            )
-    best_path = folder.existing(BEST)
-    if best_path is None:
-        raise TrainError(f"{out} holds no {BEST}: the run kept no epoch; pass --overwrite to train it again")
-    restore(read_best(best_path), best_path, ("model", module), rng=False)
-    module.eval()
-    return FitResult(out, module, pre, wnids, best, history, errors, epoch_seconds=epoch_seconds)
-
-
-def finished_run_folder(run: Path, seed: int, flag: str) -> Path:
-    """The seed folder of a finished run given as itself (OUT/<method>/seed-<s>) or as its method folder
-    (OUT/<method>, whose seed-<seed> is taken)."""
-    run = Path(run)
-    for folder in (run, run / f"seed-{seed}"):
-        if (folder / LAST).is_file() or (folder / LAST).is_symlink():
-            return folder
-    raise TrainError(
-        f"{flag} {run} holds no training run ({LAST}, nor seed-{seed}/{LAST}): pass the folder of a finished "
-        "hsi train --method erm run (OUT/erm, or one of its seed-<s> folders), or leave the flag out to train one"
-    )
+                }
+                folder.save_torch(LAST, checked(LastState, last, LAST))
+                announce(
+                    f"hsi train: {out.name} epoch {epoch + 1}/{settings.epochs} loss {record['loss']:.4f} "
+                    f"val mean {100 * scores['mean']:.1f} worst {percent_or_na(scores['worst_group'])}"
+                )
+            if dist is not None:
+                dist.barrier()
+            if stop_after_epoch is not None and epoch + 1 >= stop_after_epoch and epoch + 1 < settings.epochs:
+                return FitResult(out, module, pre, wnids, best, history, errors, True, epoch_seconds)
+        best_path = folder.existing(BEST)
+        if best_path is None:
+            raise TrainError(f"{out} holds no {BEST}: the run kept no epoch; pass --overwrite to train it again")
+        restore(read_best(best_path), best_path, ("model", module), rng=False)
+        module.eval()
+        return FitResult(out, module, pre, wnids, best, history, errors, epoch_seconds=epoch_seconds)
 
 
 def load_finished_run(settings: TrainSettings, run: Path, flag: str = "--erm-run") -> FitResult:
-    """A finished run made with these settings on this data, reused as it is (DFR's `--erm-run`): its
-    `last.pt` and `best.pt` are read, never written, and the selected weights are loaded."""
-    folder = finished_run_folder(run, settings.seed, flag)
+    """A finished run of these settings on this data, reused as it is (DFR's `--erm-run`): given as its
+    seed folder or its method folder, its checkpoints read, never written, its selected weights loaded."""
+    run = Path(run)
+    candidates = (run, run / f"seed-{settings.seed}")
+    folder = next((f for f in candidates if (f / LAST).is_file() or (f / LAST).is_symlink()), None)
+    if folder is None:
+        raise TrainError(
+            f"{flag} {run} holds no training run ({LAST}, nor seed-{settings.seed}/{LAST}): pass the folder of a "
+            "finished hsi train --method erm run (OUT/erm, or one of its seed-<s> folders), or leave the flag out "
+            "to train one"
+        )
     manifest = train_manifest(settings)
     compared = {**settings.compared(), "data": data_identity(manifest, settings)}
     hint = f"pass the folder of a finished hsi train run as {flag}, or leave the flag out to train one"
     state = read_last(folder / LAST, hint=hint)
     changes = changed_settings(state["settings"], compared)
     if changes:
-        seed_only = all(c.startswith("seed:") for c in changes)
         advice = (
             f"with --seeds, pass the method folder ({folder.parent}) so each seed reuses its own run"
-            if seed_only
+            if all(c.startswith("seed:") for c in changes)
             else f"pass the same training flags as that run (its {SETTINGS_NAME} lists them), or leave {flag} out "
             "to train a model for this run"
         )
@@ -702,22 +606,13 @@ def load_finished_run(settings: TrainSettings, run: Path, flag: str = "--erm-run
             f"cannot reuse {flag} {folder}: it stopped after epoch {state['epoch']} of {settings.epochs}; finish it "
             f"first (the same hsi train command with --resume), or leave {flag} out to train a model for this run"
         )
-    best_path = folder / BEST
-    best = read_best(best_path, hint=hint)
+    best = read_best(folder / BEST, hint=hint)
     wnids = config_wnids(manifest)
     module, pre = build_model(settings, len(wnids), config_canvas(manifest))
-    restore(best, best_path, ("model", module), rng=False)
+    restore(best, folder / BEST, ("model", module), rng=False)
     module.eval()
-    return FitResult(
-        folder,
-        module,
-        pre,
-        wnids,
-        state["best"],
-        state["history"],
-        state.get("train_errors"),
-        epoch_seconds=recorded_epoch_seconds(state),
-    )
+    errors, seconds = state.get("train_errors"), recorded_epoch_seconds(state)
+    return FitResult(folder, module, pre, wnids, state["best"], state["history"], errors, epoch_seconds=seconds)
 
 
 def _group_or_none(meta: dict) -> str | None:
@@ -725,14 +620,6 @@ def _group_or_none(meta: dict) -> str | None:
         return training_group(meta)
     except GroupMetadataError:
         return None
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _gather(keys: list) -> list:

@@ -26,6 +26,7 @@ from training.loop import (
 )
 from training.methods import method
 from training.methods.options import MethodOptions, RunControl
+from training.state import RunScores
 
 __all__ = ["MethodOptions", "RunControl", "run_label", "run_seed", "run_seeds", "train_method"]
 
@@ -96,13 +97,13 @@ def _run_seed(settings: TrainSettings, options: MethodOptions, out: RunFolder, c
     }
     with out.writing(PREDICTIONS_NAME) as tmp:
         write_predictions(tmp, run.rows, run.errors, run.metadata)
-    scores = {
-        "method": label,
-        "seed": settings.seed,
-        "test": split_scores(run.rows, need_groups=options.method != "erm" or settings.select == "worst-group"),
-        "val_best": result.best["val"] if result.best else None,
-        "info": info,
-    }
+    scores = RunScores(
+        method=label,
+        seed=settings.seed,
+        test=split_scores(run.rows, need_groups=options.method != "erm" or settings.select == "worst-group"),
+        val_best=result.best["val"] if result.best else None,
+        info=info,
+    ).model_dump()
     out.write_json(SCORES_NAME, scores)
     control.announce(
         f"hsi train: {label} seed {settings.seed}: test mean {100 * scores['test']['mean']:.1f} "

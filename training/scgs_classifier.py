@@ -9,24 +9,22 @@ module and layer Grad-CAM++ hooks into, and provenance for the manifest.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import ConfigDict, Field
 
 from builder.augment.generation import GenerationModels
 from builder.augment.misclassified import PredictedRow, PredictionsMismatch
 from builder.backends.code_trust import NO_TRUST, CodeTrust
 from builder.backends.registry import make_backend
 from builder.core.classes import class_of
-from builder.core.untrusted import Fields, check_string, load_torch
+from builder.core.untrusted import StrictModel, load_torch, parse_model
 from evaluation.model_formats.labels import resolve_label_space
 from evaluation.model_formats.models import LoadedModel, ModelError, ModelOptions, count_outputs, load_model, sha256_of
 from evaluation.predicting.predict import resolve_device
-
-WNID = re.compile(r"n\d{8}")  # an ImageNet wnid, as a checkpoint's `wnids` must list them
 
 
 class TimmScgsClassifier:
@@ -95,24 +93,28 @@ class TimmScgsClassifier:
         }
 
 
-def _train_checkpoint(path: Path) -> dict:
-    """The parts of an `hsi train` checkpoint read here, checked (never unpickled): the settings'
-    architecture and input size, and the wnids its outputs stand for; a plain weights file gives {}."""
+class TrainedArchitecture(StrictModel):
+    """What `hsi scgs` reads of an `hsi train` checkpoint's settings (the rest is TrainSettings')."""
+
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    input_size: int | None = Field(None, ge=1, le=4096)
+
+
+class TrainCheckpoint(StrictModel):
+    """What `hsi scgs` reads of an `hsi train` checkpoint (`best.pt`, `last.pt`): its architecture and labels."""
+
+    model_config = ConfigDict(extra="ignore")
+    settings: TrainedArchitecture
+    wnids: list[Annotated[str, Field(pattern=r"^n\d{8}$")]] | None = None
+
+
+def _train_checkpoint(path: Path) -> TrainCheckpoint | None:
+    """The checked settings and wnids of an `hsi train` checkpoint (never unpickled); None for plain weights."""
     payload = load_torch(path, "checkpoint", hint="pass an hsi train run's best.pt")
     if not isinstance(payload, dict) or "settings" not in payload:
-        return {}
-    fields = Fields(payload, path)
-    settings = fields.object("settings")
-    checked = {
-        "model": settings.string("model", None),
-        "input_size": settings.integer("input_size", None, low=1, high=4096),
-    }
-    wnids = fields.list("wnids", None)
-    if wnids is not None:
-        checked["wnids"] = [
-            check_string(w, lambda problem: fields.error(problem, "wnids"), pattern=WNID) for w in wnids
-        ]
-    return {"settings": checked, "wnids": checked.get("wnids")}
+        return None
+    return parse_model(TrainCheckpoint, payload, path)
 
 
 def load_scgs_classifier(
@@ -133,14 +135,14 @@ def load_scgs_classifier(
         if not path.is_file():
             raise ModelError(f"--checkpoint {path}: no such file (pass an `hsi train` run's best.pt)")
         payload = _train_checkpoint(path)
-        settings = payload.get("settings") if isinstance(payload.get("settings"), dict) else {}
-        arch = model or settings.get("model")
+        settings = payload.settings if payload else TrainedArchitecture()
+        arch = model or settings.model
         if not arch:
             raise ModelError(f"--checkpoint {path.name} does not say its architecture: pass it with {flag} NAME")
-        declared = tuple(payload["wnids"]) if isinstance(payload.get("wnids"), list) else None
+        declared = tuple(payload.wnids) if payload and payload.wnids is not None else None
         options = ModelOptions(arch=arch, num_classes=len(declared) if declared else None, classes=declared)
         loaded = load_model(str(path.resolve()), options)
-        side = settings.get("input_size") or canvas  # hsi train trains on the canvas, uncropped
+        side = settings.input_size or canvas  # hsi train trains on the canvas, uncropped
         loaded.preprocessing = replace(
             loaded.preprocessing, input_size=(side, side), source=f"{loaded.preprocessing.source}, input {side} px"
         )

@@ -1,45 +1,152 @@
-"""A training run's checkpoints as data: `last.pt` (everything a resume needs) and `best.pt` (the
-selected weights) hold tensors and plain values only, so they load with `weights_only=True`
-(`builder.core.untrusted.load_torch`) and a crafted file cannot run code.
-
-The RNG states are stored as plain values: python's Mersenne Twister as its tuple of ints, numpy's
-as its key array (a tensor) and its counters, torch's as the byte tensors torch gives; restoring
-them gives the same streams bit for bit, so a resumed run reaches the weights of an uninterrupted one.
-
-A file that loads but is not a training state of the shape written here (a missing key, a wrong
-type, weights of another model) is refused in one line naming the file and what is wrong.
-"""
+"""The files a training run writes, one model each, shared by the writer and every reader: `last.pt`
+(all a resume needs), `best.pt` (the selected weights) and `scores.json`. The checkpoints hold tensors
+and plain values only, so they load with `weights_only=True` and a crafted file cannot run code; the
+RNG states are plain values, so a resumed run draws the same streams bit for bit."""
 
 from __future__ import annotations
 
-import math
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 from builder.core.errors import InputError
-from builder.core.untrusted import Fields, UntrustedInput, load_torch
+from builder.core.untrusted import StrictModel, UntrustedInput, load_torch, parse_model
+from training.gradmix import AUGMENTS
+from training.methods import METHODS
 
 LAST, BEST, SETTINGS_NAME = "last.pt", "best.pt", "train_settings.json"
-LAST_KEYS = (
-    "model",
-    "optimizer",
-    "scheduler",
-    "scaler",
-    "rng",
-    "epoch",
-    "history",
-    "best",
-    "train_errors",
-    "settings",
-)
+# A run's label (`erm`, `dfr+gradmix`, ...): it names the run's report folder, so it is one of ours.
+RUN_LABEL = rf"^({'|'.join(METHODS)})(\+({'|'.join(a for a in AUGMENTS if a != 'none')}))?$"
 
 
 class TrainingStateError(InputError, ValueError):
     """A `last.pt` or `best.pt` that is not a training state this run can use."""
+
+
+def _tensor(problem: str, fits: Callable[[Any], bool] = lambda _: True) -> Any:
+    def check(value: Any) -> Any:
+        import torch
+
+        if not (torch.is_tensor(value) and fits(value)):
+            raise PydanticCustomError("tensor", problem)
+        return value
+
+    return Annotated[Any, AfterValidator(check)]
+
+
+Weights = dict[str, _tensor("expected the model's weights (names -> tensors)")]  # type: ignore[valid-type]
+ByteTensor = _tensor("expected an RNG state (a uint8 tensor)", lambda v: str(v.dtype) == "torch.uint8")
+NumpyKeys = _tensor(
+    "expected 624 int64 keys of numpy's Mersenne Twister, each in 0 .. 2**32 - 1",
+    lambda v: tuple(v.shape) == (624,) and str(v.dtype) == "torch.int64" and 0 <= int(v.min()) <= int(v.max()) < 2**32,
+)
+Fraction = Annotated[float, Field(ge=0, le=1)]
+
+
+class SplitScores(StrictModel):
+    """A split's accuracy (`training.groups.selection_scores`); the worst group is null on data without groups."""
+
+    mean: Fraction
+    worst_group: Fraction | None
+    worst_group_name: str | None
+    groups: dict[str, Fraction]
+    samples: int = Field(ge=0)
+
+
+class RunScores(StrictModel):
+    """`scores.json`: one method and seed scored on the test split."""
+
+    method: str = Field(pattern=RUN_LABEL, description="the run's label: the method, with +AUGMENT when mixed")
+    seed: int = Field(ge=0)
+    test: SplitScores
+    val_best: SplitScores | None = Field(description="the selected epoch's scores on the held-out split")
+    info: dict[str, Any] = Field(description="what the method did (its best epoch, JTT's error set, DFR's C)")
+
+
+class EpochRecord(StrictModel):
+    epoch: int = Field(ge=1)
+    loss: Annotated[float, Field(allow_inf_nan=True)]  # a diverged run still writes its checkpoint
+    samples: int = Field(ge=0)
+    lr: float
+    val: SplitScores
+
+
+class PythonRng(StrictModel):
+    version: int
+    state: list[Annotated[int, Field(ge=0, lt=2**32)]] = Field(min_length=625, max_length=625)
+    gauss_next: float | None = None
+
+
+class NumpyRng(StrictModel):
+    name: Literal["MT19937"]
+    keys: NumpyKeys  # type: ignore[valid-type]
+    pos: int = Field(ge=0, le=624)
+    has_gauss: int = Field(ge=0, le=1)
+    cached_gaussian: float
+
+
+class RngStates(StrictModel):
+    python: PythonRng
+    numpy: NumpyRng
+    torch: ByteTensor  # type: ignore[valid-type]
+    cuda: list[ByteTensor] | None = None  # type: ignore[valid-type]
+
+
+class LastState(StrictModel):
+    """`last.pt`: the model, optimiser, schedule, scaler and RNG states after `epoch`, with the history."""
+
+    model: Weights
+    optimizer: dict[Any, Any]
+    scheduler: dict[Any, Any]
+    scaler: dict[Any, Any]
+    rng: RngStates
+    epoch: int = Field(ge=0)
+    history: list[EpochRecord]
+    best: EpochRecord | None = None
+    train_errors: dict[str, str | None] | None = None  # key -> group, misclassified in the last pass
+    settings: dict[str, Any]
+    epoch_seconds: list[Annotated[float, Field(ge=0)] | None] | None = None  # absent before they were kept
+
+    @field_validator("epoch_seconds")
+    @classmethod
+    def _one_per_epoch(cls, seconds: list | None, info: ValidationInfo) -> list | None:
+        if seconds is not None and len(seconds) != info.data.get("epoch"):
+            raise PydanticCustomError("per_epoch", "expected one wall time (seconds, or null) per epoch run")
+        return seconds
+
+
+class BestState(StrictModel):
+    """`best.pt`: the weights `--select` kept, their epoch, the run's settings and the labels."""
+
+    model: Weights
+    epoch: int = Field(ge=1)
+    val: SplitScores | None = None
+    settings: dict[str, Any]
+    wnids: list[Annotated[str, Field(pattern=r"^n\d{8}$")]] | None = None
+
+
+def checked(model: type[StrictModel], payload: dict, source: Path | str) -> dict:
+    """`payload` itself (state dicts keep their torch metadata), refused in one line unless it is a `model`."""
+    parse_model(model, payload, source)
+    return payload
+
+
+def read_last(path: Path, hint: str = "") -> dict:
+    return checked(LastState, load_torch(path, "training state", hint), path)
+
+
+def read_best(path: Path, hint: str = "") -> dict:
+    return checked(BestState, load_torch(path, "selected weights", hint), path)
+
+
+def recorded_epoch_seconds(state: dict) -> list[float | None]:
+    """Each epoch's wall time from a checked `last.pt` (None for those of a state from before they were kept)."""
+    return list(state.get("epoch_seconds") or [None] * state["epoch"])
 
 
 def plain(value: Any) -> Any:
@@ -48,16 +155,14 @@ def plain(value: Any) -> Any:
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def rng_states() -> dict:
     import torch
 
     version, mt, gauss_next = random.getstate()
-    name, keys, pos, has_gauss, cached = np.random.get_state()
+    name, keys, pos, has_gauss, cached = np.random.get_state()  # type: ignore[misc]
     states = {
         "python": {"version": int(version), "state": [int(v) for v in mt], "gauss_next": gauss_next},
         "numpy": {
@@ -75,7 +180,6 @@ def rng_states() -> dict:
 
 
 def set_rng_states(states: dict) -> None:
-    """Restore what `rng_states` saved (`read_last` has checked its shape)."""
     import torch
 
     python, numpy_state = states["python"], states["numpy"]
@@ -85,96 +189,8 @@ def set_rng_states(states: dict) -> None:
         (numpy_state["name"], keys, numpy_state["pos"], numpy_state["has_gauss"], numpy_state["cached_gaussian"])
     )
     torch.set_rng_state(states["torch"])
-    if "cuda" in states and torch.cuda.is_available():
+    if states.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
-
-
-def _tensor_dict(fields: Fields, key: str) -> dict:
-    import torch
-
-    value = fields.raw(key)
-    if not isinstance(value, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in value.items()):
-        raise fields.error("expected the model's weights (names -> tensors)", key)
-    return value
-
-
-def _check_rng(fields: Fields) -> None:
-    import torch
-
-    python = fields.object("python")
-    python.integer("version")
-    state = python.list("state")
-    if len(state) != 625 or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**32 for v in state):
-        raise python.error("expected 625 integers of python's Mersenne Twister", "state")
-    gauss = python.raw("gauss_next", None)
-    if gauss is not None:
-        python.number("gauss_next")
-    numpy_state = fields.object("numpy")
-    numpy_state.string("name", choices=("MT19937",))
-    keys = numpy_state.raw("keys")
-    if not torch.is_tensor(keys) or tuple(keys.shape) != (624,) or keys.dtype != torch.int64:
-        raise numpy_state.error("expected 624 int64 keys of numpy's Mersenne Twister", "keys")
-    if int(keys.min()) < 0 or int(keys.max()) >= 2**32:
-        raise numpy_state.error("keys outside 0 .. 2**32 - 1", "keys")
-    numpy_state.integer("pos", low=0, high=624)
-    numpy_state.integer("has_gauss", low=0, high=1)
-    numpy_state.number("cached_gaussian")
-    generator = fields.raw("torch")
-    if not torch.is_tensor(generator) or generator.dtype != torch.uint8:
-        raise fields.error("expected torch's RNG state (a uint8 tensor)", "torch")
-    if fields.has("cuda"):
-        cuda = fields.list("cuda")
-        if not all(torch.is_tensor(v) and v.dtype == torch.uint8 for v in cuda):
-            raise fields.error("expected one uint8 tensor per CUDA device", "cuda")
-
-
-def read_last(path: Path, hint: str = "") -> dict:
-    """The checked training state of a `last.pt`: tensors and plain values only (never unpickled)."""
-    state = load_torch(path, "training state", hint)
-    fields = Fields(state, path)
-    for key in LAST_KEYS:
-        if key not in ("best", "train_errors"):
-            fields.raw(key)  # "missing" by name
-    _tensor_dict(fields, "model")
-    for key in ("optimizer", "scheduler", "scaler"):
-        fields.object(key)
-    _check_rng(fields.object("rng"))
-    fields.integer("epoch", low=0)
-    for record in fields.objects("history"):
-        record.integer("epoch", low=1)
-    if state.get("best") is not None:
-        fields.object("best").integer("epoch", low=1)
-    errors = state.get("train_errors")
-    if errors is not None and (
-        not isinstance(errors, dict)
-        or not all(isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in errors.items())
-    ):
-        raise fields.error("expected sample keys -> group names", "train_errors")
-    fields.object("settings")
-    if state.get("epoch_seconds") is not None:
-        seconds = fields.list("epoch_seconds")
-        timed = [v for v in seconds if v is not None]
-        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf for v in timed)
-        if len(seconds) != state["epoch"] or not numbers:
-            raise fields.error("expected one wall time (seconds, or null) per epoch run", "epoch_seconds")
-    return state
-
-
-def recorded_epoch_seconds(state: dict) -> list[float | None]:
-    """The wall time of each epoch a checked `last.pt` ran (None for each epoch of a state written
-    before they were kept): what a resumed run's timings start from."""
-    seconds = state.get("epoch_seconds")
-    return list(seconds) if seconds is not None else [None] * state["epoch"]
-
-
-def read_best(path: Path, hint: str = "") -> dict:
-    """The checked payload of a `best.pt`: the selected weights, their epoch and the run's settings."""
-    payload = load_torch(path, "selected weights", hint)
-    fields = Fields(payload, path)
-    _tensor_dict(fields, "model")
-    fields.integer("epoch", low=1)
-    fields.object("settings")
-    return payload
 
 
 def restore(state: dict, path: Path, *parts: tuple[str, Any], rng: bool = True) -> None:
@@ -188,9 +204,8 @@ def restore(state: dict, path: Path, *parts: tuple[str, Any], rng: bool = True) 
             raise TrainingStateError(
                 f"{path}: {key} does not fit this run ({first}); train into a new --out, or pass --overwrite"
             ) from None
-    if not rng:
-        return
-    try:
-        set_rng_states(state["rng"])
-    except (RuntimeError, ValueError, TypeError) as error:
-        raise UntrustedInput(f"{path}: rng: not a random state this run can restore ({error})") from None
+    if rng:
+        try:
+            set_rng_states(state["rng"])
+        except (RuntimeError, ValueError, TypeError) as error:
+            raise UntrustedInput(f"{path}: rng: not a random state this run can restore ({error})") from None

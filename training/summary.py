@@ -1,10 +1,7 @@
-"""Seeds summarised: per method, mean +- std over seeds of the test split's mean accuracy, worst
-group, every group and every tier; a paired comparison of two methods on the Hard tier (on
-configs without tiers, on the whole test split, said so): the mean over seeds of the per-seed
-accuracy difference with a 95% t interval, and an exact McNemar test (scipy's binomial test on the
-discordant images, pooled over seeds) on per-image correctness. Read from the runs' files only,
-each checked as someone else's input (`builder.core.untrusted`); written through an OwnedFolder.
-"""
+"""`hsi train report`: per method, mean ± std over seeds of the test split's mean, worst-group, group
+and tier accuracy; B minus A on the Hard tier (or the whole test split, said so), paired by seed, with
+a 95% t interval and an exact McNemar test pooled over seeds. Reads only the runs' files, each as
+someone else's input; writes through an OwnedFolder."""
 
 from __future__ import annotations
 
@@ -15,39 +12,50 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
+from pydantic import ConfigDict, Field
 
-from builder.core.markdown import inline, table_lines
-from builder.core.untrusted import Fields, UntrustedInput, read_json, read_parquet, regular_file
+from builder.core.markdown import inline, table
+from builder.core.templates import render
+from builder.core.untrusted import StrictModel, UntrustedInput, parse_model, read_model, read_parquet, regular_file
 from evaluation.predicting.predictions import METADATA_KEY, predictions_schema
 from training.folder import RunFolder, run_folder
-from training.gradmix import AUGMENTS
 from training.groups import group_accuracies
 from training.loop import TrainError
-from training.methods import METHODS
 from training.run import PREDICTIONS_NAME, SCORES_NAME
+from training.state import RunScores
 
 SUMMARY_JSON, SUMMARY_MD, SUMMARY_PLOT = "train_summary.json", "train_summary.md", "train_summary.png"
 RESULTS_DIR = "results"  # one hsi eval report per method and seed: `hsi release --results OUT/results`
-# A run's label (`erm`, `dfr+gradmix`, ...): it names the run's report folder, so it is one of ours.
-RUN_LABEL = re.compile(rf"({'|'.join(METHODS)})(\+({'|'.join(a for a in AUGMENTS if a != 'none')}))?")
 SEED_FOLDER = re.compile(r"seed-(\d{1,9})")
 
 
 def read_scores(path: Path) -> dict:
-    """A run's `scores.json`, checked: the fields the summary reads, with their types and ranges."""
-    fields = Fields(read_json(path, "scores.json"), path)
-    method, seed = fields.string("method", pattern=RUN_LABEL), fields.integer("seed", low=0)
-    test = fields.object("test")
-    groups = test.object("groups")
-    return {
-        "method": method,
-        "seed": seed,
-        "test": {
-            "mean": test.number("mean", low=0, high=1),
-            "worst_group": test.number("worst_group", None, low=0, high=1),
-            "groups": {str(name): groups.number(name, low=0, high=1) for name in groups.data},
-        },
-    }
+    return read_model(RunScores, path, "scores.json").model_dump()
+
+
+class _Part(StrictModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class _Spec(_Part):
+    spec: str
+
+
+class _Data(_Part):
+    config: str
+    split: str
+
+
+class _Classes(_Part):
+    classes: int = Field(ge=1)
+
+
+class PredictionsIdentity(_Part):
+    """What makes a predictions table's `hsi` metadata one of ours (evaluation's readers check the rest)."""
+
+    model: _Spec
+    data: _Data
+    label_space: _Classes
 
 
 def read_test_predictions(path: Path):
@@ -55,8 +63,7 @@ def read_test_predictions(path: Path):
     of the predictions schema with the `hsi` metadata, one row per key, `correct` as the prediction
     says; anything else is one line naming the file."""
     table = read_parquet(path, "predictions table")
-    expected = predictions_schema()
-    for field in expected:
+    for field in predictions_schema():
         if field.name not in table.schema.names:
             raise UntrustedInput(f"{path}: predictions table has no column {field.name!r}")
         if not table.schema.field(field.name).type.equals(field.type):
@@ -70,11 +77,7 @@ def read_test_predictions(path: Path):
         metadata = json.loads(raw)
     except (ValueError, RecursionError):
         raise UntrustedInput(f"{path}: its {METADATA_KEY.decode()!r} metadata is not JSON") from None
-    meta = Fields(metadata, f"{path} metadata")
-    meta.object("model").string("spec")
-    meta.object("data").string("config")
-    meta.object("data").string("split")
-    meta.object("label_space").integer("classes", low=1)
+    parse_model(PredictionsIdentity, metadata, f"{path} metadata")
     frame = table.to_pandas()
     frame = frame[frame["status"] == "ok"].sort_values("key", kind="stable").reset_index(drop=True)
     if frame["key"].isna().any() or frame["correct"].isna().any():
@@ -99,11 +102,8 @@ def _mean_std(values: Sequence[float | None]) -> dict | None:
     if any(v is None for v in values) or not values:
         return None
     array = np.asarray(values, dtype=float)
-    return {
-        "mean": float(array.mean()),
-        "std": float(array.std(ddof=1)) if len(array) > 1 else 0.0,
-        "seeds": len(array),
-    }
+    std = float(array.std(ddof=1)) if len(array) > 1 else 0.0
+    return {"mean": float(array.mean()), "std": std, "seeds": len(array)}
 
 
 def summarise_method(results: Sequence[dict], tiers: Sequence[dict] | None = None) -> dict:
@@ -219,37 +219,34 @@ def _pct(stat: dict | None) -> str:
 def render_markdown(summaries: list[dict], comparison: dict | None) -> str:
     """The summary as Markdown; every table through builder.core.markdown, so a group or tier name
     holding `|` or a newline (someone else's data) stays in its cell."""
-    rows = [(s["method"], len(s["seeds"]), _pct(s["mean"]), _pct(s["worst_group"])) for s in summaries]
-    lines = ["# Training baselines", "", *table_lines(("method", "seeds", "mean", "worst group"), rows)]
-    for s in summaries:
-        lines += ["", f"## {inline(s['method'])}: per group (test, % mean ± std over seeds)", ""]
-        lines += table_lines(("group", "accuracy"), [(g, _pct(v)) for g, v in s["groups"].items()])
-        if s.get("tiers"):
-            lines += ["", *table_lines(("tier", "accuracy"), [(t, _pct(v)) for t, v in s["tiers"].items()])]
-    if comparison:
-        c = comparison
-        interval = (
-            "n/a (one seed)"
-            if c["interval_95"][0] is None
-            else f"[{100 * c['interval_95'][0]:.1f}, {100 * c['interval_95'][1]:.1f}]"
-        )
-        lines += [
-            "",
-            f"## {inline(c['b'])} minus {inline(c['a'])} on the {c['subset']}",
-            "",
-            f"- mean difference over {c['seeds']} seeds: {100 * c['difference']:.1f} points, 95% interval {interval}",
-            f"- per-image correctness (exact McNemar, pooled over seeds): {c['b']} right and {c['a']} wrong "
-            f"on {c['b_right_a_wrong']}, the reverse on {c['a_right_b_wrong']}, p = {c['mcnemar_exact_p']:.3g}",
-        ]
-    lines += [
-        "",
-        "![mean and worst-group accuracy](train_summary.png)",
-        "",
-        f"Per-seed evaluation reports (eval.json, eval.md, plots) are in `{RESULTS_DIR}/<method>-seed-<s>/`; "
-        f"`hsi release ... --results {RESULTS_DIR}` puts them into a card.",
-        "",
+    methods = [
+        {
+            "name": inline(s["method"]),
+            "groups": table(("group", "accuracy"), [(g, _pct(v)) for g, v in s["groups"].items()]),
+            "tiers": s.get("tiers") and table(("tier", "accuracy"), [(t, _pct(v)) for t, v in s["tiers"].items()]),
+        }
+        for s in summaries
     ]
-    return "\n".join(lines)
+    c = comparison
+    if c:
+        low, high = c["interval_95"]
+        c = {
+            **c,
+            "a_heading": inline(c["a"]),
+            "b_heading": inline(c["b"]),
+            "difference": f"{100 * c['difference']:.1f}",
+            "interval": "n/a (one seed)" if low is None else f"[{100 * low:.1f}, {100 * high:.1f}]",
+            "p": f"{c['mcnemar_exact_p']:.3g}",
+        }
+    overview = [(s["method"], len(s["seeds"]), _pct(s["mean"]), _pct(s["worst_group"])) for s in summaries]
+    return render(
+        "training",
+        "train_summary.md.j2",
+        overview=table(("method", "seeds", "mean", "worst group"), overview),
+        methods=methods,
+        comparison=c,
+        results=RESULTS_DIR,
+    )
 
 
 def plot_summary(summaries: list[dict], path: Path) -> None:
