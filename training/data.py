@@ -1,11 +1,8 @@
 """Training batches from `stream()`: filtered by group or size, error samples repeated (JTT), shuffled
-through a seeded buffer after the repetition, and augmented on the batch with a per-epoch generator.
-
-Augmentation runs in the main process from a generator seeded by (seed, epoch, step), so a run is
-the same whatever the DataLoader's worker count, and a resumed epoch sees the same crops and flips.
-The default keeps the whole canvas (flips only): a random resized crop can cut away a corner
-object, so it is used only when asked for, with a floor on the kept area.
-"""
+through a seeded buffer after the repetition, augmented on the batch in the main process from a
+generator seeded by (seed, epoch), so a run is the same whatever the worker count and a resumed epoch
+sees the same crops and flips. The default keeps the whole canvas (flips only): a random resized crop
+can cut away a corner object, so it is used only when asked for, with a floor on the kept area."""
 
 from __future__ import annotations
 
@@ -71,13 +68,9 @@ class TrainSamples(SplitReader):
         for sample in self.stream:
             if not self.keep(sample):
                 continue
-            item = {
-                "key": sample["key"],
-                "image": sample["image"],
-                "label": int(sample["label"]),
-                "meta": sample["json"],
-            }
-            for _ in range(1 + self.repeats.get(sample["key"], 0)):
+            key, meta = sample["key"], sample["json"]
+            item = {"key": key, "image": sample["image"], "label": int(sample["label"]), "meta": meta}
+            for _ in range(1 + self.repeats.get(key, 0)):
                 yield item
 
     def __iter__(self) -> Iterator[dict]:
@@ -94,10 +87,9 @@ class TrainSamples(SplitReader):
 def verify_training_data(
     samples: TrainSamples, manifest: dict, split: str, val: SourceSplit, announce, test: SourceSplit | None = None
 ) -> None:
-    """Prove every shard of the train split (which `samples` then reads from the proved files), of
-    the validation split and of the `test` split against the manifest's sha256, as `hsi eval`
-    proves what it reads: before the first step of a run and of a resumed one, so changed bytes
-    under an unchanged manifest are never trained on, selected on or scored."""
+    """Prove every shard of the train (which `samples` then reads from the proved files), validation and
+    test splits against the manifest's sha256 before the first step, so changed bytes under an unchanged
+    manifest are never trained on, selected on or scored."""
     verify_stream(samples.stream, manifest, split, announce=announce, command="hsi train", refused=REFUSED)
     prove_splits(val.source, val.config, [val.split] + ([test.split] if test else []), manifest, announce, {split})
 
@@ -108,9 +100,8 @@ REFUSED = "no training step was taken"
 def prove_splits(
     source, config: str | None, splits: Sequence[str], manifest: dict, announce, proved: set[str] | None = None
 ) -> None:
-    """Prove the shards of each of `splits` (each once; those in `proved` are skipped) against the
-    manifest's sha256 before any of them is read; a split the manifest lacks is left to the reader
-    that needs it (which refuses it)."""
+    """Prove the shards of each of `splits` not in `proved` against the manifest's sha256 before any is
+    read; a split the manifest lacks is left to the reader that needs it (which refuses it)."""
     done = set(proved or ())
     listed = manifest.get("splits") if isinstance(manifest, Mapping) else None
     for name in splits:

@@ -36,6 +36,13 @@ def training_group(meta: Mapping) -> str:
     )
 
 
+def group_or_none(meta: Mapping) -> str | None:
+    try:
+        return training_group(meta)
+    except GroupMetadataError:
+        return None
+
+
 def groups_of(metas: Iterable[Mapping]) -> list[str]:
     return [training_group(meta) for meta in metas]
 

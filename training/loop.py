@@ -37,7 +37,14 @@ from evaluation.predicting.predict import resolve_device, run_predictions
 from training.data import Augmentation, TrainSamples, augment, collate_train, derived_seed, verify_training_data
 from training.folder import RunFolder, run_folder
 from training.gradmix import GradMixOptions, Mixer, step_generator
-from training.groups import GroupMetadataError, check_groups_cover, groups_of, selection_scores, training_group
+from training.groups import (
+    GroupMetadataError,
+    check_groups_cover,
+    group_or_none,
+    groups_of,
+    selection_scores,
+    training_group,
+)
 from training.state import (
     BEST,
     LAST,
@@ -195,7 +202,7 @@ def build_model(settings: TrainSettings, num_classes: int, canvas: int | None) -
     if settings.pretrained or settings.checkpoint:
         options = ModelOptions(checkpoint=Path(settings.checkpoint) if settings.checkpoint else None)
         loaded = load_model(f"timm:{name}", options)  # raises ModelError with what to pass; never random
-        module = loaded.module
+        module: Any = loaded.module
         if module.get_classifier().out_features != num_classes:
             module.reset_classifier(num_classes)
         pre = loaded.preprocessing
@@ -268,7 +275,7 @@ def evaluate_split(module, pre: Preprocessing, settings: TrainSettings, split: s
         batch_size=max(settings.batch_size, 64),
         workers=settings.workers,
         device=settings.device,
-        amp=settings.amp,
+        amp={"fp16": True, "bf16": "bf16"}.get(settings.amp, False),  # type: ignore[arg-type]  # "off": none
         progress=False,
         announce=lambda _: None,
     )
@@ -487,7 +494,8 @@ def fit(
             )  # fmt: skip
             rank = rank_key()
             generator = torch.Generator().manual_seed(derived_seed(settings.seed, "augment", epoch, *rank))
-            wrong, losses, seen = [], [], 0
+            wrong: list = []
+            losses, seen = [], 0
             last_epoch = epoch == settings.epochs - 1
             started = time.perf_counter()
             with net.join() if dist is not None else nullcontext():
@@ -507,7 +515,7 @@ def fit(
                         loss = loss + mixer.extra_loss(net, x, y, loss, draws, autocast, settings.label_smoothing)
                     if record_errors and last_epoch:
                         miss = (logits.argmax(1) != y).cpu().numpy()
-                        wrong.extend((k, _group_or_none(m)) for k, m, bad in zip(batch.keys, batch.metas, miss) if bad)
+                        wrong.extend((k, group_or_none(m)) for k, m, bad in zip(batch.keys, batch.metas, miss) if bad)
                     if epoch == start and settings.select == "worst-group":
                         train_groups_seen.update(groups_of(batch.metas))
                     optimizer.zero_grad(set_to_none=True)
@@ -613,13 +621,6 @@ def load_finished_run(settings: TrainSettings, run: Path, flag: str = "--erm-run
     module.eval()
     errors, seconds = state.get("train_errors"), recorded_epoch_seconds(state)
     return FitResult(folder, module, pre, wnids, state["best"], state["history"], errors, epoch_seconds=seconds)
-
-
-def _group_or_none(meta: dict) -> str | None:
-    try:
-        return training_group(meta)
-    except GroupMetadataError:
-        return None
 
 
 def _gather(keys: list) -> list:

@@ -43,7 +43,7 @@ class TimmScgsClassifier:
 
         from builder.backends.gradcam_pp import resolve_cam_layer
 
-        module = loaded.module
+        module: Any = loaded.module
         if not check_only and not (hasattr(module, "forward_features") and hasattr(module, "forward_head")):
             raise ModelError(
                 f"{loaded.spec} is not a timm model (no forward_features/forward_head): SCGS clusters pooled "
@@ -98,7 +98,7 @@ class TrainedArchitecture(StrictModel):
 
     model_config = ConfigDict(extra="ignore")
     model: str | None = None
-    input_size: int | None = Field(None, ge=1, le=4096)
+    input_size: int | None = Field(default=None, ge=1, le=4096)
 
 
 class TrainCheckpoint(StrictModel):

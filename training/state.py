@@ -28,7 +28,7 @@ class TrainingStateError(InputError, ValueError):
     """A `last.pt` or `best.pt` that is not a training state this run can use."""
 
 
-def _tensor(problem: str, fits: Callable[[Any], bool] = lambda _: True) -> Any:
+def _tensor(problem: str, fits: Callable[[Any], bool] = lambda _: True) -> Callable[[Any], Any]:
     def check(value: Any) -> Any:
         import torch
 
@@ -36,15 +36,22 @@ def _tensor(problem: str, fits: Callable[[Any], bool] = lambda _: True) -> Any:
             raise PydanticCustomError("tensor", problem)
         return value
 
-    return Annotated[Any, AfterValidator(check)]
+    return check
 
 
-Weights = dict[str, _tensor("expected the model's weights (names -> tensors)")]  # type: ignore[valid-type]
-ByteTensor = _tensor("expected an RNG state (a uint8 tensor)", lambda v: str(v.dtype) == "torch.uint8")
-NumpyKeys = _tensor(
-    "expected 624 int64 keys of numpy's Mersenne Twister, each in 0 .. 2**32 - 1",
-    lambda v: tuple(v.shape) == (624,) and str(v.dtype) == "torch.int64" and 0 <= int(v.min()) <= int(v.max()) < 2**32,
-)
+Weights = dict[str, Annotated[Any, AfterValidator(_tensor("expected the model's weights (names -> tensors)"))]]
+ByteTensor = Annotated[
+    Any, AfterValidator(_tensor("expected an RNG state (a uint8 tensor)", lambda v: str(v.dtype) == "torch.uint8"))
+]
+
+
+def _mt_keys(v: Any) -> bool:
+    return tuple(v.shape) == (624,) and str(v.dtype) == "torch.int64" and 0 <= int(v.min()) <= int(v.max()) < 2**32
+
+
+NumpyKeys = Annotated[
+    Any, AfterValidator(_tensor("expected numpy's 624 Mersenne Twister keys (int64, < 2**32)", _mt_keys))
+]
 Fraction = Annotated[float, Field(ge=0, le=1)]
 
 
@@ -84,7 +91,7 @@ class PythonRng(StrictModel):
 
 class NumpyRng(StrictModel):
     name: Literal["MT19937"]
-    keys: NumpyKeys  # type: ignore[valid-type]
+    keys: NumpyKeys
     pos: int = Field(ge=0, le=624)
     has_gauss: int = Field(ge=0, le=1)
     cached_gaussian: float
@@ -93,8 +100,8 @@ class NumpyRng(StrictModel):
 class RngStates(StrictModel):
     python: PythonRng
     numpy: NumpyRng
-    torch: ByteTensor  # type: ignore[valid-type]
-    cuda: list[ByteTensor] | None = None  # type: ignore[valid-type]
+    torch: ByteTensor
+    cuda: list[ByteTensor] | None = None
 
 
 class LastState(StrictModel):
@@ -162,7 +169,7 @@ def rng_states() -> dict:
     import torch
 
     version, mt, gauss_next = random.getstate()
-    name, keys, pos, has_gauss, cached = np.random.get_state()  # type: ignore[misc]
+    name, keys, pos, has_gauss, cached = np.random.get_state()
     states = {
         "python": {"version": int(version), "state": [int(v) for v in mt], "gauss_next": gauss_next},
         "numpy": {

@@ -183,11 +183,11 @@ def paired_comparison(runs_a: Sequence[Path], runs_b: Sequence[Path], names: tup
         a_only += int((ca & ~cb).sum())
     diffs_array = np.asarray(diffs)
     mean = float(diffs_array.mean())
+    low: float | None = None
+    high: float | None = None
     if len(diffs) > 1:
         half = float(stats.t.ppf(0.975, len(diffs) - 1) * diffs_array.std(ddof=1) / np.sqrt(len(diffs)))
         low, high = mean - half, mean + half
-    else:
-        low = high = None
     discordant = a_only + b_only
     p_value = float(stats.binomtest(b_only, discordant, 0.5).pvalue) if discordant else 1.0
     return {
@@ -301,7 +301,8 @@ def write_summary(paths: Sequence[Path], out: Path, compare: tuple[str, str] | N
     folders = method_folders(paths)
     if not folders:
         raise TrainError(f"no finished runs (seed-*/{SCORES_NAME}) under {[str(p) for p in paths]}")
-    summaries, runs = [], {}
+    summaries: list[dict] = []
+    runs: dict[str, list[Path]] = {}
     for folder in folders:
         seeds = seed_runs(folder)
         results = [read_scores(p / SCORES_NAME) for p in seeds]
@@ -323,13 +324,13 @@ def write_summary(paths: Sequence[Path], out: Path, compare: tuple[str, str] | N
             raise TrainError(f"--compare {' '.join(compare)}: no runs of {missing}; found {sorted(runs)}")
         comparison = paired_comparison(runs[compare[0]], runs[compare[1]], compare)
     markdown = render_markdown(summaries, comparison)
-    with run_folder(Path(out)) as folder:
-        folder.write_text(SUMMARY_JSON, json.dumps({"methods": summaries, "comparison": comparison}, indent=2) + "\n")
-        with folder.writing(SUMMARY_PLOT) as tmp:
+    with run_folder(Path(out)) as target:
+        target.write_text(SUMMARY_JSON, json.dumps({"methods": summaries, "comparison": comparison}, indent=2) + "\n")
+        with target.writing(SUMMARY_PLOT) as tmp:
             plot_summary(summaries, tmp)
-        written = write_eval_reports(runs, folder)
+        written = write_eval_reports(runs, target)
         # reports of an earlier --report into this folder for runs no longer summarised (ours only)
-        if folder.owned is not None:
-            folder.owned.remove_listed(f"{RESULTS_DIR}/", keep=written)
-        folder.write_text(SUMMARY_MD, markdown)
+        if target.owned is not None:
+            target.owned.remove_listed(f"{RESULTS_DIR}/", keep=written)
+        target.write_text(SUMMARY_MD, markdown)
     return markdown

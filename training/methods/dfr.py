@@ -1,17 +1,9 @@
-"""DFR, deep feature reweighting, in its DFR^Val_Tr form (Kirichenko, Izmailov, Wilson, "Last Layer
-Re-Training is Sufficient for Robustness to Spurious Correlations", ICLR 2023, arXiv:2204.02937;
-the procedure of the authors' `dfr_evaluate_spurious.py`, github.com/PolinaKirichenko/deep_feature_reweighting).
-
-The trained ERM model's pooled penultimate features (eval mode, no augmentation) feed an
-L1-regularised logistic regression (liblinear, one-vs-rest for more than two classes, as older
-scikit-learn did by itself) on standardised features, fitted on the held-out split only:
-- tuning: shuffle the held-out split, fit on one half subsampled to equal group sizes, score the
-  worst-group accuracy on the other half, for each C (default [1, 0.7, 0.3, 0.1, 0.07, 0.03, 0.01]);
-- final: `refits` (default 20) fits, each on a fresh group-balanced subsample of the whole held-out
-  split; coefficients and intercepts are averaged into one linear head.
-The final scaler is fitted on the training split's features by default, as the authors' code does,
-so the numbers compare with theirs (and the mean and scale of many samples are the stabler
-estimate); `scaler="heldout"` fits it on the held-out features, the data the head is fitted on.
+"""DFR^Val_Tr, deep feature reweighting (Kirichenko, Izmailov, Wilson, ICLR 2023, arXiv:2204.02937), as
+the authors' `dfr_evaluate_spurious.py` does it: the ERM model's pooled features (eval mode) feed an
+L1 logistic regression (liblinear, one-vs-rest) on standardised features, fitted on the held-out split
+only. C is tuned on half of it (fitted on the other, group-balanced, half; best worst-group accuracy);
+then `refits` fits on fresh group-balanced subsamples are averaged into one linear head. The scaler is
+fitted on the train split's features by default, as theirs is (`heldout`: on the held-out features).
 """
 
 from __future__ import annotations
@@ -57,7 +49,7 @@ def extract_features(module, pre, settings: TrainSettings, split: str) -> tuple[
     mean = torch.tensor(pre.mean, device=device).view(1, 3, 1, 1) * 255
     std = torch.tensor(pre.std, device=device).view(1, 3, 1, 1) * 255
     dataset = EvalBatches(SourceSplit(settings.source, settings.config, split), pre, max(64, settings.batch_size))
-    feats, labels, metas, keys = [], [], [], []
+    feats, labels, metas, keys = [], [], [], []  # type: ignore[var-annotated]
     with torch.inference_mode():
         for batch in make_loader(dataset, settings.workers, pin_memory=False):
             if batch.images is None:
@@ -159,19 +151,10 @@ class DfrModel:
 def train_dfr(
     settings: TrainSettings, out: Path | RunFolder, options: MethodOptions, control: RunControl
 ) -> tuple[FitResult, dict]:
-    """ERM (or the finished ERM run in `options.erm_run`, reused as it is), then DFR^Val_Tr on the
-    held-out split with C from `options.dfr_c`, `dfr_refits` refits and the scaler fitted on `dfr_scaler`."""
-    with run_folder(out) as folder:
-        return _train_dfr(settings, folder, options, control)
-
-
-def _train_dfr(
-    settings: TrainSettings, out: RunFolder, options: MethodOptions, control: RunControl
-) -> tuple[FitResult, dict]:
+    """ERM (or the finished ERM run `options.erm_run`, reused as it is), then DFR on the held-out split."""
     from sklearn.preprocessing import StandardScaler
 
     grid, refits, scaler, erm_run = options.dfr_c, options.dfr_refits, options.dfr_scaler, options.erm_run
-
     if scaler not in SCALERS:
         raise TrainError(f"--dfr-scaler must be one of {', '.join(SCALERS)}, got {scaler!r}")
     if refits < 1 or not grid:
@@ -179,38 +162,40 @@ def _train_dfr(
     if not all(math.isfinite(c) and c > 0 for c in grid):
         listed = ",".join(map(str, grid))
         raise TrainError(f"--dfr-c lists inverse strengths, each a finite number above 0, got {listed}")
-    out.check_writable(DFR_NAME)
-    if erm_run is not None:
-        erm = load_finished_run(settings, erm_run, "--erm-run")
-        # no fit proves the data here: the splits the head is fitted on and scored on, before any is read
-        splits = [settings.val_split, settings.train_split, settings.test_split]
-        prove_splits(settings.source, settings.config, splits, train_manifest(settings), control.announce)
-    else:
-        erm = fit(settings, out.child("erm"), **control.fit_keywords())
-    k = len(erm.wnids)
-    x_val, y_val, g_val = extract_features(erm.model, erm.preprocessing, settings, settings.val_split)
-    g_val = np.asarray(g_val)
-    rng = np.random.default_rng(settings.seed)
-    best_c, tuning = tune_c(x_val, y_val, g_val, list(grid), k, rng)
-    if scaler == "train":
-        x_fit_scaler = extract_features(erm.model, erm.preprocessing, settings, settings.train_split)[0]
-    else:
-        x_fit_scaler = x_val
-    standard = StandardScaler().fit(x_fit_scaler)
-    weights, bias = averaged_head(standard.transform(x_val), y_val, g_val, best_c, refits, k, rng)
-    head = DfrModel(erm.model, standard.mean_, standard.scale_, weights, bias).module()
-    info = {
-        "method": "dfr",
-        "c": best_c,
-        "tuning_worst_group": tuning,
-        "refits": refits,
-        "scaler": scaler,
-        "heldout_split": settings.val_split,
-        "heldout_samples": int(len(y_val)),
-        "balanced_group_size": int(min(np.unique(g_val, return_counts=True)[1])),
-        "erm_best_epoch": erm.best["epoch"] if erm.best else None,
-    }
-    if is_main_process():
-        out.write_json(DFR_NAME, info)
-    control.announce(f"hsi train: DFR C={best_c} ({refits} refits, scaler on {scaler}); tuning worst-group {tuning}")
-    return FitResult(out.path, head, erm.preprocessing, erm.wnids, erm.best, erm.history), info
+    with run_folder(out) as folder:
+        folder.check_writable(DFR_NAME)
+        if erm_run is not None:
+            erm = load_finished_run(settings, erm_run, "--erm-run")
+            # no fit proves the data here: the splits the head is fitted on and scored on, before any is read
+            splits = [settings.val_split, settings.train_split, settings.test_split]
+            prove_splits(settings.source, settings.config, splits, train_manifest(settings), control.announce)
+        else:
+            erm = fit(settings, folder.child("erm"), **control.fit_keywords())
+        k = len(erm.wnids)
+        x_val, y_val, groups = extract_features(erm.model, erm.preprocessing, settings, settings.val_split)
+        g_val = np.asarray(groups)
+        rng = np.random.default_rng(settings.seed)
+        best_c, tuning = tune_c(x_val, y_val, g_val, list(grid), k, rng)
+        if scaler == "train":
+            x_fit_scaler = extract_features(erm.model, erm.preprocessing, settings, settings.train_split)[0]
+        else:
+            x_fit_scaler = x_val
+        standard = StandardScaler().fit(x_fit_scaler)
+        weights, bias = averaged_head(standard.transform(x_val), y_val, g_val, best_c, refits, k, rng)
+        head = DfrModel(erm.model, standard.mean_, standard.scale_, weights, bias).module()
+        info = {
+            "method": "dfr",
+            "c": best_c,
+            "tuning_worst_group": tuning,
+            "refits": refits,
+            "scaler": scaler,
+            "heldout_split": settings.val_split,
+            "heldout_samples": int(len(y_val)),
+            "balanced_group_size": int(min(np.unique(g_val, return_counts=True)[1])),
+            "erm_best_epoch": erm.best["epoch"] if erm.best else None,
+        }
+        if is_main_process():
+            folder.write_json(DFR_NAME, info)
+        done = f"DFR C={best_c} ({refits} refits, scaler on {scaler}); tuning worst-group {tuning}"
+        control.announce(f"hsi train: {done}")
+        return FitResult(folder.path, head, erm.preprocessing, erm.wnids, erm.best, erm.history), info

@@ -1,15 +1,8 @@
-"""JTT, "Just Train Twice" (Liu, Haghgoo, Chen, Raghunathan, Koh, Sagawa, Liang, Finn; ICML 2021,
-arXiv:2107.09044; the authors' code: github.com/anniesch/jtt).
-
-Stage 1 trains ERM for T epochs. The error set is the training samples the stage-1 model gets
-wrong: by default, as in the authors' code, from the predictions logged during the last stage-1
-training pass (train mode, each batch predicted before its optimiser step); `errors="eval"` takes
-them from an eval-mode pass over the train split (no augmentation) with the stage-1 model at epoch
-T instead. Stage 2 trains a fresh model on the train split with every error sample repeated
-lambda_up more times (it appears 1 + lambda_up times per epoch), keeping the epoch with the best
-validation worst-group accuracy (early stopping). The paper's settings: T = 60, lambda_up = 100 on
-Waterbirds; T = 1, lambda_up = 50 on CelebA; lambda_up searched over 20/50/100.
-"""
+"""JTT, Just Train Twice (Liu et al., ICML 2021, arXiv:2107.09044; as the authors' code does it): stage 1
+trains ERM for T epochs; its errors (by default those of the last stage-1 training pass, each batch
+predicted before its step; `eval`: an eval-mode pass at epoch T) are repeated lambda_up more times in
+stage 2, a fresh model selected on validation worst-group accuracy. The paper: T = 60, lambda_up = 100
+on Waterbirds; T = 1, lambda_up = 50 on CelebA."""
 
 from __future__ import annotations
 
@@ -19,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from training.folder import RunFolder, run_folder
-from training.groups import GroupMetadataError, training_group
+from training.groups import group_or_none
 from training.loop import LAST, FitResult, TrainError, TrainSettings, evaluate_split, fit, is_main_process
 from training.methods.options import MethodOptions, RunControl
 from training.state import read_last, restore
@@ -40,13 +33,7 @@ def eval_pass_errors(stage1: FitResult, settings: TrainSettings) -> dict[str, st
     path = stage1.out / LAST
     restore(read_last(path), path, ("model", stage1.model), rng=False)
     rows = evaluate_split(stage1.model, stage1.preprocessing, settings, settings.train_split).rows
-    wrong = {}
-    for row in rows:
-        if row["status"] == "ok" and not row["correct"]:
-            try:
-                wrong[row["key"]] = training_group(row["meta"])
-            except GroupMetadataError:
-                wrong[row["key"]] = None
+    wrong = {row["key"]: group_or_none(row["meta"]) for row in rows if row["status"] == "ok" and not row["correct"]}
     return dict(sorted(wrong.items()))
 
 
@@ -64,37 +51,23 @@ def train_jtt(
     settings: TrainSettings, out: Path | RunFolder, options: MethodOptions, control: RunControl
 ) -> tuple[FitResult, dict]:
     """Stage 1 for `options.jtt_epochs` (T), then stage 2 with the errors seen 1 + `jtt_upweight` times."""
-    with run_folder(out) as folder:
-        return _train_jtt(settings, folder, options, control)
-
-
-def _train_jtt(
-    settings: TrainSettings, out: RunFolder, options: MethodOptions, control: RunControl
-) -> tuple[FitResult, dict]:
     stage1_epochs, lambda_up, errors = options.jtt_epochs, options.jtt_upweight, options.jtt_errors
     if errors not in JTT_ERRORS:
         raise TrainError(f"--jtt-errors must be one of {', '.join(JTT_ERRORS)}, got {errors!r}")
     if stage1_epochs < 1:
         raise TrainError(f"--jtt-epochs (T) must be at least 1, got {stage1_epochs}")
-    out.check_writable(ERROR_SET_NAME)
-    stage1_settings = replace(settings, epochs=stage1_epochs, select="mean")
-    stage1 = fit(
-        stage1_settings,
-        out.child("stage1"),
-        record_errors=errors == "train-pass",
-        **control.fit_keywords(),
-    )
-    found = stage1.train_errors if errors == "train-pass" else eval_pass_errors(stage1, stage1_settings)
-    summary = error_set_summary(found or {}, lambda_up, errors)
-    if is_main_process():
-        out.write_json(ERROR_SET_NAME, summary)
-    control.announce(f"hsi train: JTT error set {summary['size']} samples ({errors}), by group {summary['groups']}")
-    stage2 = fit(
-        settings,
-        out.child("stage2"),
-        repeats=upsample_counts(summary["keys"], lambda_up),
-        **control.fit_keywords(),
-    )
+    with run_folder(out) as folder:
+        folder.check_writable(ERROR_SET_NAME)
+        stage1_settings = replace(settings, epochs=stage1_epochs, select="mean")
+        passed = errors == "train-pass"
+        stage1 = fit(stage1_settings, folder.child("stage1"), record_errors=passed, **control.fit_keywords())
+        found = stage1.train_errors if passed else eval_pass_errors(stage1, stage1_settings)
+        summary = error_set_summary(found or {}, lambda_up, errors)
+        if is_main_process():
+            folder.write_json(ERROR_SET_NAME, summary)
+        control.announce(f"hsi train: JTT error set {summary['size']} samples ({errors}), by group {summary['groups']}")
+        repeats = upsample_counts(summary["keys"], lambda_up)
+        stage2 = fit(settings, folder.child("stage2"), repeats=repeats, **control.fit_keywords())
     info = {
         "method": "jtt",
         "stage1_epochs": stage1_epochs,
@@ -102,6 +75,6 @@ def _train_jtt(
         "errors_from": errors,
         "error_set_size": summary["size"],
         "error_set_groups": summary["groups"],
-        "best_epoch": stage2.best["epoch"],
+        "best_epoch": stage2.best["epoch"] if stage2.best else None,
     }
     return stage2, info
