@@ -1,11 +1,5 @@
-"""Training groups read from each sample's metadata, never hard-coded.
-
-A group is (where the object is and on what background) x (its class):
-- configs with paired backgrounds (the -10 subset): `own` or `paired` background x class,
-- the standard configs: the paper's group (CeO, CoR, ...) x class.
-Group robustness methods balance and select on these groups; accuracy per group is the share of
-correct predictions among the group's samples, the worst group the minimum over groups.
-"""
+"""Training groups from each sample's metadata, never hard-coded: (background) x (class), the background
+`own` or `paired` on the -10 subset, the paper's group (CeO, CoR, ...) on the standard configs."""
 
 from __future__ import annotations
 

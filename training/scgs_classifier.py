@@ -1,11 +1,6 @@
-"""The classifiers `hsi scgs` uses, built from evaluation's loaders: an `hsi train` checkpoint
-(`best.pt`/`last.pt`: weights, the architecture in its settings, its wnids) or any model spec
-`evaluation.model_formats.models.load_model` takes; and a predictions table of `hsi eval` in the config's labels.
-
-The result fits `builder.augment.classifier.ScgsClassifier`: logits over the config's labels,
-pooled penultimate features (timm's `forward_features` + `forward_head(pre_logits=True)`), the
-module and layer Grad-CAM++ hooks into, and provenance for the manifest.
-"""
+"""The classifiers `hsi scgs` uses, fitting `builder.augment.classifier.ScgsClassifier` (logits over the
+config's labels, pooled features, the Grad-CAM++ layer, provenance): from an `hsi train` checkpoint or
+any model spec `load_model` takes; and a train-split predictions table of `hsi eval` in the config's labels."""
 
 from __future__ import annotations
 
@@ -178,29 +173,19 @@ class ScgsModelLoader:
             generator = replace(generator, model_id=str(local.resolve()))
         if checkpoint is not None and Path(checkpoint).is_file():
             checkpoint = Path(checkpoint).resolve()
-        return cls(
-            model,
-            None if checkpoint is None else str(checkpoint),
-            tuple(wnids),
-            canvas,
-            cam_layer,
-            check_model,
-            generator,
-            trust,
-        )
+        path = None if checkpoint is None else str(checkpoint)
+        return cls(model, path, tuple(wnids), canvas, cam_layer, check_model, generator, trust)
 
     def __call__(self, device: str) -> GenerationModels:
         checkpoint = Path(self.checkpoint) if self.checkpoint is not None else None
         classifier = load_scgs_classifier(
             self.model, checkpoint, self.wnids, self.canvas, device, self.cam_layer, trust=self.trust
         )
-        check = (
-            load_scgs_classifier(
+        check = None
+        if self.check_model:
+            check = load_scgs_classifier(
                 self.check_model, None, self.wnids, self.canvas, device, None, "--check-model", True, self.trust
             )
-            if self.check_model
-            else None
-        )
         inpainter = make_backend("generator", "sd-inpaint", replace(self.generator, device=device))
         return GenerationModels(classifier, inpainter, check)
 

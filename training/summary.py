@@ -150,10 +150,6 @@ def method_folders(paths: Iterable[Path]) -> list[Path]:
     return found
 
 
-def _frame(run: Path):
-    return read_test_predictions(run / PREDICTIONS_NAME)
-
-
 def tier_accuracies(frame) -> dict[str, float]:
     tiers = frame["tier"].dropna()
     return group_accuracies(list(tiers), list(frame.loc[tiers.index, "correct"])) if len(tiers) else {}
@@ -171,12 +167,14 @@ def paired_comparison(runs_a: Sequence[Path], runs_b: Sequence[Path], names: tup
         )
     diffs, b_only, a_only, subset = [], 0, 0, "Hard tier"
     for run_a, run_b in pairs:
-        fa, fb = _frame(run_a), _frame(run_b)
+        fa, fb = (read_test_predictions(run / PREDICTIONS_NAME) for run in (run_a, run_b))
         if list(fa["key"]) != list(fb["key"]):
             raise TrainError(f"{run_a} and {run_b} scored different test images; compare runs of one config")
         keep = (fa["tier"] == "Hard").to_numpy()
         if not keep.any():
-            keep, subset = np.ones(len(fa), bool), _no_hard_tier(fa)
+            # no tiers at all, or tiers without a Hard one (the -10 subset's own/paired groups)
+            why = "the config has no tiers" if fa["tier"].dropna().empty else "no test image is in the Hard tier"
+            keep, subset = np.ones(len(fa), bool), f"all test images ({why})"
         ca, cb = fa["correct"].to_numpy()[keep], fb["correct"].to_numpy()[keep]
         diffs.append(float(cb.mean() - ca.mean()))
         b_only += int((cb & ~ca).sum())
@@ -202,14 +200,6 @@ def paired_comparison(runs_a: Sequence[Path], runs_b: Sequence[Path], names: tup
         "a_right_b_wrong": a_only,
         "mcnemar_exact_p": p_value,
     }
-
-
-def _no_hard_tier(frame) -> str:
-    """What the comparison runs on when no test image is in the Hard tier, saying why (no tiers at all,
-    or tiers without a Hard one, as on the -10 subset's own/paired groups)."""
-    if frame["tier"].dropna().empty:
-        return "all test images (the config has no tiers)"
-    return "all test images (no test image is in the Hard tier)"
 
 
 def _pct(stat: dict | None) -> str:
@@ -313,7 +303,9 @@ def write_summary(paths: Sequence[Path], out: Path, compare: tuple[str, str] | N
             raise TrainError(
                 f"two folders hold runs of {methods[0]} ({runs[methods[0]][0].parent} and {folder}): pass one of them"
             )
-        summaries.append(summarise_method(results, [tier_accuracies(_frame(p)) for p in seeds]))
+        summaries.append(
+            summarise_method(results, [tier_accuracies(read_test_predictions(p / PREDICTIONS_NAME)) for p in seeds])
+        )
         runs[summaries[-1]["method"]] = seeds
     comparison = None
     if compare is None and len(runs) >= 2 and "erm" in runs:

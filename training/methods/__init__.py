@@ -1,10 +1,5 @@
-"""Training methods for `hsi train --method`, in one table: `--help`, dispatch and errors read it.
-
-Each trainer takes TrainSettings, a run folder, the `MethodOptions` and the `RunControl` of
-`training.methods.options`, and returns the model that scores the test split with what it did.
-Adding a method is one module here plus one row of `METHODS`; trainers are imported only when a run
-uses them, so `hsi train --help` never imports torch.
-"""
+"""`hsi train --method`, one table (`--help`, dispatch and errors read it): a method is one module here and one
+row of `METHODS`; trainers are imported only when a run uses them, so `hsi train --help` never imports torch."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""What every method's trainer takes besides TrainSettings and its run folder: the method's own
-knobs (`MethodOptions`, the `hsi train --jtt-*/--dfr-*` flags) and how the run treats its folder
-and reports (`RunControl`)."""
+"""What a method's trainer takes besides TrainSettings and its folder: its own knobs (`MethodOptions`)
+and how the run treats its folder and reports (`RunControl`)."""
 
 from __future__ import annotations
 
