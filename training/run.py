@@ -6,11 +6,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
+
+from pydantic import Field
 
 from builder.core.hashing import sha256_file
 from builder.core.interrupts import ctrl_c_stops
+from builder.core.untrusted import StrictModel
 from evaluation.predicting.predictions import write_predictions
 from training.folder import RunFolder, run_folder
+from training.gradmix import AUGMENTS
 from training.loop import (
     BEST,
     TrainSettings,
@@ -22,13 +27,25 @@ from training.loop import (
     split_scores,
     train_manifest,
 )
-from training.methods import method
+from training.methods import METHODS, method
 from training.methods.options import MethodOptions, RunControl
-from training.state import RunScores
+from training.state import SplitScores
 
 __all__ = ["MethodOptions", "RunControl", "run_label", "run_seed", "run_seeds"]
 
 SCORES_NAME, PREDICTIONS_NAME = "scores.json", "predictions.parquet"
+# A run's label (`erm`, `dfr+gradmix`, ...): it names the run's report folder, so it is one of ours.
+RUN_LABEL = rf"^({'|'.join(METHODS)})(\+({'|'.join(a for a in AUGMENTS if a != 'none')}))?$"
+
+
+class RunScores(StrictModel):
+    """`scores.json`: one method and seed scored on the test split."""
+
+    method: str = Field(pattern=RUN_LABEL, description="the run's label: the method, with +AUGMENT when mixed")
+    seed: int = Field(ge=0)
+    test: SplitScores
+    val_best: SplitScores | None = Field(description="the selected epoch's scores on the held-out split")
+    info: dict[str, Any] = Field(description="what the method did (its best epoch, JTT's error set, DFR's C)")
 
 
 def check_inputs(settings: TrainSettings, options: MethodOptions) -> None:

@@ -1,5 +1,5 @@
-"""The files a training run writes, one model each, shared by the writer and every reader: `last.pt`
-(all a resume needs), `best.pt` (the selected weights) and `scores.json`. The checkpoints hold tensors
+"""The checkpoints a training run writes, one model each, shared by the writer and every reader: `last.pt`
+(all a resume needs) and `best.pt` (the selected weights). The checkpoints hold tensors
 and plain values only, so they load with `weights_only=True` and a crafted file cannot run code; the
 RNG states are plain values, so a resumed run draws the same streams bit for bit."""
 
@@ -16,12 +16,8 @@ from pydantic_core import PydanticCustomError
 
 from builder.core.errors import InputError
 from builder.core.untrusted import StrictModel, UntrustedInput, load_torch, parse_model
-from training.gradmix import AUGMENTS
-from training.methods import METHODS
 
 LAST, BEST, SETTINGS_NAME = "last.pt", "best.pt", "train_settings.json"
-# A run's label (`erm`, `dfr+gradmix`, ...): it names the run's report folder, so it is one of ours.
-RUN_LABEL = rf"^({'|'.join(METHODS)})(\+({'|'.join(a for a in AUGMENTS if a != 'none')}))?$"
 
 
 class TrainingStateError(InputError, ValueError):
@@ -63,16 +59,6 @@ class SplitScores(StrictModel):
     worst_group_name: str | None
     groups: dict[str, Fraction]
     samples: int = Field(ge=0)
-
-
-class RunScores(StrictModel):
-    """`scores.json`: one method and seed scored on the test split."""
-
-    method: str = Field(pattern=RUN_LABEL, description="the run's label: the method, with +AUGMENT when mixed")
-    seed: int = Field(ge=0)
-    test: SplitScores
-    val_best: SplitScores | None = Field(description="the selected epoch's scores on the held-out split")
-    info: dict[str, Any] = Field(description="what the method did (its best epoch, JTT's error set, DFR's C)")
 
 
 class EpochRecord(StrictModel):

@@ -21,8 +21,7 @@ from evaluation.predicting.predictions import METADATA_KEY, predictions_schema
 from training.folder import RunFolder, run_folder
 from training.groups import group_accuracies
 from training.loop import TrainError
-from training.run import PREDICTIONS_NAME, SCORES_NAME
-from training.state import RunScores
+from training.run import PREDICTIONS_NAME, SCORES_NAME, RunScores
 
 SUMMARY_JSON, SUMMARY_MD, SUMMARY_PLOT = "train_summary.json", "train_summary.md", "train_summary.png"
 RESULTS_DIR = "results"  # one hsi eval report per method and seed: `hsi release --results OUT/results`
