@@ -22,23 +22,14 @@ class Method:
         return getattr(import_module(module), function)
 
 
+JTT = "Just Train Twice: upweight the errors of a short ERM run (Liu et al., ICML 2021)"
+DFR = "deep feature reweighting: refit the last layer on group-balanced held-out data (Kirichenko et al., ICLR 2023)"
 METHODS: dict[str, Method] = {
-    method.name: method
-    for method in (
+    row.name: row
+    for row in (
         Method("erm", "training.methods.erm:train_erm", False, "empirical risk minimisation"),
-        Method(
-            "jtt",
-            "training.methods.jtt:train_jtt",
-            True,
-            "Just Train Twice: upweight the errors of a short ERM run (Liu et al., ICML 2021)",
-        ),
-        Method(
-            "dfr",
-            "training.methods.dfr:train_dfr",
-            True,
-            "deep feature reweighting: refit the last layer on group-balanced held-out data (Kirichenko et al., "
-            "ICLR 2023)",
-        ),
+        Method("jtt", "training.methods.jtt:train_jtt", True, JTT),
+        Method("dfr", "training.methods.dfr:train_dfr", True, DFR),
     )
 }
 
